@@ -1,0 +1,69 @@
+# devbench: `make test` and `make bench` do all the set-up on a fresh machine.
+PYTHON ?= python3
+TORCH ?= 2.13.0
+VENV := .venv
+PY := $(VENV)/bin/python
+ASV := $(PY) -m asv
+# Benchmarks run in the project's own .venv (asv's "existing" environment): no
+# network needed, and the torch there is the one `make` installed.
+ASV_ENV := -E existing:$(abspath $(PY))
+COMMIT = $(shell git rev-parse HEAD)
+BASE ?= main
+BENCH ?= .
+REPORT_OUT ?= reports
+
+.PHONY: help venv test lint bench machine quick compare publish preview report clean
+
+help:
+	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
+	@echo "make bench     record the machine, run the whole suite, publish HTML, write reports/"
+	@echo "make quick     one sample of every benchmark (asv run --quick), results kept"
+	@echo "make compare   asv continuous BASE HEAD (BASE=main by default)"
+	@echo "make publish   asv publish: the HTML site under .asv/html"
+	@echo "make preview   serve the HTML site on localhost"
+	@echo "make report    devbench report from .asv/results into reports/"
+
+venv: $(VENV)/.installed
+
+# torch is installed first and pinned, so that the project's "torch>=2.1" does not pull
+# another build; everything else comes from pyproject.toml's [dev] extra.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "torch==$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+lint: venv
+	$(PY) -m ruff check src benchmarks tests scripts
+
+test: machine
+	$(PY) -m pytest
+	$(ASV) check $(ASV_ENV)
+	$(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '$(BENCH)'
+
+machine: venv
+	$(PY) -m devbench.cli machine
+
+bench: machine
+	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --show-stderr --bench '$(BENCH)'
+	$(ASV) publish
+	$(MAKE) report
+
+quick: machine
+	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'
+
+compare: machine
+	$(ASV) continuous --factor 1.1 --show-stderr $(BASE) HEAD
+
+publish: venv
+	$(ASV) publish
+
+preview: publish
+	$(ASV) preview
+
+report: venv
+	$(PY) -m devbench.cli report --results .asv/results --out $(REPORT_OUT)
+
+clean:
+	rm -rf .asv/html .asv/env

@@ -1,0 +1,103 @@
+"""The ``devbench`` command: info, machine, report, validate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+
+def _rows(record: dict[str, Any]) -> list[tuple[str, str]]:
+    host, tor = record["host"], record["torch"]
+    rows = [
+        ("host", f"{host['hostname']} ({host['os']}, {host['arch']})"),
+        ("cpu", f"{host['cpu']} - {host['cpu_count']} CPUs, torch uses {host['torch_threads']} threads"),
+        ("python", host["python"]),
+        ("torch", f"{tor['version']} ({'CUDA build' if tor['cuda_built'] else 'CPU-only build'})"),
+        ("cuda runtime", tor["cuda_runtime"] or "none"),
+        ("cudnn", str(tor["cudnn"]) if tor["cudnn"] else "none"),
+        ("driver", record["driver"] or "unknown"),
+        ("gpus", str(record["gpu_count"])),
+    ]
+    return rows
+
+
+def format_info(record: dict[str, Any]) -> str:
+    """``describe()`` as a table a person reads, like ``nvidia-smi``'s header."""
+    lines = [f"{k:<13} {v}" for k, v in _rows(record)]
+    if record["gpus"]:
+        head = f"{'#':>2}  {'name':<28} {'memory':>10} {'SMs':>4} {'cc':>4}  {'PCIe':<10}"
+        lines += ["", head, "-" * len(head)]
+        for g in record["gpus"]:
+            pcie = f"gen{g['pcie_gen']} x{g['pcie_width']}" if g.get("pcie_gen") else "n/a"
+            mem = f"{g.get('memory_gib', 0):.1f} GiB"
+            lines.append(
+                f"{g['index']:>2}  {str(g.get('name')):<28} {mem:>10} {g.get('sm_count', '?'):>4} "
+                f"{g.get('compute_capability', '?'):>4}  {pcie:<10}"
+            )
+    if record.get("peer_access"):
+        lines += ["", "peer access (P2P / NVLink):"]
+        nvlink = record.get("nvlink_peers", {})
+        for pair, ok in record["peer_access"].items():
+            link = {True: "NVLink", False: "no NVLink"}.get(nvlink.get(pair), "NVLink unknown")
+            lines.append(f"  {pair}: {'yes' if ok else 'no'} ({link})")
+    for note in record["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from devbench.devices import describe
+
+    record = describe()
+    print(json.dumps(record, indent=2, sort_keys=True) if args.json else format_info(record))
+    return 0
+
+
+def cmd_machine(args: argparse.Namespace) -> int:
+    from devbench.machine import record_machine
+
+    try:
+        entry = record_machine(args.machine, args.config)
+    except RuntimeError as exc:
+        print(f"devbench machine: {exc}", file=sys.stderr)
+        return 1
+    print(f"recorded machine {entry['machine']!r} for asv:")
+    for key in ("os", "arch", "cpu", "num_cpu", "ram", "gpu", "gpu_count", "cuda", "driver"):
+        print(f"  {key:<10} {entry.get(key)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="devbench",
+        description="devbench: how fast PyTorch computes and moves data on CPUs and GPUs.",
+        epilog="examples:\n  devbench info\n  devbench info --json > machine.json\n  devbench machine",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("info", help="show this machine's CPU, torch build, CUDA, driver and GPUs")
+    p.add_argument("--json", action="store_true", help="print the full record as JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser(
+        "machine",
+        help="run `asv machine --yes` and add GPU name/count, CUDA and driver to the entry",
+    )
+    p.add_argument("--machine", help="machine name (default: hostname, as asv does)")
+    p.add_argument("--config", help="asv config file (default: asv.conf.json)")
+    p.set_defaults(func=cmd_machine)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

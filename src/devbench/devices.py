@@ -1,0 +1,290 @@
+"""Devices: the d2l "GPUs" helpers, same-device moves, cross-device checks, and describe().
+
+Nothing here touches CUDA at import time. ``num_gpus()`` goes through
+``torch.cuda.device_count()``; with ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (set by
+``devbench/__init__.py`` unless the user chose otherwise) PyTorch answers it from NVML
+instead of ``cudaGetDeviceCount``, which would initialize the driver and leave forked
+children (asv's forkserver) unable to use CUDA. Benchmarks still call it in ``setup`` only.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+__all__ = [
+    "CrossDeviceError",
+    "check_same_device",
+    "cpu",
+    "describe",
+    "gpu",
+    "move",
+    "num_gpus",
+    "synchronize",
+    "try_all_gpus",
+    "try_gpu",
+]
+
+T = TypeVar("T", torch.Tensor, nn.Module)
+
+
+def cpu() -> torch.device:
+    """The CPU device: all cores and main memory."""
+    return torch.device("cpu")
+
+
+def gpu(i: int = 0) -> torch.device:
+    """GPU ``i`` (``cuda:i``), whether or not it exists."""
+    if i < 0:
+        raise ValueError(f"GPU index must be >= 0, got {i}")
+    return torch.device(f"cuda:{i}")
+
+
+def num_gpus() -> int:
+    """Number of CUDA GPUs visible to this process (0 on a CPU-only build)."""
+    if not torch.backends.cuda.is_built():
+        return 0
+    return torch.cuda.device_count()
+
+
+def try_gpu(i: int = 0) -> torch.device:
+    """``gpu(i)`` if it exists, else ``cpu()``."""
+    return gpu(i) if num_gpus() >= i + 1 else cpu()
+
+
+def try_all_gpus() -> list[torch.device]:
+    """Every GPU, or ``[cpu()]`` when there is none."""
+    n = num_gpus()
+    return [gpu(i) for i in range(n)] if n else [cpu()]
+
+
+def _as_device(device: torch.device | str | int) -> torch.device:
+    if isinstance(device, int):
+        return gpu(device)
+    dev = torch.device(device)
+    # "cuda" means the current GPU; compare against an explicit index.
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _module_devices(module: nn.Module) -> set[torch.device]:
+    tensors = list(module.parameters()) + list(module.buffers())
+    return {t.device for t in tensors if not isinstance(t, nn.parameter.UninitializedTensorMixin)}
+
+
+def move(obj: T, device: torch.device | str | int, non_blocking: bool = False) -> T:
+    """Move a tensor or module to ``device``; return the very same object if it is there.
+
+    This is the chapter's ``Z.cuda(1) is Z``: a same-device move allocates and copies
+    nothing. Modules are moved in place (as ``nn.Module.to`` does) and returned.
+    """
+    dev = _as_device(device)
+    if isinstance(obj, torch.Tensor):
+        if obj.device == dev:
+            return obj
+        return obj.to(dev, non_blocking=non_blocking)
+    if isinstance(obj, nn.Module):
+        if _module_devices(obj) == {dev}:
+            return obj
+        return obj.to(dev, non_blocking=non_blocking)
+    raise TypeError(f"move() takes a torch.Tensor or nn.Module, got {type(obj).__name__}")
+
+
+class CrossDeviceError(RuntimeError):
+    """Raised when one operation gets tensors that live on different devices."""
+
+
+def check_same_device(*tensors: torch.Tensor, op: str = "operation") -> torch.device:
+    """Return the common device of ``tensors``; raise ``CrossDeviceError`` naming them if not.
+
+    PyTorch's own error for ``X + Y`` across devices is raised deep inside the dispatcher;
+    this one says which arguments disagree and how to fix it, before any work is queued.
+    """
+    if not tensors:
+        raise ValueError(f"{op}: check_same_device() needs at least one tensor")
+    first = tensors[0].device
+    for pos, t in enumerate(tensors[1:], start=1):
+        if t.device != first:
+            raise CrossDeviceError(
+                f"{op}: argument 0 is on {first} but argument {pos} is on {t.device}; "
+                f"move one of them first, e.g. move(x, {str(first)!r})"
+            )
+    return first
+
+
+def synchronize(devices: Iterable[torch.device | str] | torch.device | str) -> None:
+    """Wait for all queued work on every CUDA device given (no-op for CPU and meta).
+
+    ``torch.cuda.synchronize()`` without an argument waits for the *current* device
+    only; work on the other GPUs would still be in flight.
+    """
+    if isinstance(devices, (torch.device, str)):
+        devices = [devices]
+    for dev in devices:
+        dev = torch.device(dev)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+
+# --------------------------------------------------------------------------- describe
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _nvml_info(count: int) -> dict[str, Any]:
+    """Driver, PCIe and peer-access facts from NVML; ``{"nvml": "reason"}`` when absent."""
+    try:
+        import pynvml  # nvidia-ml-py
+    except ImportError:
+        return {"nvml": "not installed (pip install nvidia-ml-py)"}
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return {"nvml": f"unavailable: {exc}"}
+    try:
+        out: dict[str, Any] = {"nvml": "ok", "gpus": []}
+        drv = pynvml.nvmlSystemGetDriverVersion()
+        out["driver"] = drv.decode() if isinstance(drv, bytes) else drv
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        for h in handles:
+            g: dict[str, Any] = {}
+            for key, fn in (
+                ("pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
+                ("pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
+                ("pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
+                ("pcie_width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth),
+            ):
+                try:
+                    g[key] = int(fn(h))
+                except Exception:
+                    g[key] = None
+            out["gpus"].append(g)
+        out["nvlink_peers"] = {}
+        for i, hi in enumerate(handles):
+            for j, hj in enumerate(handles):
+                if i != j:
+                    try:
+                        status = pynvml.nvmlDeviceGetP2PStatus(hi, hj, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
+                        out["nvlink_peers"][f"{i}->{j}"] = status == pynvml.NVML_P2P_STATUS_OK
+                    except Exception:
+                        out["nvlink_peers"][f"{i}->{j}"] = None
+        return out
+    except Exception as exc:
+        return {"nvml": f"error: {exc}"}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def describe() -> dict[str, Any]:
+    """One record of the host and every accelerator. Never raises.
+
+    Keys: ``host`` (cpu model, cores, threads torch uses), ``torch`` (version, build,
+    CUDA runtime, cuDNN), ``driver``, ``gpu_count``, ``gpus`` (name, memory, SMs,
+    compute capability, PCIe link, peer access) and ``notes`` saying what could not be
+    read and why.
+    """
+    notes: list[str] = []
+    record: dict[str, Any] = {
+        "host": {
+            "hostname": platform.node(),
+            "os": f"{platform.system()} {platform.release()}",
+            "arch": platform.machine(),
+            "cpu": _cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(),
+        },
+        "torch": {
+            "version": torch.__version__,
+            "cuda_built": torch.backends.cuda.is_built(),
+            "cuda_runtime": torch.version.cuda,
+            "cudnn": None,
+            "git": getattr(torch.version, "git_version", None),
+        },
+        "driver": None,
+        "gpu_count": 0,
+        "gpus": [],
+        "notes": notes,
+    }
+    try:
+        count = num_gpus()
+    except Exception as exc:  # a broken driver must not break describe()
+        notes.append(f"CUDA query failed: {exc}")
+        count = 0
+    record["gpu_count"] = count
+    if not torch.backends.cuda.is_built():
+        notes.append("torch is a CPU-only build: no CUDA GPUs")
+    elif count == 0:
+        notes.append("no CUDA GPU visible to this process")
+    if count:
+        try:
+            record["torch"]["cudnn"] = torch.backends.cudnn.version()
+        except Exception:
+            pass
+        for i in range(count):
+            try:
+                p = torch.cuda.get_device_properties(i)
+                record["gpus"].append(
+                    {
+                        "index": i,
+                        "name": p.name,
+                        "memory_gib": round(p.total_memory / 2**30, 2),
+                        "sm_count": p.multi_processor_count,
+                        "compute_capability": f"{p.major}.{p.minor}",
+                    }
+                )
+            except Exception as exc:
+                notes.append(f"GPU {i}: properties unavailable: {exc}")
+                record["gpus"].append({"index": i, "name": None})
+        peers = {}
+        for i in range(count):
+            for j in range(count):
+                if i != j:
+                    try:
+                        peers[f"{i}->{j}"] = bool(torch.cuda.can_device_access_peer(i, j))
+                    except Exception:
+                        peers[f"{i}->{j}"] = None
+        record["peer_access"] = peers
+        nvml = _nvml_info(count)
+        if nvml.get("nvml") != "ok":
+            notes.append(f"NVML {nvml['nvml']}: no driver/PCIe/NVLink details")
+        else:
+            record["driver"] = nvml["driver"]
+            for g, extra in zip(record["gpus"], nvml["gpus"], strict=True):
+                g.update(extra)
+            record["nvlink_peers"] = nvml["nvlink_peers"]
+    return record
+
+
+def gpu_summary(record: dict[str, Any] | None = None) -> dict[str, str]:
+    """The accelerator fields that go into an asv machine entry, as strings."""
+    rec = describe() if record is None else record
+    names: Sequence[str] = [g.get("name") or "?" for g in rec["gpus"]]
+    if names and len(set(names)) == 1:
+        gpu_name = f"{len(names)} x {names[0]}"
+    else:
+        gpu_name = ", ".join(names) or "none"
+    return {
+        "gpu": gpu_name,
+        "gpu_count": str(rec["gpu_count"]),
+        "cuda": rec["torch"]["cuda_runtime"] or "none",
+        "driver": rec["driver"] or "none",
+    }

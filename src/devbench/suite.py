@@ -1,0 +1,166 @@
+"""Conventions every devbench benchmark follows (DESIGN.md, "Rules for every benchmark").
+
+Benchmarks import these so that the rules live in one place:
+
+* ``DEVICES`` is the device param, the same on every machine (rule 1);
+* ``require_device`` turns a device name into a ``torch.device`` or raises
+  ``NotImplementedError`` with the reason, which asv records as a skip (rule 1);
+* ``pin_threads`` fixes and returns the CPU thread count (rule 6);
+* ``randn`` makes seeded, never-zero inputs (rules 4 and 5);
+* ``warm_up`` runs a callable a few times and synchronizes (rule 4);
+* ``Block`` times a block of calls with CUDA events or a monotonic clock (rules 3, 7).
+
+Nothing here touches CUDA at import time (rule 2).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from devbench.devices import num_gpus, synchronize
+
+DEVICES: list[str] = ["cpu", "cuda"]
+
+#: Seed for every input tensor; the same inputs on every machine and run.
+SEED = 20260101
+
+#: Environment variable that overrides the CPU thread count benchmarks pin.
+THREADS_ENV = "DEVBENCH_THREADS"
+
+
+def no_cuda_reason() -> str | None:
+    """Why CUDA cannot be used here, or ``None`` when a GPU is visible."""
+    if not torch.backends.cuda.is_built():
+        return f"no CUDA: torch {torch.__version__} is a CPU-only build"
+    if num_gpus() == 0:
+        return "no CUDA GPU visible to this process"
+    return None
+
+
+def require_device(name: str, index: int = 0) -> torch.device:
+    """The ``torch.device`` for param value ``name``, or skip with the reason.
+
+    Raises ``NotImplementedError`` (asv's skip) when the device does not exist here.
+    """
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda":
+        reason = no_cuda_reason()
+        if reason:
+            raise NotImplementedError(reason)
+        if index >= num_gpus():
+            raise NotImplementedError(f"needs GPU {index}, this machine has {num_gpus()}")
+        return torch.device("cuda", index)
+    raise ValueError(f"unknown device param {name!r}; expected one of {DEVICES}")
+
+
+def require_gpus(count: int) -> list[torch.device]:
+    """``count`` distinct GPUs, or skip saying how many there are."""
+    reason = no_cuda_reason()
+    if reason:
+        raise NotImplementedError(reason)
+    have = num_gpus()
+    if have < count:
+        raise NotImplementedError(f"needs {count} GPUs, this machine has {have}")
+    return [torch.device("cuda", i) for i in range(count)]
+
+
+def pin_threads(threads: int | None = None) -> int:
+    """Fix torch's intra-op CPU thread count and return it.
+
+    Default: ``$DEVBENCH_THREADS`` or the number of CPUs this process may run on, so a
+    run is comparable with the next one on the same machine whatever torch guessed.
+    """
+    if threads is None:
+        env = os.environ.get(THREADS_ENV)
+        if env:
+            try:
+                threads = int(env)
+            except ValueError:
+                raise ValueError(f"{THREADS_ENV} must be an integer, got {env!r}") from None
+        else:
+            threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if threads < 1:
+        raise ValueError(f"thread count must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
+    return threads
+
+
+def randn(
+    shape: Sequence[int] | int,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    seed: int = SEED,
+) -> torch.Tensor:
+    """Seeded standard-normal tensor, made on the CPU (same values on every device)."""
+    gen = torch.Generator().manual_seed(seed)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    t = torch.randn(shape, generator=gen, dtype=torch.float32)
+    return t.to(device=device, dtype=dtype)
+
+
+def warm_up(fn: Callable[[], object], device: torch.device, repeats: int = 3) -> None:
+    """Run ``fn`` a few times and wait for it: context, handles, allocator, autotuning."""
+    for _ in range(repeats):
+        fn()
+    synchronize(device)
+
+
+@dataclass(frozen=True)
+class BlockTiming:
+    """Seconds for ``calls`` calls of one function, timed as one block."""
+
+    seconds: float
+    calls: int
+
+    @property
+    def per_call(self) -> float:
+        return self.seconds / self.calls
+
+
+def time_block(fn: Callable[[], object], device: torch.device, calls: int) -> BlockTiming:
+    """Time ``calls`` back-to-back calls of ``fn`` on ``device`` as one block.
+
+    On a GPU the block lies between two CUDA events on the current stream, so launch
+    gaps count but the host's sync latency is paid once, not per call; on the CPU a
+    monotonic clock brackets the loop.
+    """
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            return BlockTiming(start.elapsed_time(end) / 1e3, calls)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return BlockTiming(time.perf_counter() - t0, calls)
+
+
+def calls_for(fn: Callable[[], object], device: torch.device, target_s: float = 0.05, max_calls: int = 10_000) -> int:
+    """How many calls of ``fn`` fill about ``target_s`` seconds (at least 2).
+
+    With a block of >= 50 ms, a CUDA sync (~10 us) or clock read stays well under 1%.
+    """
+    one = time_block(fn, device, 1).seconds
+    if one <= 0:
+        return max_calls
+    return int(max(2, min(max_calls, target_s / one)))
+
+
+def median_block(fn: Callable[[], object], device: torch.device, calls: int, samples: int = 5) -> float:
+    """Median over ``samples`` blocks of the seconds per call (nvbandwidth-style)."""
+    per_call = sorted(time_block(fn, device, calls).per_call for _ in range(samples))
+    return per_call[len(per_call) // 2]

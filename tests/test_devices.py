@@ -1,0 +1,156 @@
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from devbench import cli, devices
+from devbench.devices import (
+    CrossDeviceError,
+    check_same_device,
+    cpu,
+    describe,
+    gpu,
+    move,
+    try_all_gpus,
+    try_gpu,
+)
+
+
+def test_cpu_and_gpu_names():
+    assert cpu() == torch.device("cpu")
+    assert gpu() == torch.device("cuda", 0)
+    assert gpu(1) == torch.device("cuda", 1)
+    with pytest.raises(ValueError, match="-1"):
+        gpu(-1)
+
+
+@pytest.mark.parametrize("count, i, expected", [(0, 0, "cpu"), (1, 0, "cuda:0"), (1, 1, "cpu"), (2, 1, "cuda:1")])
+def test_try_gpu_falls_back_to_cpu(monkeypatch, count, i, expected):
+    monkeypatch.setattr(devices, "num_gpus", lambda: count)
+    assert try_gpu(i) == torch.device(expected)
+
+
+def test_try_all_gpus(monkeypatch):
+    monkeypatch.setattr(devices, "num_gpus", lambda: 0)
+    assert try_all_gpus() == [cpu()]
+    monkeypatch.setattr(devices, "num_gpus", lambda: 2)
+    assert try_all_gpus() == [gpu(0), gpu(1)]
+
+
+def test_this_machine_without_gpu_gives_cpu():
+    if devices.num_gpus():
+        pytest.skip("this machine has a GPU")
+    assert try_gpu() == cpu()
+    assert try_all_gpus() == [cpu()]
+
+
+def test_same_device_move_returns_same_tensor():
+    x = torch.arange(6.0).reshape(2, 3)
+    assert move(x, "cpu") is x
+    assert move(x, cpu()) is x
+
+
+def test_move_to_other_device_copies():
+    x = torch.arange(6.0)
+    y = move(x, "meta")
+    assert y is not x
+    assert y.device.type == "meta" and y.shape == x.shape
+    assert move(y, "meta") is y
+
+
+def test_module_move_same_object_and_in_place():
+    net = nn.Sequential(nn.Linear(3, 2))
+    assert move(net, "cpu") is net
+    moved = move(net, "meta")
+    assert moved is net  # nn.Module.to moves in place
+    assert net[0].weight.device.type == "meta"
+
+
+def test_move_rejects_other_types():
+    with pytest.raises(TypeError, match="list"):
+        move([1, 2], "cpu")
+
+
+def test_cross_device_error_names_both_devices():
+    x = torch.ones(2, 3)
+    y = torch.ones(2, 3, device="meta")
+    with pytest.raises(CrossDeviceError) as err:
+        check_same_device(x, y, op="add")
+    msg = str(err.value)
+    assert "add" in msg and "cpu" in msg and "meta" in msg
+    assert "argument 1" in msg
+
+
+def test_same_device_check_returns_device():
+    assert check_same_device(torch.ones(1), torch.zeros(2)) == cpu()
+    with pytest.raises(ValueError):
+        check_same_device()
+
+
+def test_describe_without_gpu_says_so():
+    rec = describe()
+    assert rec["host"]["cpu_count"] >= 1
+    assert rec["torch"]["version"] == torch.__version__
+    if rec["gpu_count"] == 0:
+        assert rec["gpus"] == []
+        assert rec["notes"], "a record without GPUs must say why"
+    json.dumps(rec)  # serializable
+
+
+def test_describe_never_raises_on_broken_driver(monkeypatch):
+    def broken():
+        raise RuntimeError("driver exploded")
+
+    monkeypatch.setattr(devices, "num_gpus", broken)
+    rec = describe()
+    assert rec["gpu_count"] == 0
+    assert any("driver exploded" in n for n in rec["notes"])
+
+
+def test_describe_reports_gpus_from_torch(monkeypatch):
+    """The GPU branch of describe(), fed by fake device properties."""
+
+    class Props:
+        name, total_memory, multi_processor_count, major, minor = "NVIDIA H100 80GB HBM3", 80 * 2**30, 132, 9, 0
+
+    monkeypatch.setattr(devices, "num_gpus", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props)
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda i, j: True)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91000)
+    monkeypatch.setattr(devices, "_nvml_info", lambda n: {"nvml": "unavailable: test"})
+    rec = describe()
+    assert rec["gpu_count"] == 2
+    assert rec["gpus"][1] == {
+        "index": 1,
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_gib": 80.0,
+        "sm_count": 132,
+        "compute_capability": "9.0",
+    }
+    assert rec["peer_access"] == {"0->1": True, "1->0": True}
+    assert any("NVML" in n for n in rec["notes"])
+    assert devices.gpu_summary(rec)["gpu"] == "2 x NVIDIA H100 80GB HBM3"
+    table = cli.format_info(rec)
+    assert "NVIDIA H100 80GB HBM3" in table and "0->1: yes" in table
+
+
+def test_info_command_table(capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "torch" in out and torch.__version__ in out
+    assert "cpu" in out
+
+
+def test_info_command_json(capsys):
+    assert cli.main(["info", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["torch"]["version"] == torch.__version__
+    assert "gpu_count" in rec
+
+
+@pytest.mark.cuda
+def test_gpu_same_device_identity():
+    z = torch.ones(2, 3, device=gpu(0))
+    assert z.cuda(0) is z
+    assert move(z, gpu(0)) is z
