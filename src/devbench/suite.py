@@ -164,3 +164,16 @@ def median_block(fn: Callable[[], object], device: torch.device, calls: int, sam
     """Median over ``samples`` blocks of the seconds per call (nvbandwidth-style)."""
     per_call = sorted(time_block(fn, device, calls).per_call for _ in range(samples))
     return per_call[len(per_call) // 2]
+
+
+class Benchmark:
+    """asv settings the suite shares (the reasons are in benchmarks/README.md).
+
+    ``setup`` warms up explicitly, so asv's own warm-up is off; samples stop after
+    ``repeat[2]`` seconds so that the slow CPU combinations stay affordable.
+    """
+
+    warmup_time = 0.0
+    repeat = (3, 10, 5.0)
+    rounds = 2
+    timeout = 300.0

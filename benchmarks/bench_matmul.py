@@ -1,0 +1,129 @@
+"""CPU vs GPU square matmul across sizes and dtypes: time, TFLOP/s, GPU/CPU speedup, tiny ops."""
+
+import contextlib
+
+import torch
+
+from devbench.devices import synchronize
+from devbench.suite import (
+    DEVICES,
+    Benchmark,
+    calls_for,
+    median_block,
+    pin_threads,
+    require_device,
+    warm_up,
+)
+from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, flops, tf32, tiny_add
+
+SIZES = [16, 64, 256, 1024, 4096, 8192]
+
+#: Each throughput block lasts at least this long, so a CUDA sync or clock read
+#: (~10 us) stays far under 1% of it.
+BLOCK_S = 0.1
+
+
+def _skip_reason(device: torch.device, dtype: str, n: int) -> str | None:
+    if device.type == "cpu":
+        return cpu_skip_reason(dtype, n)
+    major, _ = torch.cuda.get_device_capability(device)
+    if dtype in ("tf32", "bfloat16") and major < 8:
+        return f"{dtype} matmul units need compute capability 8.0+, this GPU is {major}.x"
+    return None
+
+
+class MatmulSquare(Benchmark):
+    """C = A @ B for n x n matrices: wall time of one product and throughput in TFLOP/s.
+
+    Inputs are seeded random normals in two rotating sets, checked once against float64.
+    ``tf32`` is float32 storage with TF32 tensor cores allowed (restored in teardown).
+    """
+
+    params = [DEVICES, list(DTYPES), SIZES]
+    param_names = ["device", "dtype", "n"]
+
+    def setup(self, device, dtype, n):
+        self._tf32 = contextlib.nullcontext()  # asv calls teardown after a skip too
+        pin_threads()
+        self.device = require_device(device)
+        reason = _skip_reason(self.device, dtype, n)
+        if reason:
+            raise NotImplementedError(reason)
+        self.mm = Matmul(n, dtype, self.device)
+        self._tf32 = tf32(self.mm.allow_tf32)
+        self._tf32.__enter__()
+        self.mm.check()
+        warm_up(self.mm, self.device, repeats=2)
+
+    def teardown(self, device, dtype, n):
+        self._tf32.__exit__(None, None, None)
+
+    def time_matmul(self, device, dtype, n):
+        self.mm()
+        synchronize(self.device)
+
+    def track_tflops(self, device, dtype, n):
+        calls = calls_for(self.mm, self.device, target_s=BLOCK_S)
+        return flops(n) / median_block(self.mm, self.device, calls) / 1e12
+
+    track_tflops.unit = "TFLOP/s"
+
+
+class MatmulSpeedup(Benchmark):
+    """GPU throughput over CPU throughput for one product, both measured in this process.
+
+    The CPU side of ``tf32`` is float32 (the CPU has no TF32). The size where the ratio
+    crosses 1 is where the GPU starts to win.
+    """
+
+    params = [list(DTYPES), SIZES]
+    param_names = ["dtype", "n"]
+    rounds = 1
+
+    def setup(self, dtype, n):
+        self._tf32 = contextlib.nullcontext()  # asv calls teardown after a skip too
+        pin_threads()
+        self.gpu = require_device("cuda")
+        cpu_dtype = "float32" if dtype == "tf32" else dtype
+        reason = _skip_reason(self.gpu, dtype, n) or cpu_skip_reason(cpu_dtype, n)
+        if reason:
+            raise NotImplementedError(reason)
+        self.cpu_mm = Matmul(n, cpu_dtype, torch.device("cpu"))
+        self.gpu_mm = Matmul(n, dtype, self.gpu)
+        self._tf32 = tf32(self.gpu_mm.allow_tf32)
+        self._tf32.__enter__()
+        for mm in (self.cpu_mm, self.gpu_mm):
+            mm.check()
+            warm_up(mm, mm.device, repeats=2)
+
+    def teardown(self, dtype, n):
+        self._tf32.__exit__(None, None, None)
+
+    def track_gpu_over_cpu(self, dtype, n):
+        per_call = {}
+        for mm in (self.cpu_mm, self.gpu_mm):
+            per_call[mm.device.type] = median_block(mm, mm.device, calls_for(mm, mm.device, target_s=BLOCK_S))
+        return per_call["cpu"] / per_call["cuda"]
+
+    track_gpu_over_cpu.unit = "x"
+
+
+class TinyOp(Benchmark):
+    """One elementwise add on 1 and 1,000 elements, with the launch and the sync.
+
+    The exercise's "task with a small number of calculations": here the GPU pays a
+    kernel launch and a host-device round trip for nanoseconds of arithmetic.
+    """
+
+    params = [DEVICES, [1, 1000]]
+    param_names = ["device", "numel"]
+
+    def setup(self, device, numel):
+        pin_threads()
+        self.device = require_device(device)
+        self.add = tiny_add(numel, self.device)
+        warm_up(self.add, self.device)
+
+    def time_add(self, device, numel):
+        self.add()
+        synchronize(self.device)

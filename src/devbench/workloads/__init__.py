@@ -1,0 +1,1 @@
+"""Workloads: plain functions that do the work and check it. They never import asv."""

@@ -1,0 +1,151 @@
+"""Square matrix products on any device, with their float64 check (exercise 1)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from devbench.suite import SEED, randn
+
+#: Param value -> (storage dtype, TF32 allowed for float32 matmul).
+DTYPES: dict[str, tuple[torch.dtype, bool]] = {
+    "float32": (torch.float32, False),
+    "tf32": (torch.float32, True),
+    "bfloat16": (torch.bfloat16, False),
+    "float16": (torch.float16, False),
+}
+
+#: Relative Frobenius error allowed against float64, by dtype: a few units of the
+#: format's rounding times sqrt(n) growth is far below these for random normal inputs.
+TOLERANCE: dict[str, float] = {"float32": 1e-5, "tf32": 1e-3, "bfloat16": 1e-2, "float16": 1e-2}
+
+#: Rows of the product checked against float64 when n is large (the full float64
+#: reference at 8192 would cost more than the benchmark).
+CHECK_ROWS = 128
+
+
+def flops(n: int) -> int:
+    """Floating-point operations of one n x n by n x n product (n^2 dot products of n)."""
+    return 2 * n**3
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool) -> Iterator[None]:
+    """Allow (or forbid) TF32 for float32 matmul on CUDA, restoring the setting after."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_skip_reason(dtype: str, n: int) -> str | None:
+    """Why a CPU product of this dtype and size is not measured, or ``None``."""
+    flags = _cpu_flags()
+    if dtype == "tf32":
+        return "TF32 is a GPU tensor-core mode; on the CPU it is float32"
+    if n > 4096:
+        return f"n={n} on the CPU takes seconds per product; the CPU curve stops at 4096"
+    if dtype == "float16" and not flags & {"avx512_fp16", "amx_fp16"}:
+        return "no float16 fast path on this CPU (needs AVX512-FP16 or AMX-FP16): emulated, ~100x slower"
+    if dtype == "bfloat16" and n > 1024 and not flags & {"avx512_bf16", "amx_bf16"}:
+        return "no bfloat16 fast path on this CPU (needs AVX512-BF16 or AMX): emulated, stops at 1024"
+    return None
+
+
+@dataclass
+class Matmul:
+    """``sets`` seeded input pairs and outputs of one size and dtype on one device.
+
+    Calling it computes the next product in rotation, so consecutive calls never reuse
+    the operands the caches just held.
+    """
+
+    n: int
+    dtype: str
+    device: torch.device
+    sets: int = 2
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {list(DTYPES)}")
+        if self.sets < 1:
+            raise ValueError(f"sets must be >= 1, got {self.sets}")
+        torch_dtype, self.allow_tf32 = DTYPES[self.dtype]
+        self.inputs = [
+            (
+                randn((self.n, self.n), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i),
+                randn((self.n, self.n), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i + 1),
+            )
+            for i in range(self.sets)
+        ]
+        self.outputs = [torch.empty_like(a) for a, _ in self.inputs]
+        self._next = 0
+
+    def __call__(self) -> torch.Tensor:
+        i = self._next
+        self._next = (i + 1) % self.sets
+        a, b = self.inputs[i]
+        return torch.mm(a, b, out=self.outputs[i])
+
+    def runner(self) -> Callable[[], torch.Tensor]:
+        """The callable to time: TF32 is set by the caller via ``tf32(self.allow_tf32)``."""
+        return self
+
+    def check(self) -> float:
+        """Run every input set once and compare with float64; return the worst error.
+
+        Raises ``AssertionError`` naming the size, dtype and device when the relative
+        Frobenius error exceeds ``TOLERANCE[dtype]``.
+        """
+        worst = 0.0
+        gen = torch.Generator().manual_seed(SEED)
+        rows = torch.randperm(self.n, generator=gen)[: min(self.n, CHECK_ROWS)].sort().values
+        with tf32(self.allow_tf32):
+            for _ in range(self.sets):
+                i = self._next
+                # The very call that is timed, checked on a sample of its output rows.
+                got = self()[rows.to(self.device)].double().cpu()
+                a, b = self.inputs[i]
+                want = a.cpu()[rows].double() @ b.cpu().double()
+                if not torch.isfinite(got).all():
+                    raise AssertionError(f"matmul n={self.n} {self.dtype} on {self.device}: non-finite output")
+                worst = max(worst, float((got - want).norm() / want.norm()))
+        if worst > TOLERANCE[self.dtype]:
+            raise AssertionError(
+                f"matmul n={self.n} {self.dtype} on {self.device}: relative error {worst:.2e} "
+                f"exceeds {TOLERANCE[self.dtype]:.0e}"
+            )
+        return worst
+
+
+def tiny_add(numel: int, device: torch.device) -> Callable[[], torch.Tensor]:
+    """An elementwise add of two ``numel``-element tensors into a preallocated output."""
+    x = randn(numel, device=device)
+    y = randn(numel, device=device, seed=SEED + 1)
+    out = torch.empty_like(x)
+
+    def add() -> torch.Tensor:
+        return torch.add(x, y, out=out)
+
+    got = add().cpu()
+    if not torch.allclose(got, x.cpu() + y.cpu()):
+        raise AssertionError(f"add of {numel} elements on {device} is wrong")
+    return add

@@ -1,0 +1,96 @@
+import pytest
+import torch
+
+from devbench.peaks import gpu_peak
+from devbench.workloads import matmul
+from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, flops, tf32, tiny_add
+
+
+def test_flops():
+    assert flops(2) == 16
+    assert flops(1024) == 2 * 1024**3
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", [16, 100])
+def test_matmul_is_right_on_cpu(dtype, n):
+    mm = Matmul(n, dtype, torch.device("cpu"))
+    assert mm.check() < matmul.TOLERANCE[dtype]
+    a, b = mm.inputs[0]
+    out = mm()  # rotation: after check() of 2 sets the next call is set 0 again
+    assert torch.allclose(out.double(), a.double() @ b.double(), rtol=0.05, atol=0.5)
+
+
+def test_rotation_uses_distinct_inputs():
+    mm = Matmul(8, "float32", torch.device("cpu"), sets=2)
+    first, second = mm().clone(), mm().clone()
+    assert not first.equal(second)
+    assert mm().equal(first)
+    assert not mm.inputs[0][0].equal(mm.inputs[1][0])
+    assert (mm.inputs[0][0] != 0).all()
+
+
+def test_check_catches_a_wrong_product(monkeypatch):
+    mm = Matmul(32, "float32", torch.device("cpu"))
+    real_mm = torch.mm
+
+    def off_by_a_bit(a, b, out=None):
+        return real_mm(a, b, out=out).mul_(1.001)
+
+    monkeypatch.setattr(torch, "mm", off_by_a_bit)
+    with pytest.raises(AssertionError, match="n=32 float32 on cpu: relative error"):
+        mm.check()
+
+
+def test_bad_dtype_named():
+    with pytest.raises(ValueError, match="int8"):
+        Matmul(4, "int8", torch.device("cpu"))
+
+
+def test_tf32_restored():
+    before = torch.backends.cuda.matmul.allow_tf32
+    with tf32(not before):
+        assert torch.backends.cuda.matmul.allow_tf32 is (not before)
+    assert torch.backends.cuda.matmul.allow_tf32 is before
+
+
+def test_cpu_skip_reasons():
+    assert "TF32" in cpu_skip_reason("tf32", 16)
+    assert "8192" in cpu_skip_reason("float32", 8192)
+    assert cpu_skip_reason("float32", 1024) is None
+
+
+def test_every_dtype_has_tolerance():
+    assert set(DTYPES) == set(matmul.TOLERANCE)
+
+
+def test_tiny_add():
+    add = tiny_add(1000, torch.device("cpu"))
+    out = add()
+    assert out.shape == (1000,) and (out != 0).any()
+
+
+@pytest.mark.parametrize(
+    "name, dtype, peak",
+    [
+        ("NVIDIA H100 80GB HBM3", "bfloat16", 989.4),
+        ("NVIDIA H100 PCIe", "float32", 51.0),
+        ("NVIDIA H200", "float16", 989.4),
+        ("NVIDIA A100-SXM4-80GB", "tf32", 156.0),
+        ("Tesla V100-SXM2-16GB", "bfloat16", None),
+        ("Tesla T4", "float16", 65.0),
+        ("NVIDIA L4", "bfloat16", 121.0),
+        ("NVIDIA GeForce RTX 4090", "bfloat16", 165.2),
+        ("Some Future GPU", "float32", None),
+        (None, "float32", None),
+    ],
+)
+def test_gpu_peaks(name, dtype, peak):
+    assert gpu_peak(name, dtype) == peak
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_matmul_is_right_on_gpu(dtype):
+    mm = Matmul(512, dtype, torch.device("cuda"))
+    assert mm.check() < matmul.TOLERANCE[dtype]
