@@ -1,0 +1,55 @@
+"""Exercise 4: independent matmuls on N GPUs at once vs one after another, and analogs."""
+
+import torch
+
+from devbench.devices import num_gpus
+from devbench.suite import Benchmark, pin_threads, require_device, require_gpus
+from devbench.workloads.parallel import ParallelPair
+
+MODES = ["gpus", "streams", "cpu_threads"]
+SIZES = [1024, 4096, 8192]
+
+
+class ParallelMatmul(Benchmark):
+    """N lanes of float32 matmuls at once vs the same work one after another on one lane.
+
+    ``gpus``: every GPU (at least two), ideal speedup N; the sequential twin runs all N
+    works on GPU 0. ``streams``: two CUDA streams on one GPU (overlap on one device; a
+    large product already fills the GPU, so expect ~1). ``cpu_threads``: two Python
+    threads with one intra-op thread each (torch releases the GIL), ideal 2 on 2 cores.
+    Each lane's work is sized to last about 50 ms.
+    """
+
+    params = [MODES, SIZES]
+    param_names = ["mode", "n"]
+
+    def setup(self, mode, n):
+        pin_threads()
+        if mode == "gpus":
+            self.pair = ParallelPair(n, require_gpus(max(2, num_gpus())))
+        elif mode == "streams":
+            dev = require_device("cuda")
+            self.pair = ParallelPair(n, [dev, dev], mode="streams")
+        elif mode == "cpu_threads":
+            if n > 1024:
+                raise NotImplementedError(f"n={n} takes seconds per product on one core; the CPU analog runs at 1024")
+            pin_threads(1)
+            self.pair = ParallelPair(n, [torch.device("cpu")] * 2)
+        else:
+            raise ValueError(f"unknown mode {mode!r}")
+
+    def time_parallel(self, mode, n):
+        self.pair.run_parallel()
+
+    def time_sequential(self, mode, n):
+        self.pair.run_sequential()
+
+    def track_speedup(self, mode, n):
+        return self.pair.speedup()
+
+    track_speedup.unit = "x"
+
+    def track_efficiency(self, mode, n):
+        return 100.0 * self.pair.speedup() / len(self.pair.lanes)
+
+    track_efficiency.unit = "%"

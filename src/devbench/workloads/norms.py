@@ -1,0 +1,84 @@
+"""Exercise 3: log the Frobenius norm of each of many matmul results, four ways."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from devbench.logger import DeviceLogger
+from devbench.suite import SEED, randn
+
+STRATEGIES = ["per_step_item", "per_step_numpy", "on_device", "periodic"]
+
+#: Steps between flushes for the ``periodic`` strategy.
+FLUSH_EVERY = 100
+
+#: Distinct left operands the loop cycles through, so each step's product differs.
+INPUT_SETS = 8
+
+
+class NormLoop:
+    """``steps`` products of n x n matrices on ``device``, each one's norm logged."""
+
+    def __init__(self, n: int, steps: int, device: torch.device, flush_every: int = FLUSH_EVERY) -> None:
+        if steps < 1 or n < 1:
+            raise ValueError(f"steps and n must be >= 1, got steps={steps}, n={n}")
+        self.n, self.steps, self.device, self.flush_every = n, steps, torch.device(device), flush_every
+        self.a = randn((INPUT_SETS, n, n), device=self.device)
+        self.b = randn((n, n), device=self.device, seed=SEED + 1)
+        self.c = torch.empty((n, n), device=self.device)
+
+    def _norm(self, i: int) -> torch.Tensor:
+        torch.mm(self.a[i % INPUT_SETS], self.b, out=self.c)
+        return torch.linalg.matrix_norm(self.c)  # Frobenius by default, a 0-d device tensor
+
+    def per_step_item(self) -> np.ndarray:
+        """The chapter's mistake: ``.item()`` each step waits for the device."""
+        out = []
+        for i in range(self.steps):
+            out.append(self._norm(i).item())
+        return np.asarray(out, dtype=np.float32)
+
+    def per_step_numpy(self) -> np.ndarray:
+        """``.cpu().numpy()`` each step: a device->host copy and a wait per step."""
+        out = np.empty(self.steps, dtype=np.float32)
+        for i in range(self.steps):
+            out[i] = self._norm(i).cpu().numpy()
+        return out
+
+    def on_device(self) -> np.ndarray:
+        """Norms into a preallocated device tensor; one transfer at the end."""
+        log = torch.empty(self.steps, device=self.device)
+        for i in range(self.steps):
+            log[i] = self._norm(i)
+        return log.cpu().numpy()
+
+    def periodic(self) -> np.ndarray:
+        """``DeviceLogger``: on the device, flushed every k steps, non-blocking into pinned memory."""
+        log = DeviceLogger(self.device, capacity=self.steps, flush_every=self.flush_every)
+        for i in range(self.steps):
+            log.log(self._norm(i))
+        return log.values()
+
+    def strategy(self, name: str) -> Callable[[], np.ndarray]:
+        if name not in STRATEGIES:
+            raise ValueError(f"unknown strategy {name!r}; expected one of {STRATEGIES}")
+        return getattr(self, name)
+
+    def reference(self) -> np.ndarray:
+        """The norms in float64 on the CPU."""
+        a, b = self.a.double().cpu(), self.b.double().cpu()
+        return np.array([float(torch.linalg.matrix_norm(a[i % INPUT_SETS] @ b)) for i in range(self.steps)])
+
+    def check(self, name: str, rtol: float = 1e-4) -> np.ndarray:
+        """Run strategy ``name`` once; raise unless its norms match float64. Return them."""
+        got = self.strategy(name)()
+        want = self.reference()
+        if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=0):
+            worst = float(np.max(np.abs(got - want) / want)) if got.shape == want.shape else float("nan")
+            raise AssertionError(
+                f"{name} on {self.device}: norms differ from float64 (worst relative error {worst:.2e})"
+            )
+        return got
