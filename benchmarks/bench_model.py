@@ -1,0 +1,101 @@
+"""Models on a device: forward, a training step with prepare_batch, saving and loading parameters."""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from devbench.devices import synchronize
+from devbench.suite import DEVICES, Benchmark, pin_threads, randn, require_device, warm_up
+from devbench.workloads.model import (
+    BATCH,
+    MODEL_INPUTS,
+    TrainStep,
+    build_model,
+    check_forward,
+    check_state,
+    load_state,
+    parameter_model,
+    save_state,
+)
+
+MODELS = list(MODEL_INPUTS)
+
+
+class Forward(Benchmark):
+    """Inference on a batch of 256 already on the device: the chapter's one-unit
+    ``LazyLinear`` (all launch overhead) and a 4-layer, 12.6M-parameter MLP."""
+
+    params = [DEVICES, MODELS]
+    param_names = ["device", "model"]
+
+    def setup(self, device, model):
+        pin_threads()
+        self.device = require_device(device)
+        self.net = build_model(model, self.device)
+        self.x = randn((BATCH, MODEL_INPUTS[model]), device=self.device)
+        check_forward(self.net, self.x)
+        warm_up(self._forward, self.device)
+
+    def _forward(self):
+        with torch.no_grad():
+            return self.net(self.x)
+
+    def time_forward(self, device, model):
+        self._forward()
+        synchronize(self.device)
+
+
+class TrainingStep(Benchmark):
+    """Forward, backward and SGD step, the batch moved from host memory each step by the
+    chapter's ``prepare_batch``: plain ``.to(device)`` from pageable memory, or from
+    pinned memory with ``non_blocking=True`` (the copy can overlap; CUDA only)."""
+
+    params = [DEVICES, MODELS, ["plain", "pinned_non_blocking"]]
+    param_names = ["device", "model", "batch_transfer"]
+
+    def setup(self, device, model, batch_transfer):
+        pin_threads()
+        self.device = require_device(device)
+        pinned = batch_transfer == "pinned_non_blocking"
+        if pinned and self.device.type != "cuda":
+            raise NotImplementedError("pinned memory and non_blocking copies need a CUDA device")
+        self.step = TrainStep(model, self.device, pinned)
+        self.step.check()
+        warm_up(self.step, self.device)
+
+    def time_train_step(self, device, model, batch_transfer):
+        self.step()
+        synchronize(self.device)
+
+
+class StateDict(Benchmark):
+    """Writing a model's parameters from the device to a file and reading them back onto
+    the device (``torch.load(map_location=device, weights_only=True)``), 1M and 100M
+    float32 parameters (4 MB and 403 MB). The file sits in the page cache, so this is
+    serialization plus the host<->device copies, not the disk."""
+
+    params = [DEVICES, ["1M", "100M"]]
+    param_names = ["device", "parameters"]
+    timeout = 600.0
+
+    def setup(self, device, parameters):
+        pin_threads()
+        self.device = require_device(device)
+        self.dir = Path(tempfile.mkdtemp(prefix="devbench-state-"))
+        self.path = self.dir / "model.pt"
+        self.model = parameter_model(parameters).to(self.device)
+        save_state(self.model, self.path)
+        check_state(load_state(self.path, self.device), self.model, self.device)
+
+    def teardown(self, device, parameters):
+        if hasattr(self, "dir"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def time_save(self, device, parameters):
+        save_state(self.model, self.path)
+
+    def time_load(self, device, parameters):
+        load_state(self.path, self.device)
+        synchronize(self.device)
