@@ -147,7 +147,7 @@ class ParallelPair:
     work is sized to last about ``lane_s`` seconds.
     """
 
-    def __init__(self, n: int, lanes: Sequence[torch.device], mode: str = "threads", lane_s: float = 0.05) -> None:
+    def __init__(self, n: int, lanes: Sequence[torch.device], mode: str = "threads", lane_s: float = 0.2) -> None:
         if mode not in ("threads", "streams"):
             raise ValueError(f"unknown mode {mode!r}; expected 'threads' or 'streams'")
         if len(lanes) < 2:
