@@ -10,18 +10,16 @@ ASV_ENV := -E existing:$(abspath $(PY))
 COMMIT = $(shell git rev-parse HEAD)
 BASE ?= main
 BENCH ?= .
-REPORT_OUT ?= reports
 
-.PHONY: help venv test lint bench machine quick compare publish preview report clean
+.PHONY: help venv test lint bench machine quick compare publish preview clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
-	@echo "make bench     record the machine, run the whole suite, publish HTML, write reports/"
+	@echo "make bench     record the machine, run the whole suite, publish the HTML"
 	@echo "make quick     one sample of every benchmark (asv run --quick), results kept"
 	@echo "make compare   asv continuous BASE HEAD (BASE=main by default)"
 	@echo "make publish   asv publish: the HTML site under .asv/html"
 	@echo "make preview   serve the HTML site on localhost"
-	@echo "make report    devbench report from .asv/results into reports/"
 
 venv: $(VENV)/.installed
 
@@ -48,7 +46,6 @@ machine: venv
 bench: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --show-stderr --bench '$(BENCH)'
 	$(ASV) publish
-	$(MAKE) report
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'
@@ -61,9 +58,6 @@ publish: venv
 
 preview: publish
 	$(ASV) preview
-
-report: venv
-	$(PY) -m devbench.cli report --results .asv/results --out $(REPORT_OUT)
 
 clean:
 	rm -rf .asv/html .asv/env
