@@ -17,8 +17,9 @@ class ParallelMatmul(Benchmark):
     works on GPU 0. ``streams``: two CUDA streams on one GPU (overlap on one device; a
     large product already fills the GPU, so expect ~1). ``cpu_threads``: two Python
     threads with one intra-op thread each (torch releases the GIL), ideal 2 on 2 cores.
-    Each lane's work is sized to last about 0.2 s: shorter blocks on a 2-vCPU VM gave
-    speedups from 0.7 to 1.4 for the same work (a waking vCPU), 0.2 s gives a steady 2.0.
+    Each lane's work is sized to last about 0.2 s: 0.05 s blocks on a 2-vCPU VM gave
+    speedups from 0.7 to 1.4 for the same work; 0.2 s gave 1.5-2.2 in a plain script but
+    still 1.3-1.4 under asv on that VM, so the CPU analog is sensitive to a noisy host.
     """
 
     params = [MODES, SIZES]
