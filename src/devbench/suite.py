@@ -149,15 +149,23 @@ def time_block(fn: Callable[[], object], device: torch.device, calls: int) -> Bl
     return BlockTiming(time.perf_counter() - t0, calls)
 
 
-def calls_for(fn: Callable[[], object], device: torch.device, target_s: float = 0.05, max_calls: int = 10_000) -> int:
-    """How many calls of ``fn`` fill about ``target_s`` seconds (at least 2).
+def calls_for(
+    fn: Callable[[], object],
+    device: torch.device,
+    target_s: float = 0.05,
+    max_calls: int = 10_000,
+    min_calls: int = 2,
+) -> int:
+    """How many calls of ``fn`` fill about ``target_s`` seconds (at least ``min_calls``).
 
     With a block of >= 50 ms, a CUDA sync (~10 us) or clock read stays well under 1%.
     """
+    if min_calls < 1 or max_calls < min_calls:
+        raise ValueError(f"need 1 <= min_calls <= max_calls, got {min_calls} and {max_calls}")
     one = time_block(fn, device, 1).seconds
     if one <= 0:
         return max_calls
-    return int(max(2, min(max_calls, target_s / one)))
+    return int(max(min_calls, min(max_calls, target_s / one)))
 
 
 def median_block(fn: Callable[[], object], device: torch.device, calls: int, samples: int = 5) -> float:

@@ -1,0 +1,322 @@
+"""Copies: host<->device, on one device, GPU<->GPU, many small vs one big, overlap, hidden copies.
+
+Bandwidth is decimal GB/s, measured as nvbandwidth does: a median over blocks of many
+copies, each block between two CUDA events (a monotonic clock on the CPU). Every copy is
+checked byte for byte once in ``setup``; buffers are allocated, filled and (pinned ones)
+registered in ``setup`` too. On a machine without CUDA, ``DeviceCopy`` on ``cpu`` (a
+STREAM-like host memory copy of the same sizes) is the line GPU copies are held against.
+"""
+
+import torch
+
+from devbench.devices import move, synchronize
+from devbench.suite import (
+    DEVICES,
+    Benchmark,
+    calls_for,
+    median_block,
+    pin_threads,
+    randn,
+    require_device,
+    require_gpus,
+    warm_up,
+)
+from devbench.workloads.matmul import Matmul
+from devbench.workloads.transfer import (
+    HIDDEN,
+    MEMORY,
+    SIZES,
+    SMALL_KINDS,
+    Copy,
+    ManySmall,
+    MiB,
+    RepeatedWork,
+    bidirectional,
+    check_hidden_copy,
+    fit_reason,
+    gbps,
+    hidden_copy,
+    host_device_copy,
+    overlap,
+    pinned_reason,
+    sets_for,
+    size_label,
+)
+
+#: A bandwidth block lasts at least this long (one copy when a single copy is longer).
+BLOCK_S = 0.05
+
+
+def _bandwidth(copy: Copy) -> float:
+    """GB/s of bytes copied: median over blocks of back-to-back copies."""
+    dev = copy.timing_device
+    calls = calls_for(copy, dev, target_s=BLOCK_S, min_calls=1)
+    return gbps(copy.nbytes, median_block(copy, dev, calls))
+
+
+def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
+    need: dict[torch.device, int] = {}
+    for d in devices:
+        need[d] = need.get(d, 0) + copy_sets * nbytes
+    reason = fit_reason(need)
+    if reason:
+        raise NotImplementedError(f"{size_label(nbytes)}: {reason}")
+
+
+class HostDevice(Benchmark):
+    """Host -> GPU (``h2d``) and GPU -> host (``d2h``) copies of 4 KiB to 1 GiB.
+
+    ``memory``: the host buffer is ``pageable`` (ordinary) or ``pinned`` (page-locked, the
+    GPU's copy engine reads it directly). ``mode``: ``blocking`` or ``non_blocking=True``
+    (asynchronous only from pinned memory). ``track_gbps`` counts bytes copied.
+    """
+
+    params = [["h2d", "d2h"], MEMORY, ["blocking", "non_blocking"], SIZES]
+    param_names = ["direction", "memory", "mode", "nbytes"]
+
+    def setup(self, direction, memory, mode, nbytes):
+        pin_threads()
+        dev = require_device("cuda")
+        if memory == "pinned" and pinned_reason():
+            raise NotImplementedError(pinned_reason())
+        host = torch.device("cpu")
+        _require_fit(sets_for(nbytes), nbytes, host, dev)
+        self.copy = host_device_copy(direction, nbytes, dev, memory, non_blocking=mode == "non_blocking")
+        self.copy.check()
+        warm_up(self.copy, dev)
+
+    def time_copy(self, direction, memory, mode, nbytes):
+        self.copy()
+        self.copy.sync()
+
+    def track_gbps(self, direction, memory, mode, nbytes):
+        return _bandwidth(self.copy)
+
+    track_gbps.unit = "GB/s"
+
+
+class HostDeviceBidirectional(Benchmark):
+    """Host -> GPU and GPU -> host at once, on two streams, from and to pinned memory.
+
+    ``total`` counts the bytes of both directions over the whole span; ``h2d`` and ``d2h``
+    each count one direction's bytes over its own stream's span.
+    """
+
+    params = [[4 * MiB, 64 * MiB, 256 * MiB]]
+    param_names = ["nbytes"]
+    rounds = 1
+
+    def setup(self, nbytes):
+        pin_threads()
+        dev = require_device("cuda")
+        if pinned_reason():
+            raise NotImplementedError(pinned_reason())
+        _require_fit(2 * sets_for(nbytes), nbytes, torch.device("cpu"), dev)
+        self.h2d = host_device_copy("h2d", nbytes, dev, "pinned", non_blocking=True)
+        self.d2h = host_device_copy("d2h", nbytes, dev, "pinned", non_blocking=True)
+        for c in (self.h2d, self.d2h):
+            c.check()
+            warm_up(c, dev)
+        self.calls = calls_for(self.h2d, dev, target_s=BLOCK_S, min_calls=1)
+        bidirectional(self.h2d, self.d2h, 1)  # streams and events warm
+
+    def _median(self, field):
+        return sorted(getattr(bidirectional(self.h2d, self.d2h, self.calls), field) for _ in range(5))[2]
+
+    def track_total_gbps(self, nbytes):
+        return self._median("total")
+
+    def track_h2d_gbps(self, nbytes):
+        return self._median("h2d")
+
+    def track_d2h_gbps(self, nbytes):
+        return self._median("d2h")
+
+    track_total_gbps.unit = track_h2d_gbps.unit = track_d2h_gbps.unit = "GB/s"
+
+
+class DeviceCopy(Benchmark):
+    """A copy within one device's memory: ``copy_`` on a GPU, a STREAM-like copy on the CPU.
+
+    ``gbps_copied`` counts bytes copied (comparable with host<->device figures);
+    ``gbps_read_write`` counts bytes read plus bytes written (2x), STREAM's and the
+    memory datasheet's convention. The CPU line is the host memory a pageable copy
+    must pass through.
+    """
+
+    params = [DEVICES, SIZES]
+    param_names = ["device", "nbytes"]
+
+    def setup(self, device, nbytes):
+        pin_threads()
+        self.device = require_device(device)
+        _require_fit(2 * sets_for(nbytes), nbytes, self.device)
+        self.copy = Copy(nbytes, self.device, self.device)
+        self.copy.check()
+        warm_up(self.copy, self.device)
+
+    def time_copy(self, device, nbytes):
+        self.copy()
+        self.copy.sync()
+
+    def track_gbps_copied(self, device, nbytes):
+        return _bandwidth(self.copy)
+
+    def track_gbps_read_write(self, device, nbytes):
+        return 2 * _bandwidth(self.copy)
+
+    track_gbps_copied.unit = track_gbps_read_write.unit = "GB/s"
+
+
+class PeerCopy(Benchmark):
+    """GPU 0 -> GPU 1 and back (NVLink or PCIe, peer-to-peer when the driver allows it).
+
+    ``track_peer_access`` records whether the source GPU can address the other's memory
+    directly (1) or the copy is staged through the host (0).
+    """
+
+    params = [["0->1", "1->0"], SIZES]
+    param_names = ["route", "nbytes"]
+
+    def setup(self, route, nbytes):
+        pin_threads()
+        gpus = require_gpus(2)
+        src, dst = (gpus[0], gpus[1]) if route == "0->1" else (gpus[1], gpus[0])
+        _require_fit(sets_for(nbytes), nbytes, src, dst)
+        self.peer = torch.cuda.can_device_access_peer(src, dst)
+        self.copy = Copy(nbytes, src, dst)
+        self.copy.check()
+        warm_up(self.copy, src)
+        synchronize([src, dst])
+
+    def time_copy(self, route, nbytes):
+        self.copy()
+        self.copy.sync()
+
+    def track_gbps(self, route, nbytes):
+        return _bandwidth(self.copy)
+
+    def track_peer_access(self, route, nbytes):
+        return float(self.peer)
+
+    track_gbps.unit = "GB/s"
+    track_peer_access.unit = "bool"
+
+
+class ManySmallCopies(Benchmark):
+    """4 MiB as 1,024 copies of 4 KiB vs one copy, and 256 small tensors one by one vs packed.
+
+    On ``cuda`` the host side is pinned and copies are ``non_blocking`` (the best case for
+    small copies); on ``cpu`` they are host copies, where the per-call cost still shows.
+    """
+
+    params = [DEVICES, list(SMALL_KINDS)]
+    param_names = ["device", "kind"]
+
+    def setup(self, device, kind):
+        pin_threads()
+        self.device = require_device(device)
+        memory = "pinned" if self.device.type == "cuda" else "pageable"
+        self.batch = ManySmall(kind, self.device, memory)
+        self.batch.check()
+        warm_up(self.batch, self.device)
+
+    def time_batch(self, device, kind):
+        self.batch()
+        synchronize(self.device)
+
+
+class SameDeviceMove(Benchmark):
+    """Moving a tensor to the device it is on: ``.to(device)``, or ``.cuda(i)`` / ``.cpu()``.
+
+    A no-op that must return the very same object (checked in ``setup``); what is timed
+    is the Python and dispatcher cost of finding that out.
+    """
+
+    params = [DEVICES, ["to", "shorthand"]]
+    param_names = ["device", "method"]
+
+    def setup(self, device, method):
+        pin_threads()
+        self.device = require_device(device)
+        self.x = randn(1000, device=self.device)
+        if method == "to":
+            self.move = lambda: move(self.x, self.device)
+        elif self.device.type == "cuda":
+            self.move = lambda: self.x.cuda(self.device.index)
+        else:
+            self.move = self.x.cpu
+        if self.move() is not self.x:
+            raise AssertionError(f"same-device {method} on {self.device} returned a new tensor")
+        warm_up(self.move, self.device)
+
+    def time_move(self, device, method):
+        self.move()
+        synchronize(self.device)
+
+
+class CopyComputeOverlap(Benchmark):
+    """A pinned 64 MiB host -> GPU copy on one stream while matmuls run on another.
+
+    The matmuls are sized to last about as long as the copy, so perfect overlap halves
+    the time: ``overlap`` is serial over concurrent time (1 = none, 2 = perfect) and
+    ``hidden`` the percentage of the shorter task hidden behind the longer one.
+    """
+
+    params = [DEVICES]
+    param_names = ["device"]
+    rounds = 1
+    nbytes = 64 * MiB
+    calls = 8
+
+    def setup(self, device):
+        pin_threads()
+        self.device = require_device(device)
+        if self.device.type == "cpu":
+            raise NotImplementedError("a CPU has no copy engine: a host copy and a matmul share the same cores")
+        self.copy = host_device_copy("h2d", self.nbytes, self.device, "pinned", non_blocking=True)
+        self.copy.check()
+        mm = Matmul(2048, "float32", self.device)
+        mm.check()
+        warm_up(self.copy, self.device)
+        warm_up(mm, self.device)
+        per_copy = median_block(self.copy, self.device, 4)
+        per_mm = median_block(mm, self.device, 4)
+        self.compute = RepeatedWork(mm, max(1, round(per_copy / per_mm)))
+        overlap(self.copy, self.compute, self.device)  # streams and events warm
+
+    def _median(self, field):
+        runs = [overlap(self.copy, self.compute, self.device, self.calls) for _ in range(5)]
+        return sorted(getattr(r, field) for r in runs)[2]
+
+    def track_overlap(self, device):
+        return self._median("ratio")
+
+    def track_hidden(self, device):
+        return 100.0 * self._median("hidden")
+
+    track_overlap.unit = "x"
+    track_hidden.unit = "%"
+
+
+class HiddenCopy(Benchmark):
+    """Reading a 1,000-element tensor from Python: each read of a GPU tensor is a copy and a sync.
+
+    ``item`` is one element's ``.item()``; ``tolist``, ``numpy`` (``.cpu().numpy()``) and
+    ``print`` read the whole tensor. On ``cpu`` they cost no transfer: the baseline.
+    """
+
+    params = [DEVICES, list(HIDDEN)]
+    param_names = ["device", "read"]
+
+    def setup(self, device, read):
+        pin_threads()
+        self.device = require_device(device)
+        x = randn(1000, device=self.device)
+        check_hidden_copy(read, x)
+        self.read = hidden_copy(read, x)
+        warm_up(self.read, self.device)
+
+    def time_read(self, device, read):
+        self.read()
+        synchronize(self.device)

@@ -1,0 +1,509 @@
+"""Copies between host and devices, checked once, timed as nvbandwidth times them.
+
+The chapter's "Copying" part: host<->device over pageable and pinned memory, blocking
+and ``non_blocking``; copies on one device and between GPUs; many small copies against
+one big one; a same-device ``.to()`` that must cost nothing; a copy hidden behind
+compute on another stream; and the hidden copies (``.item()``, ``.tolist()``, ...).
+
+Conventions (nvbandwidth's): bandwidth in decimal GB/s (1e9 bytes/s); a copy moves
+``nbytes`` ("copied"); a copy within one memory also reads and writes them, so its
+"read+write" figure counts ``2 * nbytes``. Everything here works on CPU "devices" too,
+so the tests exercise each path without a GPU; only pinned memory needs CUDA.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from devbench.devices import synchronize
+from devbench.suite import SEED, time_block
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+#: Every factor of 4 from 4 KiB to 64 MiB, then 256 MiB and 1 GiB.
+SIZES: list[int] = [4 * KiB * 4**i for i in range(8)] + [256 * MiB, GiB]
+
+MEMORY = ["pageable", "pinned"]
+
+#: Below this size a copy alternates between two buffer sets, so a small copy does
+#: not find its source in the cache the previous copy left warm; above it one buffer
+#: is far larger than any last-level cache and a second set would only cost memory.
+ROTATE_BELOW = 256 * MiB
+
+#: A transfer is skipped unless this multiple of its buffers is free (room for the
+#: allocator, the check and the rest of the process).
+HEADROOM = 1.25
+
+_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # 2^64 / phi as a signed 64-bit integer
+
+
+def sets_for(nbytes: int) -> int:
+    """Buffer sets a copy of ``nbytes`` alternates between (see ``ROTATE_BELOW``)."""
+    return 2 if nbytes < ROTATE_BELOW else 1
+
+
+def size_label(nbytes: int) -> str:
+    """``4096`` -> ``"4 KiB"``; what reports and skip reasons show."""
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def gbps(nbytes: float, seconds: float) -> float:
+    """Decimal GB/s (nvbandwidth's unit)."""
+    return nbytes / seconds / 1e9
+
+
+def pattern(nbytes: int, seed: int = SEED) -> torch.Tensor:
+    """``nbytes`` bytes of seeded, non-repeating data as a flat uint8 CPU tensor.
+
+    Every 8-byte word differs from every other (a Weyl sequence mixed with a random
+    64 KiB block), so a copy that drops, repeats or shifts any part fails the check.
+    Random bytes from ``torch.randint`` would take ~4 s per GiB; this takes a fraction.
+    """
+    if nbytes < 1:
+        raise ValueError(f"nbytes must be >= 1, got {nbytes}")
+    gen = torch.Generator().manual_seed(seed)
+    words = nbytes // 8
+    out = torch.empty(nbytes, dtype=torch.uint8)
+    if words:
+        w = out[: words * 8].view(torch.int64)
+        start = int(torch.randint(0, 1 << 62, (1,), generator=gen))
+        torch.arange(start, start + words, dtype=torch.int64, out=w)
+        w.mul_(_GOLDEN)
+        block = torch.randint(-(1 << 62), 1 << 62, (min(words, 8 * KiB),), dtype=torch.int64, generator=gen)
+        full = words // block.numel() * block.numel()
+        w[:full].view(-1, block.numel()).bitwise_xor_(block)
+        w[full:].bitwise_xor_(block[: words - full])
+    if nbytes % 8:
+        out[words * 8 :] = torch.randint(1, 256, (nbytes % 8,), dtype=torch.uint8, generator=gen)
+    return out
+
+
+def host_available() -> int:
+    """Bytes of host memory available to new allocations (MemAvailable)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def device_available(device: torch.device) -> int:
+    """Bytes free on ``device``: CUDA's free memory, or the host's."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return host_available()
+
+
+def fit_reason(need: dict[torch.device, int]) -> str | None:
+    """Why these allocations (bytes per device) would not fit, or ``None``."""
+    for dev, nbytes in need.items():
+        free = device_available(dev)
+        if nbytes * HEADROOM > free:
+            where = "host memory" if dev.type == "cpu" else str(dev)
+            return f"needs {nbytes * HEADROOM / GiB:.1f} GiB on {where}, {free / GiB:.1f} GiB free"
+    return None
+
+
+def pinned_reason() -> str | None:
+    """Why pinned (page-locked) host memory cannot be had here, or ``None``."""
+    if not torch.cuda.is_available():
+        return "pinned host memory needs CUDA (it is registered with the driver); no CUDA here"
+    return None
+
+
+def host_buffer(nbytes: int, memory: str = "pageable") -> torch.Tensor:
+    """An uninitialized flat uint8 host buffer, ``pageable`` or ``pinned``."""
+    if memory not in MEMORY:
+        raise ValueError(f"unknown host memory {memory!r}; expected one of {MEMORY}")
+    if memory == "pinned":
+        reason = pinned_reason()
+        if reason:
+            raise RuntimeError(reason)
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=memory == "pinned")
+
+
+def _buffer(nbytes: int, device: torch.device, memory: str) -> torch.Tensor:
+    if device.type == "cpu":
+        return host_buffer(nbytes, memory)
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+@dataclass
+class Copy:
+    """``dst.copy_(src)`` of ``nbytes`` from ``src_device`` to ``dst_device``.
+
+    ``memory`` is the kind of any host-side buffer. Source and destination buffers are
+    allocated (pinned ones registered) and filled here, outside any timed region; the
+    call alternates between ``sets`` buffer pairs. ``check()`` runs every pair once.
+    """
+
+    nbytes: int
+    src_device: torch.device
+    dst_device: torch.device
+    memory: str = "pageable"
+    non_blocking: bool = False
+    sets: int = 0  # 0: two below ROTATE_BELOW, else one
+    seed: int = SEED
+    srcs: list[torch.Tensor] = field(init=False, repr=False)
+    dsts: list[torch.Tensor] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.src_device, self.dst_device = torch.device(self.src_device), torch.device(self.dst_device)
+        if self.nbytes < 1:
+            raise ValueError(f"nbytes must be >= 1, got {self.nbytes}")
+        if self.memory not in MEMORY:
+            raise ValueError(f"unknown host memory {self.memory!r}; expected one of {MEMORY}")
+        if self.sets == 0:
+            self.sets = sets_for(self.nbytes)
+        self.srcs, self.dsts = [], []
+        for i in range(self.sets):
+            src = _buffer(self.nbytes, self.src_device, self.memory)
+            src.copy_(pattern(self.nbytes, self.seed + i))
+            self.srcs.append(src)
+            self.dsts.append(_buffer(self.nbytes, self.dst_device, self.memory))
+        self._next = 0
+
+    @property
+    def devices(self) -> list[torch.device]:
+        return [self.src_device] if self.src_device == self.dst_device else [self.src_device, self.dst_device]
+
+    @property
+    def timing_device(self) -> torch.device:
+        """Where events bracket the copy: the device side (PyTorch runs a GPU -> GPU copy
+        on the source GPU's current stream, synchronized with the destination's)."""
+        return self.src_device if self.src_device.type != "cpu" else self.dst_device
+
+    def __call__(self) -> torch.Tensor:
+        i = self._next
+        self._next = (i + 1) % self.sets
+        return self.dsts[i].copy_(self.srcs[i], non_blocking=self.non_blocking)
+
+    def check(self) -> None:
+        """Copy every pair once and compare byte for byte; first clear the destinations."""
+        for d in self.dsts:
+            d.zero_()
+        for _ in range(self.sets):
+            self()
+        synchronize(self.devices)
+        for i, (s, d) in enumerate(zip(self.srcs, self.dsts, strict=True)):
+            if not torch.equal(d.to(s.device), s):
+                raise AssertionError(
+                    f"copy of {size_label(self.nbytes)} {self.src_device} -> {self.dst_device} "
+                    f"({self.memory}, non_blocking={self.non_blocking}), set {i}: destination differs from source"
+                )
+
+    def sync(self) -> None:
+        synchronize(self.devices)
+
+
+def host_device_copy(
+    direction: str, nbytes: int, device: torch.device, memory: str = "pageable", non_blocking: bool = False
+) -> Copy:
+    """A ``Copy`` for ``h2d`` (host -> ``device``) or ``d2h`` (``device`` -> host)."""
+    host = torch.device("cpu")
+    if direction == "h2d":
+        return Copy(nbytes, host, device, memory, non_blocking)
+    if direction == "d2h":
+        return Copy(nbytes, device, host, memory, non_blocking)
+    raise ValueError(f"unknown direction {direction!r}; expected 'h2d' or 'd2h'")
+
+
+# --- Several things at once on one device: streams on a GPU, threads on the CPU -------------------------
+
+
+@dataclass(frozen=True)
+class LaneTimes:
+    """Seconds for a set of lanes run at once: the whole, and each lane's own span."""
+
+    wall: float
+    lanes: tuple[float, ...]
+
+
+def run_concurrently(fns: Sequence[Callable[[], object]], device: torch.device, calls: int = 1) -> LaneTimes:
+    """Call each of ``fns`` ``calls`` times, every function on its own lane, all at once.
+
+    On a GPU a lane is a CUDA stream: calls are issued round-robin so every stream always
+    has work queued, each stream's span lies between its own pair of events, and the
+    whole between events on the current stream, which waits for every lane. On the CPU
+    a lane is a thread (torch releases the GIL in its kernels), timed with a clock.
+    """
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+    if not fns:
+        raise ValueError("run_concurrently needs at least one function")
+    if device.type == "cuda":
+        return _on_streams(fns, device, calls)
+    return _on_threads(fns, calls)
+
+
+def _on_streams(fns: Sequence[Callable[[], object]], device: torch.device, calls: int) -> LaneTimes:
+    def event() -> torch.cuda.Event:
+        return torch.cuda.Event(enable_timing=True)
+
+    with torch.cuda.device(device):
+        main = torch.cuda.current_stream()
+        streams = [torch.cuda.Stream() for _ in fns]
+        start, end = event(), event()
+        begins, ends = [event() for _ in fns], [event() for _ in fns]
+        start.record(main)
+        for s, b in zip(streams, begins, strict=True):
+            s.wait_event(start)
+            b.record(s)
+        for _ in range(calls):
+            for fn, s in zip(fns, streams, strict=True):
+                with torch.cuda.stream(s):
+                    fn()
+        for s, e in zip(streams, ends, strict=True):
+            e.record(s)
+            main.wait_event(e)
+        end.record(main)
+        end.synchronize()
+        lanes = tuple(b.elapsed_time(e) / 1e3 for b, e in zip(begins, ends, strict=True))
+        return LaneTimes(start.elapsed_time(end) / 1e3, lanes)
+
+
+def _on_threads(fns: Sequence[Callable[[], object]], calls: int) -> LaneTimes:
+    spans = [0.0] * len(fns)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(fns) + 1)
+
+    def lane(i: int) -> None:
+        try:
+            barrier.wait()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fns[i]()
+            spans[i] = time.perf_counter() - t0
+        except BaseException as exc:  # re-raised in the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=lane, args=(i,), name=f"devbench-lane{i}") for i in range(len(fns))]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return LaneTimes(wall, tuple(spans))
+
+
+def sequential(fns: Sequence[Callable[[], object]], device: torch.device, calls: int = 1) -> float:
+    """Seconds to run each of ``fns`` ``calls`` times, one function after the other.
+
+    The whole span lies between CUDA events on a GPU (one stream) or a clock on the CPU.
+    """
+
+    def all_of_them() -> None:
+        for fn in fns:
+            for _ in range(calls):
+                fn()
+
+    return time_block(all_of_them, device, 1).seconds
+
+
+@dataclass(frozen=True)
+class Bidirectional:
+    """GB/s with host->device and device->host copies running at once on two lanes."""
+
+    total: float
+    h2d: float
+    d2h: float
+
+
+def bidirectional(h2d: Copy, d2h: Copy, calls: int) -> Bidirectional:
+    """Run ``calls`` copies each way at once; total counts both directions' bytes."""
+    if h2d.dst_device != d2h.src_device:
+        raise ValueError(f"h2d goes to {h2d.dst_device} but d2h comes from {d2h.src_device}")
+    t = run_concurrently([h2d, d2h], h2d.dst_device, calls)
+    return Bidirectional(
+        total=gbps((h2d.nbytes + d2h.nbytes) * calls, t.wall),
+        h2d=gbps(h2d.nbytes * calls, t.lanes[0]),
+        d2h=gbps(d2h.nbytes * calls, t.lanes[1]),
+    )
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """A copy and a compute, alone, one after the other and at once (seconds)."""
+
+    copy: float
+    compute: float
+    serial: float
+    concurrent: float
+
+    @property
+    def ratio(self) -> float:
+        """Serial over concurrent time: 1 = no overlap, (a+b)/max(a,b) = perfect (2 if equal)."""
+        return self.serial / self.concurrent
+
+    @property
+    def hidden(self) -> float:
+        """Share of the shorter task hidden behind the longer one, in [0, 1] up to noise."""
+        return (self.serial - self.concurrent) / min(self.copy, self.compute)
+
+
+def overlap(copy: Callable[[], object], compute: Callable[[], object], device: torch.device, calls: int = 1) -> Overlap:
+    """Time ``calls`` of ``copy`` and of ``compute``: alone, in sequence, and at once on two lanes."""
+    alone_copy = sequential([copy], device, calls)
+    alone_compute = sequential([compute], device, calls)
+    serial = sequential([copy, compute], device, calls)
+    concurrent = run_concurrently([copy, compute], device, calls).wall
+    return Overlap(alone_copy, alone_compute, serial, concurrent)
+
+
+class RepeatedWork:
+    """``reps`` calls of ``fn`` as one call: sizes compute to last as long as a copy."""
+
+    def __init__(self, fn: Callable[[], object], reps: int = 1) -> None:
+        if reps < 1:
+            raise ValueError(f"reps must be >= 1, got {reps}")
+        self.fn, self.reps = fn, reps
+
+    def __call__(self) -> None:
+        for _ in range(self.reps):
+            self.fn()
+
+
+# --- Many small copies vs one big one ------------------------------------------------------------------
+
+
+#: Param values of the many-small family and what each does.
+SMALL_KINDS = {
+    "1024x4KiB": "1,024 copies of 4 KiB",
+    "1x4MiB": "one copy of 4 MiB",
+    "tensors_one_by_one": "256 small tensors (up to 64 x 64 float32), one .to() each",
+    "tensors_packed": "the same 256 tensors packed into one buffer, copied once, unpacked as views",
+}
+
+
+class ManySmall:
+    """4 MiB in 1,024 pieces vs at once, and a batch of small tensors one by one vs packed.
+
+    Host buffers are ``memory`` (pinned on a GPU: the best case for small copies), and
+    copies are ``non_blocking`` when pinned. Calling it does the whole batch once; the
+    caller synchronizes before the next call (the packed kind reuses its staging buffer).
+    """
+
+    def __init__(self, kind: str, device: torch.device, memory: str = "pageable") -> None:
+        if kind not in SMALL_KINDS:
+            raise ValueError(f"unknown kind {kind!r}; expected one of {list(SMALL_KINDS)}")
+        self.kind, self.device, self.memory = kind, torch.device(device), memory
+        self.non_blocking = memory == "pinned"
+        if kind in ("1024x4KiB", "1x4MiB"):
+            pieces = 1024 if kind == "1024x4KiB" else 1
+            self.src = host_buffer(4 * MiB, memory)
+            self.src.copy_(pattern(4 * MiB))
+            self.dst = _buffer(4 * MiB, self.device, "pageable")
+            self.pairs = list(zip(self.src.chunk(pieces), self.dst.chunk(pieces), strict=True))
+        else:
+            gen = torch.Generator().manual_seed(SEED)  # 1-D and 2-D, up to 64 x 64 floats (16 KiB)
+            shapes = [tuple(int(s) for s in torch.randint(1, 65, (1 + i % 2,), generator=gen)) for i in range(256)]
+            self.tensors = []
+            for i, shape in enumerate(shapes):
+                t = host_buffer(4 * torch.Size(shape).numel(), memory).view(torch.float32).view(shape)
+                t.copy_(torch.randn(shape, generator=gen) + 3.0 + i)  # never zero
+                self.tensors.append(t)
+            self.numels = [t.numel() for t in self.tensors]
+            self.staging = host_buffer(4 * sum(self.numels), memory).view(torch.float32)
+            self.out: list[torch.Tensor] = []
+
+    @property
+    def nbytes(self) -> int:
+        if self.kind in ("1024x4KiB", "1x4MiB"):
+            return self.src.numel()
+        return 4 * sum(self.numels)
+
+    def __call__(self) -> object:
+        if self.kind in ("1024x4KiB", "1x4MiB"):
+            for s, d in self.pairs:
+                d.copy_(s, non_blocking=self.non_blocking)
+            return self.dst
+        if self.kind == "tensors_one_by_one":
+            self.out = [t.to(self.device, non_blocking=self.non_blocking) for t in self.tensors]
+            return self.out
+        torch.cat([t.view(-1) for t in self.tensors], out=self.staging)
+        flat = self.staging.to(self.device, non_blocking=self.non_blocking)
+        self.out = [p.view(t.shape) for p, t in zip(flat.split(self.numels), self.tensors, strict=True)]
+        return self.out
+
+    def check(self) -> None:
+        self()
+        synchronize(self.device)
+        if self.kind in ("1024x4KiB", "1x4MiB"):
+            ok = torch.equal(self.dst.cpu(), self.src)
+        else:
+            ok = len(self.out) == len(self.tensors) and all(
+                o.device.type == self.device.type and torch.equal(o.cpu(), t)
+                for o, t in zip(self.out, self.tensors, strict=True)
+            )
+        if not ok:
+            raise AssertionError(f"{SMALL_KINDS[self.kind]} to {self.device}: destination differs from source")
+
+
+# --- Hidden copies: reading a device tensor from Python ------------------------------------------------
+
+
+#: Param value -> what the user writes.
+HIDDEN = {
+    "item": "x[0].item()",
+    "tolist": "x.tolist()",
+    "numpy": "x.cpu().numpy()",
+    "print": "print(x)",
+}
+
+
+def hidden_copy(kind: str, x: torch.Tensor) -> Callable[[], object]:
+    """The Python-side read of ``x`` that ``kind`` names; each copies to the host and syncs.
+
+    ``print`` formats the tensor as ``print`` would, into a buffer instead of the terminal.
+    """
+    if kind == "item":
+        first = x.view(-1)[:1]
+        return lambda: first.item()
+    if kind == "tolist":
+        return x.tolist
+    if kind == "numpy":
+        return lambda: x.cpu().numpy()
+    if kind == "print":
+        sink = io.StringIO()
+
+        def show() -> str:
+            sink.seek(0)
+            sink.truncate()
+            print(x, file=sink)
+            return sink.getvalue()
+
+        return show
+    raise ValueError(f"unknown hidden copy {kind!r}; expected one of {list(HIDDEN)}")
+
+
+def check_hidden_copy(kind: str, x: torch.Tensor) -> None:
+    """The read gives the tensor's values (on the host)."""
+    got = hidden_copy(kind, x)()
+    host = x.detach().cpu()
+    if kind == "item":
+        ok = got == host.view(-1)[0].item()
+    elif kind == "tolist":
+        ok = got == host.tolist()
+    elif kind == "numpy":
+        ok = torch.equal(torch.from_numpy(got), host)
+    else:  # the text print wrote, less the device suffix, is the host tensor's
+        ok = got.replace(f", device='{x.device}'", "") == f"{host}\n"
+    if not ok:
+        raise AssertionError(f"{HIDDEN[kind]} of a {x.device} tensor returned other values")

@@ -1,0 +1,350 @@
+"""Transfer workloads: every copy is right, checks catch wrong copies, the timing helpers add up."""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from devbench.devices import move
+from devbench.workloads import transfer as T
+
+CPU = torch.device("cpu")
+CUDA = torch.device("cuda", 0)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def test_sizes_cover_the_issue_grid():
+    assert T.SIZES[0] == 4 * T.KiB
+    assert T.SIZES[-2:] == [256 * T.MiB, T.GiB]
+    small = T.SIZES[:-2]
+    assert small[-1] == 64 * T.MiB
+    assert all(b == 4 * a for a, b in zip(small, small[1:], strict=False))
+
+
+@pytest.mark.parametrize(
+    "nbytes, label", [(4096, "4 KiB"), (64 * T.MiB, "64 MiB"), (T.GiB, "1 GiB"), (1000, "1000 B"), (1536, "1536 B")]
+)
+def test_size_label(nbytes, label):
+    assert T.size_label(nbytes) == label
+
+
+def test_gbps_is_decimal():
+    assert T.gbps(2e9, 1.0) == pytest.approx(2.0)
+    assert T.gbps(T.GiB, 1.0) == pytest.approx(1.073741824)
+
+
+@pytest.mark.parametrize("nbytes", [1, 7, 8, 4096, 65536 + 13, 3 * T.MiB])
+def test_pattern_is_seeded_nonzero_and_never_repeats_a_word(nbytes):
+    a, b = T.pattern(nbytes, seed=1), T.pattern(nbytes, seed=1)
+    assert a.dtype == torch.uint8 and a.numel() == nbytes
+    assert torch.equal(a, b)
+    assert not torch.equal(a, T.pattern(nbytes, seed=2))
+    words = a[: nbytes // 8 * 8].view(torch.int64)
+    assert torch.unique(words).numel() == words.numel()
+    assert a.count_nonzero() > nbytes // 2
+
+
+def test_pattern_rejects_empty():
+    with pytest.raises(ValueError, match="nbytes"):
+        T.pattern(0)
+
+
+@pytest.mark.parametrize("nbytes", [4 * T.KiB, T.MiB + 8])
+def test_copy_on_the_cpu_is_exact_and_rotates(nbytes):
+    c = T.Copy(nbytes, CPU, CPU)
+    assert c.sets == 2 and c.devices == [CPU] and c.timing_device == CPU
+    c.check()
+    first, second = c(), c()
+    assert first.data_ptr() != second.data_ptr()
+    assert torch.equal(first, c.srcs[0]) and torch.equal(second, c.srcs[1])
+    assert not torch.equal(c.srcs[0], c.srcs[1])
+
+
+def test_large_copies_use_one_set():
+    assert T.sets_for(64 * T.MiB) == 2
+    assert T.sets_for(256 * T.MiB) == 1
+
+
+def test_copy_check_catches_a_wrong_copy(monkeypatch):
+    c = T.Copy(4096, CPU, CPU)
+
+    def shifted():
+        i = c._next
+        c._next = (i + 1) % c.sets
+        c.dsts[i][1:].copy_(c.srcs[i][:-1])  # off by one byte
+
+    monkeypatch.setattr(T.Copy, "__call__", lambda self: shifted())
+    with pytest.raises(AssertionError, match="4 KiB cpu -> cpu.*differs"):
+        c.check()
+
+
+def test_copy_rejects_bad_input():
+    with pytest.raises(ValueError, match="nbytes"):
+        T.Copy(0, CPU, CPU)
+    with pytest.raises(ValueError, match="'swap'"):
+        T.Copy(8, CPU, CPU, memory="swap")
+    with pytest.raises(ValueError, match="'sideways'"):
+        T.host_device_copy("sideways", 8, CPU)
+
+
+def test_host_device_copy_directions():
+    meta = torch.device("meta")
+    h2d = T.host_device_copy("h2d", 4096, meta)
+    d2h = T.host_device_copy("d2h", 4096, meta)
+    assert (h2d.src_device, h2d.dst_device) == (CPU, meta)
+    assert (d2h.src_device, d2h.dst_device) == (meta, CPU)
+    assert h2d.timing_device == meta and d2h.timing_device == meta
+    assert h2d.devices == [CPU, meta]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA answer")
+def test_pinned_memory_says_why_without_cuda():
+    assert "CUDA" in T.pinned_reason()
+    with pytest.raises(RuntimeError, match="pinned host memory needs CUDA"):
+        T.host_buffer(16, "pinned")
+    with pytest.raises(ValueError, match="'shared'"):
+        T.host_buffer(16, "shared")
+
+
+def test_fit_reason_names_the_device_and_sizes():
+    assert T.fit_reason({CPU: 1}) is None
+    reason = T.fit_reason({CPU: 1 << 50})
+    assert "host memory" in reason and "GiB free" in reason
+    assert T.host_available() > 0
+
+
+def test_run_concurrently_runs_every_lane_and_times_each():
+    counts = [0, 0]
+
+    def lane(i):
+        def fn():
+            counts[i] += 1
+            torch.ones(1000).sum()
+
+        return fn
+
+    t = T.run_concurrently([lane(0), lane(1)], CPU, calls=5)
+    assert counts == [5, 5]
+    assert len(t.lanes) == 2 and all(s > 0 for s in t.lanes)
+    assert t.wall >= max(t.lanes) * 0.5
+
+
+def test_run_concurrently_reraises_a_lane_error():
+    def bad():
+        raise KeyError("lane broke")
+
+    with pytest.raises(KeyError, match="lane broke"):
+        T.run_concurrently([lambda: None, bad], CPU)
+    with pytest.raises(ValueError, match="calls"):
+        T.run_concurrently([bad], CPU, calls=0)
+    with pytest.raises(ValueError, match="at least one"):
+        T.run_concurrently([], CPU)
+
+
+def test_bidirectional_copies_both_ways_and_counts_both():
+    h2d, d2h = T.Copy(T.MiB, CPU, CPU), T.Copy(T.MiB, CPU, CPU, seed=7)
+    r = T.bidirectional(h2d, d2h, calls=4)
+    assert r.total > 0 and r.h2d > 0 and r.d2h > 0
+    # the total counts both directions over the whole span, so it is at least each one's share
+    assert r.total >= min(r.h2d, r.d2h) * 0.5
+    assert torch.equal(h2d.dsts[1], h2d.srcs[1]) and torch.equal(d2h.dsts[1], d2h.srcs[1])
+
+
+def test_bidirectional_rejects_two_devices():
+    with pytest.raises(ValueError, match="h2d goes to"):
+        T.bidirectional(T.host_device_copy("h2d", 8, torch.device("meta")), T.Copy(8, CPU, CPU), 1)
+
+
+def test_overlap_figures_are_consistent():
+    copy = T.Copy(4 * T.MiB, CPU, CPU)
+    work = T.RepeatedWork(lambda: torch.ones(256, 256) @ torch.ones(256, 256), reps=3)
+    o = T.overlap(copy, work, CPU, calls=2)
+    assert o.copy > 0 and o.compute > 0 and o.serial > 0 and o.concurrent > 0
+    assert o.ratio == pytest.approx(o.serial / o.concurrent)
+    assert o.hidden == pytest.approx((o.serial - o.concurrent) / min(o.copy, o.compute))
+
+
+def test_overlap_ratio_definition():
+    perfect = T.Overlap(copy=1.0, compute=1.0, serial=2.0, concurrent=1.0)
+    none = T.Overlap(copy=1.0, compute=1.0, serial=2.0, concurrent=2.0)
+    assert (perfect.ratio, perfect.hidden) == (2.0, 1.0)
+    assert (none.ratio, none.hidden) == (1.0, 0.0)
+
+
+def test_repeated_work_calls_reps_times():
+    calls = []
+    T.RepeatedWork(lambda: calls.append(1), reps=4)()
+    assert len(calls) == 4
+    with pytest.raises(ValueError, match="reps"):
+        T.RepeatedWork(lambda: None, reps=0)
+
+
+@pytest.mark.parametrize("kind", list(T.SMALL_KINDS))
+def test_many_small_moves_every_byte(kind):
+    batch = T.ManySmall(kind, CPU)
+    batch.check()
+    if kind == "1024x4KiB":
+        assert len(batch.pairs) == 1024 and batch.pairs[0][0].numel() == 4096
+    elif kind == "1x4MiB":
+        assert len(batch.pairs) == 1 and batch.nbytes == 4 * T.MiB
+    else:
+        assert len(batch.tensors) == 256
+        assert max(t.numel() for t in batch.tensors) <= 64 * 64
+        assert len({t.shape for t in batch.tensors}) > 100
+        assert [o.shape for o in batch.out] == [t.shape for t in batch.tensors]
+
+
+def test_many_small_packed_unpacks_in_order():
+    batch = T.ManySmall("tensors_packed", CPU)
+    out = batch()
+    for o, t in zip(out, batch.tensors, strict=True):
+        assert torch.equal(o, t)
+
+
+def test_many_small_check_catches_a_lost_tensor(monkeypatch):
+    batch = T.ManySmall("tensors_one_by_one", CPU)
+    real = batch.__class__.__call__
+
+    def drop_last(self):
+        real(self)
+        self.out = self.out[:-1]
+
+    monkeypatch.setattr(T.ManySmall, "__call__", drop_last)
+    with pytest.raises(AssertionError, match="one by one|one .to\\(\\)"):
+        batch.check()
+    with pytest.raises(ValueError, match="'2x2MiB'"):
+        T.ManySmall("2x2MiB", CPU)
+
+
+@pytest.mark.parametrize("kind", list(T.HIDDEN))
+def test_hidden_copies_read_the_values(kind):
+    x = torch.randn(1000)
+    T.check_hidden_copy(kind, x)
+    got = T.hidden_copy(kind, x)()
+    if kind == "print":
+        assert got.startswith("tensor([") and got.endswith("\n")
+
+
+def test_hidden_copy_rejects_unknown_reads():
+    with pytest.raises(ValueError, match="'repr'"):
+        T.hidden_copy("repr", torch.randn(3))
+
+
+@pytest.mark.parametrize("kind", list(T.HIDDEN))
+def test_hidden_copy_check_catches_wrong_values(monkeypatch, kind):
+    x = torch.randn(10)
+    wrong = {"item": 0.0, "tolist": [0.0] * 10, "numpy": torch.zeros(10).numpy(), "print": "tensor([0.])\n"}
+    monkeypatch.setattr(T, "hidden_copy", lambda k, t: lambda: wrong[k])
+    with pytest.raises(AssertionError, match=re.escape(T.HIDDEN[kind])):
+        T.check_hidden_copy(kind, x)
+
+
+def test_same_device_move_is_the_same_object():
+    x = torch.randn(3)
+    assert move(x, CPU) is x
+    assert x.to(CPU) is x
+    assert x.cpu() is x
+
+
+# --- The benchmark classes themselves, set up on the CPU ---------------------------------------------
+
+
+def test_device_copy_benchmark_measures_the_host_line():
+    from benchmarks.bench_transfer import DeviceCopy
+
+    b = DeviceCopy()
+    b.setup("cpu", 256 * T.KiB)
+    b.time_copy("cpu", 256 * T.KiB)
+    copied = b.track_gbps_copied("cpu", 256 * T.KiB)
+    assert copied > 0
+    assert b.track_gbps_read_write("cpu", 256 * T.KiB) > copied * 0.5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA skips")
+@pytest.mark.parametrize(
+    "cls_name, args, reason",
+    [
+        ("HostDevice", ("h2d", "pinned", "non_blocking", 4096), "no CUDA"),
+        ("HostDeviceBidirectional", (4 * T.MiB,), "no CUDA"),
+        ("DeviceCopy", ("cuda", 4096), "no CUDA"),
+        ("PeerCopy", ("0->1", 4096), "no CUDA"),
+        ("ManySmallCopies", ("cuda", "1x4MiB"), "no CUDA"),
+        ("SameDeviceMove", ("cuda", "to"), "no CUDA"),
+        ("CopyComputeOverlap", ("cpu",), "no copy engine"),
+        ("HiddenCopy", ("cuda", "item"), "no CUDA"),
+    ],
+)
+def test_cuda_combinations_skip_with_a_reason(cls_name, args, reason):
+    import benchmarks.bench_transfer as bt
+
+    with pytest.raises(NotImplementedError, match=reason):
+        getattr(bt, cls_name)().setup(*args)
+
+
+@pytest.mark.parametrize(
+    "cls_name, args",
+    [
+        ("ManySmallCopies", ("cpu", "1024x4KiB")),
+        ("SameDeviceMove", ("cpu", "to")),
+        ("SameDeviceMove", ("cpu", "shorthand")),
+        ("HiddenCopy", ("cpu", "print")),
+    ],
+)
+def test_cpu_benchmarks_set_up_and_time(cls_name, args):
+    import benchmarks.bench_transfer as bt
+
+    b = getattr(bt, cls_name)()
+    b.setup(*args)
+    timer = next(getattr(b, m) for m in dir(b) if m.startswith("time_"))
+    timer(*args)
+
+
+# --- On a GPU --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+@pytest.mark.parametrize("memory", T.MEMORY)
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_host_device_copies_on_a_gpu(direction, memory, non_blocking):
+    c = T.host_device_copy(direction, T.MiB, CUDA, memory, non_blocking)
+    c.check()
+    assert c.timing_device == CUDA
+    if memory == "pinned":
+        host = c.srcs[0] if direction == "h2d" else c.dsts[0]
+        assert host.is_pinned()
+
+
+@pytest.mark.cuda
+def test_streams_bidirectional_and_overlap_on_a_gpu():
+    h2d = T.host_device_copy("h2d", 4 * T.MiB, CUDA, "pinned", True)
+    d2h = T.host_device_copy("d2h", 4 * T.MiB, CUDA, "pinned", True)
+    r = T.bidirectional(h2d, d2h, calls=8)
+    assert r.total > 0 and r.h2d > 0 and r.d2h > 0
+    h2d.check()
+    d2h.check()
+    from devbench.workloads.matmul import Matmul
+
+    o = T.overlap(h2d, Matmul(1024, "float32", CUDA), CUDA, calls=4)
+    assert o.concurrent <= o.serial * 1.1
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", list(T.SMALL_KINDS))
+def test_many_small_on_a_gpu(kind):
+    T.ManySmall(kind, CUDA, "pinned").check()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", list(T.HIDDEN))
+def test_hidden_copies_on_a_gpu(kind):
+    T.check_hidden_copy(kind, torch.randn(1000, device=CUDA))
+
+
+@pytest.mark.cuda
+def test_same_device_moves_on_a_gpu():
+    x = torch.randn(3, device=CUDA)
+    assert move(x, CUDA) is x and x.cuda(0) is x and x.to("cuda:0") is x
