@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devbench",
         description="devbench: how fast PyTorch computes and moves data on CPUs and GPUs.",
-        epilog="examples:\n  devbench info\n  devbench info --json > machine.json\n  devbench machine",
+        epilog="examples:\n  devbench info\n  devbench info --json > machine.json\n  devbench machine\n"
+        "  devbench report --help",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -90,6 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="machine name (default: hostname, as asv does)")
     p.add_argument("--config", help="asv config file (default: asv.conf.json)")
     p.set_defaults(func=cmd_machine)
+
+    from devbench.report import cli as report_cli
+
+    p = sub.add_parser(
+        "report",
+        help="asv results -> Markdown/HTML/CSV/PNG report (comparisons across commits, machines, envs)",
+        description=report_cli.build_parser().description,
+        epilog=report_cli.EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report_cli.add_arguments(p)
+    p.set_defaults(func=report_cli.run)
 
     return parser
 

@@ -1,0 +1,133 @@
+"""``devbench report``: asv results -> Markdown, HTML, CSV and PNG under reports/."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+EXAMPLES = """\
+examples:
+  devbench report                                   # .asv/results -> reports/
+  devbench report --results other/.asv/results --out /tmp/r --format md
+  devbench report --machine h100 --machine a100     # machine vs machine on shared commits
+  devbench report --env existing-py_usr_bin_python3 # one environment only
+  devbench report --base 1a2b3c4d --head 5e6f7a8b   # commit vs commit (hash prefixes)
+  devbench report --since 2026-11-01 --benchmarks 'bench_transfer\\.'
+
+exit status: 0 report written; 2 bad usage or nothing to report.
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", default=".asv/results", help="asv results directory (default: %(default)s)")
+    p.add_argument("--out", default="reports", help="where to write the report (default: %(default)s)")
+    p.add_argument("--machine", action="append", help="only this machine (repeat for several)")
+    p.add_argument("--env", action="append", help="only this asv environment name (repeat for several)")
+    p.add_argument("--since", help="only commits dated on or after this day (YYYY-MM-DD)")
+    p.add_argument("--commits", type=int, help="only the N most recent commits")
+    p.add_argument("--benchmarks", metavar="REGEX", help="only benchmarks whose name matches (re.search)")
+    p.add_argument("--base", help="commit (hash prefix) to compare from (default: the second most recent)")
+    p.add_argument("--head", help="commit (hash prefix) to compare to (default: the most recent)")
+    p.add_argument("--factor", type=float, default=1.1, help="asv compare's factor for a change (default: 1.1)")
+    p.add_argument(
+        "--format",
+        default="md,html,csv,png",
+        help="comma-separated outputs among md, html, csv, png (default: %(default)s)",
+    )
+    p.add_argument("--quiet", action="store_true", help="print only errors and warnings")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="devbench report",
+        description=(
+            "Load an asv results directory (every machine, commit and environment) into one pandas table and "
+            "write a report: derived figures (TFLOP/s, GB/s, speedups, crossover, scaling), commit vs commit "
+            "with asv compare's rule, machine vs machine and environment vs environment on the same commit, "
+            "and history. Works on any asv project's results; suite-specific sections appear where their "
+            "benchmarks ran."
+        ),
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
+    return p
+
+
+def _fail(message: str) -> int:
+    print(f"devbench report: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from devbench.report import render
+    from devbench.report.compare import commits_in, resolve_commit
+    from devbench.report.load import ReportError, load_results
+
+    started = time.perf_counter()
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    bad = [f for f in formats if f not in render.FORMATS]
+    if bad or not formats:
+        return _fail(f"--format {args.format!r}: choose among {', '.join(render.FORMATS)}")
+    if args.factor is not None and args.factor < 1.0:
+        return _fail(f"--factor must be >= 1.0, got {args.factor}")
+    if args.commits is not None and args.commits < 1:
+        return _fail(f"--commits must be >= 1, got {args.commits}")
+    if args.benchmarks:
+        try:
+            re.compile(args.benchmarks)
+        except re.error as exc:
+            return _fail(f"--benchmarks {args.benchmarks!r} is not a regular expression: {exc}")
+    try:
+        loaded = load_results(args.results, machines=args.machine, envs=args.env, benchmarks=args.benchmarks)
+    except ReportError as exc:
+        return _fail(str(exc))
+    for p in loaded.problems:
+        print(f"devbench report: warning: {p}", file=sys.stderr)
+    frame = loaded.frame
+    if args.since:
+        import pandas as pd
+
+        try:
+            since = pd.Timestamp(args.since, tz="UTC")
+        except ValueError:
+            return _fail(f"--since {args.since!r} is not a date (YYYY-MM-DD)")
+        frame = frame[frame["date"] >= since]
+    if args.commits:
+        keep = commits_in(frame)[-args.commits :]
+        frame = frame[frame["commit"].isin(keep)]
+    if frame.empty:
+        return _fail(f"nothing to report: no results in {args.results} match the selection")
+    loaded.frame = frame.reset_index(drop=True)
+    try:
+        base = resolve_commit(loaded.frame, args.base) if args.base else None
+        head = resolve_commit(loaded.frame, args.head) if args.head else None
+    except ReportError as exc:
+        return _fail(str(exc))
+    if (base is None) != (head is None) and len(commits_in(loaded.frame)) < 2:
+        return _fail("--base/--head: only one commit in the selection, nothing to compare with")
+    if base is None and head is not None:
+        older = [c for c in commits_in(loaded.frame) if c != head]
+        base = older[-1]
+    if head is None and base is not None:
+        head = [c for c in commits_in(loaded.frame) if c != base][-1]
+    rep = render.build(loaded, base=base, head=head, factor=args.factor, plots="png" in formats or "html" in formats)
+    written = render.write(rep, loaded, Path(args.out), formats)
+    if not args.quiet:
+        rows = len(loaded.frame)
+        print(f"devbench report: {rows} results from {args.results} in {time.perf_counter() - started:.1f} s")
+        for path in written:
+            print(f"  wrote {path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

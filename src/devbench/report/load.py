@@ -1,0 +1,384 @@
+"""asv result histories into one tidy pandas DataFrame, read with asv's own results API.
+
+One row per machine x environment x commit x benchmark x parameter combination. Works on
+any asv results directory (``<results>/<machine>/machine.json`` plus result files, and
+``benchmarks.json`` at the top); nothing here knows this suite's benchmarks. No torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from asv import util as asv_util
+from asv.machine import Machine
+from asv.results import Results
+
+from devbench import runinfo
+
+
+class ReportError(Exception):
+    """Input the report cannot work with; the message names what is wrong."""
+
+
+#: Statistics asv keeps per parameter combination (``stats_*`` columns of a result file).
+STATS = ["ci_99_a", "ci_99_b", "q_25", "q_75", "number", "repeat"]
+
+#: Columns every frame has, in order; parameter and machine columns follow.
+BASE_COLUMNS = [
+    "machine",
+    "env",
+    "commit",
+    "commit_short",
+    "date",
+    "benchmark",
+    "suite",
+    "name",
+    "type",
+    "unit",
+    "params",
+    "status",
+    "value",
+    *STATS,
+    "version",
+    "version_current",
+    "started_at",
+    "python",
+    "requirements",
+    "torch_version",
+    "cuda_version",
+    "file",
+]
+
+
+@dataclass
+class Problem:
+    """Something in the results the report could not use, kept for the warning and the report."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+@dataclass
+class Loaded:
+    """The tidy frame and what was wrong on the way."""
+
+    frame: pd.DataFrame
+    problems: list[Problem] = field(default_factory=list)
+    results_dir: Path | None = None
+    param_columns: list[str] = field(default_factory=list)
+    machine_columns: list[str] = field(default_factory=list)
+
+
+def parse_param(text: Any) -> Any:
+    """asv stores parameter values as ``repr`` strings: ``"'cpu'"`` -> ``"cpu"``, ``"4096"`` -> ``4096``."""
+    if not isinstance(text, str):
+        return text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+    return value if isinstance(value, (str, int, float, bool)) or value is None else text
+
+
+def _status(value: Any) -> str:
+    if value is None:
+        return "failed"
+    if isinstance(value, float) and math.isnan(value):
+        return "skipped"
+    return "ok"
+
+
+def _type_from_name(name: str) -> str:
+    last = name.rsplit(".", 1)[-1]
+    for prefix, kind in (("time_", "time"), ("track_", "track"), ("peakmem_", "peakmemory"), ("mem_", "memory")):
+        if last.startswith(prefix):
+            return kind
+    return "unknown"
+
+
+def load_benchmarks(results_dir: Path, problems: list[Problem]) -> dict[str, dict[str, Any]]:
+    """``benchmarks.json`` (names, units, types, versions, param names); empty if absent or bad."""
+    path = results_dir / "benchmarks.json"
+    if not path.is_file():
+        problems.append(Problem(str(path), "missing: units, types and parameter names are guessed from the results"))
+        return {}
+    try:
+        data = asv_util.load_json(str(path), api_version=2)
+    except Exception as exc:  # asv raises UserError for bad versions, json errors for corrupt files
+        problems.append(Problem(str(path), f"unreadable ({exc}); units and parameter names are guessed"))
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)}
+
+
+def _machine_dirs(results_dir: Path) -> list[Path]:
+    return sorted(p.parent for p in results_dir.glob("*/machine.json"))
+
+
+def check_results_dir(results_dir: Path) -> list[Path]:
+    """The machine folders of an asv results directory, or ``ReportError`` saying what is wrong."""
+    if not results_dir.exists():
+        raise ReportError(f"results directory {results_dir} does not exist (run `asv run` first, or pass --results)")
+    if not results_dir.is_dir():
+        raise ReportError(f"{results_dir} is not a directory")
+    machines = _machine_dirs(results_dir)
+    if not machines:
+        if not any(results_dir.iterdir()):
+            raise ReportError(f"results directory {results_dir} is empty: no asv results yet")
+        raise ReportError(
+            f"{results_dir} is not an asv results directory: no <machine>/machine.json in it "
+            "(asv's layout is results/<machine>/machine.json and results/<machine>/<commit>-<env>.json)"
+        )
+    return machines
+
+
+def _machine_info(folder: Path, problems: list[Problem]) -> dict[str, Any] | None:
+    path = folder / "machine.json"
+    try:
+        data = asv_util.load_json(str(path), api_version=Machine.api_version)
+    except Exception as exc:
+        problems.append(Problem(str(path), f"unreadable machine file, its results are skipped ({exc})"))
+        return None
+    name = data.get("machine")
+    if not isinstance(name, str):
+        problems.append(Problem(str(path), "no machine name in it; its results are skipped"))
+        return None
+    return {k: v for k, v in data.items() if k != "version"}
+
+
+def _result_files(folder: Path) -> Iterable[Path]:
+    for path in sorted(folder.glob("*.json")):
+        if path.name != "machine.json":
+            yield path
+
+
+def _commit_filter(commits: Iterable[str] | None) -> list[str] | None:
+    return None if commits is None else [c.lower() for c in commits]
+
+
+def _runinfo_index(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Run records (``.asv/runinfo``, beside the results) by environment name, oldest first."""
+    by_env: dict[str, list[dict[str, Any]]] = {}
+    for rec in runinfo.load(results_dir.parent / "runinfo"):
+        if isinstance(rec.get("env_name"), str) and isinstance(rec.get("time"), (int, float)):
+            by_env.setdefault(rec["env_name"], []).append(rec)
+    for recs in by_env.values():
+        recs.sort(key=lambda r: r["time"])
+    return by_env
+
+
+def _actual_versions(records: list[dict[str, Any]], started: list[float]) -> tuple[Any, Any]:
+    """torch and CUDA of the run record nearest to when these results were measured (12 h at most)."""
+    if not records or not started:
+        return None, None
+    when = sorted(started)[len(started) // 2] / 1e3
+    best = min(records, key=lambda r: abs(r["time"] - when))
+    if abs(best["time"] - when) > 12 * 3600:
+        return None, None
+    return best.get("torch"), best.get("cuda")
+
+
+def load_results(
+    results_dir: str | os.PathLike[str],
+    *,
+    machines: Iterable[str] | None = None,
+    envs: Iterable[str] | None = None,
+    commits: Iterable[str] | None = None,
+    benchmarks: str | None = None,
+) -> Loaded:
+    """Every result under ``results_dir`` as one tidy frame (see ``BASE_COLUMNS``).
+
+    ``machines``/``envs`` select by exact name (``ReportError`` lists the known ones when
+    one does not exist), ``commits`` by hash prefix, ``benchmarks`` by regular expression
+    (searched in the full name). A result file that cannot be read is skipped and named in
+    ``problems``; so is a benchmark whose code changed since it was measured
+    (``version_current`` is False on those rows: asv compare and publish drop them).
+    """
+    root = Path(results_dir)
+    folders = check_results_dir(root)
+    problems: list[Problem] = []
+    known = load_benchmarks(root, problems)
+    pattern = None
+    if benchmarks:
+        try:
+            pattern = re.compile(benchmarks)
+        except re.error as exc:
+            raise ReportError(f"--benchmarks {benchmarks!r} is not a regular expression: {exc}") from None
+    want_commits = _commit_filter(commits)
+    runs = _runinfo_index(root)
+
+    cols: dict[str, list[Any]] = {c: [] for c in BASE_COLUMNS}
+    params_cols: dict[str, dict[int, Any]] = {}
+    machine_cols: dict[str, dict[int, Any]] = {}
+    req_cols: dict[str, dict[int, Any]] = {}
+    seen_machines, seen_envs = set(), set()
+    stale: dict[str, int] = {}
+    want_machines = set(machines) if machines is not None else None
+    want_envs = set(envs) if envs is not None else None
+    row = 0
+
+    for folder in folders:
+        info = _machine_info(folder, problems)
+        if info is None:
+            continue
+        seen_machines.add(info["machine"])
+        if want_machines is not None and info["machine"] not in want_machines:
+            continue
+        for path in _result_files(folder):
+            try:
+                res = Results.load(str(path), machine_name=info["machine"])
+            except Exception as exc:
+                problems.append(Problem(str(path), f"skipped, not a readable asv result file: {exc}"))
+                continue
+            seen_envs.add(res.env_name)
+            if want_envs is not None and res.env_name not in want_envs:
+                continue
+            commit = res.commit_hash or ""
+            if want_commits is not None and not any(commit.lower().startswith(c) for c in want_commits):
+                continue
+            date = pd.Timestamp(res.date, unit="ms", tz="UTC") if res.date else pd.NaT
+            env_params = {k: v for k, v in res.params.items() if k not in info and k not in ("machine", "python")}
+            requirements = getattr(res, "_requirements", None) or {}  # asv keeps them, with no accessor
+            reqs = "; ".join(f"{k}=={v}" if v else k for k, v in sorted(requirements.items()))
+            started_ms = [v for v in res.started_at.values() if isinstance(v, (int, float))]
+            torch_v, cuda_v = _actual_versions(runs.get(res.env_name, []), started_ms)
+            rel = str(path.relative_to(root))
+            for key in sorted(res.get_all_result_keys()):
+                if pattern is not None and not pattern.search(key):
+                    continue
+                meta = known.get(key, {})
+                bparams = res.get_result_params(key) or []
+                values = res.get_result_value(key, bparams)
+                stats = res.get_result_stats(key, bparams)
+                if not isinstance(values, list):
+                    values = [values]
+                if stats is not None and not isinstance(stats, list):
+                    stats = [stats]
+                names = list(meta.get("param_names") or [f"param{i}" for i in range(len(bparams))])
+                if len(names) != len(bparams):
+                    names = [f"param{i}" for i in range(len(bparams))]
+                version = res.benchmark_version.get(key)
+                current = meta.get("version") is None or version is None or version == meta.get("version")
+                if not current:
+                    stale[key] = stale.get(key, 0) + 1
+                combos = _combinations(bparams)
+                k = len(combos)
+                stats = stats if isinstance(stats, list) else [None] * k
+                values = list(values) + [None] * (k - len(values))
+                stats = list(stats) + [None] * (k - len(stats))
+                typed = [[parse_param(v) for v in combo] for combo in combos]
+                status = [_status(v) for v in values]
+                kind = meta.get("type") or _type_from_name(key)
+                started = res.started_at.get(key)
+                started = pd.Timestamp(started, unit="ms", tz="UTC") if isinstance(started, (int, float)) else pd.NaT
+                const = {
+                    "machine": info["machine"],
+                    "env": res.env_name,
+                    "commit": commit,
+                    "commit_short": commit[:8],
+                    "date": date,
+                    "benchmark": key,
+                    "suite": key.split(".", 1)[0] if "." in key else "",
+                    "name": key.rsplit(".", 1)[-1],
+                    "type": kind,
+                    "unit": meta.get("unit") or ("seconds" if kind == "time" else "unit"),
+                    "version": version,
+                    "version_current": current,
+                    "started_at": started,
+                    "python": res.params.get("python"),
+                    "requirements": reqs,
+                    "torch_version": torch_v,
+                    "cuda_version": cuda_v,
+                    "file": rel,
+                }
+                for c, v in const.items():
+                    cols[c].extend([v] * k)
+                cols["params"].extend(", ".join(f"{n}={v}" for n, v in zip(names, t, strict=True)) for t in typed)
+                cols["status"].extend(status)
+                cols["value"].extend(float(v) if st == "ok" else math.nan for v, st in zip(values, status, strict=True))
+                for s in STATS:
+                    cols[s].extend(_stat(st, s) for st in stats)
+                for i, n in enumerate(names):
+                    col = params_cols.setdefault(n, {})
+                    for j, t in enumerate(typed):
+                        col[row + j] = t[i]
+                for c, v in info.items():
+                    if c != "machine":
+                        machine_cols.setdefault(f"machine_{c}", {}).update(dict.fromkeys(range(row, row + k), v))
+                for c, v in env_params.items():
+                    req_cols.setdefault(f"env_{c}", {}).update(dict.fromkeys(range(row, row + k), v))
+                row += k
+
+    if want_machines is not None:
+        missing = sorted(want_machines - seen_machines)
+        if missing:
+            known_names = ", ".join(sorted(seen_machines))
+            raise ReportError(f"no machine named {', '.join(missing)} in {root}; known: {known_names}")
+    if want_envs is not None:
+        missing = sorted(want_envs - seen_envs)
+        if missing:
+            known_names = ", ".join(sorted(seen_envs))
+            raise ReportError(f"no environment named {', '.join(missing)} in {root}; known: {known_names}")
+    for key, count in sorted(stale.items()):
+        problems.append(
+            Problem(
+                key,
+                f"{count} result file(s) measured an older version of this benchmark's code; "
+                "they are kept in the table but left out of comparisons, as asv does",
+            )
+        )
+
+    frame = pd.DataFrame(cols)
+    param_names = []
+    for name, values in params_cols.items():
+        col = name if name not in frame.columns else f"param_{name}"
+        frame[col] = _typed(pd.Series(values, dtype=object).reindex(range(row)))
+        param_names.append(col)
+    machine_names = []
+    for name, values in {**machine_cols, **req_cols}.items():
+        frame[name] = pd.Series(values, dtype=object).reindex(range(row))
+        machine_names.append(name)
+    return Loaded(frame, problems, root, param_names, machine_names)
+
+
+def _stat(stats: dict[str, Any] | None, name: str) -> float:
+    v = (stats or {}).get(name)
+    return float(v) if isinstance(v, (int, float)) else math.nan
+
+
+def _combinations(params: list[list[Any]]) -> list[tuple[Any, ...]]:
+    return list(itertools.product(*params)) if params else [()]
+
+
+def _typed(series: pd.Series) -> pd.Series:
+    """Integers as nullable Int64, floats as float, anything else as object."""
+    present = series.dropna()
+    if present.empty:
+        return series
+    if present.map(lambda v: isinstance(v, int) and not isinstance(v, bool)).all():
+        return series.astype("Int64")
+    if present.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).all():
+        return series.astype(float)
+    return series
+
+
+def machines_table(loaded: Loaded) -> pd.DataFrame:
+    """One row per machine with its machine.json fields (GPU, CUDA, driver where recorded)."""
+    cols = ["machine", *[c for c in loaded.machine_columns if c.startswith("machine_")]]
+    return loaded.frame[cols].astype(str).drop_duplicates("machine").reset_index(drop=True)
+
+
+def problems_as_json(problems: list[Problem]) -> str:
+    return json.dumps([{"path": p.path, "message": p.message} for p in problems], indent=2)

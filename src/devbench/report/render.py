@@ -1,0 +1,541 @@
+"""The report: Markdown for a pull request, an HTML page with the plots, the tidy CSV, PNG plots.
+
+A report is a list of sections (title, text, table, plot) built once from the frame and
+written in each format. Every file is written atomically: to a temporary file in the same
+folder, flushed, then renamed over the old one, so a crash leaves the previous report or
+the new one, never half of one. No torch import.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from asv.util import human_value
+
+from devbench.report import compare as C
+from devbench.report import derive as D
+from devbench.report.load import Loaded
+
+FORMATS = ("md", "html", "csv", "png")
+
+#: Rows of a long table shown before "... N more"; the CSV has everything.
+MAX_ROWS = 40
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a report is for reading
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class Section:
+    title: str
+    text: str = ""
+    table: pd.DataFrame | None = None
+    plot: str | None = None  # key into Report.plots
+    more: int = 0  # rows left out of the table
+
+
+@dataclass
+class Report:
+    title: str
+    summary: list[str]
+    sections: list[Section] = field(default_factory=list)
+    plots: dict[str, bytes] = field(default_factory=dict)
+
+
+# --- Helpers --------------------------------------------------------------------------------------------
+
+
+def _human(value: float, unit: str | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if unit == "seconds":
+        return human_value(value, "seconds")
+    return f"{value:.4g}"
+
+
+def _size(nbytes: float) -> str:
+    n = int(nbytes)
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def _clip(table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    if len(table) > MAX_ROWS:
+        return table.head(MAX_ROWS), len(table) - MAX_ROWS
+    return table, 0
+
+
+def latest(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each machine, environment and benchmark's rows from its most recent commit (by commit date).
+
+    Per benchmark, so a run of one family on a newer commit does not hide the others.
+    """
+    if frame.empty:
+        return frame
+    keys = ["machine", "env", "benchmark"]
+    order = frame[[*keys, "date", "commit"]].sort_values(["date", "commit"])
+    last = order.drop_duplicates(keys, keep="last")
+    return frame.merge(last[[*keys, "commit"]], on=[*keys, "commit"])
+
+
+def _where(df: pd.DataFrame) -> pd.Series:
+    """A short label of machine (and environment, when there are several) per row."""
+    if df["env"].nunique() > 1:
+        return df["machine"].astype(str) + " / " + df["env"].astype(str)
+    return df["machine"].astype(str)
+
+
+# --- Sections -------------------------------------------------------------------------------------------
+
+
+def _machines(loaded: Loaded) -> Section:
+    f = loaded.frame
+    wanted = ("gpu", "gpu_count", "cuda", "driver", "cpu", "num_cpu")
+    cols = [f"machine_{c}" for c in wanted if f"machine_{c}" in f.columns]
+    t = f.drop_duplicates("machine")[["machine", *cols]].rename(columns=lambda c: c.removeprefix("machine_"))
+    envs = f.groupby("machine")["env"].nunique().rename("envs")
+    commits = f.groupby("machine")["commit"].nunique().rename("commits")
+    t = t.merge(envs, on="machine").merge(commits, on="machine")
+    if f["torch_version"].notna().any():
+        tv = (
+            f.dropna(subset=["torch_version"])
+            .groupby("machine")["torch_version"]
+            .agg(lambda s: ", ".join(sorted(set(map(str, s)))))
+        )
+        t = t.merge(tv.rename("torch (imported)"), on="machine", how="left")
+    return Section("Machines", "What each machine is, as asv and `devbench machine` recorded it.", t.astype(str))
+
+
+def _throughput(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
+    if tp.empty:
+        return None
+    t = tp.assign(where=_where(tp), col=tp["device"].astype(str) + " " + tp["dtype"].astype(str))
+    table = t.pivot_table(index=["where", "n"], columns="col", values="tflops", aggfunc="first").reset_index()
+    table.columns.name = None
+    text = (
+        "Square matmul, TFLOP/s (2n^3 per product), latest commit per machine; blank: skipped on that machine "
+        "(the reason is in the run log)."
+    )
+    return Section("Matmul throughput (TFLOP/s)", text, table.round(4), plot="throughput")
+
+
+def _peak(tp_frame: pd.DataFrame) -> Section | None:
+    fp = tp_frame.dropna(subset=["fraction"])
+    if fp.empty:
+        return None
+    t = fp.assign(where=_where(fp))
+    best = t.sort_values("fraction").groupby(["where", "device", "dtype"], sort=True).tail(1)
+    table = best[["where", "device", "dtype", "n", "tflops", "peak", "fraction", "peak_source"]].copy()
+    table["fraction"] = (100 * table["fraction"]).round(1).astype(str) + "%"
+    text = (
+        "Best measured TFLOP/s against a peak: the datasheet dense figure for known GPUs (devbench.peaks), "
+        "and for the CPU its own best measured figure. Unknown GPUs get no fraction."
+    )
+    return Section("Fraction of peak", text, table.round(4))
+
+
+def _speedup(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
+    sp = D.gpu_speedup(frame, tp)
+    if sp.empty:
+        return None
+    cross = D.crossover(sp)
+    t = sp.assign(where=_where(sp))
+    table = t.pivot_table(index=["where", "n"], columns="dtype", values="speedup", aggfunc="first").reset_index()
+    table.columns.name = None
+    xs = ", ".join(
+        f"{r.dtype}: n={int(r.crossover_n)}" if not math.isnan(r.crossover_n) else f"{r.dtype}: never"
+        for r in cross.itertuples()
+    )
+    return Section("GPU / CPU speedup", f"GPU throughput over CPU per size. The GPU wins from: {xs}.", table.round(3))
+
+
+def _bandwidth(bw: pd.DataFrame) -> Section | None:
+    if bw.empty:
+        return None
+    t = bw.assign(where=_where(bw))
+    table = t.pivot_table(index=["where", "nbytes"], columns="copy", values="gbps", aggfunc="first").reset_index()
+    table.columns.name = None
+    table["nbytes"] = table["nbytes"].map(_size)
+    table = table.rename(columns={"nbytes": "size"})
+    text = (
+        "Decimal GB/s of bytes copied (nvbandwidth's convention); on-device copies also read what they write, so "
+        "their read+write figure is twice this. `on-device cpu` is a host memory copy: the line host<->device "
+        "copies are held against."
+    )
+    return Section("Copy bandwidth (GB/s)", text, table.round(3), plot="bandwidth")
+
+
+def _logging(frame: pd.DataFrame) -> Section | None:
+    lr = D.logging_ratio(frame)
+    if lr.empty:
+        return None
+    t = lr.assign(where=_where(lr))
+    table = t.pivot_table(
+        index=["where", "device", "steps", "n"], columns="strategy", values="ratio", aggfunc="first"
+    ).reset_index()
+    table.columns.name = None
+    text = "Loop time of each way of logging a norm per step, over keeping the norms on the device (1.0)."
+    return Section("Logging: per step vs on the device", text, table.round(3))
+
+
+def _parallel(frame: pd.DataFrame) -> Section | None:
+    ps = D.parallel_scaling(frame)
+    if ps.empty:
+        return None
+    t = ps.assign(where=_where(ps))
+    table = t[["where", "mode", "n", "lanes", "speedup", "efficiency"]].copy()
+    table["efficiency"] = (100 * table["efficiency"]).round(1).astype(str) + "%"
+    return Section("Parallel scaling", "Sequential over parallel time of the same work; ideal = lanes.", table.round(3))
+
+
+def _changes(frame: pd.DataFrame, base: str, head: str, factor: float) -> Section:
+    cmp = C.compare_commits(frame, base, head, factor)
+    flagged = cmp[cmp["mark"].isin(["+", "-", "!", "*", "x"])]
+    text = (
+        f"`{base[:8]}` -> `{head[:8]}`, factor {factor}, asv compare's rule (ratio past the factor and 99% "
+        f"confidence intervals apart). {len(flagged)} of {len(cmp)} results changed."
+    )
+    table = flagged[["mark", "change", "machine", "env", "benchmark", "params", "before", "after", "ratio", "unit"]]
+    table = table.assign(
+        before=[_human(v, u) for v, u in zip(table["before"], table["unit"], strict=True)],
+        after=[_human(v, u) for v, u in zip(table["after"], table["unit"], strict=True)],
+        ratio=table["ratio"].round(3),
+    ).drop(columns="unit")
+    clipped, more = _clip(table)
+    return Section("Changes between commits", text, clipped, more=more)
+
+
+def _across(frame: pd.DataFrame, by: str, factor: float) -> Section | None:
+    if frame[by].nunique() < 2:
+        return None
+    cmp = C.compare_groups(latest_common(frame, by), by, factor)
+    if cmp.empty:
+        return None
+    cmp = cmp.dropna(subset=["ratio"])
+    label = "Machines" if by == "machine" else "Environments"
+    table = cmp[[f"{by}_a", f"{by}_b", "benchmark", "params", "before", "after", "ratio", "mark", "change", "unit"]]
+    table = table.assign(
+        before=[_human(v, u) for v, u in zip(table["before"], table["unit"], strict=True)],
+        after=[_human(v, u) for v, u in zip(table["after"], table["unit"], strict=True)],
+        ratio=table["ratio"].round(3),
+    ).drop(columns="unit")
+    table = table.reindex(table["ratio"].sub(1).abs().sort_values(ascending=False).index)
+    clipped, more = _clip(table)
+    text = (
+        f"Same commit, {by} B against {by} A (ratio B / A), largest differences first; the mark uses asv "
+        f"compare's rule with factor {factor}."
+    )
+    return Section(f"{label} compared", text, clipped, more=more)
+
+
+def latest_common(frame: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Rows of the most recent commit that more than one ``by`` group ran."""
+    groups = frame.groupby("commit")[by].nunique()
+    shared = groups[groups > 1].index
+    if shared.empty:
+        return frame.iloc[0:0]
+    sub = frame[frame["commit"].isin(shared)]
+    last = sub.sort_values("date")["commit"].iloc[-1]
+    return sub[sub["commit"] == last]
+
+
+def _history(frame: pd.DataFrame, factor: float) -> tuple[Section | None, pd.DataFrame]:
+    h = C.history(frame, factor)
+    if h.empty:
+        return None, h
+    flagged = h[h["mark"].isin(["+", "-", "!", "*"])]
+    text = (
+        f"Each commit against the previous one on the same machine and environment; {len(flagged)} of {len(h)} "
+        f"steps flagged by asv compare's rule (factor {factor})."
+    )
+    table = flagged[["machine", "env", "benchmark", "params", "commit_before", "commit_after", "ratio", "mark"]].copy()
+    table["commit_before"] = table["commit_before"].str[:8]
+    table["commit_after"] = table["commit_after"].str[:8]
+    table["ratio"] = table["ratio"].round(3)
+    clipped, more = _clip(table)
+    return Section("History", text, clipped, plot="history", more=more), flagged
+
+
+def _all_latest(frame: pd.DataFrame) -> Section:
+    lat = latest(frame)
+    ok = lat[lat["status"] == "ok"]
+    table = ok[["machine", "env", "benchmark", "params", "value", "unit"]].copy()
+    table["value"] = [_human(v, u) for v, u in zip(table["value"], table["unit"], strict=True)]
+    table.loc[table["unit"] == "seconds", "unit"] = ""
+    counts = lat["status"].value_counts()
+    text = (
+        f"Latest commit per machine and environment: {counts.get('ok', 0)} measured, "
+        f"{counts.get('skipped', 0)} skipped (n/a), {counts.get('failed', 0)} failed. Every row is in the CSV."
+    )
+    clipped, more = _clip(table)
+    return Section("Every benchmark (latest commit)", text, clipped, more=more)
+
+
+# --- Plots ----------------------------------------------------------------------------------------------
+
+
+def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.4 * ncols, 4.2 * nrows), squeeze=False)
+    try:
+        draw(axes)
+        # fixed margins: tight_layout costs seconds with log axes and many ticks
+        fig.subplots_adjust(left=0.09, right=0.98, bottom=0.14, top=0.9, wspace=0.22, hspace=0.55)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def plot_throughput(tp: pd.DataFrame) -> bytes | None:
+    if tp.empty:
+        return None
+    wheres = sorted(_where(tp).unique())[:4]
+
+    def draw(axes):
+        for ax, w in zip(axes.flat, wheres, strict=False):
+            sub = tp[_where(tp) == w]
+            for (dev, dt), g in sub.groupby(["device", "dtype"]):
+                g = g.sort_values("n")
+                ax.plot(g["n"], g["tflops"], marker="o", ls="-" if dev == "cuda" else "--", label=f"{dev} {dt}")
+            ax.set(xscale="log", yscale="log", xlabel="n (n x n @ n x n)", ylabel="TFLOP/s", title=w)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+
+    return _figure_png(draw, ncols=len(wheres))
+
+
+def plot_bandwidth(bw: pd.DataFrame) -> bytes | None:
+    if bw.empty:
+        return None
+    wheres = sorted(_where(bw).unique())[:4]
+
+    def draw(axes):
+        for ax, w in zip(axes.flat, wheres, strict=False):
+            sub = bw[_where(bw) == w]
+            for copy, g in sub.groupby("copy"):
+                g = g.sort_values("nbytes")
+                ls = "--" if "pageable" in copy else ":" if copy.startswith("on-device") else "-"
+                ax.plot(g["nbytes"], g["gbps"], marker="o", ls=ls, label=copy)
+            ax.set(xscale="log", yscale="log", xlabel="bytes per copy", ylabel="GB/s (decimal)", title=w)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+
+    return _figure_png(draw, ncols=len(wheres))
+
+
+def plot_history(frame: pd.DataFrame, flagged: pd.DataFrame, limit: int = 6) -> bytes | None:
+    ok = frame[frame["status"] == "ok"]
+    if ok["commit"].nunique() < 2:
+        return None
+    series = ["machine", "env", "benchmark", "params"]
+    chosen = flagged[series].drop_duplicates().head(limit)
+    if len(chosen) < limit:
+        counts = ok.groupby(series, observed=True).size().sort_values(ascending=False).reset_index()[series]
+        chosen = pd.concat([chosen, counts]).drop_duplicates().head(limit)
+    ncols = 2 if len(chosen) > 1 else 1
+    nrows = math.ceil(len(chosen) / ncols)
+
+    def draw(axes):
+        for ax, key in zip(axes.flat, chosen.itertuples(index=False), strict=False):
+            sub = ok
+            for col, val in zip(series, key, strict=True):
+                sub = sub[sub[col] == val]
+            sub = sub.sort_values("date")
+            ax.plot(range(len(sub)), sub["value"], marker="o")
+            if sub["ci_99_a"].notna().any():
+                ax.fill_between(range(len(sub)), sub["ci_99_a"], sub["ci_99_b"], alpha=0.2)
+            ax.set_xticks(range(len(sub)), sub["commit_short"], rotation=45, fontsize=7)
+            ax.set_title(f"{key.benchmark.split('.', 1)[-1]}\n{key.params} [{key.machine}]", fontsize=8)
+            ax.set_ylabel(sub["unit"].iloc[0] if len(sub) else "")
+            ax.grid(True, alpha=0.3)
+        for ax in list(axes.flat)[len(chosen) :]:
+            ax.set_visible(False)
+
+    return _figure_png(draw, ncols=ncols, nrows=nrows)
+
+
+# --- Building and writing -------------------------------------------------------------------------------
+
+
+def build(
+    loaded: Loaded,
+    *,
+    base: str | None = None,
+    head: str | None = None,
+    factor: float = 1.1,
+    plots: bool = True,
+) -> Report:
+    """Every section for this frame; suite-specific ones only where their benchmarks ran."""
+    f = loaded.frame
+    cur = f[f["version_current"]]
+    commits = C.commits_in(f)
+    lat = latest(cur)
+    counts = f["status"].value_counts()
+    summary = [
+        f"Results: `{loaded.results_dir}` - {f['machine'].nunique()} machine(s), {len(commits)} commit(s), "
+        f"{f['env'].nunique()} environment(s), {len(f)} results ({counts.get('ok', 0)} measured, "
+        f"{counts.get('skipped', 0)} skipped, {counts.get('failed', 0)} failed).",
+    ]
+    if commits:
+        last = f[f["commit"] == commits[-1]]["date"].iloc[0]
+        summary.append(f"Latest commit: `{commits[-1][:8]}` ({last:%Y-%m-%d}).")
+    rep = Report("devbench report", summary)
+    rep.sections.append(_machines(loaded))
+    if loaded.problems:
+        rep.sections.append(
+            Section(
+                "Problems",
+                "These inputs were skipped or are left out of comparisons:",
+                pd.DataFrame(
+                    {
+                        "file or benchmark": [p.path for p in loaded.problems],
+                        "problem": [p.message for p in loaded.problems],
+                    }
+                ),
+            )
+        )
+    tp = D.matmul_throughput(lat)
+    bw = D.transfer_bandwidth(lat)
+    for sec in (
+        _throughput(lat, tp),
+        _peak(D.fraction_of_peak(lat, tp)),
+        _speedup(lat, tp),
+        _bandwidth(bw),
+        _logging(lat),
+        _parallel(lat),
+    ):
+        if sec is not None:
+            rep.sections.append(sec)
+    if len(commits) >= 2 or (base and head):
+        b = base or commits[-2]
+        h = head or commits[-1]
+        rep.sections.append(_changes(cur, b, h, factor))
+    for by in ("machine", "env"):
+        sec = _across(cur, by, factor)
+        if sec is not None:
+            rep.sections.append(sec)
+    hist, flagged = _history(cur, factor)
+    if hist is not None:
+        rep.sections.append(hist)
+    rep.sections.append(_all_latest(cur))
+    if plots:
+        for key, png in (
+            ("throughput", plot_throughput(tp)),
+            ("bandwidth", plot_bandwidth(bw)),
+            ("history", plot_history(cur, flagged)),
+        ):
+            if png is not None:
+                rep.plots[key] = png
+    return rep
+
+
+def _md_table(table: pd.DataFrame) -> str:
+    if table.empty:
+        return "_none_"
+    return table.to_markdown(index=False, floatfmt=".4g")
+
+
+def to_markdown(rep: Report, plot_files: dict[str, str]) -> str:
+    out = [f"# {rep.title}", "", *rep.summary, ""]
+    for sec in rep.sections:
+        out += [f"## {sec.title}", ""]
+        if sec.text:
+            out += [sec.text, ""]
+        if sec.plot and sec.plot in plot_files:
+            out += [f"![{sec.title}]({plot_files[sec.plot]})", ""]
+        if sec.table is not None:
+            out += [_md_table(sec.table), ""]
+            if sec.more:
+                out += [f"... and {sec.more} more rows in the CSV.", ""]
+    return "\n".join(out)
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}
+td:first-child,th:first-child{text-align:left}img{max-width:100%}code{background:#f3f3f3}"""
+
+
+def to_html(rep: Report) -> str:
+    out = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(rep.title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(rep.title)}</h1>",
+    ]
+    out += [f"<p>{html.escape(s)}</p>" for s in rep.summary]
+    for sec in rep.sections:
+        out.append(f"<h2>{html.escape(sec.title)}</h2>")
+        if sec.text:
+            out.append(f"<p>{html.escape(sec.text)}</p>")
+        if sec.plot and sec.plot in rep.plots:
+            data = base64.b64encode(rep.plots[sec.plot]).decode("ascii")
+            out.append(f"<img alt='{html.escape(sec.title)}' src='data:image/png;base64,{data}'>")
+        if sec.table is not None:
+            out.append(sec.table.to_html(index=False, na_rep="n/a", float_format=lambda v: f"{v:.4g}", border=0))
+            if sec.more:
+                out.append(f"<p>... and {sec.more} more rows in the CSV.</p>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def write(rep: Report, loaded: Loaded, out_dir: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+    """Write the chosen formats under ``out_dir``; return the files written."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    plot_files: dict[str, str] = {}
+    if "png" in formats:
+        for key, png in rep.plots.items():
+            path = out_dir / f"{key}.png"
+            write_atomic(path, png)
+            written.append(path)
+            plot_files[key] = path.name
+    if "csv" in formats:
+        path = out_dir / "results.csv"
+        write_atomic(path, loaded.frame.to_csv(index=False))
+        written.append(path)
+    if "md" in formats:
+        path = out_dir / "report.md"
+        write_atomic(path, to_markdown(rep, plot_files))
+        written.append(path)
+    if "html" in formats:
+        path = out_dir / "report.html"
+        write_atomic(path, to_html(rep))
+        written.append(path)
+    return written
