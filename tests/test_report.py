@@ -1,0 +1,362 @@
+"""The report on real asv output (a fixture project run by asv itself), its errors, and its math."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from asv.util import human_value
+from asv_runner.statistics import get_err
+
+from devbench.report import compare as C
+from devbench.report import derive as D
+from devbench.report import render
+from devbench.report.cli import main
+from devbench.report.load import ReportError, load_results, parse_param
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from asv_fixture import History, asv, make_history  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def hist(tmp_path_factory) -> History:
+    return make_history(tmp_path_factory.mktemp("asvfix"))
+
+
+@pytest.fixture
+def results_copy(hist, tmp_path) -> Path:
+    dst = tmp_path / "results"
+    shutil.copytree(hist.results, dst)
+    return dst
+
+
+def _row(frame, **where):
+    sub = frame
+    for k, v in where.items():
+        sub = sub[sub[k] == v]
+    assert len(sub) == 1, f"{where}: {len(sub)} rows"
+    return sub.iloc[0]
+
+
+# --- Loading ---------------------------------------------------------------------------------------------
+
+
+def test_one_row_per_machine_env_commit_benchmark_and_params(hist):
+    loaded = load_results(hist.results)
+    f = loaded.frame
+    assert len(f) == 4 * 10  # 4 result files; Suite: 2 benchmarks x 4 combos, plus 2 plain ones
+    assert set(f["machine"]) == {"alpha", "beta"}
+    assert set(f["commit"]) == set(hist.commits)
+    assert set(f["env"]) == {hist.env_name(hist.py1), hist.env_name(hist.py2)}
+    assert not f.duplicated(["machine", "env", "commit", "benchmark", "params"]).any()
+    assert loaded.problems == []
+
+
+def test_params_are_typed_columns(hist):
+    f = load_results(hist.results).frame
+    assert str(f["n"].dtype) == "Int64"
+    assert set(f["n"].dropna()) == {4, 8}
+    assert set(f["device"].dropna()) == {"cpu", "cuda"}
+    assert _row(f, machine="beta", benchmark="bench_fix.Suite.track_rate", device="cpu", n=8)["params"] == (
+        "device=cpu, n=8"
+    )
+
+
+def test_skipped_and_failed_stay_distinguishable(hist):
+    f = load_results(hist.results).frame
+    assert set(f.loc[f["device"] == "cuda", "status"]) == {"skipped"}
+    assert set(f.loc[f["benchmark"] == "bench_fix.time_fails", "status"]) == {"failed"}
+    assert f.loc[f["status"] != "ok", "value"].isna().all()
+    assert f.loc[f["status"] == "ok", "value"].notna().all()
+
+
+def test_units_types_stats_and_machine_fields(hist):
+    f = load_results(hist.results).frame
+    rate = _row(f, machine="beta", benchmark="bench_fix.Suite.track_rate", device="cpu", n=8)
+    assert (rate["type"], rate["unit"], rate["value"]) == ("track", "GB/s", 16.0)
+    assert rate["machine_gpu"] == "NVIDIA H100 80GB HBM3" and rate["machine_gpu_count"] == "1"
+    sleep = _row(
+        f, machine="alpha", env=hist.env_name(hist.py1), commit=hist.commits[1], name="time_sleep", device="cpu", n=4
+    )
+    assert sleep["type"] == "time" and sleep["unit"] == "seconds"
+    assert sleep["ci_99_a"] <= sleep["value"] <= sleep["ci_99_b"]
+    assert sleep["repeat"] == 5 and sleep["number"] == 1
+    assert 0.0075 < sleep["value"] < 0.02  # 2 ms x 4 of sleep
+    assert sleep["date"] == pd.Timestamp("2026-01-02", tz="UTC")
+
+
+def test_values_equal_asv_show(hist):
+    f = load_results(hist.results).frame
+    out = asv(
+        hist.project, hist.project.parent / "home", "show", hist.commits[1][:8],
+        "--machine", "alpha", "-E", f"existing:{hist.py1}",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    for n in (4, 8):
+        row = _row(
+            f,
+            machine="alpha",
+            env=hist.env_name(hist.py1),
+            commit=hist.commits[1],
+            name="time_sleep",
+            device="cpu",
+            n=n,
+        )
+        stats = {k: row[k] for k in ("ci_99_a", "ci_99_b", "q_25", "q_75", "number", "repeat")}
+        text = human_value(row["value"], "seconds", err=get_err(row["value"], stats))
+        assert text in out.stdout, f"{text} not in asv show output"
+
+
+def test_comparison_matches_asv_compare(hist):
+    out = asv(
+        hist.project, hist.project.parent / "home", "compare", hist.commits[0][:8], hist.commits[1][:8],
+        "--machine", "alpha", "-E", f"existing:{hist.py1}", "--factor", "1.1",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    theirs = {}
+    for line in out.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[4].startswith("bench_fix."):
+            theirs[cells[4]] = (cells[0], cells[3])
+    assert len(theirs) == 10
+    f = load_results(hist.results, machines=["alpha"], envs=[hist.env_name(hist.py1)]).frame
+    ours = C.compare_commits(f, hist.commits[0], hist.commits[1], factor=1.1)
+    for row in ours.itertuples():
+        values = re.findall(r"=(\S+?)(?:,|$)", row.params)
+        args = ", ".join(repr(parse_param(v)) if not v.isdigit() else v for v in values)
+        name = f"{row.benchmark}({args})" if values else row.benchmark
+        mark, ratio = theirs[name]
+        assert (row.mark.strip(), mark) == (mark, mark), name
+        if ratio == "n/a":
+            assert math.isnan(row.ratio), name
+        else:
+            assert f"{row.ratio:.2f}" == ratio.lstrip("~"), name
+    assert set(ours.loc[ours["mark"] == "+", "params"]) == {"device=cpu, n=4", "device=cpu, n=8"}
+
+
+def test_machine_and_env_comparisons_on_the_same_commit(hist):
+    f = load_results(hist.results).frame
+    m = C.compare_groups(f, "machine")
+    m = m[m["env"] == hist.env_name(hist.py1)]  # beta ran py1 only: alpha's py2 rows have no partner
+    rate = m[(m["benchmark"] == "bench_fix.Suite.track_rate") & (m["params"] == "device=cpu, n=8")].iloc[0]
+    assert (rate["machine_a"], rate["machine_b"], rate["ratio"]) == ("alpha", "beta", 2.0)
+    assert rate["change"] == "better"  # GB/s: larger is better
+    e = C.compare_groups(f, "env")
+    sleep = e[(e["benchmark"] == "bench_fix.Suite.time_sleep") & (e["params"] == "device=cpu, n=8")].iloc[0]
+    assert sleep["ratio"] == pytest.approx(2.0, rel=0.1) and sleep["mark"] == "+" and sleep["change"] == "worse"
+
+
+def test_history_flags_the_slowdown(hist):
+    f = load_results(hist.results).frame
+    h = C.history(f)
+    flagged = h[h["mark"] != " "]
+    assert set(flagged["params"]) == {"device=cpu, n=4", "device=cpu, n=8"}
+    assert set(flagged["machine"]) == {"alpha"}
+
+
+def test_filters(hist):
+    assert set(load_results(hist.results, machines=["beta"]).frame["machine"]) == {"beta"}
+    assert set(load_results(hist.results, commits=[hist.commits[0][:6]]).frame["commit"]) == {hist.commits[0]}
+    assert set(load_results(hist.results, benchmarks=r"track_").frame["name"]) == {"track_rate", "track_plain"}
+    with pytest.raises(ReportError, match="no machine named gamma.*known: alpha, beta"):
+        load_results(hist.results, machines=["gamma"])
+    with pytest.raises(ReportError, match="no environment named nope"):
+        load_results(hist.results, envs=["nope"])
+
+
+# --- Bad input -------------------------------------------------------------------------------------------
+
+
+def test_corrupt_file_is_named_and_the_rest_loads(results_copy, tmp_path, capsys):
+    victim = next((results_copy / "alpha").glob(f"{C.commits_in(load_results(results_copy).frame)[0][:8]}-*.json"))
+    victim.write_text(victim.read_text()[:200])
+    loaded = load_results(results_copy)
+    assert len(loaded.frame) == 30
+    assert [p.path for p in loaded.problems] == [str(victim)]
+    assert main(["--results", str(results_copy), "--out", str(tmp_path / "out"), "--format", "md"]) == 0
+    assert victim.name in capsys.readouterr().err
+    assert victim.name in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_changed_benchmark_version_is_flagged_and_not_compared(results_copy):
+    path = results_copy / "benchmarks.json"
+    data = json.loads(path.read_text())
+    data["bench_fix.Suite.time_sleep"]["version"] = "0" * 64
+    path.write_text(json.dumps(data))
+    loaded = load_results(results_copy)
+    stale = loaded.frame[~loaded.frame["version_current"]]
+    assert set(stale["benchmark"]) == {"bench_fix.Suite.time_sleep"}
+    assert any("older version" in p.message and p.path == "bench_fix.Suite.time_sleep" for p in loaded.problems)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: d / "missing", "does not exist"),
+        (lambda d: d, "is empty"),
+        (lambda d: (d / "notes.txt").write_text("hi") and d, "not an asv results directory"),
+    ],
+)
+def test_bad_results_directories_exit_2_with_the_reason(tmp_path, capsys, make, message):
+    target = make(tmp_path)
+    assert main(["--results", str(target), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "devbench report: error:" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--machine", "gamma"], "no machine named gamma"),
+        (["--env", "nope"], "no environment named nope"),
+        (["--benchmarks", "("], "not a regular expression"),
+        (["--format", "pdf"], "choose among"),
+        (["--since", "2030-01-01"], "nothing to report"),
+        (["--since", "yesterday-ish"], "is not a date"),
+        (["--base", "ffffffff"], "no results for commit"),
+        (["--factor", "0.5"], "--factor must be >= 1.0"),
+    ],
+)
+def test_bad_options_exit_2_naming_the_option(hist, tmp_path, capsys, args, message):
+    assert main(["--results", str(hist.results), "--out", str(tmp_path / "out"), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "--machine" in out and "exit status" in out
+
+
+# --- Output ----------------------------------------------------------------------------------------------
+
+
+def test_full_report_on_another_projects_results(hist, tmp_path):
+    out = tmp_path / "out"
+    assert main(["--results", str(hist.results), "--out", str(out), "--quiet"]) == 0
+    assert {p.name for p in out.iterdir()} == {"report.md", "report.html", "results.csv", "history.png"}
+    md = (out / "report.md").read_text()
+    for title in ("## Machines", "## Changes between commits", "## Machines compared", "## Environments compared"):
+        assert title in md
+    assert "Matmul" not in md  # no suite-specific section for someone else's benchmarks
+    csv = pd.read_csv(out / "results.csv")
+    assert len(csv) == 40 and {"value", "status", "ci_99_a", "machine_gpu", "n"} <= set(csv.columns)
+    html = (out / "report.html").read_text()
+    assert html.startswith("<!doctype html>") and "data:image/png;base64," in html
+    assert (out / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_write_atomic_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
+    target = tmp_path / "report.md"
+    render.write_atomic(target, "old")
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(render.os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        render.write_atomic(target, "new" * 1000)
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
+
+
+def test_report_never_imports_torch(hist, tmp_path):
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from devbench.cli import main\n"
+        f"sys.exit(main(['report', '--results', {str(hist.results)!r}, '--out', {str(tmp_path)!r}, '--quiet']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+# --- Derived figures on frames shaped like this suite's ----------------------------------------------------
+
+
+def _frame(rows):
+    base = {
+        "machine": "m",
+        "env": "e",
+        "commit": "c" * 40,
+        "commit_short": "cccccccc",
+        "date": pd.Timestamp("2026-01-01", tz="UTC"),
+        "status": "ok",
+        "version_current": True,
+        "machine_gpu": "NVIDIA H100 80GB HBM3",
+        "machine_gpu_count": "2",
+    }
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_matmul_throughput_speedup_crossover_and_peak():
+    rows = []
+    for n, cpu_t, gpu_t in [(16, 1e-6, 1e-5), (256, 1e-3, 2e-4), (4096, 1.0, 2e-3)]:
+        rows.append({"benchmark": "bench_matmul.MatmulSquare.time_matmul", "device": "cpu", "dtype": "float32", "n": n,
+                     "value": cpu_t})  # fmt: skip
+        rows.append({"benchmark": "bench_matmul.MatmulSquare.time_matmul", "device": "cuda", "dtype": "float32",
+                     "n": n, "value": gpu_t})  # fmt: skip
+    f = _frame(rows)
+    tp = D.matmul_throughput(f)
+    got = _row(tp, device="cuda", n=4096)
+    assert got["tflops"] == pytest.approx(2 * 4096**3 / 2e-3 / 1e12)
+    sp = D.gpu_speedup(f)
+    assert _row(sp, n=16)["speedup"] == pytest.approx(0.1)
+    assert _row(sp, n=4096)["speedup"] == pytest.approx(500.0)
+    assert D.crossover(sp)["crossover_n"].tolist() == [256]
+    peak = D.fraction_of_peak(f)
+    cuda = _row(peak, device="cuda", n=4096)
+    assert cuda["peak"] == 67.0 and cuda["fraction"] == pytest.approx(cuda["tflops"] / 67.0)
+    cpu = peak[peak["device"] == "cpu"]
+    assert cpu["fraction"].max() == pytest.approx(1.0) and cpu["peak_source"].iloc[0].startswith("best measured")
+
+
+def test_unknown_gpu_gets_no_fraction():
+    f = _frame([{"benchmark": "bench_matmul.MatmulSquare.track_tflops", "device": "cuda", "dtype": "float32",
+                 "n": 1024, "value": 10.0, "machine_gpu": "Mystery GPU 9000"}])  # fmt: skip
+    assert math.isnan(D.fraction_of_peak(f)["fraction"].iloc[0])
+
+
+def test_crossover_needs_every_larger_size_to_win():
+    sp = _frame([{"dtype": "float32", "n": n, "speedup": s} for n, s in [(16, 2.0), (64, 0.5), (256, 1.5)]])
+    assert D.crossover(sp)["crossover_n"].tolist() == [256]
+    never = _frame([{"dtype": "float32", "n": 16, "speedup": 0.5}])
+    assert math.isnan(D.crossover(never)["crossover_n"].iloc[0])
+
+
+def test_bandwidth_from_time_and_logging_and_parallel_ratios():
+    f = _frame(
+        [
+            {"benchmark": "bench_transfer.DeviceCopy.time_copy", "device": "cpu", "nbytes": 1 << 30, "value": 0.1},
+            {"benchmark": "bench_logging.LogNorms.time_loop", "device": "cpu", "strategy": "on_device",
+             "steps": 100, "n": 100, "value": 0.01},
+            {"benchmark": "bench_logging.LogNorms.time_loop", "device": "cpu", "strategy": "per_step_item",
+             "steps": 100, "n": 100, "value": 0.05},
+            {"benchmark": "bench_parallel.ParallelMatmul.time_sequential", "mode": "gpus", "n": 1024, "value": 2.0},
+            {"benchmark": "bench_parallel.ParallelMatmul.time_parallel", "mode": "gpus", "n": 1024, "value": 1.25},
+        ]
+    )  # fmt: skip
+    bw = D.transfer_bandwidth(f)
+    assert _row(bw, copy="on-device cpu")["gbps"] == pytest.approx((1 << 30) / 0.1 / 1e9)
+    lr = D.logging_ratio(f)
+    assert _row(lr, strategy="per_step_item")["ratio"] == pytest.approx(5.0)
+    ps = D.parallel_scaling(f).iloc[0]
+    assert (ps["lanes"], ps["speedup"], ps["efficiency"]) == (2, 1.6, 0.8)
+
+
+def test_change_words_follow_the_unit():
+    assert C._change("+", "seconds") == "worse" and C._change("-", "seconds") == "better"
+    assert C._change("+", "GB/s") == "better" and C._change("-", "TFLOP/s") == "worse"
+    assert C._change("+", "x") == "larger" and C._change("!", "seconds") == "failed"
