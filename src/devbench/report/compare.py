@@ -2,8 +2,10 @@
 
 The verdict is asv's own: the same ``factor`` and the same rule (asv's
 ``_is_result_better``: the ratio must pass the factor *and* the two results must differ
-statistically, by their 99% confidence intervals or, where asv kept samples, by a
-Mann-Whitney test; with one repeat, by the factor alone). ``mark`` is the character
+statistically, by their 99% confidence intervals; with one repeat, by the factor alone).
+asv compare runs a Mann-Whitney test instead where results kept their raw samples
+(``asv run --record-samples``); the report does not load samples, so there it may
+differ from asv on borderline cases. ``mark`` is the character
 ``asv compare`` prints: ``+`` larger (worse for a time), ``-`` smaller, ``!`` newly
 failed, ``*`` fixed, ``x`` not comparable (benchmark code changed), blank otherwise.
 Like asv, the mark treats every value as lower-is-better; ``change`` says it in words
@@ -38,8 +40,9 @@ SERIES = ["benchmark", "params"]
 HIGHER_IS_BETTER = {"GB/s", "TFLOP/s", "GFLOP/s", "%"}
 
 
-def _stats(row: Any, suffix: str) -> tuple[dict[str, float] | None, None]:
-    stats = {s: row[f"{s}{suffix}"] for s in STATS if not _isnan(row[f"{s}{suffix}"])}
+def _stats(values: Any) -> tuple[dict[str, float] | None, None]:
+    """asv's (stats, samples) pair from one result's ``STATS`` values; the report keeps no samples."""
+    stats = {s: float(v) for s, v in zip(STATS, values, strict=True) if not _isnan(float(v))}
     return (stats or None), None
 
 
@@ -62,40 +65,57 @@ def pair(left: pd.DataFrame, right: pd.DataFrame, on: list[str], factor: float =
     """Join two sets of results on ``on`` and give each pair asv's ratio and mark.
 
     Columns: the keys, ``unit``, ``before``, ``after``, ``ratio`` (after / before),
-    ``mark`` and ``change``. Pairs whose benchmark versions differ are marked ``x``.
-    Marks are decided in asv's order; the statistical test runs only where the ratio
-    passes the factor (asv's rule needs both, so elsewhere the answer is already no).
+    ``mark`` and ``change``; a result on one side only has ``change`` "only before" or
+    "only after". Pairs whose benchmark versions differ are marked ``x``.
     """
     keep = [*on, "unit", "status", "value", "version", *STATS]
     m = left[keep].merge(right[keep], on=[*on, "unit"], how="outer", suffixes=("_a", "_b"))
-    st_a, st_b = m["status_a"], m["status_b"]
-    v1, v2 = m["value_a"].astype(float), m["value_b"].astype(float)
+    a = m[[f"{c}_a" for c in ("status", "value", "version", *STATS)]].rename(columns=lambda c: c[:-2])
+    b = m[[f"{c}_b" for c in ("status", "value", "version", *STATS)]].rename(columns=lambda c: c[:-2])
+    scored = _pair_aligned(a.assign(unit=m["unit"]), b.assign(unit=m["unit"]), factor)
+    return pd.concat([m[on].reset_index(drop=True), scored.reset_index(drop=True)], axis=1)
+
+
+def _pair_aligned(a: pd.DataFrame, b: pd.DataFrame, factor: float) -> pd.DataFrame:
+    """asv's mark for row i of ``a`` (before) against row i of ``b`` (after).
+
+    Marks are decided in asv's order; the statistical test runs only where the ratio
+    passes the factor (asv's rule needs both, so elsewhere the answer is already no).
+    """
+    a, b = a.reset_index(drop=True), b.reset_index(drop=True)
+    st_a, st_b = a["status"], b["status"]
+    v1, v2 = a["value"].astype(float), b["value"].astype(float)
     one_side = st_a.isna() | st_b.isna()
     fail_a, fail_b = st_a.eq("failed"), st_b.eq("failed")
-    ver_a, ver_b = m["version_a"], m["version_b"]
+    ver_a, ver_b = a["version"], b["version"]
     incomparable = ver_a.notna() & ver_b.notna() & (ver_a != ver_b)
     both_values = ~one_side & ~fail_a & ~fail_b & v1.notna() & v2.notna()
 
-    mark = pd.Series(" ", index=m.index, dtype=object)
+    mark = pd.Series(" ", index=a.index, dtype=object)
     mark[~one_side & fail_b & ~fail_a] = "!"
     mark[~one_side & fail_a & ~fail_b] = "*"
     smaller = both_values & (v2 < v1 / factor)
     larger = both_values & (v1 < v2 / factor)
-    for idx in m.index[(smaller | larger) & ~incomparable]:
-        row = m.loc[idx]
-        ss1, ss2 = _stats(row, "_a"), _stats(row, "_b")
-        if smaller[idx] and _is_result_better(v2[idx], v1[idx], ss2, ss1, factor):
-            mark[idx] = "-"
-        elif larger[idx] and _is_result_better(v1[idx], v2[idx], ss1, ss2, factor):
-            mark[idx] = "+"
+    candidates = ((smaller | larger) & ~incomparable).to_numpy().nonzero()[0]
+    if len(candidates):
+        sa, sb = a[STATS].to_numpy(dtype=float), b[STATS].to_numpy(dtype=float)
+        x1, x2, sm = v1.to_numpy(), v2.to_numpy(), smaller.to_numpy()
+        for i in candidates:
+            ss1, ss2 = _stats(sa[i]), _stats(sb[i])
+            if sm[i]:
+                if _is_result_better(x2[i], x1[i], ss2, ss1, factor):
+                    mark.iat[i] = "-"
+            elif _is_result_better(x1[i], x2[i], ss1, ss2, factor):
+                mark.iat[i] = "+"
     mark[incomparable & ~one_side] = "x"
 
-    out = m[[*on, "unit"]].copy()
-    out["before"] = v1
-    out["after"] = v2
+    unit = a["unit"].where(a["unit"].notna(), b["unit"])
+    out = pd.DataFrame({"unit": unit, "before": v1, "after": v2})
     out["ratio"] = (v2 / v1).where(both_values & (v1 != 0))
     out["mark"] = mark
-    out["change"] = [_change(k, u) for k, u in zip(mark, m["unit"], strict=True)]
+    pairs = pd.MultiIndex.from_arrays([mark, unit.astype(object)])
+    words = {p: _change(*p) for p in pairs.unique()}
+    out["change"] = [words[p] for p in pairs]
     out.loc[one_side & st_a.notna(), "change"] = "only before"
     out.loc[one_side & st_b.notna(), "change"] = "only after"
     return out
@@ -157,21 +177,27 @@ def compare_groups(frame: pd.DataFrame, by: str, factor: float = 1.1) -> pd.Data
 
 
 def history(frame: pd.DataFrame, factor: float = 1.1) -> pd.DataFrame:
-    """Every series over commits (by date) with each step compared to the previous one.
+    """Every series over commits (by date), each result compared with the series' previous one.
 
-    Returns one row per step: machine, env, benchmark, params, the two commits, values,
+    A series is one machine, environment, benchmark and parameter combination; its steps
+    follow commit dates. Returns one row per step: the keys, the two commits, values,
     ratio, mark and change. Steps with a mark are the flagged changes.
     """
     keys = ["machine", "env", *SERIES]
-    parts = []
-    for _, grp in frame.groupby(["machine", "env"], sort=True):
-        mine = commits_in(grp)
-        for before, after in zip(mine, mine[1:], strict=False):
-            p = pair(grp[grp["commit"] == before], grp[grp["commit"] == after], keys, factor)
-            p = p[~p["change"].isin(["only before", "only after"])]
-            p.insert(len(keys), "commit_after", after)
-            p.insert(len(keys), "commit_before", before)
-            parts.append(p)
-    if not parts:
-        return pd.DataFrame(columns=[*keys, "commit_before", "commit_after", "before", "after", "ratio", "mark"])
-    return pd.concat(parts, ignore_index=True)
+    cols = [*keys, "commit_before", "commit_after", "unit", "before", "after", "ratio", "mark", "change"]
+    if frame.empty:
+        return pd.DataFrame(columns=cols)
+    f = frame.sort_values([*keys, "date", "commit"], kind="stable")
+    same = (f[keys].shift() == f[keys]).all(axis=1).to_numpy()
+    if not same.any():
+        return pd.DataFrame(columns=cols)
+    prev = f.shift()
+    shared = ["unit", "status", "value", "version", *STATS]
+    left = prev.loc[same, [*keys, "commit", *shared]].reset_index(drop=True)
+    right = f.loc[same, [*keys, "commit", *shared]].reset_index(drop=True)
+    out = _pair_aligned(left, right, factor)
+    out.insert(0, "commit_after", right["commit"])
+    out.insert(0, "commit_before", left["commit"])
+    for k in reversed(keys):
+        out.insert(0, k, right[k])
+    return out[cols]

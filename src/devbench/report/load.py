@@ -8,6 +8,7 @@ any asv results directory (``<results>/<machine>/machine.json`` plus result file
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import json
 import math
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from asv import util as asv_util
 from asv.machine import Machine
@@ -58,6 +60,11 @@ BASE_COLUMNS = [
     "cuda_version",
     "file",
 ]
+
+
+#: Columns stored as pandas categoricals.
+CATEGORICAL = ["machine", "env", "commit", "commit_short", "benchmark", "suite", "name", "type", "unit", "params",
+               "status", "version", "python", "requirements", "file"]  # fmt: skip
 
 
 @dataclass
@@ -219,10 +226,12 @@ def load_results(
     want_commits = _commit_filter(commits)
     runs = _runinfo_index(root)
 
-    cols: dict[str, list[Any]] = {c: [] for c in BASE_COLUMNS}
-    params_cols: dict[str, dict[int, Any]] = {}
-    machine_cols: dict[str, dict[int, Any]] = {}
-    req_cols: dict[str, dict[int, Any]] = {}
+    #: per-row columns; per-file ones (machine, env, commit, ...) are joined on "_file" at the end
+    row_cols = ["_file", "benchmark", "suite", "name", "type", "unit", "params", "status", "value", *STATS,
+                "version", "version_current", "started_at"]  # fmt: skip
+    cols: dict[str, list[Any]] = {c: [] for c in row_cols}
+    files: list[dict[str, Any]] = []
+    param_chunks: list[tuple[int, list[str], list[tuple[Any, ...]]]] = []
     seen_machines, seen_envs = set(), set()
     stale: dict[str, int] = {}
     want_machines = set(machines) if machines is not None else None
@@ -248,13 +257,27 @@ def load_results(
             commit = res.commit_hash or ""
             if want_commits is not None and not any(commit.lower().startswith(c) for c in want_commits):
                 continue
-            date = pd.Timestamp(res.date, unit="ms", tz="UTC") if res.date else pd.NaT
-            env_params = {k: v for k, v in res.params.items() if k not in info and k not in ("machine", "python")}
             requirements = getattr(res, "_requirements", None) or {}  # asv keeps them, with no accessor
-            reqs = "; ".join(f"{k}=={v}" if v else k for k, v in sorted(requirements.items()))
             started_ms = [v for v in res.started_at.values() if isinstance(v, (int, float))]
             torch_v, cuda_v = _actual_versions(runs.get(res.env_name, []), started_ms)
-            rel = str(path.relative_to(root))
+            file_info = {
+                "machine": info["machine"],
+                "env": res.env_name,
+                "commit": commit,
+                "commit_short": commit[:8],
+                "date": pd.Timestamp(res.date, unit="ms", tz="UTC") if res.date else pd.NaT,
+                "python": res.params.get("python"),
+                "requirements": "; ".join(f"{k}=={v}" if v else k for k, v in sorted(requirements.items())),
+                "torch_version": torch_v,
+                "cuda_version": cuda_v,
+                "file": str(path.relative_to(root)),
+            }
+            file_info.update({f"machine_{k}": v for k, v in info.items() if k != "machine"})
+            file_info.update(
+                {f"env_{k}": v for k, v in res.params.items() if k not in info and k not in ("machine", "python")}
+            )
+            fid = len(files)
+            files.append(file_info)
             for key in sorted(res.get_all_result_keys()):
                 if pattern is not None and not pattern.search(key):
                     continue
@@ -264,61 +287,38 @@ def load_results(
                 stats = res.get_result_stats(key, bparams)
                 if not isinstance(values, list):
                     values = [values]
-                if stats is not None and not isinstance(stats, list):
-                    stats = [stats]
-                names = list(meta.get("param_names") or [f"param{i}" for i in range(len(bparams))])
-                if len(names) != len(bparams):
-                    names = [f"param{i}" for i in range(len(bparams))]
+                names, typed, labels = _layout(key, tuple(meta.get("param_names") or ()), _freeze(bparams))
                 version = res.benchmark_version.get(key)
                 current = meta.get("version") is None or version is None or version == meta.get("version")
                 if not current:
                     stale[key] = stale.get(key, 0) + 1
-                combos = _combinations(bparams)
-                k = len(combos)
-                stats = stats if isinstance(stats, list) else [None] * k
-                values = list(values) + [None] * (k - len(values))
-                stats = list(stats) + [None] * (k - len(stats))
-                typed = [[parse_param(v) for v in combo] for combo in combos]
+                k = len(typed)
+                values = (list(values) + [None] * k)[:k]
+                stats = (list(stats) if isinstance(stats, list) else [stats] if stats else []) + [None] * k
                 status = [_status(v) for v in values]
                 kind = meta.get("type") or _type_from_name(key)
                 started = res.started_at.get(key)
                 started = pd.Timestamp(started, unit="ms", tz="UTC") if isinstance(started, (int, float)) else pd.NaT
-                const = {
-                    "machine": info["machine"],
-                    "env": res.env_name,
-                    "commit": commit,
-                    "commit_short": commit[:8],
-                    "date": date,
-                    "benchmark": key,
-                    "suite": key.split(".", 1)[0] if "." in key else "",
-                    "name": key.rsplit(".", 1)[-1],
-                    "type": kind,
-                    "unit": meta.get("unit") or ("seconds" if kind == "time" else "unit"),
-                    "version": version,
-                    "version_current": current,
-                    "started_at": started,
-                    "python": res.params.get("python"),
-                    "requirements": reqs,
-                    "torch_version": torch_v,
-                    "cuda_version": cuda_v,
-                    "file": rel,
-                }
-                for c, v in const.items():
+                for c, v in (
+                    ("_file", fid),
+                    ("benchmark", key),
+                    ("suite", key.split(".", 1)[0] if "." in key else ""),
+                    ("name", key.rsplit(".", 1)[-1]),
+                    ("type", kind),
+                    ("unit", meta.get("unit") or ("seconds" if kind == "time" else "unit")),
+                    ("version", version),
+                    ("version_current", current),
+                    ("started_at", started),
+                ):
                     cols[c].extend([v] * k)
-                cols["params"].extend(", ".join(f"{n}={v}" for n, v in zip(names, t, strict=True)) for t in typed)
+                cols["params"].extend(labels)
                 cols["status"].extend(status)
                 cols["value"].extend(float(v) if st == "ok" else math.nan for v, st in zip(values, status, strict=True))
-                for s in STATS:
-                    cols[s].extend(_stat(st, s) for st in stats)
-                for i, n in enumerate(names):
-                    col = params_cols.setdefault(n, {})
-                    for j, t in enumerate(typed):
-                        col[row + j] = t[i]
-                for c, v in info.items():
-                    if c != "machine":
-                        machine_cols.setdefault(f"machine_{c}", {}).update(dict.fromkeys(range(row, row + k), v))
-                for c, v in env_params.items():
-                    req_cols.setdefault(f"env_{c}", {}).update(dict.fromkeys(range(row, row + k), v))
+                stats = [st if isinstance(st, dict) else {} for st in stats[:k]]
+                for name in STATS:
+                    cols[name].extend([st.get(name, math.nan) for st in stats])
+                if names:
+                    param_chunks.append((row, list(names), typed))
                 row += k
 
     if want_machines is not None:
@@ -340,22 +340,42 @@ def load_results(
             )
         )
 
-    frame = pd.DataFrame(cols)
+    per_row = pd.DataFrame(cols)
+    per_file = pd.DataFrame(files) if files else pd.DataFrame(columns=[c for c in BASE_COLUMNS if c not in cols])
+    frame = per_row.join(per_file, on="_file").drop(columns="_file")
+    extra = [c for c in per_file.columns if c.startswith(("machine_", "env_"))]
+    frame = frame[[*BASE_COLUMNS, *extra]]
+    param_values: dict[str, np.ndarray] = {}
+    for start, names, typed in param_chunks:
+        for i, name in enumerate(names):
+            col = param_values.get(name)
+            if col is None:
+                col = param_values[name] = np.full(row, None, dtype=object)
+            col[start : start + len(typed)] = [t[i] for t in typed]
     param_names = []
-    for name, values in params_cols.items():
+    for name, values in param_values.items():
         col = name if name not in frame.columns else f"param_{name}"
-        frame[col] = _typed(pd.Series(values, dtype=object).reindex(range(row)))
+        frame[col] = _typed(pd.Series(values, dtype=object))
         param_names.append(col)
-    machine_names = []
-    for name, values in {**machine_cols, **req_cols}.items():
-        frame[name] = pd.Series(values, dtype=object).reindex(range(row))
-        machine_names.append(name)
-    return Loaded(frame, problems, root, param_names, machine_names)
+    for name in CATEGORICAL:  # few distinct values, many rows: sorting, grouping and merging get cheaper
+        frame[name] = frame[name].astype("category")
+    return Loaded(frame, problems, root, param_names, extra)
 
 
-def _stat(stats: dict[str, Any] | None, name: str) -> float:
-    v = (stats or {}).get(name)
-    return float(v) if isinstance(v, (int, float)) else math.nan
+def _freeze(params: list[list[Any]]) -> tuple[tuple[Any, ...], ...]:
+    return tuple(tuple(p) for p in params)
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout(
+    key: str, names: tuple[str, ...], params: tuple[tuple[Any, ...], ...]
+) -> tuple[tuple[str, ...], list[tuple[Any, ...]], list[str]]:
+    """Parameter names, typed combinations and their labels; the same for every file of a benchmark."""
+    if len(names) != len(params):
+        names = tuple(f"param{i}" for i in range(len(params)))
+    typed = [tuple(parse_param(v) for v in combo) for combo in _combinations([list(p) for p in params])]
+    labels = [", ".join(f"{n}={v}" for n, v in zip(names, t, strict=True)) for t in typed]
+    return names, typed, labels
 
 
 def _combinations(params: list[list[Any]]) -> list[tuple[Any, ...]]:
@@ -364,12 +384,10 @@ def _combinations(params: list[list[Any]]) -> list[tuple[Any, ...]]:
 
 def _typed(series: pd.Series) -> pd.Series:
     """Integers as nullable Int64, floats as float, anything else as object."""
-    present = series.dropna()
-    if present.empty:
-        return series
-    if present.map(lambda v: isinstance(v, int) and not isinstance(v, bool)).all():
+    kind = pd.api.types.infer_dtype(series, skipna=True)
+    if kind == "integer":
         return series.astype("Int64")
-    if present.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).all():
+    if kind in ("floating", "mixed-integer-float"):
         return series.astype(float)
     return series
 
