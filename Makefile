@@ -10,8 +10,9 @@ ASV_ENV := -E existing:$(abspath $(PY))
 COMMIT = $(shell git rev-parse HEAD)
 BASE ?= main
 BENCH ?= .
+REPORT_DIR ?= reports
 
-.PHONY: help venv test lint bench machine quick compare publish preview clean
+.PHONY: help venv test lint bench machine quick compare publish preview report clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
@@ -19,6 +20,7 @@ help:
 	@echo "make quick     one sample of every benchmark (asv run --quick), results kept"
 	@echo "make compare   asv continuous BASE HEAD (BASE=main by default)"
 	@echo "make publish   asv publish: the HTML site under .asv/html"
+	@echo "make report    devbench report: .asv/results -> reports/ (Markdown, HTML, CSV, PNG)"
 	@echo "make preview   serve the HTML site on localhost"
 
 venv: $(VENV)/.installed
@@ -46,6 +48,10 @@ machine: venv
 bench: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --show-stderr --bench '$(BENCH)'
 	$(ASV) publish
+	$(MAKE) report
+
+report: venv
+	$(VENV)/bin/devbench report --results .asv/results --out $(REPORT_DIR)
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'
