@@ -104,6 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
     report_cli.add_arguments(p)
     p.set_defaults(func=report_cli.run)
 
+    from devbench import validate
+
+    p = sub.add_parser(
+        "validate",
+        help="check the suite's latest figures against torch.utils.benchmark.Timer (and CUDA events)",
+        description=validate.build_parser().description,
+        epilog=validate.build_parser().epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    validate.add_arguments(p)
+    p.set_defaults(func=validate.run)
+
     return parser
 
 

@@ -1,0 +1,97 @@
+"""devbench validate: its table, verdicts and messages, on synthetic results."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from devbench import validate as V
+
+
+def _frame(rows):
+    day = pd.Timestamp("2026-01-01", tz="UTC")
+    base = {"machine": "vm", "status": "ok", "version_current": True, "commit": "a" * 40, "date": day, "started_at": day}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_the_subset_follows_the_issue():
+    cpu = {c.label for c in V.checks(gpu=False)}
+    assert cpu == {
+        "matmul float32 n=256 cpu",
+        "matmul float32 n=1024 cpu",
+        "matmul float32 n=4096 cpu",
+        "host copy 1 MiB",
+        "host copy 64 MiB",
+    }
+    gpu = {c.label for c in V.checks(gpu=True)} - cpu
+    assert {"pinned h2d 256 MiB", "pinned d2h 256 MiB", "matmul bfloat16 n=8192 cuda"} <= gpu
+    assert all(c.needs_gpu for c in V.checks(gpu=True) if c.label in gpu)
+
+
+def test_suite_figures_take_the_latest_measured_result_of_this_machine():
+    c = V.checks(gpu=False)[0]
+    f = _frame(
+        [
+            {"benchmark": c.benchmark, "params": c.params, "value": 1.0, "commit": "old" + "0" * 37},
+            {"benchmark": c.benchmark, "params": c.params, "value": 2.0, "commit": "new" + "0" * 37,
+             "date": pd.Timestamp("2026-02-01", tz="UTC")},
+            {"benchmark": c.benchmark, "params": c.params, "value": 9.0, "machine": "other",
+             "date": pd.Timestamp("2026-03-01", tz="UTC")},
+            {"benchmark": c.benchmark, "params": c.params, "value": math.nan, "status": "skipped",
+             "date": pd.Timestamp("2026-03-01", tz="UTC")},
+        ]
+    )  # fmt: skip
+    assert V.suite_figures(f, "vm", [c]) == {c.label: (2.0, "new00000")}
+    assert V.suite_figures(f, "nobody", [c]) == {}
+
+
+def test_a_bad_ratio_fails_and_is_named():
+    rows = [
+        V.Row("good", "GB/s", 10.0, 10.4, math.nan, "abc"),
+        V.Row("bad", "GB/s", 10.0, 12.0, math.nan, "abc"),
+        V.Row("broken", "GB/s", 10.0, 0.0, math.nan, "abc"),
+    ]
+    assert V.judge(rows, 0.10) == ["bad", "broken"]
+    assert V.judge(rows[:1], 0.10) == []
+    assert V.judge(rows[:2], 0.25) == []
+    table = V.format_table(rows, 0.10)
+    assert "OFF" in table.splitlines()[3] and table.splitlines()[2].endswith("ok")
+    assert "0.962" in table  # 10.0 / 10.4
+
+
+def test_missing_results_give_the_clear_message(tmp_path, capsys):
+    assert V.main(["--results", str(tmp_path / "nothing"), "--machine", "vm"]) == V.EXIT_NO_RESULTS
+    err = capsys.readouterr().err
+    assert "no results to validate" in err and "make bench" in err
+
+
+def test_results_without_the_validated_benchmarks_say_so(tmp_path, capsys):
+    machine = tmp_path / "results" / "vm"
+    machine.mkdir(parents=True)
+    (machine / "machine.json").write_text(json.dumps({"machine": "vm", "version": 1}))
+    assert V.main(["--results", str(tmp_path / "results"), "--machine", "vm"]) == V.EXIT_NO_RESULTS
+    assert "has no results for the validated benchmarks" in capsys.readouterr().err
+
+
+def test_unknown_machine_lists_the_known_ones(tmp_path, capsys):
+    machine = tmp_path / "results" / "vm"
+    machine.mkdir(parents=True)
+    (machine / "machine.json").write_text(json.dumps({"machine": "vm", "version": 1}))
+    assert V.main(["--results", str(tmp_path / "results"), "--machine", "h100"]) == V.EXIT_NO_RESULTS
+    assert "known: vm" in capsys.readouterr().err
+
+
+def test_bad_tolerance_is_refused(capsys):
+    assert V.main(["--tolerance", "0"]) == V.EXIT_NO_RESULTS
+    assert "--tolerance must be > 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("label", ["matmul float32 n=256 cpu", "host copy 1 MiB"])
+def test_reference_measurement_is_positive_and_in_the_unit(label):
+    c = next(c for c in V.checks(gpu=False) if c.label == label)
+    timer, events = V.measure(c, min_run_time=0.05)
+    assert timer > 0 and math.isnan(events)
+    assert timer < (10.0 if c.unit == "TFLOP/s" else 1000.0)  # a CPU, not a unit mix-up
