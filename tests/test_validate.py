@@ -13,7 +13,8 @@ from devbench import validate as V
 
 def _frame(rows):
     day = pd.Timestamp("2026-01-01", tz="UTC")
-    base = {"machine": "vm", "status": "ok", "version_current": True, "commit": "a" * 40, "date": day, "started_at": day}
+    base = {"machine": "vm", "status": "ok", "version_current": True, "commit": "a" * 40}
+    base.update(date=day, started_at=day)
     return pd.DataFrame([{**base, **r} for r in rows])
 
 
