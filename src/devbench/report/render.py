@@ -468,7 +468,8 @@ def build(
 def _md_table(table: pd.DataFrame) -> str:
     if table.empty:
         return "_none_"
-    return table.to_markdown(index=False, floatfmt=".4g")
+    shown = table.astype(object).where(table.notna(), None)  # tabulate prints None as missingval
+    return shown.to_markdown(index=False, floatfmt=".4g", missingval="n/a")
 
 
 def to_markdown(rep: Report, plot_files: dict[str, str]) -> str:
