@@ -69,19 +69,22 @@ def test_missing_results_give_the_clear_message(tmp_path, capsys):
     assert "no results to validate" in err and "make bench" in err
 
 
-def test_results_without_the_validated_benchmarks_say_so(tmp_path, capsys):
+@pytest.fixture
+def empty_vm_results(tmp_path):
+    """A results directory with machine "vm" and no result files."""
     machine = tmp_path / "results" / "vm"
     machine.mkdir(parents=True)
     (machine / "machine.json").write_text(json.dumps({"machine": "vm", "version": 1}))
-    assert V.main(["--results", str(tmp_path / "results"), "--machine", "vm"]) == V.EXIT_NO_RESULTS
+    return str(tmp_path / "results")
+
+
+def test_results_without_the_validated_benchmarks_say_so(empty_vm_results, capsys):
+    assert V.main(["--results", empty_vm_results, "--machine", "vm"]) == V.EXIT_NO_RESULTS
     assert "has no results for the validated benchmarks" in capsys.readouterr().err
 
 
-def test_unknown_machine_lists_the_known_ones(tmp_path, capsys):
-    machine = tmp_path / "results" / "vm"
-    machine.mkdir(parents=True)
-    (machine / "machine.json").write_text(json.dumps({"machine": "vm", "version": 1}))
-    assert V.main(["--results", str(tmp_path / "results"), "--machine", "h100"]) == V.EXIT_NO_RESULTS
+def test_unknown_machine_lists_the_known_ones(empty_vm_results, capsys):
+    assert V.main(["--results", empty_vm_results, "--machine", "h100"]) == V.EXIT_NO_RESULTS
     assert "known: vm" in capsys.readouterr().err
 
 

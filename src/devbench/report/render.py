@@ -312,7 +312,7 @@ def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1) 
     try:
         draw(axes)
         # fixed margins: tight_layout costs seconds with log axes and many ticks
-        fig.subplots_adjust(left=0.09, right=0.98, bottom=0.14, top=0.9, wspace=0.22, hspace=0.55)
+        fig.subplots_adjust(left=0.13, right=0.98, bottom=0.14, top=0.9, wspace=0.22, hspace=0.55)
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=100)
         return buf.getvalue()
@@ -320,41 +320,45 @@ def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1) 
         plt.close(fig)
 
 
-def plot_throughput(tp: pd.DataFrame) -> bytes | None:
-    if tp.empty:
+def _loglog_per_machine(
+    df: pd.DataFrame, line: str, x: str, y: str, xlabel: str, ylabel: str, style: Callable[[str], str]
+) -> bytes | None:
+    """One log-log panel per machine (at most 4), one line per value of ``line``."""
+    if df.empty:
         return None
-    wheres = sorted(_where(tp).unique())[:4]
+    from matplotlib.ticker import FuncFormatter
+
+    where = _where(df)
+    wheres = sorted(where.unique())[:4]
 
     def draw(axes):
         for ax, w in zip(axes.flat, wheres, strict=False):
-            sub = tp[_where(tp) == w]
-            for (dev, dt), g in sub.groupby(["device", "dtype"]):
-                g = g.sort_values("n")
-                ax.plot(g["n"], g["tflops"], marker="o", ls="-" if dev == "cuda" else "--", label=f"{dev} {dt}")
-            ax.set(xscale="log", yscale="log", xlabel="n (n x n @ n x n)", ylabel="TFLOP/s", title=w)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
-
-    return _figure_png(draw, ncols=len(wheres))
-
-
-def plot_bandwidth(bw: pd.DataFrame) -> bytes | None:
-    if bw.empty:
-        return None
-    wheres = sorted(_where(bw).unique())[:4]
-
-    def draw(axes):
-        for ax, w in zip(axes.flat, wheres, strict=False):
-            sub = bw[_where(bw) == w]
-            for copy, g in sub.groupby("copy"):
-                g = g.sort_values("nbytes")
-                ls = "--" if "pageable" in copy else ":" if copy.startswith("on-device") else "-"
-                ax.plot(g["nbytes"], g["gbps"], marker="o", ls=ls, label=copy)
-            ax.set(xscale="log", yscale="log", xlabel="bytes per copy", ylabel="GB/s (decimal)", title=w)
+            for label, g in df[where == w].groupby(line):
+                g = g.sort_values(x)
+                ax.plot(g[x], g[y], marker="o", ls=style(str(label)), label=str(label))
+            ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=w)
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7)
 
     return _figure_png(draw, ncols=len(wheres))
+
+
+def plot_throughput(tp: pd.DataFrame) -> bytes | None:
+    """TFLOP/s vs n per device and dtype (GPU solid, CPU dashed)."""
+    lines = tp.assign(line=tp["device"].astype(str) + " " + tp["dtype"].astype(str))
+    return _loglog_per_machine(
+        lines, "line", "n", "tflops", "n (n x n @ n x n)", "TFLOP/s", lambda s: "-" if s.startswith("cuda") else "--"
+    )
+
+
+def plot_bandwidth(bw: pd.DataFrame) -> bytes | None:
+    """GB/s vs bytes per copy kind (pinned solid, pageable dashed, on-device dotted)."""
+
+    def style(copy: str) -> str:
+        return "--" if "pageable" in copy else ":" if copy.startswith("on-device") else "-"
+
+    return _loglog_per_machine(bw, "copy", "nbytes", "gbps", "bytes per copy", "GB/s (decimal)", style)
 
 
 def plot_history(frame: pd.DataFrame, flagged: pd.DataFrame, limit: int = 6) -> bytes | None:
