@@ -197,11 +197,25 @@ def test_many_small_moves_every_byte(kind):
         assert [o.shape for o in batch.out] == [t.shape for t in batch.tensors]
 
 
-def test_many_small_packed_unpacks_in_order():
-    batch = T.ManySmall("tensors_packed", CPU)
+@pytest.mark.parametrize("kind", ["tensors_one_by_one", "tensors_packed"])
+def test_many_small_tensors_are_really_copied_in_order(kind):
+    batch = T.ManySmall(kind, CPU)
     out = batch()
     for o, t in zip(out, batch.tensors, strict=True):
         assert torch.equal(o, t)
+        assert o.data_ptr() != t.data_ptr()  # a same-device .to() would hand back t itself
+
+
+def test_many_small_check_catches_a_copy_that_did_not_happen(monkeypatch):
+    batch = T.ManySmall("tensors_one_by_one", CPU)
+
+    def no_copy(self):
+        self.out = list(self.tensors)
+        return self.out
+
+    monkeypatch.setattr(T.ManySmall, "__call__", no_copy)
+    with pytest.raises(AssertionError, match="differs from source"):
+        batch.check()
 
 
 def test_many_small_check_catches_a_lost_tensor(monkeypatch):

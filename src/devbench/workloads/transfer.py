@@ -434,11 +434,12 @@ class ManySmall:
             for s, d in self.pairs:
                 d.copy_(s, non_blocking=self.non_blocking)
             return self.dst
+        # copy=True: on a CPU "device" .to() would return the very same tensor and copy nothing
         if self.kind == "tensors_one_by_one":
-            self.out = [t.to(self.device, non_blocking=self.non_blocking) for t in self.tensors]
+            self.out = [t.to(self.device, non_blocking=self.non_blocking, copy=True) for t in self.tensors]
             return self.out
         torch.cat([t.view(-1) for t in self.tensors], out=self.staging)
-        flat = self.staging.to(self.device, non_blocking=self.non_blocking)
+        flat = self.staging.to(self.device, non_blocking=self.non_blocking, copy=True)
         self.out = [p.view(t.shape) for p, t in zip(flat.split(self.numels), self.tensors, strict=True)]
         return self.out
 
@@ -449,7 +450,7 @@ class ManySmall:
             ok = torch.equal(self.dst.cpu(), self.src)
         else:
             ok = len(self.out) == len(self.tensors) and all(
-                o.device.type == self.device.type and torch.equal(o.cpu(), t)
+                o.device.type == self.device.type and o.data_ptr() != t.data_ptr() and torch.equal(o.cpu(), t)
                 for o, t in zip(self.out, self.tensors, strict=True)
             )
         if not ok:
