@@ -6,10 +6,10 @@ come from ``scale.json``, then runs ``asv run`` four times:
 =========  ======  =====  ======================================
 machine    commit  env    values
 =========  ======  =====  ======================================
-alpha      c1      py1    sleep 1 ms per unit, rate x1
-alpha      c2      py1    sleep 2 ms per unit (twice as slow)
-alpha      c2      py2    sleep 1 ms per unit
-beta       c2      py1    sleep 1 ms per unit, rate x2 (H100)
+alpha      c1      py1    sleep 5 ms per unit, rate x1
+alpha      c2      py1    sleep 10 ms per unit (twice as slow)
+alpha      c2      py2    sleep 5 ms per unit
+beta       c2      py1    sleep 5 ms per unit, rate x2 (H100)
 =========  ======  =====  ======================================
 
 ``Suite`` has a skipped (cuda) and measured (cpu) device param, a failing benchmark and a
@@ -137,10 +137,11 @@ def make_history(tmp: Path) -> History:
     py2 = str(wrapper)
 
     runs = [
-        ("alpha", c1, py1, {"sleep_ms": 1.0, "rate": 1.0}),
-        ("alpha", c2, py1, {"sleep_ms": 2.0, "rate": 1.0}),
-        ("alpha", c2, py2, {"sleep_ms": 1.0, "rate": 1.0}),
-        ("beta", c2, py1, {"sleep_ms": 1.0, "rate": 2.0}),
+        # sleeps of 20-80 ms: a busy 2-vCPU host oversleeps by a few ms, which would blur 1-2 ms steps
+        ("alpha", c1, py1, {"sleep_ms": 5.0, "rate": 1.0}),
+        ("alpha", c2, py1, {"sleep_ms": 10.0, "rate": 1.0}),
+        ("alpha", c2, py2, {"sleep_ms": 5.0, "rate": 1.0}),
+        ("beta", c2, py1, {"sleep_ms": 5.0, "rate": 2.0}),
     ]
     for machine, commit, python, scale in runs:
         (project / "scale.json").write_text(json.dumps(scale))

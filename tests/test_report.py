@@ -90,7 +90,7 @@ def test_units_types_stats_and_machine_fields(hist):
     assert sleep["type"] == "time" and sleep["unit"] == "seconds"
     assert sleep["ci_99_a"] <= sleep["value"] <= sleep["ci_99_b"]
     assert sleep["repeat"] == 5 and sleep["number"] == 1
-    assert 0.0075 < sleep["value"] < 0.02  # 2 ms x 4 of sleep
+    assert 0.038 < sleep["value"] < 0.1  # 10 ms x 4 of sleep
     assert sleep["date"] == pd.Timestamp("2026-01-02", tz="UTC")
 
 
@@ -135,7 +135,7 @@ def test_comparison_matches_asv_compare(hist):
         args = ", ".join(repr(parse_param(v)) if not v.isdigit() else v for v in values)
         name = f"{row.benchmark}({args})" if values else row.benchmark
         mark, ratio = theirs[name]
-        assert (row.mark.strip(), mark) == (mark, mark), name
+        assert row.mark.strip() == mark, name
         if ratio == "n/a":
             assert math.isnan(row.ratio), name
         else:
@@ -152,7 +152,7 @@ def test_machine_and_env_comparisons_on_the_same_commit(hist):
     assert rate["change"] == "better"  # GB/s: larger is better
     e = C.compare_groups(f, "env")
     sleep = e[(e["benchmark"] == "bench_fix.Suite.time_sleep") & (e["params"] == "device=cpu, n=8")].iloc[0]
-    # py1 slept 2 ms per unit on c2, py2 1 ms; which env is the baseline depends on how their paths sort
+    # py1 slept 10 ms per unit on c2, py2 5 ms; which env is the baseline depends on how their paths sort
     if sleep["env_a"] == hist.env_name(hist.py2):
         assert sleep["ratio"] == pytest.approx(2.0, rel=0.1) and (sleep["mark"], sleep["change"]) == ("+", "worse")
     else:

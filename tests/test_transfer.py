@@ -128,8 +128,7 @@ def test_run_concurrently_runs_every_lane_and_times_each():
 
     t = T.run_concurrently([lane(0), lane(1)], CPU, calls=5)
     assert counts == [5, 5]
-    assert len(t.lanes) == 2 and all(s > 0 for s in t.lanes)
-    assert t.wall >= max(t.lanes) * 0.5
+    assert len(t.lanes) == 2 and all(s > 0 for s in t.lanes) and t.wall > 0
 
 
 def test_run_concurrently_reraises_a_lane_error():
@@ -148,8 +147,6 @@ def test_bidirectional_copies_both_ways_and_counts_both():
     h2d, d2h = T.Copy(T.MiB, CPU, CPU), T.Copy(T.MiB, CPU, CPU, seed=7)
     r = T.bidirectional(h2d, d2h, calls=4)
     assert r.total > 0 and r.h2d > 0 and r.d2h > 0
-    # the total counts both directions over the whole span, so it is at least each one's share
-    assert r.total >= min(r.h2d, r.d2h) * 0.5
     assert torch.equal(h2d.dsts[1], h2d.srcs[1]) and torch.equal(d2h.dsts[1], d2h.srcs[1])
 
 
@@ -158,13 +155,17 @@ def test_bidirectional_rejects_two_devices():
         T.bidirectional(T.host_device_copy("h2d", 8, torch.device("meta")), T.Copy(8, CPU, CPU), 1)
 
 
-def test_overlap_figures_are_consistent():
+def test_overlap_runs_both_tasks_in_every_arrangement():
     copy = T.Copy(4 * T.MiB, CPU, CPU)
-    work = T.RepeatedWork(lambda: torch.ones(256, 256) @ torch.ones(256, 256), reps=3)
+    products = []
+    work = T.RepeatedWork(lambda: products.append(torch.ones(64, 64) @ torch.ones(64, 64)), reps=3)
+    for d in copy.dsts:
+        d.zero_()
     o = T.overlap(copy, work, CPU, calls=2)
     assert o.copy > 0 and o.compute > 0 and o.serial > 0 and o.concurrent > 0
-    assert o.ratio == pytest.approx(o.serial / o.concurrent)
-    assert o.hidden == pytest.approx((o.serial - o.concurrent) / min(o.copy, o.compute))
+    # alone, serial and concurrent: 3 arrangements x 2 calls x 3 reps of the compute
+    assert len(products) == 18 and all(torch.equal(p, torch.full((64, 64), 64.0)) for p in products)
+    assert all(torch.equal(d, s) for d, s in zip(copy.dsts, copy.srcs, strict=True))
 
 
 def test_overlap_ratio_definition():
@@ -266,15 +267,17 @@ def test_same_device_move_is_the_same_object():
 # --- The benchmark classes themselves, set up on the CPU ---------------------------------------------
 
 
-def test_device_copy_benchmark_measures_the_host_line():
-    from benchmarks.bench_transfer import DeviceCopy
+def test_device_copy_benchmark_measures_the_host_line(monkeypatch):
+    import benchmarks.bench_transfer as bt
 
-    b = DeviceCopy()
+    b = bt.DeviceCopy()
     b.setup("cpu", 256 * T.KiB)
     b.time_copy("cpu", 256 * T.KiB)
-    copied = b.track_gbps_copied("cpu", 256 * T.KiB)
-    assert copied > 0
-    assert b.track_gbps_read_write("cpu", 256 * T.KiB) > copied * 0.5
+    assert b.track_gbps_copied("cpu", 256 * T.KiB) > 0
+    # the two conventions: bytes copied, and bytes read plus bytes written (twice as many)
+    monkeypatch.setattr(bt, "_bandwidth", lambda copy: copy.nbytes / 1e6)
+    assert b.track_gbps_copied("cpu", 256 * T.KiB) == pytest.approx(0.262144)
+    assert b.track_gbps_read_write("cpu", 256 * T.KiB) == pytest.approx(2 * 0.262144)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA skips")
@@ -342,8 +345,11 @@ def test_streams_bidirectional_and_overlap_on_a_gpu():
     d2h.check()
     from devbench.workloads.matmul import Matmul
 
-    o = T.overlap(h2d, Matmul(1024, "float32", CUDA), CUDA, calls=4)
-    assert o.concurrent <= o.serial * 1.1
+    mm = Matmul(1024, "float32", CUDA)
+    o = T.overlap(h2d, mm, CUDA, calls=4)
+    assert min(o.copy, o.compute, o.serial, o.concurrent) > 0
+    h2d.check()
+    mm.check()  # the product made on a side stream is still right
 
 
 @pytest.mark.cuda

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
-import json
 import math
 import os
 import re
@@ -390,13 +389,3 @@ def _typed(series: pd.Series) -> pd.Series:
     if kind in ("floating", "mixed-integer-float"):
         return series.astype(float)
     return series
-
-
-def machines_table(loaded: Loaded) -> pd.DataFrame:
-    """One row per machine with its machine.json fields (GPU, CUDA, driver where recorded)."""
-    cols = ["machine", *[c for c in loaded.machine_columns if c.startswith("machine_")]]
-    return loaded.frame[cols].astype(str).drop_duplicates("machine").reset_index(drop=True)
-
-
-def problems_as_json(problems: list[Problem]) -> str:
-    return json.dumps([{"path": p.path, "message": p.message} for p in problems], indent=2)
