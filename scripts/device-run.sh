@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The whole GPU check in one command, for a lent GPU machine that has torch but no asv
+# and no package index. Run from the repository root with the wheels made by
+# ../shared/tools/device-wheels.sh (plus `pip wheel --no-deps -w .whl .` for devbench)
+# carried in .whl/ and .git carried too (asv reads the commit's date from it):
+#
+#   OUT=/tmp/out scripts/device-run.sh [MACHINE]
+#
+# Steps, each under its own time limit so one slow step cannot lose the others:
+#   1. install the wheels into the machine's python3, record the asv machine (GPU fields)
+#   2. the tests that need CUDA, then the rest of the fast tests
+#   3. asv run, one module at a time (asv saves a module's results when it ends, so a
+#      time limit costs one module, not the run), with --durations
+#   4. devbench validate against the results just made
+#   5. results, logs and nvidia-smi before/after packed into $OUT
+# Environment: BUDGET_S (total seconds, default 560), MODULES (space-separated asv
+# --bench regexes, default every module), SKIP_INSTALL=1, SKIP_TESTS=1, SKIP_VALIDATE=1.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+machine=${1:-gpu}
+OUT=${OUT:-/tmp/devbench-out}
+mkdir -p "$OUT"
+budget=${BUDGET_S:-560}
+modules=${MODULES:-"bench_matmul bench_transfer bench_logging bench_parallel bench_model bench_devices"}
+t0=$(date +%s)
+left() { echo $((budget - ($(date +%s) - t0))); }
+log="$OUT/log.txt"
+exec > >(tee -a "$log") 2>&1
+
+echo "== install ($(left) s left)"
+if [ "${SKIP_INSTALL:-0}" != 1 ] && compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
+fi
+py=$(command -v python3)
+git rev-parse HEAD >/dev/null || { echo "no git checkout here: carry .git"; exit 1; }
+nvidia-smi -q -d CLOCK,TEMPERATURE,POWER,PERFORMANCE >"$OUT/smi-before.txt" 2>&1 || true
+python3 -m devbench.cli machine --machine "$machine" || exit 1
+python3 -m devbench.cli info
+
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    echo "== tests that need CUDA ($(left) s left)"
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 | tail -40
+    echo "== fast tests ($(left) s left)"
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m "not slow and not cuda" -x tests 2>&1 | tail -15
+fi
+
+for m in $modules; do
+    reserve=$([ "${SKIP_VALIDATE:-0}" = 1 ] && echo 15 || echo 60)
+    limit=$(( $(left) - reserve ))
+    if [ "$limit" -lt 20 ]; then echo "== skip $m: out of time"; continue; fi
+    echo "== asv run $m (limit ${limit} s)"
+    s=$(date +%s)
+    timeout "$limit" python3 -m asv run -E "existing:$py" --machine "$machine" \
+        --set-commit-hash "$(git rev-parse HEAD)" --durations 8 --show-stderr --bench "$m"
+    echo "== $m: rc $? in $(( $(date +%s) - s )) s"
+done
+
+if [ "${SKIP_VALIDATE:-0}" != 1 ] && [ "$(left)" -gt 30 ]; then
+    echo "== validate ($(left) s left)"
+    timeout $(( $(left) - 10 )) python3 -m devbench.cli validate --machine "$machine" 2>&1 | tee "$OUT/validate.txt"
+fi
+
+nvidia-smi -q -d CLOCK,TEMPERATURE,POWER,PERFORMANCE >"$OUT/smi-after.txt" 2>&1 || true
+tar czf "$OUT/results.tgz" .asv/results 2>/dev/null
+echo "== done in $(( $(date +%s) - t0 )) s"
