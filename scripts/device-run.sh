@@ -14,14 +14,19 @@
 #   4. devbench validate against the results just made
 #   5. results, logs and nvidia-smi before/after packed into $OUT
 # Environment: BUDGET_S (total seconds, default 560), MODULES (space-separated asv
-# --bench regexes, default every module), SKIP_INSTALL=1, SKIP_TESTS=1, SKIP_VALIDATE=1.
+# --bench regexes, default every module), SKIP_INSTALL=1, SKIP_TESTS=1,
+# CUDA_TESTS_ONLY=1, SKIP_VALIDATE=1.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 machine=${1:-gpu}
 OUT=${OUT:-/tmp/devbench-out}
 mkdir -p "$OUT"
 budget=${BUDGET_S:-560}
-modules=${MODULES:-"bench_matmul bench_transfer bench_logging bench_parallel bench_model bench_devices"}
+# bench_transfer goes class by class (HostDevice alone is 96 combinations) and last.
+modules=${MODULES:-"bench_matmul bench_logging bench_parallel bench_model bench_devices
+  bench_transfer.(DeviceCopy|PeerCopy|HostDeviceBidirectional)
+  bench_transfer.(ManySmallCopies|SameDeviceMove|CopyComputeOverlap|HiddenCopy)
+  bench_transfer.HostDevice\\."}
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 log="$OUT/log.txt"
@@ -40,8 +45,10 @@ python3 -m devbench.cli info
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     echo "== tests that need CUDA ($(left) s left)"
     timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 | tail -40
+    if [ "${CUDA_TESTS_ONLY:-0}" != 1 ]; then
     echo "== fast tests ($(left) s left)"
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m "not slow and not cuda" -x tests 2>&1 | tail -15
+    fi
 fi
 
 for m in $modules; do

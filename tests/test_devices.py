@@ -154,3 +154,10 @@ def test_gpu_same_device_identity():
     z = torch.ones(2, 3, device=gpu(0))
     assert z.cuda(0) is z
     assert move(z, gpu(0)) is z
+
+
+def test_as_device_gives_cuda_an_index_and_leaves_others():
+    assert devices.as_device("cpu") == torch.device("cpu")
+    assert devices.as_device("meta") == torch.device("meta")
+    assert devices.as_device(1) == torch.device("cuda:1")
+    assert devices.as_device("cuda:1") == torch.device("cuda", 1)

@@ -19,6 +19,7 @@ from torch import nn
 
 __all__ = [
     "CrossDeviceError",
+    "as_device",
     "check_same_device",
     "cpu",
     "describe",
@@ -63,7 +64,12 @@ def try_all_gpus() -> list[torch.device]:
     return [gpu(i) for i in range(n)] if n else [cpu()]
 
 
-def _as_device(device: torch.device | str | int) -> torch.device:
+def as_device(device: torch.device | str | int) -> torch.device:
+    """``device`` as a ``torch.device`` with an explicit index for CUDA.
+
+    ``torch.device("cuda") != torch.device("cuda:0")``, while every tensor reports an
+    indexed device; compare tensors' devices against this, never against a bare "cuda".
+    """
     if isinstance(device, int):
         return gpu(device)
     dev = torch.device(device)
@@ -84,7 +90,7 @@ def move(obj: T, device: torch.device | str | int, non_blocking: bool = False) -
     This is the chapter's ``Z.cuda(1) is Z``: a same-device move allocates and copies
     nothing. Modules are moved in place (as ``nn.Module.to`` does) and returned.
     """
-    dev = _as_device(device)
+    dev = as_device(device)
     if isinstance(obj, torch.Tensor):
         if obj.device == dev:
             return obj

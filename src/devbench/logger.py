@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from devbench.devices import as_device
+
 
 class DeviceLogger:
     """Scalar metrics logged on ``device``, flushed to the host every ``flush_every`` steps."""
@@ -33,7 +35,7 @@ class DeviceLogger:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if flush_every is not None and flush_every < 1:
             raise ValueError(f"flush_every must be >= 1 or None, got {flush_every}")
-        self.device = torch.device(device)
+        self.device = as_device(device)
         self.flush_every = flush_every
         self.dtype = dtype
         self._device_buf = torch.empty(capacity, dtype=dtype, device=self.device)

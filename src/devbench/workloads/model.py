@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from devbench.devices import as_device
 from devbench.suite import SEED, randn
 
 #: Models by param value: (builder, input features). "lazy_linear" is the chapter's net.
@@ -75,7 +76,7 @@ class TrainStep:
     """One SGD step of ``model`` on a host batch moved by ``prepare_batch``."""
 
     def __init__(self, name: str, device: torch.device, pinned: bool) -> None:
-        self.device, self.pinned = device, pinned
+        self.device, self.pinned = as_device(device), pinned
         self.model = build_model(name, device)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         self.batch = host_batch(name, pinned)
@@ -113,6 +114,7 @@ def load_state(path: Path, device: torch.device) -> dict[str, torch.Tensor]:
 
 def check_state(loaded: dict[str, torch.Tensor], model: nn.Module, device: torch.device) -> None:
     """Raise unless ``loaded`` holds exactly ``model``'s parameters, on ``device``."""
+    device = as_device(device)
     want = model.state_dict()
     if loaded.keys() != want.keys():
         raise AssertionError(f"loaded keys {sorted(loaded)} != saved keys {sorted(want)}")
