@@ -12,7 +12,7 @@ BASE ?= main
 BENCH ?= .
 REPORT_DIR ?= reports
 
-.PHONY: help venv test lint bench machine quick compare publish preview report clean
+.PHONY: help venv test lint bench machine quick compare publish preview report sample-report clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
@@ -22,6 +22,7 @@ help:
 	@echo "make publish   asv publish: the HTML site under .asv/html"
 	@echo "make report    devbench report: .asv/results -> reports/ (Markdown, HTML, CSV, PNG)"
 	@echo "make preview   serve the HTML site on localhost"
+	@echo "make sample-report  rebuild the committed sample in reports/ from reports/asv-results"
 
 venv: $(VENV)/.installed
 
@@ -52,6 +53,11 @@ bench: machine
 
 report: venv
 	$(VENV)/bin/devbench report --results .asv/results --out $(REPORT_DIR)
+
+# The committed sample report: its inputs (asv results of the CPU VM and of an H200) are
+# committed under reports/asv-results, so anyone can rebuild it.
+sample-report: venv
+	$(VENV)/bin/devbench report --results reports/asv-results --out reports
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'
