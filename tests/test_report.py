@@ -15,9 +15,9 @@ import pytest
 from asv.util import human_value
 from asv_runner.statistics import get_err
 
+from devbench import files
 from devbench.report import compare as C
 from devbench.report import derive as D
-from devbench.report import render
 from devbench.report.cli import main
 from devbench.report.load import ReportError, load_results, parse_param
 
@@ -265,14 +265,14 @@ def test_full_report_on_another_projects_results(hist, tmp_path):
 
 def test_write_atomic_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
     target = tmp_path / "report.md"
-    render.write_atomic(target, "old")
+    files.write_atomic(target, "old")
 
     def boom(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(render.os, "replace", boom)
+    monkeypatch.setattr(files.os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
-        render.write_atomic(target, "new" * 1000)
+        files.write_atomic(target, "new" * 1000)
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
 

@@ -17,7 +17,6 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 EXIT_OK, EXIT_MISMATCH, EXIT_NO_RESULTS = 0, 1, 2
 
@@ -169,19 +168,6 @@ def measure(c: Check, min_run_time: float = 1.0) -> tuple[float, float]:
 # --- Command line ---------------------------------------------------------------------------------------
 
 
-def default_machine() -> str:
-    """asv's machine name for this host: the single entry of ~/.asv-machine.json, else the hostname."""
-    import json
-    import platform
-
-    path = Path.home() / ".asv-machine.json"
-    try:
-        names = [k for k in json.loads(path.read_text()) if k != "version"]
-    except (OSError, ValueError):
-        names = []
-    return names[0] if len(names) == 1 else platform.node()
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="devbench validate",
@@ -207,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
     if args.tolerance <= 0:
         print(f"devbench validate: error: --tolerance must be > 0, got {args.tolerance}", file=sys.stderr)
         return EXIT_NO_RESULTS
+    from devbench.machine import default_machine
+
     machine = args.machine or default_machine()
     try:
         loaded = load_results(args.results, machines=[machine], benchmarks=r"^bench_(matmul|transfer)\.")

@@ -12,8 +12,6 @@ import base64
 import html
 import io
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 from asv.util import human_value
 
+from devbench.files import write_atomic
 from devbench.report import compare as C
 from devbench.report import derive as D
 from devbench.report.load import Loaded
@@ -29,26 +28,6 @@ FORMATS = ("md", "html", "csv", "png")
 
 #: Rows of a long table shown before "... N more"; the CSV has everything.
 MAX_ROWS = 40
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a report is for reading
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass

@@ -1,0 +1,61 @@
+"""Collectives across local processes with torch.distributed, as nccl-tests reports them.
+
+A world of local processes is started by the benchmark itself (``devbench.world``): gloo
+ranks on the CPU, NCCL ranks one per GPU. Starting a world costs a fresh interpreter and
+a torch import per rank (3-6 s on a 2-vCPU VM), so ``setup_cache`` starts one world per
+backend and world size, checks and times every op and size in it (the ``sweep`` of
+``devbench.workloads.collectives``), and stops it; the ``track_`` figures read that
+sweep. Times are the mean over ranks of each rank's median block (nccl-tests' convention).
+Multi-node runs use ``python -m devbench.collectives`` under torchrun instead.
+"""
+
+from devbench.suite import Benchmark
+from devbench.workloads.collectives import OPS, SIZES, sweep_rank
+from devbench.world import BACKENDS, backend_reason, spawn_world
+
+WORLDS = [2, 4]
+
+
+class Collectives(Benchmark):
+    """all_reduce, all_gather, reduce_scatter, broadcast, send/recv ring; 4 KiB to 256 MiB.
+
+    ``nbytes`` is nccl-tests' size (see ``devbench.workloads.collectives``). gloo runs
+    where there are as many cores as ranks; NCCL where there are as many GPUs.
+    """
+
+    params = [list(BACKENDS), WORLDS, list(OPS), SIZES]
+    param_names = ["backend", "world", "op", "nbytes"]
+    timeout = 1200.0
+
+    def setup_cache(self):
+        worlds = {}
+        for backend in BACKENDS:
+            for world in WORLDS:
+                reason = backend_reason(backend, world)
+                if reason:
+                    worlds[f"{backend}/{world}"] = {"skip": reason}
+                    continue
+                rows = spawn_world(sweep_rank, world, args=(backend,), backend=backend, timeout_s=900.0)[0]
+                worlds[f"{backend}/{world}"] = {"rows": {f"{r['op']}/{r['nbytes']}": r for r in rows}}
+        return worlds
+
+    def setup(self, worlds, backend, world, op, nbytes):
+        entry = worlds[f"{backend}/{world}"]
+        if "skip" in entry:
+            raise NotImplementedError(entry["skip"])
+        self.row = entry["rows"][f"{op}/{nbytes}"]
+
+    def track_time(self, worlds, backend, world, op, nbytes):
+        return self.row["time_us"] / 1e6
+
+    track_time.unit = "seconds"
+
+    def track_algbw(self, worlds, backend, world, op, nbytes):
+        return self.row["algbw"]
+
+    track_algbw.unit = "GB/s"
+
+    def track_busbw(self, worlds, backend, world, op, nbytes):
+        return self.row["busbw"]
+
+    track_busbw.unit = "GB/s"

@@ -1,0 +1,324 @@
+"""Collectives with torch.distributed, measured and reported the way nccl-tests does.
+
+Each rank calls these inside an initialized process group (gloo on CPUs, NCCL on GPUs).
+``size`` is nccl-tests' "size": the bytes of the whole buffer the operation is about -
+the all_reduce / broadcast buffer, all_gather's output (each rank gives size / n), the
+reduce_scatter input (each rank keeps size / n), and what each rank sends in the
+send/recv ring. Times are per operation, averaged over the ranks as nccl-tests does
+(the slowest rank is kept too). Algorithm bandwidth is size / time; bus bandwidth
+multiplies it by nccl-tests' factor, so figures are comparable across world sizes and
+with nccl-tests' own tables:
+
+    all_reduce 2(n-1)/n;  all_gather, reduce_scatter (n-1)/n;  broadcast, send/recv 1.
+
+Every buffer holds small integers in float32 that differ by rank and position, so sums
+are exact and the check compares every element on every rank against what it must be.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from devbench.devices import synchronize
+
+KiB, MiB = 1 << 10, 1 << 20
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+#: nccl-tests' message sizes, 4 KiB to 256 MiB in steps of 4x
+SIZES = [4 * KiB * 4**i for i in range(9)]
+DTYPE = torch.float32
+#: positions cycle through this many values, so every value stays an exact float32 sum
+_PERIOD = 251
+
+
+# torch 2.13 renamed the flat-tensor forms (the old names warn); older releases have only those
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or getattr(dist, "all_gather_into_tensor", None)
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or getattr(dist, "reduce_scatter_tensor", None)
+
+
+def bus_factor(op: str, world: int) -> float:
+    """nccl-tests' factor from algorithm bandwidth to bus bandwidth for ``world`` ranks."""
+    if world < 1:
+        raise ValueError(f"world size must be >= 1, got {world}")
+    if op == "all_reduce":
+        return 2 * (world - 1) / world
+    if op in ("all_gather", "reduce_scatter"):
+        return (world - 1) / world
+    if op in ("broadcast", "send_recv"):
+        return 1.0
+    raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth, decimal GB/s: size / time."""
+    return nbytes / seconds / 1e9
+
+
+def busbw(op: str, world: int, nbytes: float, seconds: float) -> float:
+    """Bus bandwidth, decimal GB/s: algorithm bandwidth x ``bus_factor``."""
+    return algbw(nbytes, seconds) * bus_factor(op, world)
+
+
+def _values(count: int, rank: int, device: torch.device) -> torch.Tensor:
+    """Rank ``rank``'s data: (rank + 1) x (1 + position mod 251), exact in float32."""
+    base = torch.arange(count, dtype=torch.int64, device=device).remainder_(_PERIOD).add_(1)
+    return base.mul_(rank + 1).to(DTYPE)
+
+
+def _sum_of_ranks(count: int, world: int, device: torch.device) -> torch.Tensor:
+    base = torch.arange(count, dtype=torch.int64, device=device).remainder_(_PERIOD).add_(1)
+    return base.mul_(world * (world + 1) // 2).to(DTYPE)
+
+
+@dataclass
+class Collective:
+    """One collective of ``nbytes`` (nccl-tests' size) on this rank's ``device``.
+
+    Buffers are allocated and filled here, outside any timed region. ``check()`` runs the
+    operation once on fresh data and compares every element; the timed calls then reuse
+    the buffers (an in-place all_reduce keeps adding, so values grow between calls:
+    the bytes moved and the work are the same).
+    """
+
+    op: str
+    nbytes: int
+    device: torch.device
+    rank: int = field(init=False)
+    world: int = field(init=False)
+    count: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"unknown collective {self.op!r}; expected one of {OPS}")
+        self.device = torch.device(self.device)
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        itemsize = torch.empty(0, dtype=DTYPE).element_size()
+        if self.nbytes < 1 or self.nbytes % (itemsize * self.world):
+            raise ValueError(
+                f"size {self.nbytes} B: must be a positive multiple of {itemsize * self.world} B "
+                f"({itemsize}-byte elements split over {self.world} ranks)"
+            )
+        self.count = self.nbytes // itemsize
+        self._fill()
+
+    @property
+    def chunk(self) -> int:
+        """Elements each rank gives (all_gather) or keeps (reduce_scatter)."""
+        return self.count // self.world
+
+    def _fill(self) -> None:
+        n, r, dev = self.count, self.rank, self.device
+        if self.op == "all_gather":
+            self.inp = _values(self.chunk, r, dev)
+            self.out = torch.full((n,), -1.0, dtype=DTYPE, device=dev)
+        elif self.op == "reduce_scatter":
+            self.inp = _values(n, r, dev)
+            self.out = torch.full((self.chunk,), -1.0, dtype=DTYPE, device=dev)
+        elif self.op == "broadcast":
+            self.inp = _values(n, r, dev) if r == 0 else torch.full((n,), -1.0, dtype=DTYPE, device=dev)
+            self.out = self.inp
+        elif self.op == "send_recv":
+            self.inp = _values(n, r, dev)
+            self.out = torch.full((n,), -1.0, dtype=DTYPE, device=dev)
+        else:
+            self.inp = _values(n, r, dev)
+            self.out = self.inp
+
+    def __call__(self) -> None:
+        if self.op == "all_reduce":
+            dist.all_reduce(self.inp, op=dist.ReduceOp.SUM)
+        elif self.op == "all_gather":
+            _ALL_GATHER(self.out, self.inp)
+        elif self.op == "reduce_scatter":
+            _REDUCE_SCATTER(self.out, self.inp, op=dist.ReduceOp.SUM)
+        elif self.op == "broadcast":
+            dist.broadcast(self.inp, src=0)
+        else:  # a ring: every rank sends to the next and receives from the previous at once
+            nxt, prev = (self.rank + 1) % self.world, (self.rank - 1) % self.world
+            reqs = dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, self.inp, nxt), dist.P2POp(dist.irecv, self.out, prev)]
+            )
+            for req in reqs:
+                req.wait()
+
+    def expected(self) -> torch.Tensor:
+        """What ``self.out`` must hold after one call on fresh data."""
+        n, w, dev = self.count, self.world, self.device
+        if self.op == "all_reduce":
+            return _sum_of_ranks(n, w, dev)
+        if self.op == "all_gather":
+            return torch.cat([_values(self.chunk, r, dev) for r in range(w)])
+        if self.op == "reduce_scatter":
+            return _sum_of_ranks(n, w, dev)[self.rank * self.chunk : (self.rank + 1) * self.chunk]
+        if self.op == "broadcast":
+            return _values(n, 0, dev)
+        return _values(n, (self.rank - 1) % w, dev)
+
+    def check(self) -> None:
+        """Run once on fresh data; raise naming the rank, op and size unless every element is right."""
+        self._fill()
+        self()
+        synchronize(self.device)
+        want = self.expected()
+        if not torch.equal(self.out, want):
+            wrong = int((self.out != want).sum())
+            raise AssertionError(
+                f"rank {self.rank}: {self.op} of {self.nbytes} B over {self.world} ranks: "
+                f"{wrong} of {want.numel()} elements wrong"
+            )
+        self._fill()
+
+
+def _agree(value: float, op: dist.ReduceOp, device: torch.device) -> float:
+    """The same number on every rank (max or sum over ranks)."""
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=op)
+    return float(t.item())
+
+
+def _block(coll: Collective, iters: int) -> float:
+    """Seconds per operation on this rank: a barrier, then ``iters`` back-to-back calls."""
+    dist.barrier()
+    synchronize(coll.device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        coll()
+    synchronize(coll.device)
+    return (time.perf_counter() - start) / iters
+
+
+def measure(
+    coll: Collective,
+    target_s: float = 0.05,
+    samples: int = 3,
+    warmup: int = 2,
+    max_iters: int = 1000,
+) -> dict[str, Any]:
+    """Time ``coll`` on every rank and return one nccl-tests row (the same on every rank).
+
+    The number of calls per block is chosen from one timed call so that a block lasts
+    about ``target_s`` (at least one call), and all ranks agree on it. Each rank keeps the
+    median of ``samples`` blocks; the row's time is the mean over ranks, ``time_max``
+    the slowest rank.
+    """
+    for _ in range(warmup):
+        coll()
+    one = _agree(_block(coll, 1), dist.ReduceOp.MAX, coll.device)
+    iters = int(max(1, min(max_iters, target_s / one))) if one > 0 else max_iters
+    mine = statistics.median(_block(coll, iters) for _ in range(samples))
+    world = coll.world
+    mean = _agree(mine, dist.ReduceOp.SUM, coll.device) / world
+    slowest = _agree(mine, dist.ReduceOp.MAX, coll.device)
+    return {
+        "op": coll.op,
+        "nbytes": coll.nbytes,
+        "count": coll.count,
+        "dtype": str(DTYPE).removeprefix("torch."),
+        "world": world,
+        "iters": iters,
+        "time_us": mean * 1e6,
+        "time_max_us": slowest * 1e6,
+        "algbw": algbw(coll.nbytes, mean),
+        "busbw": busbw(coll.op, world, coll.nbytes, mean),
+    }
+
+
+def sweep(
+    device: torch.device,
+    ops: Sequence[str] = OPS,
+    sizes: Iterable[int] = SIZES,
+    target_s: float = 0.05,
+    samples: int = 3,
+    progress: Any = None,
+) -> list[dict[str, Any]]:
+    """Check and time every op at every size on this rank; every rank gets the same rows.
+
+    ``progress`` (rank 0 only, if given) is called with each finished row.
+    """
+    rows = []
+    for op in ops:
+        for nbytes in sizes:
+            coll = Collective(op, nbytes, device)
+            coll.check()
+            row = measure(coll, target_s=target_s, samples=samples)
+            rows.append(row)
+            if progress is not None and coll.rank == 0:
+                progress(row)
+            del coll
+    return rows
+
+
+def parse_size(text: str) -> int:
+    """``"4KiB"``, ``"64 MiB"``, ``"1GiB"``, ``"4096"`` -> bytes."""
+    t = text.strip().replace(" ", "")
+    units = {"GiB": 1 << 30, "MiB": MiB, "KiB": KiB, "G": 1 << 30, "M": MiB, "K": KiB}
+    unit = next((u for u in units if t.endswith(u)), "")
+    number, scale = (t[: -len(unit)], units[unit]) if unit else (t, 1)
+    try:
+        value = int(number) * scale
+    except ValueError:
+        raise ValueError(f"size {text!r}: expected a number of bytes like 4096, 4KiB or 64MiB") from None
+    if value < 1:
+        raise ValueError(f"size {text!r}: must be positive")
+    return value
+
+
+def size_range(lo: int, hi: int, factor: int = 4) -> list[int]:
+    """``lo``, ``lo * factor``, ... up to ``hi`` (nccl-tests' -b/-e/-f)."""
+    if lo > hi:
+        raise ValueError(f"smallest size {lo} B is larger than the largest {hi} B")
+    if factor < 2:
+        raise ValueError(f"size factor must be >= 2, got {factor}")
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= factor
+    return out
+
+
+HEADER = (
+    f"{'size (B)':>12} {'count':>11} {'type':>7} {'op':>14} {'time (us)':>11} "
+    f"{'max (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}"
+)
+
+
+def format_row(row: dict[str, Any]) -> str:
+    """One line of the nccl-tests-style table."""
+    return (
+        f"{row['nbytes']:>12} {row['count']:>11} {row['dtype']:>7} {row['op']:>14} {row['time_us']:>11.1f} "
+        f"{row['time_max_us']:>11.1f} {row['algbw']:>11.3f} {row['busbw']:>11.3f}"
+    )
+
+
+def print_row(row: dict[str, Any]) -> None:
+    print(format_row(row), flush=True)
+
+
+def sweep_rank(
+    rank: int,
+    world: int,
+    backend: str,
+    ops: Sequence[str] = OPS,
+    sizes: Sequence[int] = SIZES,
+    target_s: float = 0.05,
+    samples: int = 3,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """``sweep`` on this rank's device; the function ``spawn_world`` runs on every rank.
+
+    ``progress``: rank 0 prints each row of the table as it is measured.
+    """
+    from devbench.world import rank_device
+
+    rows = sweep(rank_device(backend, rank), ops, sizes, target_s=target_s, samples=samples,
+                 progress=print_row if progress else None)  # fmt: skip
+    for row in rows:
+        row["backend"] = backend
+    return rows

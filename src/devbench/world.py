@@ -1,0 +1,218 @@
+"""A world of local processes for torch.distributed, cleaned up on every path.
+
+``spawn_world(fn, n)`` starts ``n`` fresh interpreters (the ``spawn`` start method: no
+CUDA state or threads inherited from the caller, which may be asv's forkserver child),
+joins them into one process group over a file store in a private temp directory (no
+port to race for), runs ``fn(rank, world, *args)`` on each and returns the ranks'
+results in rank order. If a rank raises, dies, or the world outlives ``timeout_s``,
+every other rank is terminated (then killed) and joined before ``RankFailed`` or
+``WorldTimeout`` is raised, so no process outlives the call.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+__all__ = ["BACKENDS", "RankFailed", "WorldTimeout", "backend_reason", "rank_device", "spawn_world"]
+
+BACKENDS = ("gloo", "nccl")
+#: seconds a terminated rank gets before it is killed
+GRACE_S = 5.0
+
+
+class RankFailed(RuntimeError):
+    """A rank raised or died; ``rank`` says which, the message carries its traceback."""
+
+    def __init__(self, rank: int, message: str) -> None:
+        super().__init__(f"rank {rank} failed: {message}")
+        self.rank = rank
+
+
+class WorldTimeout(TimeoutError):
+    """The world did not finish within its time limit; ``ranks`` are those still running."""
+
+    def __init__(self, ranks: Sequence[int], timeout_s: float) -> None:
+        super().__init__(f"ranks {list(ranks)} did not finish within {timeout_s:g} s; every rank was stopped")
+        self.ranks = list(ranks)
+
+
+def backend_reason(backend: str, world: int) -> str | None:
+    """Why ``world`` local ranks of ``backend`` cannot run here, or None if they can.
+
+    gloo ranks are CPU processes: more ranks than cores would time the scheduler. NCCL
+    needs one GPU per rank. GPUs are counted through devbench (NVML), never by creating
+    a CUDA context in this process.
+    """
+    from devbench.devices import num_gpus
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    if world < 2:
+        return f"a world of {world} rank has nothing to exchange"
+    if backend == "gloo":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        if world > cores:
+            return f"{world} gloo ranks need {world} cores; this machine has {cores}"
+        return None
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return f"NCCL needs CUDA: torch {torch.__version__} is a CPU-only build"
+    if not torch.distributed.is_nccl_available():
+        return f"torch {torch.__version__} was built without NCCL"
+    gpus = num_gpus()
+    if gpus < world:
+        return f"{world} NCCL ranks need {world} GPUs; this machine has {gpus}"
+    return None
+
+
+def rank_device(backend: str, local_rank: int):
+    """The device a rank works on: the CPU for gloo, ``cuda:local_rank`` (made current) for NCCL."""
+    import torch
+
+    if backend == "nccl":
+        dev = torch.device("cuda", local_rank)
+        torch.cuda.set_device(dev)
+        return dev
+    return torch.device("cpu")
+
+
+def _rank_main(
+    fn: Callable[..., Any],
+    rank: int,
+    world: int,
+    backend: str,
+    store: str,
+    timeout_s: float,
+    args: tuple[Any, ...],
+    results: Any,
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    # one intra-op thread per rank: the ranks share the cores, and gloo has its own threads
+    torch.set_num_threads(1)
+    try:
+        kwargs: dict[str, Any] = {}
+        if backend == "nccl":
+            kwargs["device_id"] = rank_device(backend, rank)
+        dist.init_process_group(
+            backend,
+            init_method=f"file://{store}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=timeout_s),
+            **kwargs,
+        )
+        out = fn(rank, world, *args)
+        results.put((rank, True, out))
+    except BaseException as exc:  # noqa: BLE001 - the parent reports it with the rank
+        results.put((rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _stop(procs: Sequence[Any]) -> None:
+    procs = [p for p in procs if p.pid is not None]  # never started (start() itself failed)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + GRACE_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str]) -> None:
+    """Raise ``RankFailed`` for the rank that caused a failure.
+
+    When one rank dies, its peers fail too ("connection closed by peer"), often first.
+    Collect what arrives within a second; a rank that died without a word is the cause,
+    else the first rank that reported an error. The others are named in the message.
+    """
+    settle = time.monotonic() + 1.0
+    while time.monotonic() < settle:
+        try:
+            rank, ok, payload = results.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if not ok:
+            failed.setdefault(rank, payload)
+    silent = [r for r, p in enumerate(procs) if r not in failed and p.exitcode not in (None, 0)]
+    if silent:
+        cause, message = silent[0], f"exited with code {procs[silent[0]].exitcode} and no result"
+    else:
+        cause = next(iter(failed))
+        message = failed[cause]
+    others = [f"rank {r}: {m.splitlines()[0][:200]}" for r, m in failed.items() if r != cause]
+    if others:
+        message += "\n(then also failed: " + "; ".join(others) + ")"
+    raise RankFailed(cause, message)
+
+
+def spawn_world(
+    fn: Callable[..., Any],
+    world: int,
+    args: Sequence[Any] = (),
+    backend: str = "gloo",
+    timeout_s: float = 600.0,
+) -> list[Any]:
+    """Run ``fn(rank, world, *args)`` on ``world`` new processes in one process group.
+
+    ``fn`` must be importable by name (a module-level function). Returns each rank's
+    result in rank order. Raises ``RankFailed`` for the first rank that raised or died
+    and ``WorldTimeout`` when ranks are still running after ``timeout_s``; either way
+    every rank has been stopped and joined.
+    """
+    if world < 1:
+        raise ValueError(f"world size must be >= 1, got {world}")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    got: dict[int, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="devbench-world-") as tmp:
+        store = os.path.join(tmp, "store")
+        procs = [
+            ctx.Process(
+                target=_rank_main,
+                args=(fn, rank, world, backend, store, timeout_s, tuple(args), results),
+                name=f"devbench-rank-{rank}",
+                daemon=True,
+            )
+            for rank in range(world)
+        ]
+        deadline = time.monotonic() + timeout_s
+        try:
+            for p in procs:
+                p.start()
+            while len(got) < world:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WorldTimeout([r for r in range(world) if r not in got], timeout_s)
+                try:
+                    rank, ok, payload = results.get(timeout=min(left, 0.2))
+                except queue.Empty:
+                    if any(r not in got and p.exitcode not in (None, 0) for r, p in enumerate(procs)):
+                        _raise_root_cause(procs, results, {})
+                    continue
+                if not ok:
+                    _raise_root_cause(procs, results, {rank: payload})
+                got[rank] = payload
+        finally:
+            _stop(procs)
+            results.close()
+            results.join_thread()
+    return [got[r] for r in range(world)]

@@ -1,0 +1,230 @@
+"""Collectives: nccl-tests' formulas, exact results on every rank of a gloo world of 2,
+failed and stuck ranks reported with no process left behind, the torchrun entry, and
+the asv class's skips."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+import devbench.collectives as entry
+from devbench.workloads import collectives as C
+from devbench.world import RankFailed, WorldTimeout, backend_reason, spawn_world
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = [4096, 65536]
+
+# --- functions the spawned ranks run (module level, so a spawned process can import them)
+
+
+def _who(rank, world):
+    return rank, world, dist.get_rank(), dist.get_world_size()
+
+
+def _fail_on_one(rank, world, pid_dir):
+    Path(pid_dir, f"{rank}.pid").write_text(str(os.getpid()))
+    if rank == 1:
+        raise ValueError("rank one gives up")
+    dist.barrier()  # rank 0 waits here for a peer that will never come
+    return "unreachable"
+
+
+def _die_on_one(rank, world, pid_dir):
+    Path(pid_dir, f"{rank}.pid").write_text(str(os.getpid()))
+    if rank == 1:
+        os._exit(3)
+    dist.barrier()
+
+
+def _hang(rank, world, pid_dir):
+    Path(pid_dir, f"{rank}.pid").write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+class _Skips(C.Collective):
+    """A collective that does nothing: its check must fail."""
+
+    def __call__(self):
+        pass
+
+
+def _broken(rank, world, op):
+    import torch
+
+    _Skips(op, 4096, torch.device("cpu")).check()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _pids(pid_dir: Path) -> list[int]:
+    return [int(p.read_text()) for p in pid_dir.glob("*.pid")]
+
+
+# --- formulas
+
+
+@pytest.mark.parametrize(
+    "op, world, factor",
+    [
+        ("all_reduce", 2, 1.0),
+        ("all_reduce", 4, 1.5),
+        ("all_reduce", 8, 1.75),
+        ("all_gather", 2, 0.5),
+        ("all_gather", 8, 0.875),
+        ("reduce_scatter", 4, 0.75),
+        ("broadcast", 8, 1.0),
+        ("send_recv", 4, 1.0),
+    ],
+)
+def test_bus_factor_is_nccl_tests(op, world, factor):
+    assert C.bus_factor(op, world) == pytest.approx(factor)
+    assert C.busbw(op, world, 2e9, 0.5) == pytest.approx(4.0 * factor)
+    assert C.algbw(2e9, 0.5) == pytest.approx(4.0)
+
+
+def test_bus_factor_rejects_unknown_op_and_world():
+    with pytest.raises(ValueError, match="alltoall"):
+        C.bus_factor("alltoall", 2)
+    with pytest.raises(ValueError, match="world size"):
+        C.bus_factor("all_reduce", 0)
+
+
+def test_sizes_are_nccl_tests_steps():
+    assert C.SIZES[0] == 4 * 1024 and C.SIZES[-1] == 256 * 1024 * 1024
+    assert all(b == 4 * a for a, b in zip(C.SIZES, C.SIZES[1:], strict=False))
+    assert C.parse_size("64MiB") == C.parse_size("64 M") == 64 << 20
+    assert C.parse_size("4096") == 4096
+    assert C.size_range(4096, 65536) == [4096, 16384, 65536]
+    with pytest.raises(ValueError, match="4XB"):
+        C.parse_size("4XB")
+    with pytest.raises(ValueError, match="larger"):
+        C.size_range(1 << 20, 4096)
+
+
+# --- a world of two gloo processes
+
+
+def test_world_returns_every_ranks_result_in_order():
+    assert spawn_world(_who, 2) == [(0, 2, 0, 2), (1, 2, 1, 2)]
+
+
+def test_sweep_is_checked_and_formulas_hold_on_both_ranks():
+    rows0, rows1 = spawn_world(C.sweep_rank, 2, args=("gloo", C.OPS, SMALL, 0.002, 1))
+    assert rows0 == rows1  # every rank agrees on iterations and times
+    assert [(r["op"], r["nbytes"]) for r in rows0] == [(op, n) for op in C.OPS for n in SMALL]
+    for r in rows0:
+        seconds = r["time_us"] / 1e6
+        assert r["time_max_us"] >= r["time_us"] > 0
+        assert r["algbw"] == pytest.approx(r["nbytes"] / seconds / 1e9)
+        assert r["busbw"] == pytest.approx(r["algbw"] * C.bus_factor(r["op"], 2))
+        assert r["count"] == r["nbytes"] // 4 and r["backend"] == "gloo"
+
+
+@pytest.mark.parametrize("op", C.OPS)
+def test_a_collective_that_moves_nothing_fails_its_check(op):
+    with pytest.raises(RankFailed, match=rf"rank \d failed: AssertionError: rank \d: {op} of 4096 B"):
+        spawn_world(_broken, 2, args=(op,))
+
+
+def test_expected_values_are_exact_sums():
+    # what rank r holds, summed over 3 ranks, is 6 x (1 + i mod 251): exact in float32
+    want = C._sum_of_ranks(600, 3, "cpu")
+    got = sum(C._values(600, r, "cpu") for r in range(3))
+    assert (want == got).all() and want[250] == 6 * 251 and want[251] == 6
+
+
+def test_a_failed_rank_is_named_and_the_others_are_stopped(tmp_path):
+    with pytest.raises(RankFailed, match="rank 1 failed: ValueError: rank one gives up") as err:
+        spawn_world(_fail_on_one, 2, args=(str(tmp_path),), timeout_s=120)
+    assert err.value.rank == 1
+    pids = _pids(tmp_path)
+    assert len(pids) == 2 and not any(_alive(p) for p in pids)
+
+
+def test_a_rank_that_dies_is_named(tmp_path):
+    with pytest.raises(RankFailed, match="rank 1 failed: exited with code 3"):
+        spawn_world(_die_on_one, 2, args=(str(tmp_path),), timeout_s=120)
+    pids = _pids(tmp_path)
+    assert len(pids) == 2 and not any(_alive(p) for p in pids)
+
+
+def test_a_stuck_world_is_stopped_at_its_timeout(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(WorldTimeout, match=r"ranks \[0, 1\] did not finish within 20 s") as err:
+        spawn_world(_hang, 2, args=(str(tmp_path),), timeout_s=20)
+    assert err.value.ranks == [0, 1]
+    assert time.monotonic() - started < 60  # stopped, not waited out (each rank sleeps 120 s)
+    pids = _pids(tmp_path)
+    assert len(pids) == 2 and not any(_alive(p) for p in pids)
+
+
+def test_backend_reasons():
+    assert backend_reason("gloo", 1) == "a world of 1 rank has nothing to exchange"
+    cores = len(os.sched_getaffinity(0))
+    assert backend_reason("gloo", cores) is None
+    assert f"{cores + 1} gloo ranks need {cores + 1} cores" in backend_reason("gloo", cores + 1)
+    with pytest.raises(ValueError, match="mpi"):
+        backend_reason("mpi", 2)
+
+
+def test_nccl_is_skipped_with_a_reason_without_gpus():
+    from devbench.devices import num_gpus
+
+    if num_gpus() >= 2:
+        pytest.skip("this machine has two GPUs")
+    assert "NCCL" in backend_reason("nccl", 2)
+
+
+# --- the command-line entry
+
+
+def test_torchrun_entry_prints_the_table_and_writes_the_figures(tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--nproc-per-node", "2", "-m", "devbench.collectives", "--max-size", "16KiB",
+           "--target-ms", "2", "--samples", "1", "--out", str(tmp_path), "--machine", "testbox"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [ln for ln in out.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert lines[0].split()[:2] == ["size", "(B)"] and len(lines) == 1 + 5 * 2
+    (written,) = tmp_path.glob("testbox-gloo-w2-*.json")
+    doc = json.loads(written.read_text())
+    assert doc["format"] == "devbench-collectives/1" and doc["world"] == 2 and doc["nodes"] == 1
+    assert {(r["op"], r["nbytes"]) for r in doc["rows"]} == {(op, n) for op in C.OPS for n in (4096, 16384)}
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_entry_rejects_bad_arguments(capsys):
+    assert entry.main(["--ops", "allreduce"]) == 2
+    assert "--ops 'allreduce': choose among all_reduce" in capsys.readouterr().err
+    assert entry.main(["--max-size", "1XB"]) == 2
+    assert "'1XB'" in capsys.readouterr().err
+    assert entry.main(["--nproc", "1"]) == 2
+
+
+# --- the asv class
+
+
+def test_benchmark_skips_with_the_reason_and_reads_the_sweep():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.bench_collectives import Collectives
+
+    row = {"time_us": 250.0, "algbw": 1.5, "busbw": 1.5}
+    worlds = {"nccl/2": {"skip": "2 NCCL ranks need 2 GPUs; this machine has 0"},
+              "gloo/2": {"rows": {"all_reduce/4096": row}}}  # fmt: skip
+    b = Collectives()
+    with pytest.raises(NotImplementedError, match="need 2 GPUs"):
+        b.setup(worlds, "nccl", 2, "all_reduce", 4096)
+    b.setup(worlds, "gloo", 2, "all_reduce", 4096)
+    assert b.track_time(worlds, "gloo", 2, "all_reduce", 4096) == pytest.approx(250e-6)
+    assert b.track_busbw(worlds, "gloo", 2, "all_reduce", 4096) == 1.5
