@@ -228,3 +228,38 @@ def test_benchmark_skips_with_the_reason_and_reads_the_sweep():
     b.setup(worlds, "gloo", 2, "all_reduce", 4096)
     assert b.track_time(worlds, "gloo", 2, "all_reduce", 4096) == pytest.approx(250e-6)
     assert b.track_busbw(worlds, "gloo", 2, "all_reduce", 4096) == 1.5
+
+
+# --- the report picks the figures up
+
+
+def test_report_shows_torchrun_figures_and_names_a_bad_file(tmp_path, capsys):
+    import shutil
+
+    from devbench.report.cli import main as report_main
+
+    results = tmp_path / "asv" / "results"
+    shutil.copytree(ROOT / "reports" / "asv-results", results)
+    rows = [{"op": op, "nbytes": n, "count": n // 4, "dtype": "float32", "world": 4, "iters": 10,
+             "time_us": 100.0, "time_max_us": 110.0, "algbw": n / 100e-6 / 1e9,
+             "busbw": C.busbw(op, 4, n, 100e-6)} for op in C.OPS for n in SMALL]  # fmt: skip
+    old = entry.record(rows, machine="box", backend="gloo", world=4, hosts=["a", "b"])
+    old["finished"] = "2026-01-01T00:00:00+00:00"
+    new = entry.record(rows, machine="box", backend="gloo", world=4, hosts=["a", "b"])
+    for doc in (old, new):
+        doc["rows"] = [dict(r) for r in rows]
+    new["rows"][0]["busbw"] = 123.0  # the newer file wins
+    coll = tmp_path / "asv" / "collectives"
+    entry.write_record(old, coll)
+    entry.write_record(new, coll)
+    (coll / "broken.json").write_text('{"format": "devbench-collectives/1", "rows": [')
+    out = tmp_path / "out"
+    assert report_main(["--results", str(results), "--out", str(out), "--format", "md", "--quiet"]) == 0
+    assert "broken.json" in capsys.readouterr().err
+    md = (out / "report.md").read_text()
+    section = md.split("## Collectives: bus bandwidth (GB/s)", 1)[1].split("\n## ", 1)[0]
+    lines = [[c.strip() for c in ln.strip("|").split("|")] for ln in section.splitlines() if ln.startswith("| box")]
+    assert [ln[:3] for ln in lines] == [["box", "2 nodes, gloo x4", "4 KiB"], ["box", "2 nodes, gloo x4", "64 KiB"]]
+    assert lines[0][4] == "123"  # all_reduce column of the newer file
+    assert "broken.json" in md
+    assert report_main(["--results", str(results), "--out", str(out), "--collectives", str(tmp_path / "nope")]) == 2

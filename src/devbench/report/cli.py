@@ -17,6 +17,7 @@ examples:
   devbench report --env existing-py_usr_bin_python3 # one environment only
   devbench report --base 1a2b3c4d --head 5e6f7a8b   # commit vs commit (hash prefixes)
   devbench report --since 2026-11-01 --benchmarks 'bench_transfer\\.'
+  devbench report --collectives /shared/collectives # torchrun figures from a cluster run
 
 exit status: 0 report written; 2 bad usage or nothing to report.
 """
@@ -24,6 +25,11 @@ exit status: 0 report written; 2 bad usage or nothing to report.
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default=".asv/results", help="asv results directory (default: %(default)s)")
+    p.add_argument(
+        "--collectives",
+        metavar="DIR",
+        help="figures of `python -m devbench.collectives` runs (default: collectives/ beside --results)",
+    )
     p.add_argument("--out", default="reports", help="where to write the report (default: %(default)s)")
     p.add_argument("--machine", action="append", help="only this machine (repeat for several)")
     p.add_argument("--env", action="append", help="only this asv environment name (repeat for several)")
@@ -66,7 +72,7 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from devbench.report import render
     from devbench.report.compare import commits_in, resolve_commit
-    from devbench.report.load import ReportError, load_results
+    from devbench.report.load import ReportError, load_collectives, load_results
 
     started = time.perf_counter()
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
@@ -86,6 +92,12 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_results(args.results, machines=args.machine, envs=args.env, benchmarks=args.benchmarks)
     except ReportError as exc:
         return _fail(str(exc))
+    coll_dir = Path(args.collectives) if args.collectives else Path(args.results).parent / "collectives"
+    if args.collectives and not coll_dir.is_dir():
+        return _fail(f"--collectives {args.collectives}: no such directory")
+    loaded.collectives = load_collectives(coll_dir, loaded.problems)
+    if args.machine:
+        loaded.collectives = loaded.collectives[loaded.collectives["machine"].isin(args.machine)]
     for p in loaded.problems:
         print(f"devbench report: warning: {p}", file=sys.stderr)
     frame = loaded.frame

@@ -150,6 +150,36 @@ def parallel_scaling(frame: pd.DataFrame) -> pd.DataFrame:
     return m[cols].reset_index(drop=True)
 
 
+COLLECTIVE_COLUMNS = ["machine", "env", "runner", "backend", "world", "op", "nbytes", "time_us", "algbw", "busbw"]
+
+
+def collective_bandwidth(frame: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Bus and algorithm bandwidth per op and size: the suite's ``Collectives`` tracks
+    (``runner`` "asv"), and the latest ``python -m devbench.collectives`` file per
+    machine, backend, world size and node count (``runner`` "torchrun", see
+    ``load_collectives``)."""
+    parts = []
+    cols = ["backend", "world", "op", "nbytes"]
+    bus = _rows(frame, "bench_collectives.Collectives.track_busbw", *cols)
+    if not bus.empty:
+        alg = _rows(frame, "bench_collectives.Collectives.track_algbw", *cols)
+        tim = _rows(frame, "bench_collectives.Collectives.track_time", *cols)
+        t = bus.rename(columns={"value": "busbw"})[[*KEYS, *cols, "busbw"]]
+        t = t.merge(alg.rename(columns={"value": "algbw"})[[*KEYS, *cols, "algbw"]], on=[*KEYS, *cols], how="left")
+        t = t.merge(tim.rename(columns={"value": "time"})[[*KEYS, *cols, "time"]], on=[*KEYS, *cols], how="left")
+        t["time_us"] = t["time"] * 1e6
+        parts.append(t.assign(runner="asv"))
+    if runs is not None and not runs.empty:
+        runs = runs.sort_values("finished")
+        last = runs.groupby(["machine", "backend", "world", "nodes"])["file"].transform("last")
+        r = runs[runs["file"] == last]
+        parts.append(r.assign(runner=np.where(r["nodes"] > 1, r["nodes"].astype(str) + " nodes", "torchrun")))
+    if not parts:
+        return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
+    out = pd.concat([p[COLLECTIVE_COLUMNS] for p in parts], ignore_index=True)
+    return out.astype({"world": int, "nbytes": int})
+
+
 def fraction_of_peak(frame: pd.DataFrame, throughput: pd.DataFrame | None = None) -> pd.DataFrame:
     """Measured TFLOP/s over a peak: the GPU's datasheet figure, or the CPU's best measured one.
 

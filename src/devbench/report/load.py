@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
+import json
 import math
 import os
 import re
@@ -86,6 +87,8 @@ class Loaded:
     results_dir: Path | None = None
     param_columns: list[str] = field(default_factory=list)
     machine_columns: list[str] = field(default_factory=list)
+    #: figures of ``python -m devbench.collectives`` runs (see ``load_collectives``)
+    collectives: pd.DataFrame | None = None
 
 
 def parse_param(text: Any) -> Any:
@@ -389,3 +392,41 @@ def _typed(series: pd.Series) -> pd.Series:
     if kind in ("floating", "mixed-integer-float"):
         return series.astype(float)
     return series
+
+
+COLLECTIVE_FORMAT = "devbench-collectives/1"
+COLLECTIVE_COLUMNS = ["file", "machine", "env", "backend", "world", "nodes", "finished", "torch", "commit",
+                      "op", "nbytes", "time_us", "time_max_us", "algbw", "busbw"]  # fmt: skip
+
+
+def load_collectives(folder: str | os.PathLike[str], problems: list[Problem] | None = None) -> pd.DataFrame:
+    """The rows of every ``python -m devbench.collectives`` file in ``folder`` (none if it is absent).
+
+    One row per file x op x size; ``env`` is ``"<backend> x<world>"`` so the report can
+    label runs like asv environments. A file that is not such a document is skipped and
+    named in ``problems``.
+    """
+    root = Path(folder)
+    rows: list[dict[str, Any]] = []
+    for path in sorted(root.glob("*.json")) if root.is_dir() else []:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict) or doc.get("format") != COLLECTIVE_FORMAT:
+                raise ValueError(f"not a {COLLECTIVE_FORMAT} document")
+            meta = {
+                "file": path.name,
+                "machine": str(doc["machine"]),
+                "env": f"{doc['backend']} x{doc['world']}",
+                "backend": doc["backend"],
+                "world": int(doc["world"]),
+                "nodes": int(doc.get("nodes", 1)),
+                "finished": pd.Timestamp(doc["finished"]),
+                "torch": doc.get("torch"),
+                "commit": doc.get("commit"),
+            }
+            for r in doc["rows"]:
+                rows.append({**meta, **{k: r[k] for k in ("op", "nbytes", "time_us", "time_max_us", "algbw", "busbw")}})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if problems is not None:
+                problems.append(Problem(str(path), f"skipped: {exc}"))
+    return pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS)

@@ -195,6 +195,23 @@ def _parallel(frame: pd.DataFrame) -> Section | None:
     return Section("Parallel scaling", "Sequential over parallel time of the same work; ideal = lanes.", table.round(3))
 
 
+def _collectives(cb: pd.DataFrame) -> Section | None:
+    if cb.empty:
+        return None
+    run = cb["runner"] + ", " + cb["backend"] + " x" + cb["world"].astype(str)
+    t = cb.assign(where=cb["machine"].astype(str), run=run)
+    table = t.pivot_table(index=["where", "run", "nbytes"], columns="op", values="busbw", aggfunc="first").reset_index()
+    table.columns.name = None
+    table["nbytes"] = table["nbytes"].map(_size)
+    table = table.rename(columns={"nbytes": "size"})
+    text = (
+        "Bus bandwidth, decimal GB/s (nccl-tests: algorithm bandwidth = size / time, x 2(n-1)/n for all_reduce, "
+        "x (n-1)/n for all_gather and reduce_scatter, x 1 for broadcast and the send/recv ring), every result "
+        "checked on every rank. `asv`: the suite's local world; `torchrun`: `python -m devbench.collectives`."
+    )
+    return Section("Collectives: bus bandwidth (GB/s)", text, table.round(3), plot="collectives")
+
+
 def _changes(frame: pd.DataFrame, base: str, head: str, factor: float) -> Section:
     cmp = C.compare_commits(frame, base, head, factor)
     flagged = cmp[cmp["mark"].isin(["+", "-", "!", "*", "x"])]
@@ -340,6 +357,20 @@ def plot_bandwidth(bw: pd.DataFrame) -> bytes | None:
     return _loglog_per_machine(bw, "copy", "nbytes", "gbps", "bytes per copy", "GB/s (decimal)", style)
 
 
+def plot_collectives(cb: pd.DataFrame) -> bytes | None:
+    """Bus bandwidth vs size per op, one panel per machine (torchrun files dashed)."""
+    if cb.empty:
+        return None
+    lines = cb.assign(
+        env=cb["runner"] + " " + cb["backend"] + " x" + cb["world"].astype(str),
+        line=cb["op"] + " (" + cb["runner"] + ")",
+    )
+    return _loglog_per_machine(
+        lines, "line", "nbytes", "busbw", "message size (bytes)", "bus bandwidth, GB/s",
+        lambda s: "-" if s.endswith("(asv)") else "--",
+    )  # fmt: skip
+
+
 def plot_history(frame: pd.DataFrame, flagged: pd.DataFrame, limit: int = 6) -> bytes | None:
     ok = frame[frame["status"] == "ok"]
     if ok["commit"].nunique() < 2:
@@ -415,6 +446,7 @@ def build(
         )
     tp = D.matmul_throughput(lat)
     bw = D.transfer_bandwidth(lat)
+    cb = D.collective_bandwidth(lat, loaded.collectives)
     for sec in (
         _throughput(lat, tp),
         _peak(D.fraction_of_peak(lat, tp)),
@@ -422,6 +454,7 @@ def build(
         _bandwidth(bw),
         _logging(lat),
         _parallel(lat),
+        _collectives(cb),
     ):
         if sec is not None:
             rep.sections.append(sec)
@@ -441,6 +474,7 @@ def build(
         for key, png in (
             ("throughput", plot_throughput(tp)),
             ("bandwidth", plot_bandwidth(bw)),
+            ("collectives", plot_collectives(cb)),
             ("history", plot_history(cur, flagged)),
         ):
             if png is not None:
