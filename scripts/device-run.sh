@@ -23,7 +23,7 @@ OUT=${OUT:-/tmp/devbench-out}
 mkdir -p "$OUT"
 budget=${BUDGET_S:-560}
 # bench_transfer goes class by class (HostDevice alone is 96 combinations) and last.
-modules=${MODULES:-"bench_matmul bench_logging bench_parallel bench_model bench_devices
+modules=${MODULES:-"bench_matmul bench_logging bench_parallel bench_model bench_devices bench_collectives
   bench_transfer.(DeviceCopy|PeerCopy|HostDeviceBidirectional)
   bench_transfer.(ManySmallCopies|SameDeviceMove|CopyComputeOverlap|HiddenCopy)
   bench_transfer.HostDevice\\."}
