@@ -15,7 +15,9 @@ Nothing here touches CUDA at import time (rule 2).
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -168,20 +170,76 @@ def calls_for(
     return int(max(min_calls, min(max_calls, target_s / one)))
 
 
-def median_block(fn: Callable[[], object], device: torch.device, calls: int, samples: int = 5) -> float:
+def median_block(fn: Callable[[], object], device: torch.device, calls: int, samples: int = 11) -> float:
     """Median over ``samples`` blocks of the seconds per call (nvbandwidth-style)."""
     per_call = sorted(time_block(fn, device, calls).per_call for _ in range(samples))
     return per_call[len(per_call) // 2]
 
 
+def _record_gpu_state(bench: object, args: tuple, phase: str) -> None:
+    """Append the GPUs' NVML state for this benchmark and params (only once CUDA is in use)."""
+    if not torch.cuda.is_initialized():
+        return
+    from devbench import gpustate
+
+    cls = type(bench)
+    names = list(getattr(cls, "param_names", []))
+    values = args[len(args) - len(names) :] if names else ()
+    module = sys.modules.get(cls.__module__)
+    folder = gpustate.gpustate_dir(getattr(module, "__file__", None))
+    name = f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}"
+    gpustate.record(name, dict(zip(names, values, strict=True)), phase, folder)
+
+
+def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(setup)
+    def wrapped(self, *args):
+        setup(self, *args)
+        _record_gpu_state(self, args, "before")
+
+    wrapped.devbench_gpu_state = True
+    return wrapped
+
+
+def _before_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(teardown)
+    def wrapped(self, *args):
+        _record_gpu_state(self, args, "after")
+        teardown(self, *args)
+
+    wrapped.devbench_gpu_state = True
+    return wrapped
+
+
 class Benchmark:
     """asv settings the suite shares (the reasons are in benchmarks/README.md).
 
-    ``setup`` warms up explicitly, so asv's own warm-up is off; samples stop after
-    ``repeat[2]`` seconds so that the slow CPU combinations stay affordable.
+    ``setup`` warms up explicitly, so asv's own warm-up is off. A sample lasts at least
+    ``sample_time`` and a round samples for up to ``repeat[2]`` seconds, so that a
+    short benchmark's samples span seconds of the host's ups and downs rather than a
+    tenth of one (see benchmarks/README.md, "Noise").
+
+    Every subclass's ``setup`` and ``teardown`` are wrapped to record the GPUs' NVML
+    state (clocks, temperature, power, throttle reasons) right after set-up and before
+    tear-down of a benchmark that uses CUDA (``devbench.gpustate``); asv calls
+    ``teardown`` after every benchmark, even one whose setup skipped.
     """
 
     warmup_time = 0.0
-    repeat = (3, 10, 5.0)
+    sample_time = 0.05
+    repeat = (3, 40, 2.0)
     rounds = 2
     timeout = 300.0
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        setup = cls.__dict__.get("setup")
+        if setup is not None and not getattr(setup, "devbench_gpu_state", False):
+            cls.setup = _after_setup(setup)
+        teardown = cls.__dict__.get("teardown")
+        if teardown is not None and not getattr(teardown, "devbench_gpu_state", False):
+            cls.teardown = _before_teardown(teardown)
+
+    @_before_teardown
+    def teardown(self, *args) -> None:
+        pass

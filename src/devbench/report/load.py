@@ -25,7 +25,7 @@ from asv import util as asv_util
 from asv.machine import Machine
 from asv.results import Results
 
-from devbench import runinfo
+from devbench import gpustate, runinfo
 
 
 class ReportError(Exception):
@@ -359,9 +359,72 @@ def load_results(
         col = name if name not in frame.columns else f"param_{name}"
         frame[col] = _typed(pd.Series(values, dtype=object))
         param_names.append(col)
+    frame = attach_gpu_state(frame, root.parent / "gpustate")
     for name in CATEGORICAL:  # few distinct values, many rows: sorting, grouping and merging get cheaper
         frame[name] = frame[name].astype("category")
     return Loaded(frame, problems, root, param_names, extra)
+
+
+def _label(params: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items()) if isinstance(params, dict) else ""
+
+
+def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """Add ``gpu_throttled`` and ``gpu_state`` from ``devbench.gpustate`` records in ``folder``.
+
+    A row's window runs from its benchmark's ``started_at`` to the next benchmark's start
+    in the same result file; the records of its class and parameters inside that window
+    belong to it. ``gpu_throttled`` is True when a record shows an active throttle reason
+    or NVML's power/thermal violation time grew inside the window, False when records
+    exist and show neither, and missing (NA) where no record applies (CPU rows, runs
+    without NVML). ``gpu_state`` summarizes the range seen (SM clock, temperature, power).
+    """
+    recs = gpustate.load(folder)
+    if not recs or frame.empty:
+        return frame
+    g = pd.DataFrame(recs)
+    g = g.assign(params=g["params"].map(_label), when=pd.to_datetime(g["time"], unit="s", utc=True))
+    g = g.rename(columns={"benchmark": "cls"})
+    f = frame[["machine", "env", "commit", "benchmark", "params", "started_at"]].astype({"params": str})
+    f = f.assign(row=np.arange(len(f)), cls=f["benchmark"].astype(str).str.rsplit(".", n=1).str[0])
+    starts = f.drop_duplicates(["machine", "env", "commit", "benchmark"]).sort_values("started_at")
+    starts = starts.assign(ends=starts.groupby(["machine", "env", "commit"], observed=True)["started_at"].shift(-1))
+    f = f.merge(starts[["machine", "env", "commit", "benchmark", "ends"]], on=["machine", "env", "commit", "benchmark"])
+    f = f.astype({"machine": str})
+    m = f.merge(g, on=["machine", "cls", "params"])
+    end = m["ends"].fillna(pd.Timestamp.max.tz_localize("UTC"))
+    m = m[(m["when"] >= m["started_at"]) & (m["when"] < end)]
+    if m.empty:
+        return frame
+    for col in ("throttling", "power_violation_ns", "thermal_violation_ns", "sm_clock_mhz", "temperature_c", "power_w"):
+        if col not in m.columns:
+            m[col] = None
+    m = m.assign(active=m["throttling"].map(lambda t: bool(t) if isinstance(t, list) else False))
+    viol = m[["power_violation_ns", "thermal_violation_ns"]].apply(pd.to_numeric, errors="coerce")
+    m = m.assign(pv=viol["power_violation_ns"], tv=viol["thermal_violation_ns"])
+    per = m.groupby(["row", "index"]).agg(
+        active=("active", "any"),
+        pv=("pv", lambda s: s.max() - s.min()),
+        tv=("tv", lambda s: s.max() - s.min()),
+        clk_lo=("sm_clock_mhz", "min"),
+        clk_hi=("sm_clock_mhz", "max"),
+        temp=("temperature_c", "max"),
+        power=("power_w", "max"),
+    )
+    per["throttled"] = per["active"] | (per["pv"].fillna(0) > 0) | (per["tv"].fillna(0) > 0)
+    by_row = per.groupby(level="row").agg(
+        throttled=("throttled", "any"), clk_lo=("clk_lo", "min"), clk_hi=("clk_hi", "max"),
+        temp=("temp", "max"), power=("power", "max"),
+    )  # fmt: skip
+    text = (
+        "SM " + by_row["clk_lo"].map("{:.0f}".format) + "-" + by_row["clk_hi"].map("{:.0f}".format) + " MHz, "
+        + by_row["temp"].map("{:.0f}".format) + " C max, " + by_row["power"].map("{:.0f}".format) + " W max"
+    )  # fmt: skip
+    throttled = pd.Series(pd.NA, index=frame.index, dtype="boolean")
+    state = pd.Series(None, index=frame.index, dtype=object)
+    throttled.iloc[by_row.index.to_numpy()] = by_row["throttled"].to_numpy()
+    state.iloc[by_row.index.to_numpy()] = text.to_numpy()
+    return frame.assign(gpu_throttled=throttled, gpu_state=state)
 
 
 def _freeze(params: list[list[Any]]) -> tuple[tuple[Any, ...], ...]:

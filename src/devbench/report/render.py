@@ -212,6 +212,24 @@ def _collectives(cb: pd.DataFrame) -> Section | None:
     return Section("Collectives: bus bandwidth (GB/s)", text, table.round(3), plot="collectives")
 
 
+def _gpu_state(frame: pd.DataFrame) -> Section | None:
+    if "gpu_throttled" not in frame.columns or frame["gpu_throttled"].isna().all():
+        return None
+    seen = frame[frame["gpu_throttled"].notna() & (frame["status"] == "ok")]
+    bad = seen[seen["gpu_throttled"].astype(bool)]
+    text = (
+        f"{len(seen)} GPU figures of the latest results carry the GPU's NVML state (read after set-up and before "
+        f"tear-down, with NVML's power and thermal violation counters); {len(bad)} were measured while the GPU "
+        "was held back (an active throttle reason, or violation time that grew). nvbench discards such samples; "
+        "devbench keeps them and lists them here."
+    )
+    if bad.empty:
+        per = seen.groupby("machine", observed=True).agg(figures=("value", "size"), state=("gpu_state", "first"))
+        return Section("GPU state", text, per.reset_index())
+    table = bad.assign(where=_where(bad))[["where", "benchmark", "params", "value", "unit", "gpu_state"]]
+    return Section("GPU state: figures measured while throttled", text, table)
+
+
 def _changes(frame: pd.DataFrame, base: str, head: str, factor: float) -> Section:
     cmp = C.compare_commits(frame, base, head, factor)
     flagged = cmp[cmp["mark"].isin(["+", "-", "!", "*", "x"])]
@@ -455,6 +473,7 @@ def build(
         _logging(lat),
         _parallel(lat),
         _collectives(cb),
+        _gpu_state(lat),
     ):
         if sec is not None:
             rep.sections.append(sec)

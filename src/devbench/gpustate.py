@@ -1,0 +1,156 @@
+"""The GPU's state around each GPU benchmark, read through NVML, never changed.
+
+A figure measured while the GPU was power- or heat-limited is not the figure of the
+GPU; nvbench throws such samples away, devbench keeps them and says so. The suite's
+``Benchmark`` base class calls ``record`` after every ``setup`` ("before") and in every
+``teardown`` ("after") of a benchmark that created a CUDA context; each call appends
+one JSON line per GPU to ``.asv/gpustate/<machine>.jsonl`` with the SM and memory
+clocks, temperature, power, the active clock-event ("throttle") reasons, and NVML's
+cumulative power/thermal violation counters, so the report can tell whether the GPU
+was held back at any moment between the two lines, not only at the instants read.
+
+No NVML (no driver, no nvidia-ml-py, a CPU-only machine): nothing is written. Only
+NVML's query functions are called; clocks, power limits and modes are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+#: Folder beside asv's results (asv.conf.json keeps results, env and html under .asv/).
+GPUSTATE_DIR = Path(".asv") / "gpustate"
+
+#: NVML clock-event reason bits that mean "held back", by name (idle and application
+#: clock settings are not throttling; sync boost follows another GPU)
+THROTTLE_BITS = {
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+}
+OTHER_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sync_boost": 0x10, "display_clock_setting": 0x100}
+
+
+def reasons(mask: int) -> list[str]:
+    """Names of the clock-event reason bits set in ``mask``."""
+    return [name for name, bit in {**THROTTLE_BITS, **OTHER_BITS}.items() if mask & bit]
+
+
+def throttling(mask: int) -> list[str]:
+    """Names of the reasons in ``mask`` that hold the clocks down."""
+    return [name for name, bit in THROTTLE_BITS.items() if mask & bit]
+
+
+def _nvml():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # noqa: BLE001 - no module, no library, no driver: no state to read
+        return None
+
+
+def _read(fn, *args) -> Any:
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - a field this GPU or driver does not report
+        return None
+
+
+def snapshot() -> list[dict[str, Any]]:
+    """One record per GPU NVML sees, or [] without NVML. Never raises."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    out = []
+    try:
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+                nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+            )
+            mask = _read(get_reasons, h) if get_reasons else None
+            power = _read(nv.nvmlDeviceGetPowerUsage, h)
+            limit = _read(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+            rec: dict[str, Any] = {
+                "index": i,
+                "name": _read(nv.nvmlDeviceGetName, h),
+                "sm_clock_mhz": _read(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+                "mem_clock_mhz": _read(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+                "max_sm_clock_mhz": _read(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+                "temperature_c": _read(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+                "power_w": power / 1e3 if power is not None else None,
+                "power_limit_w": limit / 1e3 if limit is not None else None,
+                "reasons": reasons(mask) if mask is not None else None,
+                "throttling": throttling(mask) if mask is not None else None,
+            }
+            for policy, key in (("NVML_PERF_POLICY_POWER", "power"), ("NVML_PERF_POLICY_THERMAL", "thermal")):
+                v = _read(nv.nvmlDeviceGetViolationStatus, h, getattr(nv, policy, -1))
+                rec[f"{key}_violation_ns"] = getattr(v, "violationTime", None)
+            out.append(rec)
+    except Exception:  # noqa: BLE001 - a GPU vanished mid-read: keep what was read
+        pass
+    finally:
+        _read(nv.nvmlShutdown)
+    return out
+
+
+def gpustate_dir(benchmark_file: str | os.PathLike[str] | None = None) -> Path:
+    """``.asv/gpustate`` of the project: found from a benchmark file (asv runs setup in a temp folder)."""
+    if benchmark_file is not None:
+        return Path(benchmark_file).resolve().parents[1] / GPUSTATE_DIR
+    return Path(os.environ.get("ASV_CONF_DIR", ".")) / GPUSTATE_DIR
+
+
+def record(
+    benchmark: str,
+    params: dict[str, Any],
+    phase: str,
+    folder: Path,
+    machine: str | None = None,
+    gpus: list[dict[str, Any]] | None = None,
+) -> Path | None:
+    """Append one line per GPU for ``benchmark`` (``module.Class``) with ``params`` at ``phase``.
+
+    Returns the file written, or None when there was no GPU state to write.
+    """
+    gpus = snapshot() if gpus is None else gpus
+    if not gpus:
+        return None
+    if machine is None:
+        from devbench.machine import default_machine
+
+        machine = default_machine()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{''.join(c if c.isalnum() or c in '-_.' else '_' for c in machine)}.jsonl"
+    now = time.time()
+    lines = [
+        json.dumps({"time": now, "machine": machine, "benchmark": benchmark, "params": params, "phase": phase, **g})
+        for g in gpus
+    ]
+    # one write of whole lines with O_APPEND: concurrent writers never interleave
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def load(folder: Path) -> list[dict[str, Any]]:
+    """Every record under ``folder`` (none if it is absent); unreadable lines are skipped."""
+    out: list[dict[str, Any]] = []
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("time"), (int, float)):
+                out.append(rec)
+    return out

@@ -1,0 +1,123 @@
+"""GPU state around benchmarks: NVML reasons decoded, records written by the suite's
+base class only when CUDA is in use, and the report flagging throttled figures."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from devbench import gpustate
+from devbench.report.cli import main as report_main
+from devbench.report.load import load_results
+from devbench.suite import Benchmark
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_reasons_are_decoded_and_only_limits_count_as_throttling():
+    assert gpustate.reasons(0x1 | 0x4 | 0x40) == ["sw_power_cap", "hw_thermal_slowdown", "gpu_idle"]
+    assert gpustate.throttling(0x1 | 0x2 | 0x10) == []
+    assert gpustate.throttling(0x4 | 0x8) == ["sw_power_cap", "hw_slowdown"]
+
+
+def test_snapshot_without_a_driver_is_empty():
+    from devbench.devices import num_gpus
+
+    if num_gpus():
+        pytest.skip("this machine has a GPU")
+    assert gpustate.snapshot() == []
+
+
+GPU = {
+    "index": 0, "name": "Fake GPU", "sm_clock_mhz": 1980, "mem_clock_mhz": 3201, "temperature_c": 50,
+    "power_w": 400.0, "reasons": [], "throttling": [], "power_violation_ns": 0, "thermal_violation_ns": 0,
+}  # fmt: skip
+
+
+class Fake(Benchmark):
+    params = [["cpu", "cuda"], [16, 64]]
+    param_names = ["device", "n"]
+
+    def setup(self, device, n):
+        self.n = n
+
+
+class FakeWithTeardown(Fake):
+    def teardown(self, device, n):
+        self.torn = True
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, tmp_path):
+    monkeypatch.setattr("torch.cuda.is_initialized", lambda: True)
+    monkeypatch.setattr(gpustate, "snapshot", lambda: [dict(GPU)])
+    monkeypatch.setattr(gpustate, "gpustate_dir", lambda _file=None: tmp_path)
+    monkeypatch.setattr("devbench.machine.default_machine", lambda: "box")
+    return tmp_path
+
+
+def test_setup_and_teardown_record_the_state_with_benchmark_and_params(fake_gpu):
+    for cls in (Fake, FakeWithTeardown):
+        b = cls()
+        b.setup("cuda", 64)
+        b.teardown("cuda", 64)
+    lines = [json.loads(ln) for ln in (fake_gpu / "box.jsonl").read_text().splitlines()]
+    assert [(r["benchmark"].rsplit(".", 1)[-1], r["phase"]) for r in lines] == [
+        ("Fake", "before"), ("Fake", "after"), ("FakeWithTeardown", "before"), ("FakeWithTeardown", "after")
+    ]  # fmt: skip
+    assert all(r["params"] == {"device": "cuda", "n": 64} and r["sm_clock_mhz"] == 1980 for r in lines)
+    assert b.torn and b.n == 64  # the benchmark's own set-up and tear-down still run
+
+
+def test_nothing_is_recorded_without_cuda(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpustate, "gpustate_dir", lambda _file=None: tmp_path)
+    b = Fake()
+    b.setup("cpu", 16)
+    b.teardown("cpu", 16)
+    assert not list(tmp_path.iterdir())
+
+
+def test_report_flags_a_figure_measured_while_throttled(tmp_path):
+    results = tmp_path / "asv" / "results"
+    shutil.copytree(ROOT / "reports" / "asv-results", results)
+    frame = load_results(results).frame
+    rows = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.track_tflops")]
+    start = rows["started_at"].iloc[0].timestamp()
+    name = "bench_matmul.MatmulSquare"
+
+    def rec(t, params, phase, **over):
+        return json.dumps({"time": start + t, "machine": "h200", "benchmark": name, "params": params,
+                           "phase": phase, **GPU, **over})  # fmt: skip
+
+    big = {"device": "cuda", "dtype": "bfloat16", "n": 8192}
+    small = {"device": "cuda", "dtype": "bfloat16", "n": 1024}
+    folder = tmp_path / "asv" / "gpustate"
+    folder.mkdir()
+    (folder / "h200.jsonl").write_text(
+        "\n".join([
+            rec(1, big, "before"),
+            rec(2, big, "after", power_violation_ns=5_000_000, sm_clock_mhz=1755, temperature_c=71),
+            rec(3, small, "before"),
+            rec(4, small, "after"),
+            "not json",
+        ]) + "\n"
+    )  # fmt: skip
+    frame = load_results(results).frame
+    mine = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.track_tflops")]
+    by_params = mine.set_index("params")["gpu_throttled"]
+    assert by_params["device=cuda, dtype=bfloat16, n=8192"] == True  # noqa: E712 - pandas' boolean NA type
+    assert by_params["device=cuda, dtype=bfloat16, n=1024"] == False  # noqa: E712
+    assert by_params.isna().sum() == len(by_params) - 2  # no record: unknown, not "fine"
+    state = mine.set_index("params")["gpu_state"]["device=cuda, dtype=bfloat16, n=8192"]
+    assert state == "SM 1755-1980 MHz, 71 C max, 400 W max"
+    # the time_ twin ran in another window: its records would have to be its own
+    other = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.time_matmul")]
+    assert other["gpu_throttled"].isna().all()
+
+    out = tmp_path / "out"
+    assert report_main(["--results", str(results), "--out", str(out), "--format", "md", "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    section = md.split("## GPU state: figures measured while throttled", 1)[1].split("\n## ", 1)[0]
+    assert "2 GPU figures" in section and "1 were measured while the GPU was held back" in section
+    assert "device=cuda, dtype=bfloat16, n=8192" in section and "n=1024" not in section
