@@ -30,6 +30,9 @@ class Check:
     params: str  # the report's params label, e.g. "device=cpu, dtype=float32, n=256"
     unit: str
     needs_gpu: bool = False
+    #: "workload": the suite's own workload object; "plain_mm": a bare ``torch.mm(a, b)``
+    #: on one pair of fresh random inputs, the way a user would time it by hand
+    reference: str = "workload"
 
 
 def checks(gpu: bool) -> list[Check]:
@@ -53,10 +56,12 @@ def checks(gpu: bool) -> list[Check]:
                   f"direction={d}, memory=pinned, mode=non_blocking, nbytes={256 << 20}", "GB/s", True)
             for d in ("h2d", "d2h")
         ]  # fmt: skip
-        out.append(
-            Check("matmul bfloat16 n=8192 cuda", "bench_matmul.MatmulSquare.track_tflops",
-                  "device=cuda, dtype=bfloat16, n=8192", "TFLOP/s", True)
-        )  # fmt: skip
+        out += [
+            Check(label, "bench_matmul.MatmulSquare.track_tflops", "device=cuda, dtype=bfloat16, n=8192", "TFLOP/s",
+                  True, reference)
+            for label, reference in (("matmul bfloat16 n=8192 cuda", "workload"),
+                                     ("  vs plain torch.mm loop", "plain_mm"))
+        ]  # fmt: skip
     return out
 
 
@@ -113,6 +118,11 @@ def _workload(c: Check):
     from devbench.workloads.transfer import Copy, host_device_copy
 
     fields = dict(p.split("=", 1) for p in c.params.split(", "))
+    if c.reference == "plain_mm":
+        n, dtype = int(fields["n"]), getattr(torch, fields["dtype"])
+        dev = torch.device("cuda")
+        a, b = (torch.randn(n, n, device=dev).to(dtype) for _ in range(2))
+        return (lambda: torch.mm(a, b)), dev, flops(n) / 1e12
     if c.benchmark.endswith("track_tflops"):
         dev = torch.device("cuda" if fields["device"] == "cuda" else "cpu")
         mm = Matmul(int(fields["n"]), fields["dtype"], dev)
