@@ -7,6 +7,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 EXAMPLES = """\
@@ -127,8 +128,14 @@ def run(args: argparse.Namespace) -> int:
         base = older[-1]
     if head is None and base is not None:
         head = [c for c in commits_in(loaded.frame) if c != base][-1]
-    rep = render.build(loaded, base=base, head=head, factor=args.factor, plots="png" in formats or "html" in formats)
-    written = render.write(rep, loaded, Path(args.out), formats)
+    # The CSV (Arrow's writer, which releases the GIL) is written while the report is built.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        csv = pool.submit(render.write, None, loaded, Path(args.out), ["csv"]) if "csv" in formats else None
+        plots = "png" in formats or "html" in formats
+        rep = render.build(loaded, base=base, head=head, factor=args.factor, plots=plots)
+        written = render.write(rep, loaded, Path(args.out), [f for f in formats if f != "csv"])
+        if csv is not None:
+            written += csv.result()
     if not args.quiet:
         rows = len(loaded.frame)
         print(f"devbench report: {rows} results from {args.results} in {time.perf_counter() - started:.1f} s")
