@@ -1,10 +1,12 @@
-"""Files written whole or not at all (no torch, no pandas: the report and the collectives entry share it)."""
+"""Files written whole or not at all, and JSON-lines records read back (no torch, no pandas)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:
@@ -25,3 +27,19 @@ def write_atomic(path: Path, data: bytes | str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_jsonl(folder: Path) -> list[dict[str, Any]]:
+    """Every JSON object in ``folder/*.jsonl`` (none if it is absent); unreadable lines are skipped."""
+    out: list[dict[str, Any]] = []
+    if not Path(folder).is_dir():
+        return out
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out

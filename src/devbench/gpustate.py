@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devbench.files import read_jsonl
+
 #: Folder beside asv's results (asv.conf.json keeps results, env and html under .asv/).
 GPUSTATE_DIR = Path(".asv") / "gpustate"
 
@@ -142,15 +144,4 @@ def record(
 
 def load(folder: Path) -> list[dict[str, Any]]:
     """Every record under ``folder`` (none if it is absent); unreadable lines are skipped."""
-    out: list[dict[str, Any]] = []
-    if not folder.is_dir():
-        return out
-    for path in sorted(folder.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("time"), (int, float)):
-                out.append(rec)
-    return out
+    return [r for r in read_jsonl(folder) if isinstance(r.get("time"), (int, float))]

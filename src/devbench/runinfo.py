@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devbench.files import read_jsonl
+
 #: Folder beside asv's results/env/html (asv.conf.json keeps them all under .asv/).
 RUNINFO_DIR = Path(".asv") / "runinfo"
 
@@ -71,13 +73,4 @@ def record(directory: Path | None = None) -> Path:
 
 def load(directory: Path) -> list[dict[str, Any]]:
     """Every run record under ``directory``; unreadable lines are skipped."""
-    out: list[dict[str, Any]] = []
-    if not directory.is_dir():
-        return out
-    for path in sorted(directory.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
+    return read_jsonl(directory)

@@ -156,14 +156,18 @@ def _speedup(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
     return Section("GPU / CPU speedup", f"GPU throughput over CPU per size. The GPU wins from: {xs}.", table.round(3))
 
 
+def _by_size(df: pd.DataFrame, index: list[str], columns: str, values: str) -> pd.DataFrame:
+    """One row per ``index`` and message size (shown as "4 KiB"), one column per value of ``columns``."""
+    table = df.pivot_table(index=[*index, "nbytes"], columns=columns, values=values, aggfunc="first").reset_index()
+    table.columns.name = None
+    table["nbytes"] = table["nbytes"].map(_size)
+    return table.rename(columns={"nbytes": "size"})
+
+
 def _bandwidth(bw: pd.DataFrame) -> Section | None:
     if bw.empty:
         return None
-    t = bw.assign(where=_where(bw))
-    table = t.pivot_table(index=["where", "nbytes"], columns="copy", values="gbps", aggfunc="first").reset_index()
-    table.columns.name = None
-    table["nbytes"] = table["nbytes"].map(_size)
-    table = table.rename(columns={"nbytes": "size"})
+    table = _by_size(bw.assign(where=_where(bw)), ["where"], "copy", "gbps")
     text = (
         "Decimal GB/s of bytes copied (nvbandwidth's convention); on-device copies also read what they write, so "
         "their read+write figure is twice this. `on-device cpu` is a host memory copy: the line host<->device "
@@ -199,11 +203,7 @@ def _collectives(cb: pd.DataFrame) -> Section | None:
     if cb.empty:
         return None
     run = cb["runner"] + ", " + cb["backend"] + " x" + cb["world"].astype(str)
-    t = cb.assign(where=cb["machine"].astype(str), run=run)
-    table = t.pivot_table(index=["where", "run", "nbytes"], columns="op", values="busbw", aggfunc="first").reset_index()
-    table.columns.name = None
-    table["nbytes"] = table["nbytes"].map(_size)
-    table = table.rename(columns={"nbytes": "size"})
+    table = _by_size(cb.assign(where=cb["machine"].astype(str), run=run), ["where", "run"], "op", "busbw")
     text = (
         "Bus bandwidth, decimal GB/s (nccl-tests: algorithm bandwidth = size / time, x 2(n-1)/n for all_reduce, "
         "x (n-1)/n for all_gather and reduce_scatter, x 1 for broadcast and the send/recv ring), every result "

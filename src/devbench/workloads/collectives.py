@@ -66,15 +66,20 @@ def busbw(op: str, world: int, nbytes: float, seconds: float) -> float:
     return algbw(nbytes, seconds) * bus_factor(op, world)
 
 
+def _cycle(count: int, scale: int, device: torch.device) -> torch.Tensor:
+    """scale x (1 + position mod 251) as float32: one period, tiled (exact: small integers)."""
+    period = torch.arange(1, _PERIOD + 1, dtype=DTYPE, device=device).mul_(scale)
+    return period.repeat(-(-count // _PERIOD))[:count]
+
+
 def _values(count: int, rank: int, device: torch.device) -> torch.Tensor:
     """Rank ``rank``'s data: (rank + 1) x (1 + position mod 251), exact in float32."""
-    base = torch.arange(count, dtype=torch.int64, device=device).remainder_(_PERIOD).add_(1)
-    return base.mul_(rank + 1).to(DTYPE)
+    return _cycle(count, rank + 1, device)
 
 
 def _sum_of_ranks(count: int, world: int, device: torch.device) -> torch.Tensor:
-    base = torch.arange(count, dtype=torch.int64, device=device).remainder_(_PERIOD).add_(1)
-    return base.mul_(world * (world + 1) // 2).to(DTYPE)
+    """The sum of every rank's ``_values``: world(world + 1)/2 x (1 + position mod 251)."""
+    return _cycle(count, world * (world + 1) // 2, device)
 
 
 @dataclass
