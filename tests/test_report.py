@@ -364,3 +364,19 @@ def test_change_words_follow_the_unit():
     assert C._change("+", "seconds") == "worse" and C._change("-", "seconds") == "better"
     assert C._change("+", "GB/s") == "better" and C._change("-", "TFLOP/s") == "worse"
     assert C._change("+", "x") == "larger" and C._change("!", "seconds") == "failed"
+
+
+def test_default_pair_skips_a_newer_commit_from_another_machine():
+    day = pd.Timestamp("2026-11-01", tz="UTC")
+    f = pd.DataFrame(
+        {
+            "commit": ["a", "b", "c", "c"],
+            "machine": ["vm", "vm", "h200", "h200"],
+            "env": ["e", "e", "e", "e"],
+            "date": [day, day + pd.Timedelta(days=1), day + pd.Timedelta(days=2), day + pd.Timedelta(days=2)],
+        }
+    )
+    assert C.default_pair(f) == ("a", "b")  # c ran on another machine only: nothing to compare it with
+    f.loc[len(f)] = ["a", "h200", "e", day]
+    assert C.default_pair(f) == ("a", "c")
+    assert C.default_pair(f[f["commit"] == "a"]) is None

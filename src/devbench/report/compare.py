@@ -127,6 +127,23 @@ def commits_in(frame: pd.DataFrame) -> list[str]:
     return order["commit"].tolist()
 
 
+def default_pair(frame: pd.DataFrame) -> tuple[str, str] | None:
+    """(base, head) for "changes between commits" when none is given: the newest commit
+    and the most recent older one measured on a machine and environment it shares (the
+    two newest commits overall may have run on different machines)."""
+    commits = commits_in(frame)
+    runs = frame[["commit", "machine", "env"]].drop_duplicates().astype(str)
+    where: dict[str, set[tuple[str, str]]] = {}
+    for c, m, e in runs.itertuples(index=False):
+        where.setdefault(c, set()).add((m, e))
+    for i in range(len(commits) - 1, 0, -1):
+        head = commits[i]
+        for base in reversed(commits[:i]):
+            if where.get(str(base), set()) & where.get(str(head), set()):
+                return base, head
+    return None
+
+
 def resolve_commit(frame: pd.DataFrame, prefix: str) -> str:
     """The one full hash in the results that starts with ``prefix``."""
     from devbench.report.load import ReportError

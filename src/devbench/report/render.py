@@ -477,10 +477,9 @@ def build(
     ):
         if sec is not None:
             rep.sections.append(sec)
-    if len(commits) >= 2 or (base and head):
-        b = base or commits[-2]
-        h = head or commits[-1]
-        rep.sections.append(_changes(cur, b, h, factor))
+    pair = (base, head) if base and head else C.default_pair(cur) if len(commits) >= 2 else None
+    if pair is not None:
+        rep.sections.append(_changes(cur, pair[0], pair[1], factor))
     for by in ("machine", "env"):
         sec = _across(cur, by, factor)
         if sec is not None:
