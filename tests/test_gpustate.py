@@ -54,6 +54,7 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(gpustate, "snapshot", lambda: [dict(GPU)])
     monkeypatch.setattr(gpustate, "gpustate_dir", lambda _file=None: tmp_path)
     monkeypatch.setattr("devbench.machine.default_machine", lambda: "box")
+    monkeypatch.setattr("devbench.suite._last_gpu_state", {})
     return tmp_path
 
 
@@ -121,3 +122,18 @@ def test_report_flags_a_figure_measured_while_throttled(tmp_path):
     section = md.split("## GPU state: figures measured while throttled", 1)[1].split("\n## ", 1)[0]
     assert "2 GPU figures" in section and "1 were measured while the GPU was held back" in section
     assert "device=cuda, dtype=bfloat16, n=8192" in section and "n=1024" not in section
+
+
+def test_state_is_read_at_most_every_half_second_per_phase(fake_gpu, monkeypatch):
+    import devbench.suite as suite
+
+    clock = [1000.0]
+    monkeypatch.setattr(suite.time, "monotonic", lambda: clock[0])
+    b = Fake()
+    for _ in range(5):  # asv re-runs setup/teardown around each sample
+        b.setup("cuda", 16)
+        b.teardown("cuda", 16)
+    clock[0] += 0.6
+    b.setup("cuda", 16)
+    phases = [json.loads(ln)["phase"] for ln in (fake_gpu / "box.jsonl").read_text().splitlines()]
+    assert phases == ["before", "after", "before"]

@@ -48,14 +48,21 @@ def throttling(mask: int) -> list[str]:
     return [name for name, bit in THROTTLE_BITS.items() if mask & bit]
 
 
-def _nvml():
-    try:
-        import pynvml
+_NVML: Any = None
 
-        pynvml.nvmlInit()
-        return pynvml
-    except Exception:  # noqa: BLE001 - no module, no library, no driver: no state to read
-        return None
+
+def _nvml():
+    """pynvml, initialized once per process (NVML releases it at exit), or None."""
+    global _NVML
+    if _NVML is None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            _NVML = pynvml
+        except Exception:  # noqa: BLE001 - no module, no library, no driver: no state to read
+            _NVML = False
+    return _NVML or None
 
 
 def _read(fn, *args) -> Any:
@@ -98,8 +105,6 @@ def snapshot() -> list[dict[str, Any]]:
             out.append(rec)
     except Exception:  # noqa: BLE001 - a GPU vanished mid-read: keep what was read
         pass
-    finally:
-        _read(nv.nvmlShutdown)
     return out
 
 

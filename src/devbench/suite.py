@@ -16,6 +16,7 @@ Nothing here touches CUDA at import time (rule 2).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 import time
@@ -176,6 +177,12 @@ def median_block(fn: Callable[[], object], device: torch.device, calls: int, sam
     return per_call[len(per_call) // 2]
 
 
+#: asv re-runs setup and teardown around every sample (up to 40 a round): the GPU state is
+#: read at the first of them and then at most every GPU_STATE_EVERY_S seconds per phase
+GPU_STATE_EVERY_S = 0.5
+_last_gpu_state: dict[tuple[str, str, str], float] = {}
+
+
 def _record_gpu_state(bench: object, args: tuple, phase: str) -> None:
     """Append the GPUs' NVML state for this benchmark and params (only once CUDA is in use)."""
     if not torch.cuda.is_initialized():
@@ -185,9 +192,13 @@ def _record_gpu_state(bench: object, args: tuple, phase: str) -> None:
     cls = type(bench)
     names = list(getattr(cls, "param_names", []))
     values = args[len(args) - len(names) :] if names else ()
+    name = f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}"
+    key, now = (name, repr(values), phase), time.monotonic()
+    if now - _last_gpu_state.get(key, -math.inf) < GPU_STATE_EVERY_S:
+        return
+    _last_gpu_state[key] = now
     module = sys.modules.get(cls.__module__)
     folder = gpustate.gpustate_dir(getattr(module, "__file__", None))
-    name = f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}"
     gpustate.record(name, dict(zip(names, values, strict=True)), phase, folder)
 
 
