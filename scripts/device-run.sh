@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, for a lent GPU machine that has torch but no asv
 # and no package index. Run from the repository root with the wheels made by
-# ../shared/tools/device-wheels.sh (plus `pip wheel --no-deps -w .whl .` for devbench)
-# carried in .whl/ and .git carried too (asv reads the commit's date from it):
+# ../shared/tools/device-wheels.sh (plus `pip wheel --no-deps -w .whl .` for devbench;
+# replace its importlib-metadata wheel with 8.7.0: 9.x imports `lazy_importer`, which the
+# GPU image lacks) carried in .whl/. asv reads the commit's date from git, and the device
+# tool will not carry .git: copy it to an ignored folder and restore it there, replacing
+# whatever .git the copy has (it may be at another commit):
 #
-#   OUT=/tmp/out scripts/device-run.sh [MACHINE]
+#   here:  rm -rf .devrun && mkdir .devrun && cp -a .git .devrun/git    (.devrun/ ignored)
+#   there: rm -rf .git; cp -a .devrun/git .git; OUT=$OUT scripts/device-run.sh [MACHINE]
 #
 # Steps, each under its own time limit so one slow step cannot lose the others:
 #   1. install the wheels into the machine's python3, record the asv machine (GPU fields)

@@ -99,3 +99,12 @@ def test_reference_measurement_is_positive_and_in_the_unit(label):
     timer, events = V.measure(c, min_run_time=0.05)
     assert timer > 0 and math.isnan(events)
     assert timer < (10.0 if c.unit == "TFLOP/s" else 1000.0)  # a CPU, not a unit mix-up
+
+
+def test_gpu_subset_holds_the_bare_torch_mm_reference():
+    from devbench.validate import checks
+
+    bf16 = [c for c in checks(gpu=True) if c.params == "device=cuda, dtype=bfloat16, n=8192"]
+    assert [c.reference for c in bf16] == ["workload", "plain_mm"]
+    assert len({c.label for c in checks(gpu=True)}) == len(checks(gpu=True))  # labels key the suite figures
+    assert all(c.reference == "workload" for c in checks(gpu=False))
