@@ -116,6 +116,46 @@ def test_values_equal_asv_show(hist):
         assert text in out.stdout, f"{text} not in asv show output"
 
 
+def test_every_value_and_statistic_equals_asv_results_api(hist):
+    """The loader reads the files' columns itself (for speed); asv's ``Results`` must agree on every cell."""
+    from asv.results import Results
+
+    f = load_results(hist.results).frame
+    checked = 0
+    for path in sorted(hist.results.glob("*/*.json")):
+        if path.name == "machine.json":
+            continue
+        res = Results.load(str(path), machine_name=path.parent.name)
+        for key in res.get_all_result_keys():
+            params = res.get_result_params(key)
+            values = res.get_result_value(key, params)
+            stats = res.get_result_stats(key, params)
+            rows = f[(f["file"] == str(path.relative_to(hist.results))) & (f["benchmark"] == key)]
+            assert len(rows) == len(values)
+            for (_, row), value, stat in zip(rows.iterrows(), values, stats or [None] * len(values), strict=True):
+                if value is None:
+                    assert row["status"] == "failed" and math.isnan(row["value"])
+                elif math.isnan(value):
+                    assert row["status"] == "skipped" and math.isnan(row["value"])
+                else:
+                    assert row["status"] == "ok" and row["value"] == value
+                for name in ("ci_99_a", "ci_99_b", "q_25", "q_75", "number", "repeat"):
+                    want = (stat or {}).get(name)
+                    assert math.isnan(row[name]) if want is None else row[name] == want, (key, name)
+                checked += 1
+            assert row["version"] == res.benchmark_version[key]
+    assert checked == 40
+
+
+def test_result_file_of_another_machine_is_named_and_skipped(results_copy):
+    victim = next((results_copy / "alpha").glob("*-*.json"))
+    shutil.copy(victim, results_copy / "beta" / "00000000-moved.json")
+    loaded = load_results(results_copy)
+    assert len(loaded.frame) == 40
+    [problem] = loaded.problems
+    assert problem.path.endswith("00000000-moved.json") and "machine name is not 'beta'" in problem.message
+
+
 def test_comparison_matches_asv_compare(hist):
     out = asv(
         hist.project, hist.project.parent / "home", "compare", hist.commits[0][:8], hist.commits[1][:8],

@@ -102,14 +102,6 @@ def parse_param(text: Any) -> Any:
     return value if isinstance(value, (str, int, float, bool)) or value is None else text
 
 
-def _status(value: Any) -> str:
-    if value is None:
-        return "failed"
-    if isinstance(value, float) and math.isnan(value):
-        return "skipped"
-    return "ok"
-
-
 def _type_from_name(name: str) -> str:
     last = name.rsplit(".", 1)[-1]
     for prefix, kind in (("time_", "time"), ("track_", "track"), ("peakmem_", "peakmemory"), ("mem_", "memory")):
@@ -188,6 +180,71 @@ def _runinfo_index(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
     return by_env
 
 
+#: Columns that vary within a result file (the rest are the file's: machine, env, commit, ...).
+ROW_COLUMNS = ["benchmark", "suite", "name", "type", "unit", "params", "status", "value", *STATS, "version",
+               "version_current", "started_at"]  # fmt: skip
+
+
+@dataclass
+class _ResultFile:
+    """One asv result file, as stored: ``results`` maps a benchmark to its row of ``result_columns``."""
+
+    env_name: str
+    commit_hash: str
+    date: Any
+    params: dict[str, Any]
+    requirements: dict[str, Any]
+    column: dict[str, int]
+    results: dict[str, list[Any]]
+
+
+def _read_result_file(path: Path, machine: str) -> _ResultFile:
+    """Read a result file with asv's own loader and format check (``asv.util.load_json``).
+
+    The fields are those ``asv.results.Results.load`` reads; the per-benchmark rows are kept
+    as the file stores them (one list per column, over the parameter combinations), which is
+    what a table wants: ``Results`` turns the statistics into one dict per combination, and
+    at thousands of files that costs more than everything else the loader does.
+    """
+    d = asv_util.load_json(str(path), api_version=Results.api_version)
+    try:
+        columns, results = d["result_columns"], d["results"]
+        out = _ResultFile(
+            env_name=d["env_name"],
+            commit_hash=d["commit_hash"] or "",
+            date=d["date"],
+            params=d["params"],
+            requirements=d["requirements"] or {},
+            column={c: i for i, c in enumerate(columns)},
+            results=results,
+        )
+    except KeyError as exc:
+        raise asv_util.UserError(f"missing key {exc}") from None
+    if not isinstance(out.results, dict) or not isinstance(out.params, dict):
+        raise asv_util.UserError("'results' and 'params' must be objects")
+    if out.params.get("machine") != machine:
+        raise asv_util.UserError(f"machine name is not {machine!r}")
+    bad = [k for k, v in out.results.items() if not isinstance(v, list)]
+    if bad:
+        raise asv_util.UserError(f"result of {bad[0]} is not a list of columns")
+    return out
+
+
+def _field(entry: list[Any], index: int | None) -> Any:
+    return entry[index] if index is not None and index < len(entry) else None
+
+
+def _bench_fields(key: str, meta: dict[str, Any]) -> dict[str, Any]:
+    kind = meta.get("type") or _type_from_name(key)
+    return {
+        "suite": key.split(".", 1)[0] if "." in key else "",
+        "name": key.rsplit(".", 1)[-1],
+        "type": kind,
+        "unit": meta.get("unit") or ("seconds" if kind == "time" else "unit"),
+        "meta_version": meta.get("version"),
+    }
+
+
 def _actual_versions(records: list[dict[str, Any]], started: list[float]) -> tuple[Any, Any]:
     """torch and CUDA of the run record nearest to when these results were measured (12 h at most)."""
     if not records or not started:
@@ -228,14 +285,20 @@ def load_results(
     want_commits = _commit_filter(commits)
     runs = _runinfo_index(root)
 
-    #: per-row columns; per-file ones (machine, env, commit, ...) are joined on "_file" at the end
-    row_cols = ["_file", "benchmark", "suite", "name", "type", "unit", "params", "status", "value", *STATS,
-                "version", "version_current", "started_at"]  # fmt: skip
-    cols: dict[str, list[Any]] = {c: [] for c in row_cols}
+    # Per-key lists (one entry per benchmark in a file) are repeated over its parameter
+    # combinations at the end; per-row lists get one entry per combination; per-file
+    # fields (machine, env, commit, ...) are taken by file index.
+    k_file: list[int] = []
+    k_bench: list[str] = []
+    k_version: list[Any] = []
+    k_started: list[float] = []
+    k_count: list[int] = []
+    labels: list[str] = []
+    raw_values: list[Any] = []
+    stat_cols: dict[str, list[Any]] = {name: [] for name in STATS}
     files: list[dict[str, Any]] = []
-    param_chunks: list[tuple[int, list[str], list[tuple[Any, ...]]]] = []
+    param_chunks: list[tuple[int, tuple[str, ...], list[tuple[Any, ...]]]] = []
     seen_machines, seen_envs = set(), set()
-    stale: dict[str, int] = {}
     want_machines = set(machines) if machines is not None else None
     want_envs = set(envs) if envs is not None else None
     row = 0
@@ -249,27 +312,31 @@ def load_results(
             continue
         for path in _result_files(folder):
             try:
-                res = Results.load(str(path), machine_name=info["machine"])
+                res = _read_result_file(path, info["machine"])
             except Exception as exc:
                 problems.append(Problem(str(path), f"skipped, not a readable asv result file: {exc}"))
                 continue
             seen_envs.add(res.env_name)
             if want_envs is not None and res.env_name not in want_envs:
                 continue
-            commit = res.commit_hash or ""
+            commit = res.commit_hash
             if want_commits is not None and not any(commit.lower().startswith(c) for c in want_commits):
                 continue
-            requirements = getattr(res, "_requirements", None) or {}  # asv keeps them, with no accessor
-            started_ms = [v for v in res.started_at.values() if isinstance(v, (int, float))]
+            column = res.column
+            i_result, i_params, i_version, i_started = (
+                column.get(c) for c in ("result", "params", "version", "started_at")
+            )
+            i_stats = [column.get(f"stats_{name}") for name in STATS]
+            started_ms = [t for v in res.results.values() if isinstance(t := _field(v, i_started), (int, float))]
             torch_v, cuda_v = _actual_versions(runs.get(res.env_name, []), started_ms)
             file_info = {
                 "machine": info["machine"],
                 "env": res.env_name,
                 "commit": commit,
                 "commit_short": commit[:8],
-                "date": pd.Timestamp(res.date, unit="ms", tz="UTC") if res.date else pd.NaT,
+                "date": res.date if isinstance(res.date, (int, float)) and res.date else math.nan,
                 "python": res.params.get("python"),
-                "requirements": "; ".join(f"{k}=={v}" if v else k for k, v in sorted(requirements.items())),
+                "requirements": "; ".join(f"{k}=={v}" if v else k for k, v in sorted(res.requirements.items())),
                 "torch_version": torch_v,
                 "cuda_version": cuda_v,
                 "file": str(path.relative_to(root)),
@@ -280,47 +347,33 @@ def load_results(
             )
             fid = len(files)
             files.append(file_info)
-            for key in sorted(res.get_all_result_keys()):
+            for key in sorted(res.results):
                 if pattern is not None and not pattern.search(key):
                     continue
+                entry = res.results[key]
                 meta = known.get(key, {})
-                bparams = res.get_result_params(key) or []
-                values = res.get_result_value(key, bparams)
-                stats = res.get_result_stats(key, bparams)
-                if not isinstance(values, list):
-                    values = [values]
-                names, typed, labels = _layout(key, tuple(meta.get("param_names") or ()), _freeze(bparams))
-                version = res.benchmark_version.get(key)
-                current = meta.get("version") is None or version is None or version == meta.get("version")
-                if not current:
-                    stale[key] = stale.get(key, 0) + 1
+                bparams = _field(entry, i_params) or []
+                names, typed, key_labels = _layout(key, tuple(meta.get("param_names") or ()), _freeze(bparams))
                 k = len(typed)
-                values = (list(values) + [None] * k)[:k]
-                stats = (list(stats) if isinstance(stats, list) else [stats] if stats else []) + [None] * k
-                status = [_status(v) for v in values]
-                kind = meta.get("type") or _type_from_name(key)
-                started = res.started_at.get(key)
-                started = pd.Timestamp(started, unit="ms", tz="UTC") if isinstance(started, (int, float)) else pd.NaT
-                for c, v in (
-                    ("_file", fid),
-                    ("benchmark", key),
-                    ("suite", key.split(".", 1)[0] if "." in key else ""),
-                    ("name", key.rsplit(".", 1)[-1]),
-                    ("type", kind),
-                    ("unit", meta.get("unit") or ("seconds" if kind == "time" else "unit")),
-                    ("version", version),
-                    ("version_current", current),
-                    ("started_at", started),
-                ):
-                    cols[c].extend([v] * k)
-                cols["params"].extend(labels)
-                cols["status"].extend(status)
-                cols["value"].extend(float(v) if st == "ok" else math.nan for v, st in zip(values, status, strict=True))
-                stats = [st if isinstance(st, dict) else {} for st in stats[:k]]
-                for name in STATS:
-                    cols[name].extend([st.get(name, math.nan) for st in stats])
+                values = _field(entry, i_result)
+                values = values if isinstance(values, list) else [values]  # None: all failed (a build failure)
+                raw_values.extend(values[:k] if len(values) >= k else values + [None] * (k - len(values)))
+                for name, i in zip(STATS, i_stats, strict=True):
+                    stat = _field(entry, i)
+                    col = stat_cols[name]
+                    if isinstance(stat, list) and len(stat) == k:
+                        col.extend(stat)
+                    else:
+                        col.extend(((stat if isinstance(stat, list) else []) + [None] * k)[:k])
+                labels.extend(key_labels)
+                started = _field(entry, i_started)
+                k_file.append(fid)
+                k_bench.append(key)
+                k_version.append(_field(entry, i_version))
+                k_started.append(started if isinstance(started, (int, float)) else math.nan)
+                k_count.append(k)
                 if names:
-                    param_chunks.append((row, list(names), typed))
+                    param_chunks.append((row, names, typed))
                 row += k
 
     if want_machines is not None:
@@ -333,6 +386,18 @@ def load_results(
         if missing:
             known_names = ", ".join(sorted(seen_envs))
             raise ReportError(f"no environment named {', '.join(missing)} in {root}; known: {known_names}")
+
+    counts = np.asarray(k_count, dtype=np.int64)
+    bench = pd.Categorical(k_bench)
+    per_bench = {b: _bench_fields(b, known.get(b, {})) for b in bench.categories}
+    current = [
+        meta_v is None or v is None or v == meta_v
+        for v, meta_v in zip(k_version, (per_bench[b]["meta_version"] for b in k_bench), strict=True)
+    ]
+    stale: dict[str, int] = {}
+    for b, ok in zip(k_bench, current, strict=True):
+        if not ok:
+            stale[b] = stale.get(b, 0) + 1
     for key, count in sorted(stale.items()):
         problems.append(
             Problem(
@@ -342,11 +407,35 @@ def load_results(
             )
         )
 
-    per_row = pd.DataFrame(cols)
-    per_file = pd.DataFrame(files) if files else pd.DataFrame(columns=[c for c in BASE_COLUMNS if c not in cols])
-    frame = per_row.join(per_file, on="_file").drop(columns="_file")
+    cols: dict[str, Any] = {}
+    file_rows = np.repeat(np.asarray(k_file, dtype=np.int64), counts)
+    per_file = pd.DataFrame(files) if files else pd.DataFrame(columns=[c for c in BASE_COLUMNS if c not in ROW_COLUMNS])
+    per_file["date"] = pd.to_datetime(pd.to_numeric(per_file["date"], errors="coerce"), unit="ms", utc=True)
+    for name in per_file.columns:
+        col = per_file[name]
+        if name in CATEGORICAL:
+            col = col.astype(object).astype("category")
+        cols[name] = col.take(file_rows).reset_index(drop=True) if len(per_file) else col
+    bench_codes = np.repeat(bench.codes, counts)
+    cols["benchmark"] = pd.Categorical.from_codes(bench_codes, dtype=bench.dtype)
+    for name in ("suite", "name", "type", "unit"):
+        per_code = pd.Categorical([per_bench[b][name] for b in bench.categories])
+        cols[name] = pd.Categorical.from_codes(per_code.codes[bench_codes], dtype=per_code.dtype)
+    cols["params"] = pd.Categorical(labels)
+    values = np.asarray(raw_values, dtype=object)
+    failed = np.fromiter((v is None for v in raw_values), dtype=bool, count=len(raw_values))
+    numeric = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    status = np.where(failed, "failed", np.where(np.isnan(numeric), "skipped", "ok"))
+    cols["status"] = pd.Categorical(status, categories=["ok", "skipped", "failed"])
+    cols["value"] = numeric
+    for name in STATS:
+        cols[name] = np.asarray(stat_cols[name], dtype=float) if stat_cols[name] else np.empty(0)
+    version = pd.Categorical(k_version)
+    cols["version"] = pd.Categorical.from_codes(np.repeat(version.codes, counts), dtype=version.dtype)
+    cols["version_current"] = np.repeat(np.asarray(current, dtype=bool), counts)
+    cols["started_at"] = pd.to_datetime(np.repeat(np.asarray(k_started, dtype=float), counts), unit="ms", utc=True)
     extra = [c for c in per_file.columns if c.startswith(("machine_", "env_"))]
-    frame = frame[[*BASE_COLUMNS, *extra]]
+    frame = pd.DataFrame({c: cols[c] for c in [*BASE_COLUMNS, *extra]})
     param_values: dict[str, np.ndarray] = {}
     for start, names, typed in param_chunks:
         for i, name in enumerate(names):
@@ -361,7 +450,8 @@ def load_results(
         param_names.append(col)
     frame = attach_gpu_state(frame, root.parent / "gpustate")
     for name in CATEGORICAL:  # few distinct values, many rows: sorting, grouping and merging get cheaper
-        frame[name] = frame[name].astype("category")
+        if not isinstance(frame[name].dtype, pd.CategoricalDtype):
+            frame[name] = frame[name].astype("category")
     return Loaded(frame, problems, root, param_names, extra)
 
 
