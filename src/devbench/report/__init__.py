@@ -1,7 +1,7 @@
 """asv result histories into pandas, and the report made from them. Never imports torch.
 
 - ``load.load_results(dir)``: one tidy frame of every machine, environment, commit,
-  benchmark and parameter combination (asv's own ``asv.results.Results`` reads the files);
+  benchmark and parameter combination (asv's own ``asv.util.load_json`` reads the files);
 - ``derive``: TFLOP/s and GB/s from times, GPU/CPU speedup and crossover, logging ratios,
   parallel scaling, fraction of peak;
 - ``compare``: commit vs commit with asv compare's rule, machine vs machine, env vs env, history;

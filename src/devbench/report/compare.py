@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 try:  # the exact rule asv compare applies (asv 0.6); private, so guarded
@@ -91,9 +92,9 @@ def _pair_aligned(a: pd.DataFrame, b: pd.DataFrame, factor: float) -> pd.DataFra
     incomparable = ver_a.notna() & ver_b.notna() & (ver_a != ver_b)
     both_values = ~one_side & ~fail_a & ~fail_b & v1.notna() & v2.notna()
 
-    mark = pd.Series(" ", index=a.index, dtype=object)
-    mark[~one_side & fail_b & ~fail_a] = "!"
-    mark[~one_side & fail_a & ~fail_b] = "*"
+    mark = np.full(len(a), " ", dtype=object)
+    mark[(~one_side & fail_b & ~fail_a).to_numpy()] = "!"
+    mark[(~one_side & fail_a & ~fail_b).to_numpy()] = "*"
     smaller = both_values & (v2 < v1 / factor)
     larger = both_values & (v1 < v2 / factor)
     candidates = ((smaller | larger) & ~incomparable).to_numpy().nonzero()[0]
@@ -104,18 +105,18 @@ def _pair_aligned(a: pd.DataFrame, b: pd.DataFrame, factor: float) -> pd.DataFra
             ss1, ss2 = _stats(sa[i]), _stats(sb[i])
             if sm[i]:
                 if _is_result_better(x2[i], x1[i], ss2, ss1, factor):
-                    mark.iat[i] = "-"
+                    mark[i] = "-"
             elif _is_result_better(x1[i], x2[i], ss1, ss2, factor):
-                mark.iat[i] = "+"
-    mark[incomparable & ~one_side] = "x"
+                mark[i] = "+"
+    mark[(incomparable & ~one_side).to_numpy()] = "x"
 
     unit = a["unit"].where(a["unit"].notna(), b["unit"])
     out = pd.DataFrame({"unit": unit, "before": v1, "after": v2})
     out["ratio"] = (v2 / v1).where(both_values & (v1 != 0))
     out["mark"] = mark
-    pairs = pd.MultiIndex.from_arrays([mark, unit.astype(object)])
-    words = {p: _change(*p) for p in pairs.unique()}
-    out["change"] = [words[p] for p in pairs]
+    units = unit.astype(object).where(unit.notna(), None).to_numpy()
+    words = {p: _change(*p) for p in set(zip(mark, units, strict=True))}
+    out["change"] = [words[p] for p in zip(mark, units, strict=True)]
     out.loc[one_side & st_a.notna(), "change"] = "only before"
     out.loc[one_side & st_b.notna(), "change"] = "only after"
     return out

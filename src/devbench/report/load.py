@@ -1,4 +1,4 @@
-"""asv result histories into one tidy pandas DataFrame, read with asv's own results API.
+"""asv result histories into one tidy pandas DataFrame, read with asv's own loader (``asv.util.load_json``).
 
 One row per machine x environment x commit x benchmark x parameter combination. Works on
 any asv results directory (``<results>/<machine>/machine.json`` plus result files, and
@@ -413,7 +413,7 @@ def load_results(
     per_file["date"] = pd.to_datetime(pd.to_numeric(per_file["date"], errors="coerce"), unit="ms", utc=True)
     for name in per_file.columns:
         col = per_file[name]
-        if name in CATEGORICAL:
+        if name in CATEGORICAL or name.startswith(("machine_", "env_")):  # one value per file: few distinct
             col = col.astype(object).astype("category")
         cols[name] = col.take(file_rows).reset_index(drop=True) if len(per_file) else col
     bench_codes = np.repeat(bench.codes, counts)
