@@ -11,6 +11,7 @@ import torch
 
 from devbench.devices import move, synchronize
 from devbench.suite import (
+    COPY_BLOCK_S,
     DEVICES,
     Benchmark,
     calls_for,
@@ -19,6 +20,7 @@ from devbench.suite import (
     randn,
     require_device,
     require_gpus,
+    seconds_per_call,
     warm_up,
 )
 from devbench.workloads.matmul import Matmul
@@ -43,15 +45,12 @@ from devbench.workloads.transfer import (
     size_label,
 )
 
-#: A bandwidth block lasts at least this long (one copy when a single copy is longer).
-BLOCK_S = 0.05
+# A bandwidth block lasts about COPY_BLOCK_S (0.05 s; one copy when a single copy is longer).
 
 
 def _bandwidth(copy: Copy) -> float:
     """GB/s of bytes copied: median over blocks of back-to-back copies."""
-    dev = copy.timing_device
-    calls = calls_for(copy, dev, target_s=BLOCK_S, min_calls=1)
-    return gbps(copy.nbytes, median_block(copy, dev, calls))
+    return gbps(copy.nbytes, seconds_per_call(copy, copy.timing_device, COPY_BLOCK_S, min_calls=1))
 
 
 def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
@@ -117,7 +116,7 @@ class HostDeviceBidirectional(Benchmark):
         for c in (self.h2d, self.d2h):
             c.check()
             warm_up(c, dev)
-        self.calls = calls_for(self.h2d, dev, target_s=BLOCK_S, min_calls=1)
+        self.calls = calls_for(self.h2d, dev, target_s=COPY_BLOCK_S, min_calls=1)
         bidirectional(self.h2d, self.d2h, 1)  # streams and events warm
 
     def _median(self, field):

@@ -63,6 +63,41 @@ def test_a_bad_ratio_fails_and_is_named():
     assert "0.962" in table  # 10.0 / 10.4
 
 
+def test_drift_is_told_apart_from_a_wrong_method():
+    tol = 0.10
+    ok = V.Row("ok", "TFLOP/s", 1.0, 1.05, math.nan, "abc", method=0.98)
+    drift = V.Row("drift", "TFLOP/s", 0.8, 1.0, math.nan, "abc", method=1.02)  # recorded off, method agrees now
+    wrong = V.Row("wrong", "TFLOP/s", 1.0, 1.0, math.nan, "abc", method=0.7)  # method off, recorded happens to agree
+    assert [V.verdict(r, tol) for r in (ok, drift, wrong)] == ["ok", "DRIFT", "OFF"]
+    assert V.exit_status([ok], tol) == V.EXIT_OK
+    assert V.exit_status([ok, drift], tol) == V.EXIT_DRIFT
+    assert V.exit_status([drift, wrong], tol) == V.EXIT_MISMATCH
+    assert V.judge([ok, drift, wrong], tol) == ["drift", "wrong"]
+    lines = V.format_table([ok, drift, wrong], tol).splitlines()
+    assert lines[3].endswith("DRIFT") and "0.800" in lines[3] and "1.020" in lines[3]
+    assert lines[4].endswith("OFF") and "0.700" in lines[4]
+
+
+def test_validate_runs_end_to_end_on_recorded_results(tmp_path, monkeypatch, capsys):
+    """A recorded figure far too high: the method, measured now, agrees with Timer, so it is DRIFT (exit 3)."""
+    c = next(c for c in V.checks(gpu=False) if c.label == "host copy 1 MiB")
+    monkeypatch.setattr(V, "checks", lambda gpu: [c])
+    monkeypatch.setattr("devbench.devices.num_gpus", lambda: 0)
+    frame = _frame([{"benchmark": c.benchmark, "params": c.params, "value": 1e6}])
+
+    class Loaded:
+        pass
+
+    loaded = Loaded()
+    loaded.frame = frame
+    monkeypatch.setattr("devbench.report.load.load_results", lambda *a, **k: loaded)
+    # a loose tolerance: the method and Timer measure the same copies, the recorded 1e6 GB/s is no copy at all
+    code = V.main(["--machine", "vm", "--min-run-time", "0.05", "--rounds", "1", "--tolerance", "0.9"])
+    out = capsys.readouterr().out
+    assert code == V.EXIT_DRIFT, out
+    assert "1 figure(s) DRIFT" in out and "host copy 1 MiB" in out and "OFF" not in out
+
+
 def test_missing_results_give_the_clear_message(tmp_path, capsys):
     assert V.main(["--results", str(tmp_path / "nothing"), "--machine", "vm"]) == V.EXIT_NO_RESULTS
     err = capsys.readouterr().err
@@ -96,9 +131,10 @@ def test_bad_tolerance_is_refused(capsys):
 @pytest.mark.parametrize("label", ["matmul float32 n=256 cpu", "host copy 1 MiB"])
 def test_reference_measurement_is_positive_and_in_the_unit(label):
     c = next(c for c in V.checks(gpu=False) if c.label == label)
-    timer, events = V.measure(c, min_run_time=0.05)
-    assert timer > 0 and math.isnan(events)
-    assert timer < (10.0 if c.unit == "TFLOP/s" else 1000.0)  # a CPU, not a unit mix-up
+    now = V.measure(c, min_run_time=0.05, rounds=2)
+    assert math.isnan(now.events)
+    for figure in (now.timer, now.method):
+        assert 0 < figure < (10.0 if c.unit == "TFLOP/s" else 1000.0)  # a CPU, not a unit mix-up
 
 
 def test_gpu_subset_holds_the_bare_torch_mm_reference():

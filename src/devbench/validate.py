@@ -2,12 +2,18 @@
 
 For a representative subset (matmul float32 at 256/1,024/4,096 on each device here,
 host memory copies at 1 MiB and 64 MiB; on a GPU also pinned host->device and
-device->host at 256 MiB and bf16 matmul at 8,192) this measures the same workload in
-this process with ``torch.utils.benchmark.Timer.blocked_autorange`` (and, on a GPU, a
-plain loop between two CUDA events), reads the suite's latest asv result for this
-machine, and prints suite figure, reference figure and their ratio. A ratio off by more
-than the tolerance fails the run: the suite's timing method would be wrong (or the
-machine changed under it).
+device->host at 256 MiB and bf16 matmul at 8,192) this reads the suite's latest asv
+result for this machine and measures the same workload in this process, in alternating
+rounds: with ``torch.utils.benchmark.Timer.blocked_autorange`` (the reference), with
+the suite's own method (``devbench.suite.seconds_per_call``, what the benchmark ran),
+and on a GPU with a plain loop between two CUDA events. Verdicts:
+
+  ok     the recorded figure is within the tolerance of the reference;
+  OFF    the suite's method, run now beside the reference, disagrees with it: the
+         method is wrong for this workload;
+  DRIFT  the method agrees with the reference now, but the recorded figure does not:
+         the machine ran at another speed when asv measured (a shared or throttled
+         host), or the asv run differed from this process.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-EXIT_OK, EXIT_MISMATCH, EXIT_NO_RESULTS = 0, 1, 2
+EXIT_OK, EXIT_MISMATCH, EXIT_NO_RESULTS, EXIT_DRIFT = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -81,30 +87,58 @@ def suite_figures(frame, machine: str, wanted: Sequence[Check]) -> dict[str, tup
 class Row:
     label: str
     unit: str
-    suite: float
-    reference: float
-    events: float
+    suite: float  # the recorded asv figure
+    reference: float  # Timer, now
+    events: float  # CUDA events, now (NaN on the CPU)
     commit: str
+    method: float = math.nan  # the suite's method, now, beside the reference
 
     @property
     def ratio(self) -> float:
         return self.suite / self.reference if self.reference else math.nan
 
+    @property
+    def method_ratio(self) -> float:
+        return self.method / self.reference if self.reference else math.nan
+
+
+def _off(ratio: float, tolerance: float) -> bool:
+    return not math.isfinite(ratio) or abs(ratio - 1.0) > tolerance
+
+
+def verdict(row: Row, tolerance: float) -> str:
+    """``ok``, ``OFF`` (the method disagrees with the reference) or ``DRIFT`` (only the recorded figure does)."""
+    if math.isfinite(row.method) and _off(row.method_ratio, tolerance):
+        return "OFF"
+    if not _off(row.ratio, tolerance):
+        return "ok"
+    return "DRIFT" if math.isfinite(row.method) and math.isfinite(row.ratio) else "OFF"
+
 
 def judge(rows: Sequence[Row], tolerance: float) -> list[str]:
-    """Labels of the rows whose suite/reference ratio is off by more than ``tolerance``."""
-    return [r.label for r in rows if not math.isfinite(r.ratio) or abs(r.ratio - 1.0) > tolerance]
+    """Labels of the rows whose recorded figure is off by more than ``tolerance`` (OFF or DRIFT)."""
+    return [r.label for r in rows if verdict(r, tolerance) != "ok"]
+
+
+def exit_status(rows: Sequence[Row], tolerance: float) -> int:
+    verdicts = {verdict(r, tolerance) for r in rows}
+    return EXIT_MISMATCH if "OFF" in verdicts else EXIT_DRIFT if "DRIFT" in verdicts else EXIT_OK
+
+
+def _fmt(x: float) -> str:
+    return f"{x:10.4g}" if math.isfinite(x) else f"{'-':>10}"
 
 
 def format_table(rows: Sequence[Row], tolerance: float) -> str:
-    head = f"{'figure':<30} {'unit':<8} {'suite':>10} {'Timer':>10} {'events':>10} {'ratio':>7}  commit    verdict"
+    head = (
+        f"{'figure':<30} {'unit':<8} {'suite':>10} {'Timer':>10} {'ratio':>7} {'method':>10} {'ratio':>7} "
+        f"{'events':>10}  commit    verdict"
+    )
     lines = [head, "-" * len(head)]
-    bad = set(judge(rows, tolerance))
     for r in rows:
-        events = f"{r.events:10.4g}" if math.isfinite(r.events) else f"{'-':>10}"
-        verdict = "OFF" if r.label in bad else "ok"
-        figures = f"{r.suite:10.4g} {r.reference:10.4g} {events} {r.ratio:7.3f}"
-        lines.append(f"{r.label:<30} {r.unit:<8} {figures}  {r.commit}  {verdict}")
+        method_ratio = f"{r.method_ratio:7.3f}" if math.isfinite(r.method) else f"{'-':>7}"
+        figures = f"{_fmt(r.suite)} {_fmt(r.reference)} {r.ratio:7.3f} {_fmt(r.method)} {method_ratio} {_fmt(r.events)}"
+        lines.append(f"{r.label:<30} {r.unit:<8} {figures}  {r.commit}  {verdict(r, tolerance)}")
     return "\n".join(lines)
 
 
@@ -137,13 +171,13 @@ def _workload(c: Check):
     return copy, copy.timing_device, nbytes / 1e9
 
 
-def _timer_seconds(fn: Callable[[], object], min_run_time: float) -> float:
-    """Median seconds per call; Timer synchronizes CUDA around each block of calls itself."""
+def _timer(fn: Callable[[], object], min_run_time: float):
+    """One ``blocked_autorange`` Measurement; Timer synchronizes CUDA around each block of calls itself."""
     import torch
     import torch.utils.benchmark as tb
 
     m = tb.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    return m.blocked_autorange(min_run_time=min_run_time).median
+    return m.blocked_autorange(min_run_time=min_run_time)
 
 
 def _event_seconds(fn: Callable[[], object], device, calls: int = 50, samples: int = 5) -> float:
@@ -162,17 +196,52 @@ def _event_seconds(fn: Callable[[], object], device, calls: int = 50, samples: i
     return sorted(times)[len(times) // 2]
 
 
-def measure(c: Check, min_run_time: float = 1.0) -> tuple[float, float]:
-    """(Timer figure, CUDA-event figure or NaN) in the check's unit."""
+@dataclass(frozen=True)
+class Measured:
+    """Figures measured now, in the check's unit: medians over the rounds."""
+
+    timer: float
+    method: float
+    events: float
+
+
+def measure(c: Check, min_run_time: float = 0.2, rounds: int = 7) -> Measured:
+    """Timer, the suite's method and (on a GPU) CUDA events, alternating for ``rounds`` rounds.
+
+    Each round runs one ``blocked_autorange`` of ``min_run_time`` seconds, then
+    ``ceil(11 / rounds)`` of the suite's blocks (``devbench.suite``: ``calls_for`` sizes a
+    block to about 0.1 s of products or 0.05 s of copies, ``time_block`` times it), then
+    the event loop. Alternating puts reference and method in the same stretches of time,
+    so a host that changes speed moves both. The Timer figure is the median of all its
+    rounds' blocks (``Measurement.times``), the method's the median of all its blocks:
+    the suite's statistic over as many blocks as the benchmark uses, or more.
+    """
+    from devbench.suite import COPY_BLOCK_S, MATMUL_BLOCK_S, SAMPLES, calls_for, time_block
     from devbench.workloads.matmul import tf32
 
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
     fn, device, work = _workload(c)
+    matmul = c.benchmark.endswith("track_tflops")
+    block_s, min_calls = (MATMUL_BLOCK_S, 2) if matmul else (COPY_BLOCK_S, 1)
+    per_round = -(-SAMPLES // rounds)
+    timer, method, events = [], [], []
     with tf32(getattr(fn, "allow_tf32", False)):
         for _ in range(3):
             fn()
-        timer = work / _timer_seconds(fn, min_run_time)
-        events = work / _event_seconds(fn, device) if device.type == "cuda" else math.nan
-    return timer, events
+        calls = calls_for(fn, device, target_s=block_s, min_calls=min_calls)
+        for _ in range(rounds):
+            timer.append(_timer(fn, min_run_time))
+            method += [time_block(fn, device, calls).per_call for _ in range(per_round)]
+            if device.type == "cuda":
+                events.append(work / _event_seconds(fn, device))
+    timer_s = _median([t for m in timer for t in m.times])  # per-call seconds of every Timer block
+    return Measured(work / timer_s, work / _median(method), _median(events) if events else math.nan)
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
 
 
 # --- Command line ---------------------------------------------------------------------------------------
@@ -183,7 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="devbench validate",
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         epilog="examples:\n  make bench && devbench validate\n  devbench validate --tolerance 0.05 --machine h100\n\n"
-        "exit status: 0 all within tolerance; 1 a figure is off; 2 no results for this machine.",
+        "exit status: 0 all within tolerance; 1 the suite's method disagrees with the reference (OFF);\n"
+        "2 no results for this machine (or a bad option); 3 the method agrees but a recorded figure\n"
+        "is off (DRIFT: the machine's speed changed since the asv run).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)
@@ -194,7 +265,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default=".asv/results", help="asv results directory (default: %(default)s)")
     p.add_argument("--machine", help="asv machine name of this host (default: from ~/.asv-machine.json)")
     p.add_argument("--tolerance", type=float, default=0.10, help="allowed |ratio - 1| (default: %(default)s)")
-    p.add_argument("--min-run-time", type=float, default=1.0, help="seconds per Timer measurement (default: 1)")
+    p.add_argument(
+        "--min-run-time", type=float, default=0.2, help="seconds of Timer measurement per round (default: 0.2)"
+    )
+    p.add_argument(
+        "--rounds", type=int, default=7, help="alternating rounds of reference and method per figure (default: 7)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,6 +278,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tolerance <= 0:
         print(f"devbench validate: error: --tolerance must be > 0, got {args.tolerance}", file=sys.stderr)
+        return EXIT_NO_RESULTS
+    if args.rounds < 1 or args.min_run_time <= 0:
+        print("devbench validate: error: --rounds must be >= 1 and --min-run-time > 0, got "
+              f"{args.rounds} and {args.min_run_time}", file=sys.stderr)  # fmt: skip
         return EXIT_NO_RESULTS
     from devbench.machine import default_machine
 
@@ -228,25 +308,33 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"Comparing the suite's latest results on machine {machine!r} with torch.utils.benchmark.Timer "
         f"(blocked_autorange, {threads} threads{', and CUDA events' if num_gpus() else ''}) measured now, "
-        "on the same workloads.\n"
+        f"on the same workloads; 'method' is the suite's own timing method run now, alternating with the "
+        f"Timer over {args.rounds} round(s). Ratios are figure / Timer.\n"
     )
     rows = []
     for c in wanted:
         if c.label not in figures:
             continue
         print(f"  measuring {c.label} ...", file=sys.stderr, flush=True)
-        timer, events = measure(c, args.min_run_time)
+        now = measure(c, args.min_run_time, args.rounds)
         value, commit = figures[c.label]
-        rows.append(Row(c.label, c.unit, value, timer, events, commit))
+        rows.append(Row(c.label, c.unit, value, now.timer, now.events, commit, now.method))
     print(format_table(rows, args.tolerance))
     for label in missing:
         print(f"no suite result for {label}: not measured")
-    bad = judge(rows, args.tolerance)
-    if bad:
-        print(f"\n{len(bad)} figure(s) off by more than {args.tolerance:.0%}: {', '.join(bad)}")
-        return EXIT_MISMATCH
-    print(f"\nall {len(rows)} figures within {args.tolerance:.0%} of the reference")
-    return EXIT_OK
+    status = exit_status(rows, args.tolerance)
+    off = [r.label for r in rows if verdict(r, args.tolerance) == "OFF"]
+    drift = [r.label for r in rows if verdict(r, args.tolerance) == "DRIFT"]
+    if off:
+        print(f"\n{len(off)} figure(s) OFF: the suite's method is more than {args.tolerance:.0%} from the reference "
+              f"measured beside it: {', '.join(off)}")  # fmt: skip
+    if drift:
+        print(f"\n{len(drift)} figure(s) DRIFT: the method agrees with the reference now, the recorded figure is "
+              f"more than {args.tolerance:.0%} off: {', '.join(drift)}. The machine ran at another speed during "
+              "the asv run; re-run on a quiet machine (scripts/host_noise.py tells whether it is one).")  # fmt: skip
+    if status == EXIT_OK:
+        print(f"\nall {len(rows)} figures within {args.tolerance:.0%} of the reference")
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
