@@ -256,8 +256,8 @@ class Benchmark:
 
     warmup_time = 0.0
     sample_time = 0.05
-    repeat = (2, 20, 1.0)
-    rounds = 4
+    repeat = (3, 40, 2.0)
+    rounds = 2
     timeout = 300.0
 
     def __init_subclass__(cls, **kwargs) -> None:
