@@ -9,17 +9,19 @@ from devbench.suite import (
     DEVICES,
     MATMUL_BLOCK_S,
     Benchmark,
+    calls_for,
+    median_block,
     pin_threads,
     require_device,
-    seconds_per_call,
     warm_up,
 )
 from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, flops, tf32, tiny_add
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
 
-# Each throughput block lasts about MATMUL_BLOCK_S (0.1 s), so a CUDA sync or clock read
-# (~10 us) stays far under 1% of it.
+#: Each throughput block lasts at least this long, so a CUDA sync or clock read
+#: (~10 us) stays far under 1% of it (shared with `devbench validate`).
+BLOCK_S = MATMUL_BLOCK_S
 
 
 def _skip_reason(device: torch.device, dtype: str, n: int) -> str | None:
@@ -62,7 +64,8 @@ class MatmulSquare(Benchmark):
         synchronize(self.device)
 
     def track_tflops(self, device, dtype, n):
-        return flops(n) / seconds_per_call(self.mm, self.device, MATMUL_BLOCK_S) / 1e12
+        calls = calls_for(self.mm, self.device, target_s=BLOCK_S)
+        return flops(n) / median_block(self.mm, self.device, calls) / 1e12
 
     track_tflops.unit = "TFLOP/s"
 
@@ -100,7 +103,7 @@ class MatmulSpeedup(Benchmark):
     def track_gpu_over_cpu(self, dtype, n):
         per_call = {}
         for mm in (self.cpu_mm, self.gpu_mm):
-            per_call[mm.device.type] = seconds_per_call(mm, mm.device, MATMUL_BLOCK_S)
+            per_call[mm.device.type] = median_block(mm, mm.device, calls_for(mm, mm.device, target_s=BLOCK_S))
         return per_call["cpu"] / per_call["cuda"]
 
     track_gpu_over_cpu.unit = "x"

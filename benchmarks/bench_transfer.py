@@ -20,7 +20,6 @@ from devbench.suite import (
     randn,
     require_device,
     require_gpus,
-    seconds_per_call,
     warm_up,
 )
 from devbench.workloads.matmul import Matmul
@@ -45,12 +44,16 @@ from devbench.workloads.transfer import (
     size_label,
 )
 
-# A bandwidth block lasts about COPY_BLOCK_S (0.05 s; one copy when a single copy is longer).
+#: A bandwidth block lasts at least this long (one copy when a single copy is longer;
+#: shared with `devbench validate`).
+BLOCK_S = COPY_BLOCK_S
 
 
 def _bandwidth(copy: Copy) -> float:
     """GB/s of bytes copied: median over blocks of back-to-back copies."""
-    return gbps(copy.nbytes, seconds_per_call(copy, copy.timing_device, COPY_BLOCK_S, min_calls=1))
+    dev = copy.timing_device
+    calls = calls_for(copy, dev, target_s=BLOCK_S, min_calls=1)
+    return gbps(copy.nbytes, median_block(copy, dev, calls))
 
 
 def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
@@ -116,7 +119,7 @@ class HostDeviceBidirectional(Benchmark):
         for c in (self.h2d, self.d2h):
             c.check()
             warm_up(c, dev)
-        self.calls = calls_for(self.h2d, dev, target_s=COPY_BLOCK_S, min_calls=1)
+        self.calls = calls_for(self.h2d, dev, target_s=BLOCK_S, min_calls=1)
         bidirectional(self.h2d, self.d2h, 1)  # streams and events warm
 
     def _median(self, field):

@@ -181,18 +181,9 @@ def median_block(fn: Callable[[], object], device: torch.device, calls: int, sam
     return per_call[len(per_call) // 2]
 
 
-#: Block lengths of the suite's ``track_`` figures: about 0.1 s of products, 0.05 s of copies
+#: Block lengths of the suite's ``track_`` figures (``calls_for`` targets): 0.1 s of products, 0.05 s of copies
 MATMUL_BLOCK_S = 0.1
 COPY_BLOCK_S = 0.05
-
-
-def seconds_per_call(fn: Callable[[], object], device: torch.device, block_s: float, min_calls: int = 2) -> float:
-    """The suite's ``track_`` method: median seconds per call over 11 blocks of about ``block_s``.
-
-    Benchmarks and ``devbench validate`` both call this, so validate checks the very
-    method that produced the recorded figures.
-    """
-    return median_block(fn, device, calls_for(fn, device, target_s=block_s, min_calls=min_calls))
 
 
 #: asv re-runs setup and teardown around every sample (up to 40 a round): the GPU state is
