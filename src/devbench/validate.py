@@ -4,10 +4,10 @@ For a representative subset (matmul float32 at 256/1,024/4,096 on each device he
 host memory copies at 1 MiB and 64 MiB; on a GPU also pinned host->device and
 device->host at 256 MiB and bf16 matmul at 8,192) this reads the suite's latest asv
 result for this machine and measures the same workload in this process, in alternating
-rounds: with ``torch.utils.benchmark.Timer.blocked_autorange`` (the reference), with
-the suite's own method (``devbench.suite``'s ``calls_for``, ``time_block`` and a median
-over blocks, what the ``track_`` benchmarks run),
-and on a GPU with a plain loop between two CUDA events. Verdicts:
+rounds: with ``torch.utils.benchmark.Timer.blocked_autorange`` (the reference), with the
+suite's own method (``devbench.suite``'s ``calls_for`` and ``time_block``, median over
+blocks: what the ``track_`` benchmarks run), and on a GPU with a plain loop between two
+CUDA events. Verdicts:
 
   ok     the recorded figure is within the tolerance of the reference;
   OFF    the suite's method, run now beside the reference, disagrees with it: the
