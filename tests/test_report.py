@@ -89,7 +89,7 @@ def test_units_types_stats_and_machine_fields(hist):
     )
     assert sleep["type"] == "time" and sleep["unit"] == "seconds"
     assert sleep["ci_99_a"] <= sleep["value"] <= sleep["ci_99_b"]
-    assert sleep["repeat"] == 5 and sleep["number"] == 1
+    assert sleep["repeat"] == 15 and sleep["number"] == 1
     assert 0.038 < sleep["value"] < 0.1  # 10 ms x 4 of sleep
     assert sleep["date"] == pd.Timestamp("2026-01-02", tz="UTC")
 
