@@ -117,7 +117,7 @@ def verdict(row: Row, tolerance: float) -> str:
 
 
 def judge(rows: Sequence[Row], tolerance: float) -> list[str]:
-    """Labels of the rows whose recorded figure is off by more than ``tolerance`` (OFF or DRIFT)."""
+    """Labels of the rows that are not ok (OFF or DRIFT)."""
     return [r.label for r in rows if verdict(r, tolerance) != "ok"]
 
 
@@ -199,7 +199,7 @@ def _event_seconds(fn: Callable[[], object], device, calls: int = 50, samples: i
 
 @dataclass(frozen=True)
 class Measured:
-    """Figures measured now, in the check's unit: medians over the rounds."""
+    """Figures measured now, in the check's unit (see ``measure``)."""
 
     timer: float
     method: float
