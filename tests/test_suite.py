@@ -80,3 +80,16 @@ def test_existing_env_name_matches_asv():
 def test_report_side_of_runinfo_does_not_import_torch():
     code = "import sys, devbench.runinfo; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_calls_for_fills_a_block_and_lets_a_long_call_stand_alone():
+    import time
+
+    from devbench.suite import calls_for
+
+    cpu = torch.device("cpu")
+    assert calls_for(lambda: time.sleep(0.06), cpu, target_s=0.05) == 1  # one call is already a block
+    assert calls_for(lambda: time.sleep(0.06), cpu, target_s=0.05, min_calls=2) == 2
+    assert calls_for(lambda: None, cpu, target_s=0.05, max_calls=3) == 3  # capped
+    with pytest.raises(ValueError, match="min_calls"):
+        calls_for(lambda: None, cpu, min_calls=0)

@@ -224,13 +224,13 @@ def measure(c: Check, min_run_time: float = 0.2, rounds: int = 7) -> Measured:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     fn, device, work = _workload(c)
     matmul = c.benchmark.endswith("track_tflops")
-    block_s, min_calls = (MATMUL_BLOCK_S, 2) if matmul else (COPY_BLOCK_S, 1)
+    block_s = MATMUL_BLOCK_S if matmul else COPY_BLOCK_S
     per_round = -(-SAMPLES // rounds)
     timer, method, events = [], [], []
     with tf32(getattr(fn, "allow_tf32", False)):
         for _ in range(3):
             fn()
-        calls = calls_for(fn, device, target_s=block_s, min_calls=min_calls)
+        calls = calls_for(fn, device, target_s=block_s)
         for _ in range(rounds):
             timer.append(_timer(fn, min_run_time))
             method += [time_block(fn, device, calls).per_call for _ in range(per_round)]
