@@ -56,7 +56,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 
 for m in $modules; do
-    reserve=$([ "${SKIP_VALIDATE:-0}" = 1 ] && echo 15 || echo 60)
+    # validate takes 7 alternating rounds per figure (about a minute on a GPU host, not measured yet)
+    reserve=$([ "${SKIP_VALIDATE:-0}" = 1 ] && echo 15 || echo 120)
     limit=$(( $(left) - reserve ))
     if [ "$limit" -lt 20 ]; then echo "== skip $m: out of time"; continue; fi
     echo "== asv run $m (limit ${limit} s)"
