@@ -231,6 +231,27 @@ def test_corrupt_file_is_named_and_the_rest_loads(results_copy, tmp_path, capsys
     assert victim.name in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_damaged_fields_name_the_file_and_the_rest_loads(results_copy):
+    files = sorted((results_copy / "alpha").glob("*-*.json"))
+    data = json.loads(files[0].read_text())
+    i = data["result_columns"].index("params")
+    key = next(k for k, e in sorted(data["results"].items()) if len(e) > i and e[i])  # a parameterized one
+    data["results"][key][i] = {"device": "cpu"}  # valid JSON, not asv's shape
+    files[0].write_text(json.dumps(data))
+    data = json.loads(files[1].read_text())
+    j = data["result_columns"].index("stats_q_25")
+    for entry in data["results"].values():
+        if len(entry) > j and isinstance(entry[j], list):
+            entry[j] = ["?"] * len(entry[j])
+    files[1].write_text(json.dumps(data))
+    loaded = load_results(results_copy)
+    [problem] = loaded.problems
+    assert problem.path == str(files[0]) and f"parameters of {key}" in problem.message
+    assert len(loaded.frame) == 30
+    rows = loaded.frame[loaded.frame["file"] == str(files[1].relative_to(results_copy))]
+    assert len(rows) == 10 and rows["q_25"].isna().all() and rows["ci_99_a"].notna().any()
+
+
 def test_changed_benchmark_version_is_flagged_and_not_compared(results_copy):
     path = results_copy / "benchmarks.json"
     data = json.loads(path.read_text())

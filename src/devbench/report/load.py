@@ -196,6 +196,8 @@ class _ResultFile:
     requirements: dict[str, Any]
     column: dict[str, int]
     results: dict[str, list[Any]]
+    #: each benchmark's parameter values as a tuple of tuples, checked hashable
+    frozen_params: dict[str, tuple[tuple[Any, ...], ...]] = field(default_factory=dict)
 
 
 def _read_result_file(path: Path, machine: str) -> _ResultFile:
@@ -220,13 +222,29 @@ def _read_result_file(path: Path, machine: str) -> _ResultFile:
         )
     except KeyError as exc:
         raise asv_util.UserError(f"missing key {exc}") from None
-    if not isinstance(out.results, dict) or not isinstance(out.params, dict):
-        raise asv_util.UserError("'results' and 'params' must be objects")
+    if not all(isinstance(x, dict) for x in (out.results, out.params, out.requirements)):
+        raise asv_util.UserError("'results', 'params' and 'requirements' must be objects")
+    if not isinstance(out.env_name, str) or not isinstance(out.commit_hash, str):
+        raise asv_util.UserError("'env_name' and 'commit_hash' must be strings")
     if out.params.get("machine") != machine:
         raise asv_util.UserError(f"machine name is not {machine!r}")
-    bad = [k for k, v in out.results.items() if not isinstance(v, list)]
-    if bad:
-        raise asv_util.UserError(f"result of {bad[0]} is not a list of columns")
+    # What the table is built from must have asv's shapes, so that a damaged file is named
+    # and skipped here instead of breaking the whole load (statistics are coerced later).
+    i_params, i_result = out.column.get("params"), out.column.get("result")
+    for key, entry in out.results.items():
+        if not isinstance(entry, list):
+            raise asv_util.UserError(f"result of {key} is not a list of columns")
+        params = _field(entry, i_params) or []
+        if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+            raise asv_util.UserError(f"parameters of {key} are not lists of values")
+        frozen = tuple(tuple(p) for p in params)
+        try:
+            hash(frozen)  # the parameter layout is cached by it
+        except TypeError:
+            raise asv_util.UserError(f"parameters of {key} are not plain values") from None
+        out.frozen_params[key] = frozen
+        if not isinstance(_field(entry, i_result), (list, int, float, type(None))):
+            raise asv_util.UserError(f"result of {key} is neither a number nor a list")
     return out
 
 
@@ -323,9 +341,7 @@ def load_results(
             if want_commits is not None and not any(commit.lower().startswith(c) for c in want_commits):
                 continue
             column = res.column
-            i_result, i_params, i_version, i_started = (
-                column.get(c) for c in ("result", "params", "version", "started_at")
-            )
+            i_result, i_version, i_started = (column.get(c) for c in ("result", "version", "started_at"))
             i_stats = [column.get(f"stats_{name}") for name in STATS]
             started_ms = [t for v in res.results.values() if isinstance(t := _field(v, i_started), (int, float))]
             torch_v, cuda_v = _actual_versions(runs.get(res.env_name, []), started_ms)
@@ -352,8 +368,7 @@ def load_results(
                     continue
                 entry = res.results[key]
                 meta = known.get(key, {})
-                bparams = _field(entry, i_params) or []
-                names, typed, key_labels = _layout(key, tuple(meta.get("param_names") or ()), _freeze(bparams))
+                names, typed, key_labels = _layout(key, tuple(meta.get("param_names") or ()), res.frozen_params[key])
                 k = len(typed)
                 values = _field(entry, i_result)
                 values = values if isinstance(values, list) else [values]  # None: all failed (a build failure)
@@ -422,14 +437,15 @@ def load_results(
         per_code = pd.Categorical([per_bench[b][name] for b in bench.categories])
         cols[name] = pd.Categorical.from_codes(per_code.codes[bench_codes], dtype=per_code.dtype)
     cols["params"] = pd.Categorical(labels)
-    values = np.asarray(raw_values, dtype=object)
     failed = np.fromiter((v is None for v in raw_values), dtype=bool, count=len(raw_values))
-    numeric = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    numeric = pd.to_numeric(pd.Series(raw_values, dtype=object), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     status = np.where(failed, "failed", np.where(np.isnan(numeric), "skipped", "ok"))
     cols["status"] = pd.Categorical(status, categories=["ok", "skipped", "failed"])
     cols["value"] = numeric
-    for name in STATS:
-        cols[name] = np.asarray(stat_cols[name], dtype=float) if stat_cols[name] else np.empty(0)
+    for name in STATS:  # asv writes numbers or null; anything else becomes NaN
+        cols[name] = pd.to_numeric(pd.Series(stat_cols[name], dtype=object), errors="coerce").to_numpy(
+            dtype=float, na_value=np.nan
+        )
     version = pd.Categorical(k_version)
     cols["version"] = pd.Categorical.from_codes(np.repeat(version.codes, counts), dtype=version.dtype)
     cols["version_current"] = np.repeat(np.asarray(current, dtype=bool), counts)
@@ -515,10 +531,6 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     throttled.iloc[by_row.index.to_numpy()] = by_row["throttled"].to_numpy()
     state.iloc[by_row.index.to_numpy()] = text.to_numpy()
     return frame.assign(gpu_throttled=throttled, gpu_state=state)
-
-
-def _freeze(params: list[list[Any]]) -> tuple[tuple[Any, ...], ...]:
-    return tuple(tuple(p) for p in params)
 
 
 @functools.lru_cache(maxsize=4096)
