@@ -12,10 +12,11 @@ BASE ?= main
 BENCH ?= .
 REPORT_DIR ?= reports
 
-.PHONY: help venv test lint bench machine quick compare publish preview report sample-report clean
+.PHONY: help venv test test-fast lint bench machine quick compare publish preview report sample-report clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
+	@echo "make test-fast pytest without the tests that run asv itself"
 	@echo "make bench     record the machine, run the whole suite, publish the HTML"
 	@echo "make quick     one sample of every benchmark (asv run --quick), results kept"
 	@echo "make compare   asv continuous BASE HEAD (BASE=main by default)"
@@ -42,6 +43,9 @@ test: machine
 	$(PY) -m pytest
 	$(ASV) check $(ASV_ENV)
 	$(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '$(BENCH)'
+
+test-fast: venv
+	$(PY) -m pytest -m "not slow"
 
 machine: venv
 	$(PY) -m devbench.cli machine

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from devbench import runinfo
 from devbench.devices import num_gpus, try_all_gpus, try_gpu
-from devbench.suite import Benchmark, pin_threads
+from devbench.measure import pin_threads
+from devbench.suite import Benchmark
 
 
 class RunInfo:
@@ -31,8 +32,9 @@ class RunInfo:
 class TryGpu(Benchmark):
     """``try_gpu()`` asks the driver how many GPUs there are; code calls it per batch.
 
-    The suite's sampling (``Benchmark``): at two microseconds a call, asv's defaults gave
-    samples over a fraction of a millisecond, and the worst two-run ratio (1.90).
+    A call takes microseconds: the suite's sampling (``Benchmark``, at least 50 ms of
+    calls a sample) is what keeps its samples from spanning a fraction of a millisecond
+    (benchmarks/README.md, "Noise").
     """
 
     def setup(self):

@@ -4,7 +4,8 @@ import time
 
 import numpy as np
 
-from devbench.suite import DEVICES, Benchmark, pin_threads, require_device
+from devbench.measure import pin_threads
+from devbench.suite import DEVICES, Benchmark, require_device
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
 #: Samples of each loop for the in-process ratio (median of each side).

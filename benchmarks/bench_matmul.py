@@ -5,17 +5,10 @@ import contextlib
 import torch
 
 from devbench.devices import synchronize
-from devbench.suite import (
-    DEVICES,
-    MATMUL_BLOCK_S,
-    Benchmark,
-    calls_for,
-    median_block,
-    pin_threads,
-    require_device,
-    warm_up,
-)
-from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, flops, tf32, tiny_add
+from devbench.measure import MATMUL_BLOCK_S, calls_for, median_block, pin_threads, warm_up
+from devbench.spec import matmul_flops as flops
+from devbench.suite import DEVICES, Benchmark, require_device
+from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32, tiny_add
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 
 from devbench.devices import synchronize
-from devbench.suite import DEVICES, Benchmark, pin_threads, randn, require_device, warm_up
+from devbench.measure import pin_threads, randn, warm_up
+from devbench.suite import DEVICES, Benchmark, require_device
 from devbench.workloads.model import (
     BATCH,
     MODEL_INPUTS,

@@ -3,7 +3,8 @@
 import torch
 
 from devbench.devices import num_gpus
-from devbench.suite import Benchmark, pin_threads, require_device, require_gpus
+from devbench.measure import pin_threads
+from devbench.suite import Benchmark, require_device, require_gpus
 from devbench.workloads.parallel import ParallelPair
 
 MODES = ["gpus", "streams", "cpu_threads"]
@@ -15,11 +16,10 @@ class ParallelMatmul(Benchmark):
 
     ``gpus``: every GPU (at least two), ideal speedup N; the sequential twin runs all N
     works on GPU 0. ``streams``: two CUDA streams on one GPU (overlap on one device; a
-    large product already fills the GPU, so expect ~1). ``cpu_threads``: two Python
-    threads with one intra-op thread each (torch releases the GIL), ideal 2 on 2 cores.
-    Each lane's work is sized to last about 0.2 s: 0.05 s blocks on a 2-vCPU VM gave
-    speedups from 0.7 to 1.4 for the same work; 0.2 s gave 1.5-2.2 in a plain script but
-    still 1.3-1.4 under asv on that VM, so the CPU analog is sensitive to a noisy host.
+    large product already fills the GPU, so expect about 1). ``cpu_threads``: two Python
+    threads with one intra-op thread each (torch releases the GIL), ideal 2 on 2 cores,
+    and sensitive to a noisy host (figures in benchmarks/README.md). Each lane's work is
+    sized to last about 0.2 s.
     """
 
     params = [MODES, SIZES]
@@ -31,7 +31,7 @@ class ParallelMatmul(Benchmark):
             self.pair = ParallelPair(n, require_gpus(max(2, num_gpus())))
         elif mode == "streams":
             dev = require_device("cuda")
-            self.pair = ParallelPair(n, [dev, dev], mode="streams")
+            self.pair = ParallelPair(n, [dev, dev])
         elif mode == "cpu_threads":
             if n > 1024:
                 raise NotImplementedError(f"n={n} takes seconds per product on one core; the CPU analog runs at 1024")

@@ -10,18 +10,9 @@ STREAM-like host memory copy of the same sizes) is the line GPU copies are held 
 import torch
 
 from devbench.devices import move, synchronize
-from devbench.suite import (
-    COPY_BLOCK_S,
-    DEVICES,
-    Benchmark,
-    calls_for,
-    median_block,
-    pin_threads,
-    randn,
-    require_device,
-    require_gpus,
-    warm_up,
-)
+from devbench.measure import COPY_BLOCK_S, Lanes, calls_for, median_block, pin_threads, randn, warm_up
+from devbench.spec import MiB, gbps, size_label
+from devbench.suite import DEVICES, Benchmark, require_device, require_gpus
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
     HIDDEN,
@@ -30,18 +21,15 @@ from devbench.workloads.transfer import (
     SMALL_KINDS,
     Copy,
     ManySmall,
-    MiB,
     RepeatedWork,
     bidirectional,
     check_hidden_copy,
     fit_reason,
-    gbps,
     hidden_copy,
     host_device_copy,
     overlap,
     pinned_reason,
     sets_for,
-    size_label,
 )
 
 #: A bandwidth block lasts at least this long (one copy when a single copy is longer;
@@ -119,11 +107,12 @@ class HostDeviceBidirectional(Benchmark):
         for c in (self.h2d, self.d2h):
             c.check()
             warm_up(c, dev)
+        self.lanes = Lanes([dev, dev])  # two streams, made once
+        bidirectional(self.lanes, self.h2d, self.d2h, 1)  # streams and events warm
         self.calls = calls_for(self.h2d, dev, target_s=BLOCK_S, min_calls=1)
-        bidirectional(self.h2d, self.d2h, 1)  # streams and events warm
 
     def _median(self, field):
-        return sorted(getattr(bidirectional(self.h2d, self.d2h, self.calls), field) for _ in range(5))[2]
+        return sorted(getattr(bidirectional(self.lanes, self.h2d, self.d2h, self.calls), field) for _ in range(5))[2]
 
     def track_total_gbps(self, nbytes):
         return self._median("total")
@@ -285,10 +274,11 @@ class CopyComputeOverlap(Benchmark):
         per_copy = median_block(self.copy, self.device, 4)
         per_mm = median_block(mm, self.device, 4)
         self.compute = RepeatedWork(mm, max(1, round(per_copy / per_mm)))
-        overlap(self.copy, self.compute, self.device)  # streams and events warm
+        self.lanes = Lanes([self.device, self.device])  # two streams, made once
+        overlap(self.lanes, self.copy, self.compute)  # streams, events and cuBLAS on the lane streams warm
 
     def _median(self, field):
-        runs = [overlap(self.copy, self.compute, self.device, self.calls) for _ in range(5)]
+        runs = [overlap(self.lanes, self.copy, self.compute, self.calls) for _ in range(5)]
         return sorted(getattr(r, field) for r in runs)[2]
 
     def track_overlap(self, device):

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from devbench.suite import pin_threads
+from devbench.measure import pin_threads
 from devbench.workloads.matmul import Matmul
 
 

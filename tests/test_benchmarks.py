@@ -1,4 +1,4 @@
-"""The suite follows DESIGN.md's rules: no CUDA at import, machine-independent params."""
+"""The suite follows docs/design.md's rules: no CUDA at import, machine-independent params."""
 
 import importlib
 import inspect

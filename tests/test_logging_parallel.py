@@ -3,14 +3,9 @@ import pytest
 import torch
 
 from devbench.logger import DeviceLogger
+from devbench.measure import Lanes, LaneTimes
 from devbench.workloads.norms import STRATEGIES, NormLoop
-from devbench.workloads.parallel import (
-    DeviceRunError,
-    MatmulWork,
-    ParallelPair,
-    run_in_sequence,
-    run_on_devices,
-)
+from devbench.workloads.parallel import ParallelPair
 
 CPU = torch.device("cpu")
 
@@ -63,68 +58,47 @@ def test_logger_rejects_bad_input():
         log.log(torch.tensor(1.0, device="meta"))
 
 
-def test_run_on_devices_returns_each_result_in_order():
-    seen = []
-
-    def fn(dev):
-        seen.append(dev)
-        return torch.ones(2, device=dev) * len(str(dev))
-
-    out = run_on_devices([lambda d: fn(d), lambda d: fn(d) + 1], [CPU, "meta"])
-    assert out[0].equal(torch.full((2,), 3.0))
-    assert out[1].device.type == "meta"
-    assert sorted(map(str, seen)) == ["cpu", "meta"]
-
-
-def test_run_on_devices_runs_lanes_concurrently():
-    import threading
-
-    barrier = threading.Barrier(2, timeout=5)  # deadlocks (BrokenBarrierError) if run one by one
-    out = run_on_devices(lambda d: barrier.wait() >= 0, [CPU, CPU])
-    assert out == [True, True]
-
-
-def test_run_on_devices_names_failing_device():
-    def fn(dev):
-        if dev.type == "meta":
-            raise RuntimeError("out of memory")
-        return 1
-
-    with pytest.raises(DeviceRunError, match="on meta: RuntimeError: out of memory") as err:
-        run_on_devices(fn, [CPU, torch.device("meta")])
-    assert err.value.device == torch.device("meta")
-
-
-def test_run_on_devices_synchronizes_every_device(monkeypatch):
-    from devbench.workloads import parallel
-
-    synced = []
-    monkeypatch.setattr(parallel, "synchronize", lambda d: synced.append(str(d)))
-    run_on_devices(lambda d: None, [CPU, torch.device("meta")])
-    assert sorted(synced) == ["cpu", "meta"]
-    synced.clear()
-    run_in_sequence(lambda d: None, [CPU, torch.device("meta")])
-    assert len(synced) == 1 and "meta" in synced[0] and "cpu" in synced[0]  # one call, both devices
-
-
-def test_function_count_must_match_devices():
-    with pytest.raises(ValueError, match="2 functions for 3 devices"):
-        run_on_devices([lambda d: 1, lambda d: 2], [CPU, CPU, CPU])
-
-
 def test_parallel_pair_on_two_cpu_lanes():
     pair = ParallelPair(64, [CPU, CPU], lane_s=0.005)
-    assert pair.par.reps >= 1 and pair.par.reps == pair.seq.reps
+    assert pair.reps >= 1
+    assert len({id(mm) for mm in (*pair.par, *pair.seq)}) == 4  # every lane and every sequential work its own
+    assert pair.par[0].outputs[0].data_ptr() != pair.par[1].outputs[0].data_ptr()
     assert pair.run_parallel() > 0 and pair.run_sequential() > 0
     assert pair.speedup(samples=1) > 0
     with pytest.raises(ValueError, match="2 lanes"):
         ParallelPair(8, [CPU])
 
 
-def test_matmul_work_lanes_have_own_buffers():
-    work = MatmulWork(8, [CPU, CPU], reps=3)
-    a, b = (fn(CPU) for fn in work.lanes())
-    assert a.data_ptr() != b.data_ptr()
+def test_parallel_pair_sizes_its_work_after_the_warm_up(monkeypatch):
+    """The first, cold run (threads, handles, workspaces) must not size the repetitions."""
+    walls = iter([5.0, 0.01])  # the cold first run, then a warm one that sizes the work
+    calls = []
+
+    def fake_run(self, fns, calls_per_lane=1):
+        calls.append(calls_per_lane)
+        return LaneTimes(next(walls, 0.01), (0.01,) * len(fns))
+
+    monkeypatch.setattr(Lanes, "run", fake_run)
+    monkeypatch.setattr(Lanes, "sequential", lambda self, fns, calls=1: 0.02)
+    pair = ParallelPair(8, [CPU, CPU], lane_s=0.2)
+    assert pair.reps == 20  # 0.2 s / 0.01 s, not 0.2 / 5.0 -> 1
+    assert calls == [1, 1]  # sized from single-product runs
+
+
+def test_parallel_pair_makes_its_lanes_once(monkeypatch):
+    made = []
+    real_init = Lanes.__init__
+
+    def counting_init(self, devices):
+        made.append(devices)
+        real_init(self, devices)
+
+    monkeypatch.setattr(Lanes, "__init__", counting_init)
+    pair = ParallelPair(16, [CPU, CPU], lane_s=0.001)
+    for _ in range(3):
+        pair.run_parallel()
+        pair.run_sequential()
+    assert len(made) == 1
 
 
 @pytest.mark.cuda

@@ -2,8 +2,9 @@ import pytest
 import torch
 
 from devbench.peaks import gpu_peak
+from devbench.spec import matmul_flops as flops
 from devbench.workloads import matmul
-from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, flops, tf32, tiny_add
+from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32, tiny_add
 
 
 def test_flops():

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from devbench.devices import move
+from devbench.measure import Lanes
+from devbench.spec import gbps, size_label
 from devbench.workloads import transfer as T
 
 CPU = torch.device("cpu")
@@ -28,12 +30,12 @@ def test_sizes_cover_the_issue_grid():
     "nbytes, label", [(4096, "4 KiB"), (64 * T.MiB, "64 MiB"), (T.GiB, "1 GiB"), (1000, "1000 B"), (1536, "1536 B")]
 )
 def test_size_label(nbytes, label):
-    assert T.size_label(nbytes) == label
+    assert size_label(nbytes) == label
 
 
 def test_gbps_is_decimal():
-    assert T.gbps(2e9, 1.0) == pytest.approx(2.0)
-    assert T.gbps(T.GiB, 1.0) == pytest.approx(1.073741824)
+    assert gbps(2e9, 1.0) == pytest.approx(2.0)
+    assert gbps(T.GiB, 1.0) == pytest.approx(1.073741824)
 
 
 @pytest.mark.parametrize("nbytes", [1, 7, 8, 4096, 65536 + 13, 3 * T.MiB])
@@ -116,43 +118,18 @@ def test_fit_reason_names_the_device_and_sizes():
     assert T.host_available() > 0
 
 
-def test_run_concurrently_runs_every_lane_and_times_each():
-    counts = [0, 0]
-
-    def lane(i):
-        def fn():
-            counts[i] += 1
-            torch.ones(1000).sum()
-
-        return fn
-
-    t = T.run_concurrently([lane(0), lane(1)], CPU, calls=5)
-    assert counts == [5, 5]
-    assert len(t.lanes) == 2 and all(s > 0 for s in t.lanes) and t.wall > 0
-
-
-def test_run_concurrently_reraises_a_lane_error():
-    def bad():
-        raise KeyError("lane broke")
-
-    with pytest.raises(KeyError, match="lane broke"):
-        T.run_concurrently([lambda: None, bad], CPU)
-    with pytest.raises(ValueError, match="calls"):
-        T.run_concurrently([bad], CPU, calls=0)
-    with pytest.raises(ValueError, match="at least one"):
-        T.run_concurrently([], CPU)
-
-
 def test_bidirectional_copies_both_ways_and_counts_both():
     h2d, d2h = T.Copy(T.MiB, CPU, CPU), T.Copy(T.MiB, CPU, CPU, seed=7)
-    r = T.bidirectional(h2d, d2h, calls=4)
+    r = T.bidirectional(Lanes([CPU, CPU]), h2d, d2h, calls=4)
     assert r.total > 0 and r.h2d > 0 and r.d2h > 0
     assert torch.equal(h2d.dsts[1], h2d.srcs[1]) and torch.equal(d2h.dsts[1], d2h.srcs[1])
 
 
 def test_bidirectional_rejects_two_devices():
     with pytest.raises(ValueError, match="h2d goes to"):
-        T.bidirectional(T.host_device_copy("h2d", 8, torch.device("meta")), T.Copy(8, CPU, CPU), 1)
+        T.bidirectional(Lanes([CPU, CPU]), T.host_device_copy("h2d", 8, torch.device("meta")), T.Copy(8, CPU, CPU), 1)
+    with pytest.raises(ValueError, match="2 lanes"):
+        T.bidirectional(Lanes([CPU]), T.Copy(8, CPU, CPU), T.Copy(8, CPU, CPU), 1)
 
 
 def test_overlap_runs_both_tasks_in_every_arrangement():
@@ -161,7 +138,7 @@ def test_overlap_runs_both_tasks_in_every_arrangement():
     work = T.RepeatedWork(lambda: products.append(torch.ones(64, 64) @ torch.ones(64, 64)), reps=3)
     for d in copy.dsts:
         d.zero_()
-    o = T.overlap(copy, work, CPU, calls=2)
+    o = T.overlap(Lanes([CPU, CPU]), copy, work, calls=2)
     assert o.copy > 0 and o.compute > 0 and o.serial > 0 and o.concurrent > 0
     # alone, serial and concurrent: 3 arrangements x 2 calls x 3 reps of the compute
     assert len(products) == 18 and all(torch.equal(p, torch.full((64, 64), 64.0)) for p in products)

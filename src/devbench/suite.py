@@ -1,39 +1,30 @@
-"""Conventions every devbench benchmark follows (DESIGN.md, "Rules for every benchmark").
+"""The asv side of the suite: the device param, skips with a reason, and the base class.
 
-Benchmarks import these so that the rules live in one place:
+Benchmarks import these so that the rules of docs/design.md live in one place:
 
 * ``DEVICES`` is the device param, the same on every machine (rule 1);
-* ``require_device`` turns a device name into a ``torch.device`` or raises
+* ``require_device`` / ``require_gpus`` turn param values into devices or raise
   ``NotImplementedError`` with the reason, which asv records as a skip (rule 1);
-* ``pin_threads`` fixes and returns the CPU thread count (rule 6);
-* ``randn`` makes seeded, never-zero inputs (rules 4 and 5);
-* ``warm_up`` runs a callable a few times and synchronizes (rule 4);
-* ``Block`` times a block of calls with CUDA events or a monotonic clock (rules 3, 7).
+* ``Benchmark`` holds the suite's sampling settings and records the GPUs' NVML state
+  around every benchmark that uses CUDA (``devbench.gpustate``).
 
-Nothing here touches CUDA at import time (rule 2).
+Timing, inputs and threads are ``devbench.measure``'s (no asv there, so workloads can
+use it). Nothing here touches CUDA at import time (rule 2).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import torch
 
-from devbench.devices import num_gpus, synchronize
+from devbench.devices import num_gpus
 
 DEVICES: list[str] = ["cpu", "cuda"]
-
-#: Seed for every input tensor; the same inputs on every machine and run.
-SEED = 20260101
-
-#: Environment variable that overrides the CPU thread count benchmarks pin.
-THREADS_ENV = "DEVBENCH_THREADS"
 
 
 def no_cuda_reason() -> str | None:
@@ -71,121 +62,6 @@ def require_gpus(count: int) -> list[torch.device]:
     if have < count:
         raise NotImplementedError(f"needs {count} GPUs, this machine has {have}")
     return [torch.device("cuda", i) for i in range(count)]
-
-
-def pin_threads(threads: int | None = None) -> int:
-    """Fix torch's intra-op CPU thread count and return it.
-
-    Default: ``$DEVBENCH_THREADS`` or the number of CPUs this process may run on, so a
-    run is comparable with the next one on the same machine whatever torch guessed.
-    """
-    if threads is None:
-        env = os.environ.get(THREADS_ENV)
-        if env:
-            try:
-                threads = int(env)
-            except ValueError:
-                raise ValueError(f"{THREADS_ENV} must be an integer, got {env!r}") from None
-        else:
-            threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if threads < 1:
-        raise ValueError(f"thread count must be >= 1, got {threads}")
-    torch.set_num_threads(threads)
-    return threads
-
-
-def randn(
-    shape: Sequence[int] | int,
-    *,
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str = "cpu",
-    seed: int = SEED,
-) -> torch.Tensor:
-    """Seeded standard-normal tensor, made on the CPU (same values on every device)."""
-    gen = torch.Generator().manual_seed(seed)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    t = torch.randn(shape, generator=gen, dtype=torch.float32)
-    return t.to(device=device, dtype=dtype)
-
-
-def warm_up(fn: Callable[[], object], device: torch.device, repeats: int = 3) -> None:
-    """Run ``fn`` a few times and wait for it: context, handles, allocator, autotuning."""
-    for _ in range(repeats):
-        fn()
-    synchronize(device)
-
-
-@dataclass(frozen=True)
-class BlockTiming:
-    """Seconds for ``calls`` calls of one function, timed as one block."""
-
-    seconds: float
-    calls: int
-
-    @property
-    def per_call(self) -> float:
-        return self.seconds / self.calls
-
-
-def time_block(fn: Callable[[], object], device: torch.device, calls: int) -> BlockTiming:
-    """Time ``calls`` back-to-back calls of ``fn`` on ``device`` as one block.
-
-    On a GPU the block lies between two CUDA events on the current stream, so launch
-    gaps count but the host's sync latency is paid once, not per call; on the CPU a
-    monotonic clock brackets the loop.
-    """
-    if calls < 1:
-        raise ValueError(f"calls must be >= 1, got {calls}")
-    if device.type == "cuda":
-        with torch.cuda.device(device):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(calls):
-                fn()
-            end.record()
-            end.synchronize()
-            return BlockTiming(start.elapsed_time(end) / 1e3, calls)
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return BlockTiming(time.perf_counter() - t0, calls)
-
-
-def calls_for(
-    fn: Callable[[], object],
-    device: torch.device,
-    target_s: float = 0.05,
-    max_calls: int = 10_000,
-    min_calls: int = 1,
-) -> int:
-    """How many calls of ``fn`` fill about ``target_s`` seconds (at least ``min_calls``).
-
-    With a block of >= 50 ms, a CUDA sync (~10 us) or clock read stays well under 1%. A
-    call that alone lasts longer than ``target_s`` (a CPU product at n = 4,096) makes a
-    block of its own: a second call would double the time, not the accuracy.
-    """
-    if min_calls < 1 or max_calls < min_calls:
-        raise ValueError(f"need 1 <= min_calls <= max_calls, got {min_calls} and {max_calls}")
-    one = time_block(fn, device, 1).seconds
-    if one <= 0:
-        return max_calls
-    return int(max(min_calls, min(max_calls, target_s / one)))
-
-
-#: Blocks per ``track_`` figure: its median is the figure
-SAMPLES = 11
-
-
-def median_block(fn: Callable[[], object], device: torch.device, calls: int, samples: int = SAMPLES) -> float:
-    """Median over ``samples`` blocks of the seconds per call (nvbandwidth-style)."""
-    per_call = sorted(time_block(fn, device, calls).per_call for _ in range(samples))
-    return per_call[len(per_call) // 2]
-
-
-#: Block lengths of the suite's ``track_`` figures (``calls_for`` targets): 0.1 s of products, 0.05 s of copies
-MATMUL_BLOCK_S = 0.1
-COPY_BLOCK_S = 0.05
 
 
 #: asv re-runs setup and teardown around every sample (up to 40 a round): the GPU state is

@@ -5,7 +5,7 @@ host memory copies at 1 MiB and 64 MiB; on a GPU also pinned host->device and
 device->host at 256 MiB and bf16 matmul at 8,192) this reads the suite's latest asv
 result for this machine and measures the same workload in this process, in alternating
 rounds: with ``torch.utils.benchmark.Timer.blocked_autorange`` (the reference), with the
-suite's own method (``devbench.suite``'s ``calls_for`` and ``time_block``, median over
+suite's own method (``devbench.measure``'s ``calls_for`` and ``measure``, median over
 blocks: what the ``track_`` benchmarks run), and on a GPU with a plain loop between two
 CUDA events. Verdicts:
 
@@ -21,54 +21,66 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from devbench import spec
 
 EXIT_OK, EXIT_MISMATCH, EXIT_NO_RESULTS, EXIT_DRIFT = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
 class Check:
-    """One figure to validate: where the suite keeps it and how to rebuild its workload."""
+    """One figure to validate: which suite figure, at which params, and how to rebuild its workload."""
 
     label: str
-    benchmark: str
-    params: str  # the report's params label, e.g. "device=cpu, dtype=float32, n=256"
-    unit: str
+    figure: spec.Figure
+    values: Mapping[str, Any] = field(hash=False)
     needs_gpu: bool = False
     #: "workload": the suite's own workload object; "plain_mm": a bare ``torch.mm(a, b)``
-    #: on one pair of fresh random inputs, the way a user would time it by hand
+    #: on one pair of fresh random inputs, timed in a loop as a user would by hand
     reference: str = "workload"
+
+    @property
+    def benchmark(self) -> str:
+        return self.figure.benchmark
+
+    @property
+    def params(self) -> str:
+        """The report's params label, e.g. ``"device=cpu, dtype=float32, n=256"``."""
+        return self.figure.label(**self.values)
+
+    @property
+    def unit(self) -> str:
+        return self.figure.unit
 
 
 def checks(gpu: bool) -> list[Check]:
     """The subset for a machine with or without a GPU."""
     devices = ["cpu", "cuda"] if gpu else ["cpu"]
     out = [
-        Check(f"matmul float32 n={n} {d}", "bench_matmul.MatmulSquare.track_tflops",
-              f"device={d}, dtype=float32, n={n}", "TFLOP/s", d == "cuda")
+        Check(f"matmul float32 n={n} {d}", spec.MATMUL_TFLOPS, {"device": d, "dtype": "float32", "n": n}, d == "cuda")
         for d in devices
         for n in (256, 1024, 4096)
-    ]  # fmt: skip
+    ]
     out += [
-        Check(
-            f"host copy {label}", "bench_transfer.DeviceCopy.track_gbps_copied", f"device=cpu, nbytes={nbytes}", "GB/s"
-        )
-        for label, nbytes in (("1 MiB", 1 << 20), ("64 MiB", 64 << 20))
+        Check(f"host copy {spec.size_label(nbytes)}", spec.DEVICE_COPY_GBPS, {"device": "cpu", "nbytes": nbytes})
+        for nbytes in (spec.MiB, 64 * spec.MiB)
     ]
     if gpu:
         out += [
-            Check(f"pinned {d} 256 MiB", "bench_transfer.HostDevice.track_gbps",
-                  f"direction={d}, memory=pinned, mode=non_blocking, nbytes={256 << 20}", "GB/s", True)
+            Check(f"pinned {d} 256 MiB", spec.HOST_DEVICE_GBPS,
+                  {"direction": d, "memory": "pinned", "mode": "non_blocking", "nbytes": 256 * spec.MiB}, True)
             for d in ("h2d", "d2h")
         ]  # fmt: skip
+        bf16 = {"device": "cuda", "dtype": "bfloat16", "n": 8192}
         out += [
-            Check(label, "bench_matmul.MatmulSquare.track_tflops", "device=cuda, dtype=bfloat16, n=8192", "TFLOP/s",
-                  True, reference)
-            for label, reference in (("matmul bfloat16 n=8192 cuda", "workload"),
-                                     ("  vs plain torch.mm loop", "plain_mm"))
-        ]  # fmt: skip
+            Check("matmul bfloat16 n=8192 cuda", spec.MATMUL_TFLOPS, bf16, True, "workload"),
+            Check("  vs plain torch.mm loop", spec.MATMUL_TFLOPS, bf16, True, "plain_mm"),
+        ]
     return out
 
 
@@ -147,27 +159,27 @@ def format_table(rows: Sequence[Row], tolerance: float) -> str:
 
 
 def _workload(c: Check):
+    """The callable to time, the device it runs on, and its work per call in the figure's unit x seconds."""
     import torch
 
-    from devbench.workloads.matmul import Matmul, flops
+    from devbench.workloads.matmul import Matmul
     from devbench.workloads.transfer import Copy, host_device_copy
 
-    fields = dict(p.split("=", 1) for p in c.params.split(", "))
-    if c.reference == "plain_mm":
-        n, dtype = int(fields["n"]), getattr(torch, fields["dtype"])
-        dev = torch.device("cuda")
-        a, b = (torch.randn(n, n, device=dev).to(dtype) for _ in range(2))
-        return (lambda: torch.mm(a, b)), dev, flops(n) / 1e12
-    if c.benchmark.endswith("track_tflops"):
-        dev = torch.device("cuda" if fields["device"] == "cuda" else "cpu")
-        mm = Matmul(int(fields["n"]), fields["dtype"], dev)
+    v = c.values
+    if c.figure is spec.MATMUL_TFLOPS:
+        work = spec.matmul_flops(v["n"]) / 1e12
+        dev = torch.device(v["device"])
+        if c.reference == "plain_mm":
+            a, b = (torch.randn(v["n"], v["n"], device=dev).to(getattr(torch, v["dtype"])) for _ in range(2))
+            return (lambda: torch.mm(a, b)), dev, work
+        mm = Matmul(v["n"], v["dtype"], dev)
         mm.check()
-        return mm, dev, flops(int(fields["n"])) / 1e12
-    nbytes = int(fields["nbytes"])
-    if "direction" in fields:
-        copy = host_device_copy(fields["direction"], nbytes, torch.device("cuda"), "pinned", non_blocking=True)
+        return mm, dev, work
+    nbytes = v["nbytes"]
+    if c.figure is spec.HOST_DEVICE_GBPS:
+        copy = host_device_copy(v["direction"], nbytes, torch.device("cuda"), v["memory"], v["mode"] == "non_blocking")
     else:
-        copy = Copy(nbytes, torch.device("cpu"), torch.device("cpu"))
+        copy = Copy(nbytes, torch.device(v["device"]), torch.device(v["device"]))
     copy.check()
     return copy, copy.timing_device, nbytes / 1e9
 
@@ -181,22 +193,6 @@ def _timer(fn: Callable[[], object], min_run_time: float):
     return m.blocked_autorange(min_run_time=min_run_time)
 
 
-def _event_seconds(fn: Callable[[], object], device, calls: int = 50, samples: int = 5) -> float:
-    import torch
-
-    times = []
-    with torch.cuda.device(device):
-        for _ in range(samples):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(calls):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / calls)
-    return sorted(times)[len(times) // 2]
-
-
 @dataclass(frozen=True)
 class Measured:
     """Figures measured now, in the check's unit (see ``measure``)."""
@@ -207,42 +203,36 @@ class Measured:
 
 
 def measure(c: Check, min_run_time: float = 0.2, rounds: int = 7) -> Measured:
-    """Timer, the suite's method and (on a GPU) CUDA events, alternating for ``rounds`` rounds.
+    """Timer, the suite's method and (on a GPU) a plain CUDA-event loop, alternating for ``rounds`` rounds.
 
     Each round runs one ``blocked_autorange`` of ``min_run_time`` seconds, then
-    ``ceil(11 / rounds)`` of the suite's blocks (``devbench.suite``: ``calls_for`` sizes a
-    block to about 0.1 s of products or 0.05 s of copies, ``time_block`` times it), then
-    the event loop. Alternating puts reference and method in the same stretches of time,
-    so a host that changes speed moves both. The Timer figure is the median of all its
-    rounds' blocks (``Measurement.times``), the method's the median of all its blocks:
-    the suite's statistic over as many blocks as the benchmark uses, or more.
+    ``ceil(11 / rounds)`` of the suite's blocks (``devbench.measure``: ``calls_for`` sizes a
+    block to ``MATMUL_BLOCK_S`` of products or ``COPY_BLOCK_S`` of copies), then 5 blocks of
+    50 calls between CUDA events. Alternating puts reference and method in the same
+    stretches of time, so a host that changes speed moves both. Each figure is the median
+    over all its blocks (Timer's: ``Measurement.times``).
     """
-    from devbench.suite import COPY_BLOCK_S, MATMUL_BLOCK_S, SAMPLES, calls_for, time_block
+    from devbench import measure as engine
     from devbench.workloads.matmul import tf32
 
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     fn, device, work = _workload(c)
-    matmul = c.benchmark.endswith("track_tflops")
-    block_s = MATMUL_BLOCK_S if matmul else COPY_BLOCK_S
-    per_round = -(-SAMPLES // rounds)
-    timer, method, events = [], [], []
+    block_s = engine.MATMUL_BLOCK_S if c.figure is spec.MATMUL_TFLOPS else engine.COPY_BLOCK_S
+    per_round = -(-engine.SAMPLES // rounds)
+    timer: list[float] = []
+    method = events = None
     with tf32(getattr(fn, "allow_tf32", False)):
-        for _ in range(3):
-            fn()
-        calls = calls_for(fn, device, target_s=block_s)
+        engine.warm_up(fn, device)
+        calls = engine.calls_for(fn, device, target_s=block_s)
         for _ in range(rounds):
-            timer.append(_timer(fn, min_run_time))
-            method += [time_block(fn, device, calls).per_call for _ in range(per_round)]
+            timer += _timer(fn, min_run_time).times  # per-call seconds of every Timer block
+            m = engine.measure(fn, device, calls, blocks=per_round)
+            method = m if method is None else method + m
             if device.type == "cuda":
-                events.append(work / _event_seconds(fn, device))
-    timer_s = _median([t for m in timer for t in m.times])  # per-call seconds of every Timer block
-    return Measured(work / timer_s, work / _median(method), _median(events) if events else math.nan)
-
-
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+                e = engine.measure(fn, device, calls=50, blocks=5)
+                events = e if events is None else events + e
+    return Measured(work / statistics.median(timer), method.rate(work), events.rate(work) if events else math.nan)
 
 
 # --- Command line ---------------------------------------------------------------------------------------
@@ -295,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NO_RESULTS
 
     from devbench.devices import num_gpus
-    from devbench.suite import pin_threads
+    from devbench.measure import pin_threads
 
     threads = pin_threads()
     wanted = checks(gpu=num_gpus() > 0)

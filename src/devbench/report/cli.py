@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -71,69 +70,29 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devbench.report import render
-    from devbench.report.compare import commits_in, resolve_commit
-    from devbench.report.load import ReportError, load_collectives, load_results
+    from devbench.report import sections, writers
+    from devbench.report.compare import commit_pair
+    from devbench.report.load import load_results
+    from devbench.report.problems import ReportError
 
     started = time.perf_counter()
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    bad = [f for f in formats if f not in render.FORMATS]
-    if bad or not formats:
-        return _fail(f"--format {args.format!r}: choose among {', '.join(render.FORMATS)}")
-    if args.factor is not None and args.factor < 1.0:
-        return _fail(f"--factor must be >= 1.0, got {args.factor}")
-    if args.commits is not None and args.commits < 1:
-        return _fail(f"--commits must be >= 1, got {args.commits}")
-    if args.benchmarks:
-        try:
-            re.compile(args.benchmarks)
-        except re.error as exc:
-            return _fail(f"--benchmarks {args.benchmarks!r} is not a regular expression: {exc}")
     try:
+        _check_options(args, formats, writers.FORMATS)
         loaded = load_results(args.results, machines=args.machine, envs=args.env, benchmarks=args.benchmarks)
+        _add_collectives(loaded, args)
+        for p in loaded.problems:
+            print(f"devbench report: warning: {p}", file=sys.stderr)
+        loaded.frame = _select(loaded.frame, args)
+        pair = commit_pair(loaded.frame, args.base, args.head)
     except ReportError as exc:
         return _fail(str(exc))
-    coll_dir = Path(args.collectives) if args.collectives else Path(args.results).parent / "collectives"
-    if args.collectives and not coll_dir.is_dir():
-        return _fail(f"--collectives {args.collectives}: no such directory")
-    loaded.collectives = load_collectives(coll_dir, loaded.problems)
-    if args.machine:
-        loaded.collectives = loaded.collectives[loaded.collectives["machine"].isin(args.machine)]
-    for p in loaded.problems:
-        print(f"devbench report: warning: {p}", file=sys.stderr)
-    frame = loaded.frame
-    if args.since:
-        import pandas as pd
-
-        try:
-            since = pd.Timestamp(args.since, tz="UTC")
-        except ValueError:
-            return _fail(f"--since {args.since!r} is not a date (YYYY-MM-DD)")
-        frame = frame[frame["date"] >= since]
-    if args.commits:
-        keep = commits_in(frame)[-args.commits :]
-        frame = frame[frame["commit"].isin(keep)]
-    if frame.empty:
-        return _fail(f"nothing to report: no results in {args.results} match the selection")
-    loaded.frame = frame.reset_index(drop=True)
-    try:
-        base = resolve_commit(loaded.frame, args.base) if args.base else None
-        head = resolve_commit(loaded.frame, args.head) if args.head else None
-    except ReportError as exc:
-        return _fail(str(exc))
-    if (base is None) != (head is None) and len(commits_in(loaded.frame)) < 2:
-        return _fail("--base/--head: only one commit in the selection, nothing to compare with")
-    if base is None and head is not None:
-        older = [c for c in commits_in(loaded.frame) if c != head]
-        base = older[-1]
-    if head is None and base is not None:
-        head = [c for c in commits_in(loaded.frame) if c != base][-1]
     # The CSV (Arrow's writer, which releases the GIL) is written while the report is built.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        csv = pool.submit(render.write, None, loaded, Path(args.out), ["csv"]) if "csv" in formats else None
+        csv = pool.submit(writers.write, None, loaded, Path(args.out), ["csv"]) if "csv" in formats else None
         plots = "png" in formats or "html" in formats
-        rep = render.build(loaded, base=base, head=head, factor=args.factor, plots=plots)
-        written = render.write(rep, loaded, Path(args.out), [f for f in formats if f != "csv"])
+        rep = sections.build(loaded, pair=pair, factor=args.factor, plots=plots)
+        written = writers.write(rep, loaded, Path(args.out), [f for f in formats if f != "csv"])
         if csv is not None:
             written += csv.result()
     if not args.quiet:
@@ -142,6 +101,49 @@ def run(args: argparse.Namespace) -> int:
         for path in written:
             print(f"  wrote {path}")
     return 0
+
+
+def _check_options(args: argparse.Namespace, formats: list[str], known: Sequence[str]) -> None:
+    """``ReportError`` naming the first option that cannot work (regular expressions: ``load_results``)."""
+    from devbench.report.problems import ReportError
+
+    if not formats or any(f not in known for f in formats):
+        raise ReportError(f"--format {args.format!r}: choose among {', '.join(known)}")
+    if args.factor is not None and args.factor < 1.0:
+        raise ReportError(f"--factor must be >= 1.0, got {args.factor}")
+    if args.commits is not None and args.commits < 1:
+        raise ReportError(f"--commits must be >= 1, got {args.commits}")
+    if args.collectives and not Path(args.collectives).is_dir():
+        raise ReportError(f"--collectives {args.collectives}: no such directory")
+
+
+def _add_collectives(loaded, args: argparse.Namespace) -> None:
+    """The torchrun collectives files (``--collectives``, default: beside the results) of the chosen machines."""
+    from devbench.report.records import load_collectives
+
+    folder = Path(args.collectives) if args.collectives else Path(args.results).parent / "collectives"
+    runs = load_collectives(folder, loaded.problems)
+    loaded.collectives = runs[runs["machine"].isin(args.machine)] if args.machine else runs
+
+
+def _select(frame, args: argparse.Namespace):
+    """The rows ``--since`` and ``--commits`` keep; ``ReportError`` when none is left."""
+    import pandas as pd
+
+    from devbench.report.compare import commits_in
+    from devbench.report.problems import ReportError
+
+    if args.since:
+        try:
+            since = pd.Timestamp(args.since, tz="UTC")
+        except ValueError:
+            raise ReportError(f"--since {args.since!r} is not a date (YYYY-MM-DD)") from None
+        frame = frame[frame["date"] >= since]
+    if args.commits:
+        frame = frame[frame["commit"].isin(commits_in(frame)[-args.commits :])]
+    if frame.empty:
+        raise ReportError(f"nothing to report: no results in {args.results} match the selection")
+    return frame.reset_index(drop=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,29 +19,34 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from asv import _stats as asv_stats
+
+from devbench.report.load import STATS
+from devbench.spec import HIGHER_IS_BETTER, LOWER_IS_BETTER
+
+
+def is_result_better_fallback(a, b, a_ss, b_ss, factor, use_stats=True) -> bool:
+    """asv 0.6's ``_is_result_better``, used only when asv no longer has it where we look.
+
+    ``a`` is better than ``b`` when it is smaller by ``factor`` and, where both have
+    statistics from more than one repeat, asv's ``is_different`` says they differ.
+    """
+    if use_stats and a_ss and b_ss and a_ss[0] and b_ss[0]:
+        if a_ss[0].get("repeat", 0) != 1 and b_ss[0].get("repeat", 0) != 1:
+            if not asv_stats.is_different(a_ss[1], b_ss[1], a_ss[0], b_ss[0]):
+                return False
+    return a < b / factor
+
 
 try:  # the exact rule asv compare applies (asv 0.6); private, so guarded
     from asv.commands.compare import _is_result_better
-except ImportError:  # pragma: no cover - asv moved it
-    from asv import _stats
-
-    def _is_result_better(a, b, a_ss, b_ss, factor, use_stats=True):  # type: ignore[no-redef]
-        if use_stats and a_ss and b_ss and a_ss[0] and b_ss[0]:
-            if a_ss[0].get("repeat", 0) != 1 and b_ss[0].get("repeat", 0) != 1:
-                if not _stats.is_different(a_ss[1], b_ss[1], a_ss[0], b_ss[0]):
-                    return False
-        return a < b / factor
-
-
-from devbench.report.load import STATS
+except ImportError:  # asv moved it
+    _is_result_better = is_result_better_fallback
 
 SERIES = ["benchmark", "params"]
 
-#: Units where a larger value is better; seconds and bytes are smaller-is-better; a ratio ("x") says larger/smaller.
-HIGHER_IS_BETTER = {"GB/s", "TFLOP/s", "GFLOP/s", "%"}
 
-
-def _stats(values: Any) -> tuple[dict[str, float] | None, None]:
+def _stats_pair(values: Any) -> tuple[dict[str, float] | None, None]:
     """asv's (stats, samples) pair from one result's ``STATS`` values; the report keeps no samples."""
     stats = {s: float(v) for s, v in zip(STATS, values, strict=True) if not _isnan(float(v))}
     return (stats or None), None
@@ -56,7 +61,7 @@ def _change(mark: str, unit: str) -> str:
         larger = mark == "+"
         if unit in HIGHER_IS_BETTER:
             return "better" if larger else "worse"
-        if unit in ("seconds", "bytes"):
+        if unit in LOWER_IS_BETTER:
             return "worse" if larger else "better"
         return "larger" if larger else "smaller"
     return {"!": "failed", "*": "fixed", "x": "not comparable"}.get(mark, "")
@@ -102,7 +107,7 @@ def _pair_aligned(a: pd.DataFrame, b: pd.DataFrame, factor: float) -> pd.DataFra
         sa, sb = a[STATS].to_numpy(dtype=float), b[STATS].to_numpy(dtype=float)
         x1, x2, sm = v1.to_numpy(), v2.to_numpy(), smaller.to_numpy()
         for i in candidates:
-            ss1, ss2 = _stats(sa[i]), _stats(sb[i])
+            ss1, ss2 = _stats_pair(sa[i]), _stats_pair(sb[i])
             if sm[i]:
                 if _is_result_better(x2[i], x1[i], ss2, ss1, factor):
                     mark[i] = "-"
@@ -147,7 +152,7 @@ def default_pair(frame: pd.DataFrame) -> tuple[str, str] | None:
 
 def resolve_commit(frame: pd.DataFrame, prefix: str) -> str:
     """The one full hash in the results that starts with ``prefix``."""
-    from devbench.report.load import ReportError
+    from devbench.report.problems import ReportError
 
     hits = sorted({c for c in frame["commit"].unique() if str(c).startswith(prefix.lower())})
     if not hits:
@@ -155,6 +160,24 @@ def resolve_commit(frame: pd.DataFrame, prefix: str) -> str:
     if len(hits) > 1:
         raise ReportError(f"commit {prefix!r} is ambiguous: {', '.join(h[:12] for h in hits)}")
     return hits[0]
+
+
+def commit_pair(frame: pd.DataFrame, base: str | None, head: str | None) -> tuple[str, str] | None:
+    """The (base, head) to compare: both given as prefixes, one given (the other is the newest
+    other commit), or neither (``default_pair``); ``ReportError`` when a prefix does not resolve."""
+    from devbench.report.problems import ReportError
+
+    if base is None and head is None:
+        return default_pair(frame) if len(commits_in(frame)) >= 2 else None
+    base = resolve_commit(frame, base) if base else None
+    head = resolve_commit(frame, head) if head else None
+    if base is None or head is None:
+        given = base or head
+        others = [c for c in commits_in(frame) if c != given]
+        if not others:
+            raise ReportError("--base/--head: only one commit in the selection, nothing to compare with")
+        return (others[-1], head) if base is None else (base, others[-1])
+    return base, head
 
 
 def compare_commits(frame: pd.DataFrame, base: str, head: str, factor: float = 1.1) -> pd.DataFrame:

@@ -11,9 +11,30 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from devbench import spec
 from devbench.peaks import gpu_peak
 
 KEYS = ["machine", "env", "commit", "commit_short", "date"]
+
+
+def latest(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each machine, environment and benchmark's rows from its most recent commit (by commit date).
+
+    Per benchmark, so a run of one family on a newer commit does not hide the others.
+    """
+    if frame.empty:
+        return frame
+    keys = ["machine", "env", "benchmark"]
+    order = frame[[*keys, "date", "commit"]].sort_values(["date", "commit"])
+    last = order.drop_duplicates(keys, keep="last")
+    return frame.merge(last[[*keys, "commit"]], on=[*keys, "commit"])
+
+
+def where_label(df: pd.DataFrame) -> pd.Series:
+    """A short label of machine (and environment, when there are several) per row."""
+    if df["env"].nunique() > 1:
+        return df["machine"].astype(str) + " / " + df["env"].astype(str)
+    return df["machine"].astype(str)
 
 
 def usable(frame: pd.DataFrame) -> pd.DataFrame:
@@ -21,9 +42,11 @@ def usable(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[(frame["status"] == "ok") & frame["version_current"]]
 
 
-def _rows(frame: pd.DataFrame, benchmark: str, *cols: str) -> pd.DataFrame:
+def _rows(frame: pd.DataFrame, figure: spec.Figure) -> pd.DataFrame:
+    """The usable rows of one figure, with its params as columns (none when it was not measured)."""
+    cols = figure.params
     sub = usable(frame)
-    sub = sub[sub["benchmark"] == benchmark]
+    sub = sub[sub["benchmark"] == figure.benchmark]
     missing = [c for c in cols if c not in sub.columns]
     if sub.empty or missing:
         return pd.DataFrame(columns=[*KEYS, *cols, "value"])
@@ -33,11 +56,11 @@ def _rows(frame: pd.DataFrame, benchmark: str, *cols: str) -> pd.DataFrame:
 def matmul_throughput(frame: pd.DataFrame) -> pd.DataFrame:
     """TFLOP/s per device, dtype and n: the suite's ``track_tflops``, else 2n^3 / ``time_matmul``."""
     cols = ["device", "dtype", "n"]
-    tracked = _rows(frame, "bench_matmul.MatmulSquare.track_tflops", *cols).assign(source="track_tflops")
-    timed = _rows(frame, "bench_matmul.MatmulSquare.time_matmul", *cols)
+    tracked = _rows(frame, spec.MATMUL_TFLOPS).assign(source="track_tflops")
+    timed = _rows(frame, spec.MATMUL_TIME)
     if not timed.empty:
-        n = timed["n"].astype(float)
-        timed = timed.assign(value=2 * n**3 / timed["value"] / 1e12, source="2n^3 / time_matmul")
+        flop = spec.matmul_flops(timed["n"].astype(float))
+        timed = timed.assign(value=spec.tflops(flop, timed["value"]), source="2n^3 / time_matmul")
     parts = [d for d in (tracked, timed) if not d.empty]
     if not parts:
         return pd.DataFrame(columns=[*KEYS, *cols, "tflops", "source"])
@@ -46,36 +69,25 @@ def matmul_throughput(frame: pd.DataFrame) -> pd.DataFrame:
     return both.rename(columns={"value": "tflops"}).reset_index(drop=True)
 
 
-#: Benchmarks whose ``nbytes`` param and time give a bandwidth, and what they move.
-BANDWIDTH_SOURCES = {
-    "bench_transfer.HostDevice.track_gbps": "track",
-    "bench_transfer.DeviceCopy.track_gbps_copied": "track",
-    "bench_transfer.PeerCopy.track_gbps": "track",
-    "bench_transfer.HostDevice.time_copy": "time",
-    "bench_transfer.DeviceCopy.time_copy": "time",
-    "bench_transfer.PeerCopy.time_copy": "time",
-}
-
-
 def transfer_bandwidth(frame: pd.DataFrame) -> pd.DataFrame:
-    """GB/s (decimal, bytes copied) per copy kind and size; from ``track_*`` or nbytes / time."""
+    """GB/s (decimal, bytes copied) per copy kind and size; from ``track_*`` or nbytes / time.
+
+    A copy's kind is its benchmark's params other than ``nbytes`` (``spec.COPY_KINDS``),
+    e.g. "h2d pinned non_blocking", "on-device cpu", "peer 0->1".
+    """
     out = []
-    for bench, how in BANDWIDTH_SOURCES.items():
-        sub = usable(frame)
-        sub = sub[sub["benchmark"] == bench]
-        if sub.empty or "nbytes" not in sub.columns:
+    prefix = {"HostDevice": "", "DeviceCopy": "on-device ", "PeerCopy": "peer "}
+    for figure, kind_params in spec.COPY_KINDS.items():
+        sub = _rows(frame, figure)
+        if sub.empty:
             continue
-        sub = sub.copy()
-        if how == "time":
-            sub["value"] = sub["nbytes"].astype(float) / sub["value"] / 1e9
-        cls = bench.split(".")[1]
-        if cls == "HostDevice":
-            sub["copy"] = sub["direction"].astype(str) + " " + sub["memory"].astype(str) + " " + sub["mode"].astype(str)
-        elif cls == "DeviceCopy":
-            sub["copy"] = "on-device " + sub["device"].astype(str)
+        method = figure.benchmark.rsplit(".", 1)[-1]
+        if figure.unit == spec.SECONDS:
+            sub = sub.assign(value=spec.gbps(sub["nbytes"].astype(float), sub["value"]), source=f"nbytes / {method}")
         else:
-            sub["copy"] = "peer " + sub["route"].astype(str)
-        sub["source"] = bench.rsplit(".", 1)[-1] if how == "track" else "nbytes / " + bench.rsplit(".", 1)[-1]
+            sub = sub.assign(source=method)
+        kind = sub[list(kind_params)].astype(str).agg(" ".join, axis=1)
+        sub = sub.assign(copy=prefix[figure.benchmark.split(".")[1]] + kind)
         out.append(sub[[*KEYS, "copy", "nbytes", "value", "source"]])
     if not out:
         return pd.DataFrame(columns=[*KEYS, "copy", "nbytes", "gbps", "source"])
@@ -90,7 +102,7 @@ def gpu_speedup(frame: pd.DataFrame, throughput: pd.DataFrame | None = None) -> 
     ran; otherwise the ratio of the two devices' throughput from ``MatmulSquare``.
     """
     cols = [*KEYS, "dtype", "n", "speedup", "source"]
-    direct = _rows(frame, "bench_matmul.MatmulSpeedup.track_gpu_over_cpu", "dtype", "n")
+    direct = _rows(frame, spec.MATMUL_SPEEDUP)
     if len(direct):
         direct = direct.rename(columns={"value": "speedup"}).assign(source="track_gpu_over_cpu")[cols]
     tp = matmul_throughput(frame) if throughput is None else throughput
@@ -125,8 +137,8 @@ def crossover(speedups: pd.DataFrame) -> pd.DataFrame:
 
 def logging_ratio(frame: pd.DataFrame) -> pd.DataFrame:
     """Each logging strategy's loop time over ``on_device``'s, per device, steps and n."""
-    cols = ["device", "strategy", "steps", "n"]
-    t = _rows(frame, "bench_logging.LogNorms.time_loop", *cols)
+    cols = list(spec.LOG_NORMS_TIME.params)
+    t = _rows(frame, spec.LOG_NORMS_TIME)
     if t.empty:
         return pd.DataFrame(columns=[*KEYS, *cols, "ratio"])
     base = t[t["strategy"] == "on_device"][[*KEYS, "device", "steps", "n", "value"]]
@@ -137,8 +149,8 @@ def logging_ratio(frame: pd.DataFrame) -> pd.DataFrame:
 
 def parallel_scaling(frame: pd.DataFrame) -> pd.DataFrame:
     """Sequential over parallel time, and that over the number of lanes (GPUs for ``gpus``, else 2)."""
-    seq = _rows(frame, "bench_parallel.ParallelMatmul.time_sequential", "mode", "n")
-    par = _rows(frame, "bench_parallel.ParallelMatmul.time_parallel", "mode", "n")
+    seq = _rows(frame, spec.PARALLEL_SEQUENTIAL)
+    par = _rows(frame, spec.PARALLEL_PARALLEL)
     cols = [*KEYS, "mode", "n", "lanes", "speedup", "efficiency"]
     if seq.empty or par.empty:
         return pd.DataFrame(columns=cols)
@@ -159,11 +171,11 @@ def collective_bandwidth(frame: pd.DataFrame, runs: pd.DataFrame | None = None) 
     machine, backend, world size and node count (``runner`` "torchrun", see
     ``load_collectives``)."""
     parts = []
-    cols = ["backend", "world", "op", "nbytes"]
-    bus = _rows(frame, "bench_collectives.Collectives.track_busbw", *cols)
+    cols = list(spec.COLLECTIVE_BUSBW.params)
+    bus = _rows(frame, spec.COLLECTIVE_BUSBW)
     if not bus.empty:
-        alg = _rows(frame, "bench_collectives.Collectives.track_algbw", *cols)
-        tim = _rows(frame, "bench_collectives.Collectives.track_time", *cols)
+        alg = _rows(frame, spec.COLLECTIVE_ALGBW)
+        tim = _rows(frame, spec.COLLECTIVE_TIME)
         t = bus.rename(columns={"value": "busbw"})[[*KEYS, *cols, "busbw"]]
         t = t.merge(alg.rename(columns={"value": "algbw"})[[*KEYS, *cols, "algbw"]], on=[*KEYS, *cols], how="left")
         t = t.merge(tim.rename(columns={"value": "time"})[[*KEYS, *cols, "time"]], on=[*KEYS, *cols], how="left")

@@ -17,7 +17,6 @@ are exact and the check compares every element on every rank against what it mus
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,10 +26,10 @@ import torch
 import torch.distributed as dist
 
 from devbench.devices import synchronize
+from devbench.measure import Measurement, block_calls
+from devbench.spec import COLLECTIVE_OPS as OPS
+from devbench.spec import KiB, MiB, bus_factor, gbps
 
-KiB, MiB = 1 << 10, 1 << 20
-
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 #: nccl-tests' message sizes, 4 KiB to 256 MiB in steps of 4x
 SIZES = [4 * KiB * 4**i for i in range(9)]
 DTYPE = torch.float32
@@ -43,22 +42,9 @@ _ALL_GATHER = getattr(dist, "all_gather_single", None) or getattr(dist, "all_gat
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or getattr(dist, "reduce_scatter_tensor", None)
 
 
-def bus_factor(op: str, world: int) -> float:
-    """nccl-tests' factor from algorithm bandwidth to bus bandwidth for ``world`` ranks."""
-    if world < 1:
-        raise ValueError(f"world size must be >= 1, got {world}")
-    if op == "all_reduce":
-        return 2 * (world - 1) / world
-    if op in ("all_gather", "reduce_scatter"):
-        return (world - 1) / world
-    if op in ("broadcast", "send_recv"):
-        return 1.0
-    raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
-
-
 def algbw(nbytes: float, seconds: float) -> float:
     """Algorithm bandwidth, decimal GB/s: size / time."""
-    return nbytes / seconds / 1e9
+    return gbps(nbytes, seconds)
 
 
 def busbw(op: str, world: int, nbytes: float, seconds: float) -> float:
@@ -189,7 +175,11 @@ def _agree(value: float, op: dist.ReduceOp, device: torch.device) -> float:
 
 
 def _block(coll: Collective, iters: int) -> float:
-    """Seconds per operation on this rank: a barrier, then ``iters`` back-to-back calls."""
+    """Seconds per operation on this rank: a barrier, then ``iters`` back-to-back calls.
+
+    Not ``measure.time_block``: the block starts at a barrier across ranks, and NCCL runs
+    on streams of its own, so a host clock between full synchronizations brackets it.
+    """
     dist.barrier()
     synchronize(coll.device)
     start = time.perf_counter()
@@ -216,8 +206,8 @@ def measure(
     for _ in range(warmup):
         coll()
     one = _agree(_block(coll, 1), dist.ReduceOp.MAX, coll.device)
-    iters = int(max(1, min(max_iters, target_s / one))) if one > 0 else max_iters
-    mine = statistics.median(_block(coll, iters) for _ in range(samples))
+    iters = block_calls(one, target_s, max_calls=max_iters)
+    mine = Measurement(tuple(_block(coll, iters) for _ in range(samples)), iters).median
     world = coll.world
     mean = _agree(mine, dist.ReduceOp.SUM, coll.device) / world
     slowest = _agree(mine, dist.ReduceOp.MAX, coll.device)

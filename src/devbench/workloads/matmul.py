@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from devbench.suite import SEED, randn
+from devbench.measure import SEED, randn
 
 #: Param value -> (storage dtype, TF32 allowed for float32 matmul).
 DTYPES: dict[str, tuple[torch.dtype, bool]] = {
@@ -26,11 +26,6 @@ TOLERANCE: dict[str, float] = {"float32": 1e-5, "tf32": 1e-3, "bfloat16": 1e-2, 
 #: Rows of the product checked against float64 when n is large (the full float64
 #: reference at 8192 would cost more than the benchmark).
 CHECK_ROWS = 128
-
-
-def flops(n: int) -> int:
-    """Floating-point operations of one n x n by n x n product (n^2 dot products of n)."""
-    return 2 * n**3
 
 
 @contextlib.contextmanager
@@ -104,10 +99,6 @@ class Matmul:
         self._next = (i + 1) % self.sets
         a, b = self.inputs[i]
         return torch.mm(a, b, out=self.outputs[i])
-
-    def runner(self) -> Callable[[], torch.Tensor]:
-        """The callable to time: TF32 is set by the caller via ``tf32(self.allow_tf32)``."""
-        return self
 
     def check(self) -> float:
         """Run every input set once and compare with float64; return the worst error.

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from devbench.devices import as_device
-from devbench.suite import SEED, randn
+from devbench.measure import SEED, randn
 
 #: Models by param value: (builder, input features). "lazy_linear" is the chapter's net.
 MODEL_INPUTS = {"lazy_linear": 20, "mlp": 2048}

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from devbench.logger import DeviceLogger
-from devbench.suite import SEED, randn
+from devbench.measure import SEED, randn
 
 STRATEGIES = ["per_step_item", "per_step_numpy", "on_device", "periodic"]
 

@@ -16,17 +16,14 @@ from __future__ import annotations
 import io
 import os
 import re
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from devbench.devices import as_device, synchronize
-from devbench.suite import SEED, time_block
-
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+from devbench.measure import SEED, Lanes
+from devbench.spec import GiB, KiB, MiB, gbps, size_label
 
 #: Every factor of 4 from 4 KiB to 64 MiB, then 256 MiB and 1 GiB.
 SIZES: list[int] = [4 * KiB * 4**i for i in range(8)] + [256 * MiB, GiB]
@@ -48,19 +45,6 @@ _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # 2^64 / phi as a signed 64-bit intege
 def sets_for(nbytes: int) -> int:
     """Buffer sets a copy of ``nbytes`` alternates between (see ``ROTATE_BELOW``)."""
     return 2 if nbytes < ROTATE_BELOW else 1
-
-
-def size_label(nbytes: int) -> str:
-    """``4096`` -> ``"4 KiB"``; what reports and skip reasons show."""
-    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale} {unit}"
-    return f"{nbytes} B"
-
-
-def gbps(nbytes: float, seconds: float) -> float:
-    """Decimal GB/s (nvbandwidth's unit)."""
-    return nbytes / seconds / 1e9
 
 
 def pattern(nbytes: int, seed: int = SEED) -> torch.Tensor:
@@ -226,99 +210,6 @@ def host_device_copy(
 
 
 @dataclass(frozen=True)
-class LaneTimes:
-    """Seconds for a set of lanes run at once: the whole, and each lane's own span."""
-
-    wall: float
-    lanes: tuple[float, ...]
-
-
-def run_concurrently(fns: Sequence[Callable[[], object]], device: torch.device, calls: int = 1) -> LaneTimes:
-    """Call each of ``fns`` ``calls`` times, every function on its own lane, all at once.
-
-    On a GPU a lane is a CUDA stream: calls are issued round-robin so every stream always
-    has work queued, each stream's span lies between its own pair of events, and the
-    whole between events on the current stream, which waits for every lane. On the CPU
-    a lane is a thread (torch releases the GIL in its kernels), timed with a clock.
-    """
-    if calls < 1:
-        raise ValueError(f"calls must be >= 1, got {calls}")
-    if not fns:
-        raise ValueError("run_concurrently needs at least one function")
-    if device.type == "cuda":
-        return _on_streams(fns, device, calls)
-    return _on_threads(fns, calls)
-
-
-def _on_streams(fns: Sequence[Callable[[], object]], device: torch.device, calls: int) -> LaneTimes:
-    def event() -> torch.cuda.Event:
-        return torch.cuda.Event(enable_timing=True)
-
-    with torch.cuda.device(device):
-        main = torch.cuda.current_stream()
-        streams = [torch.cuda.Stream() for _ in fns]
-        start, end = event(), event()
-        begins, ends = [event() for _ in fns], [event() for _ in fns]
-        start.record(main)
-        for s, b in zip(streams, begins, strict=True):
-            s.wait_event(start)
-            b.record(s)
-        for _ in range(calls):
-            for fn, s in zip(fns, streams, strict=True):
-                with torch.cuda.stream(s):
-                    fn()
-        for s, e in zip(streams, ends, strict=True):
-            e.record(s)
-            main.wait_event(e)
-        end.record(main)
-        end.synchronize()
-        lanes = tuple(b.elapsed_time(e) / 1e3 for b, e in zip(begins, ends, strict=True))
-        return LaneTimes(start.elapsed_time(end) / 1e3, lanes)
-
-
-def _on_threads(fns: Sequence[Callable[[], object]], calls: int) -> LaneTimes:
-    spans = [0.0] * len(fns)
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(fns) + 1)
-
-    def lane(i: int) -> None:
-        try:
-            barrier.wait()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fns[i]()
-            spans[i] = time.perf_counter() - t0
-        except BaseException as exc:  # re-raised in the caller
-            errors.append(exc)
-
-    threads = [threading.Thread(target=lane, args=(i,), name=f"devbench-lane{i}") for i in range(len(fns))]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    return LaneTimes(wall, tuple(spans))
-
-
-def sequential(fns: Sequence[Callable[[], object]], device: torch.device, calls: int = 1) -> float:
-    """Seconds to run each of ``fns`` ``calls`` times, one function after the other.
-
-    The whole span lies between CUDA events on a GPU (one stream) or a clock on the CPU.
-    """
-
-    def all_of_them() -> None:
-        for fn in fns:
-            for _ in range(calls):
-                fn()
-
-    return time_block(all_of_them, device, 1).seconds
-
-
-@dataclass(frozen=True)
 class Bidirectional:
     """GB/s with host->device and device->host copies running at once on two lanes."""
 
@@ -327,11 +218,13 @@ class Bidirectional:
     d2h: float
 
 
-def bidirectional(h2d: Copy, d2h: Copy, calls: int) -> Bidirectional:
-    """Run ``calls`` copies each way at once; total counts both directions' bytes."""
+def bidirectional(lanes: Lanes, h2d: Copy, d2h: Copy, calls: int) -> Bidirectional:
+    """Run ``calls`` copies each way at once on two ``lanes``; total counts both directions' bytes."""
     if h2d.dst_device != d2h.src_device:
         raise ValueError(f"h2d goes to {h2d.dst_device} but d2h comes from {d2h.src_device}")
-    t = run_concurrently([h2d, d2h], h2d.dst_device, calls)
+    if len(lanes) != 2:
+        raise ValueError(f"a bidirectional copy runs on 2 lanes, got {len(lanes)}")
+    t = lanes.run([h2d, d2h], calls)
     return Bidirectional(
         total=gbps((h2d.nbytes + d2h.nbytes) * calls, t.wall),
         h2d=gbps(h2d.nbytes * calls, t.lanes[0]),
@@ -359,12 +252,14 @@ class Overlap:
         return (self.serial - self.concurrent) / min(self.copy, self.compute)
 
 
-def overlap(copy: Callable[[], object], compute: Callable[[], object], device: torch.device, calls: int = 1) -> Overlap:
-    """Time ``calls`` of ``copy`` and of ``compute``: alone, in sequence, and at once on two lanes."""
-    alone_copy = sequential([copy], device, calls)
-    alone_compute = sequential([compute], device, calls)
-    serial = sequential([copy, compute], device, calls)
-    concurrent = run_concurrently([copy, compute], device, calls).wall
+def overlap(lanes: Lanes, copy: Callable[[], object], compute: Callable[[], object], calls: int = 1) -> Overlap:
+    """Time ``calls`` of ``copy`` and of ``compute``: alone, in sequence, and at once on two ``lanes``."""
+    if len(lanes) != 2:
+        raise ValueError(f"copy/compute overlap runs on 2 lanes, got {len(lanes)}")
+    alone_copy = lanes.sequential([copy], calls)
+    alone_compute = lanes.sequential([compute], calls)
+    serial = lanes.sequential([copy, compute], calls)
+    concurrent = lanes.run([copy, compute], calls).wall
     return Overlap(alone_copy, alone_compute, serial, concurrent)
 
 

@@ -1,0 +1,375 @@
+"""The measuring engine: seeded inputs, CPU threads, warm-up, block timing, and work run side by side.
+
+Everything devbench times goes through here: the asv benchmarks, the workloads that
+time pieces of their own work (lanes, overlap), ``devbench validate`` and the collectives.
+No asv, and nothing touches CUDA at import time (docs/design.md, rules 2 and 3).
+
+How a figure is timed (docs/design.md, "How a figure is timed"):
+
+* ``calls_for`` sizes a block: enough back-to-back calls to fill ``target_s``, so a
+  CUDA sync or a clock read (about 10 us) stays far under 1% of it; a call that alone
+  is longer than the target is a block of its own.
+* ``time_block`` times one block: between two CUDA events recorded on the stream that
+  runs the work, or between two reads of a monotonic clock on the CPU.
+* ``measure`` times several blocks and keeps every one in a ``Measurement``, which
+  gives the median (the figure) and the spread.
+* ``Lanes`` runs several callables at once, one per lane (a CUDA stream made once, or a
+  CPU thread), and times the whole and each lane.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from devbench.devices import as_device, synchronize
+
+#: Seed for every input tensor: the same inputs on every machine and run.
+SEED = 20260101
+
+#: Environment variable that overrides the CPU thread count benchmarks pin.
+THREADS_ENV = "DEVBENCH_THREADS"
+
+#: Blocks per figure: its median is the figure.
+SAMPLES = 11
+
+#: Block lengths (``calls_for`` targets) of the suite's throughput figures.
+MATMUL_BLOCK_S = 0.1
+COPY_BLOCK_S = 0.05
+
+#: Most calls in one block (a call that is a no-op must not make a block endless).
+MAX_CALLS = 10_000
+
+#: torch.utils.benchmark warns when IQR / median passes this; so does devbench.
+SPREAD_WARN = 0.1
+
+
+# --- Inputs and threads ----------------------------------------------------------------------------------
+
+
+def randn(
+    shape: Sequence[int] | int,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    seed: int = SEED,
+) -> torch.Tensor:
+    """Seeded standard-normal tensor, made on the CPU (same values on every device)."""
+    gen = torch.Generator().manual_seed(seed)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    t = torch.randn(shape, generator=gen, dtype=torch.float32)
+    return t.to(device=device, dtype=dtype)
+
+
+def default_threads() -> int:
+    """``$DEVBENCH_THREADS``, or the number of CPUs this process may run on."""
+    env = os.environ.get(THREADS_ENV)
+    if env:
+        try:
+            return int(env)
+        except ValueError:
+            raise ValueError(f"{THREADS_ENV} must be an integer, got {env!r}") from None
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def pin_threads(threads: int | None = None) -> int:
+    """Fix torch's intra-op CPU thread count (default: ``default_threads()``) and return it.
+
+    A run is then comparable with the next one on the same machine, whatever torch
+    guessed. ``threads_pinned`` does the same for a block of code and restores the count.
+    """
+    if threads is None:
+        threads = default_threads()
+    if threads < 1:
+        raise ValueError(f"thread count must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
+    return threads
+
+
+@contextlib.contextmanager
+def threads_pinned(threads: int | None = None) -> Iterator[int]:
+    """``pin_threads`` inside the block; the previous count is restored after it."""
+    before = torch.get_num_threads()
+    try:
+        yield pin_threads(threads)
+    finally:
+        torch.set_num_threads(before)
+
+
+def warm_up(fn: Callable[[], object], device: torch.device, repeats: int = 3) -> None:
+    """Run ``fn`` a few times and wait for it: context, handles, allocator, autotuning."""
+    for _ in range(repeats):
+        fn()
+    synchronize(device)
+
+
+# --- One block of calls ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlockTiming:
+    """Seconds for ``calls`` calls of one function, timed as one block."""
+
+    seconds: float
+    calls: int
+
+    @property
+    def per_call(self) -> float:
+        return self.seconds / self.calls
+
+
+def time_block(
+    fn: Callable[[], object], device: torch.device, calls: int, stream: torch.cuda.Stream | None = None
+) -> BlockTiming:
+    """Time ``calls`` back-to-back calls of ``fn`` on ``device`` as one block.
+
+    On a GPU the calls run on ``stream`` (default: the device's current stream) and the
+    block lies between two CUDA events recorded on that same stream, so launch gaps
+    count but the host's sync latency is paid once, not per call. On the CPU (or the
+    meta device) a monotonic clock brackets the loop.
+    """
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            stream = stream if stream is not None else torch.cuda.current_stream(device)
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(stream):
+                start.record(stream)
+                for _ in range(calls):
+                    fn()
+                end.record(stream)
+            end.synchronize()
+            return BlockTiming(start.elapsed_time(end) / 1e3, calls)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return BlockTiming(time.perf_counter() - t0, calls)
+
+
+def block_calls(one_call_s: float, target_s: float, min_calls: int = 1, max_calls: int = MAX_CALLS) -> int:
+    """Calls that fill about ``target_s`` when one call takes ``one_call_s`` (at least ``min_calls``).
+
+    The one sizing rule, also for collectives, where every rank first agrees on
+    ``one_call_s``. A call longer than the target makes a block of its own: a second
+    call would double the time, not the accuracy.
+    """
+    if min_calls < 1 or max_calls < min_calls:
+        raise ValueError(f"need 1 <= min_calls <= max_calls, got {min_calls} and {max_calls}")
+    if one_call_s <= 0:
+        return max_calls
+    return int(max(min_calls, min(max_calls, target_s / one_call_s)))
+
+
+def calls_for(
+    fn: Callable[[], object],
+    device: torch.device,
+    target_s: float = COPY_BLOCK_S,
+    max_calls: int = MAX_CALLS,
+    min_calls: int = 1,
+) -> int:
+    """How many calls of ``fn`` fill about ``target_s`` seconds (``block_calls`` on one timed call).
+
+    Call it after warm-up: a cold first call (context, handles, workspaces) would make
+    the blocks far too short.
+    """
+    return block_calls(time_block(fn, device, 1).seconds, target_s, min_calls, max_calls)
+
+
+# --- Several blocks: a Measurement -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Seconds per call of every block timed for one figure.
+
+    The figure is the median; the spread (inter-quartile range over the median) says how
+    much the blocks disagreed. Rates (GB/s, TFLOP/s) are ``work / median``.
+    """
+
+    per_call: tuple[float, ...]
+    calls: int
+
+    def __post_init__(self) -> None:
+        if not self.per_call:
+            raise ValueError("a Measurement needs at least one block")
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.per_call)
+
+    @property
+    def quartiles(self) -> tuple[float, float]:
+        """The 25th and 75th percentiles (both the one block when there is one)."""
+        if len(self.per_call) < 2:
+            return self.per_call[0], self.per_call[0]
+        q = statistics.quantiles(self.per_call, n=4, method="inclusive")
+        return q[0], q[2]
+
+    @property
+    def iqr(self) -> float:
+        lo, hi = self.quartiles
+        return hi - lo
+
+    @property
+    def spread(self) -> float:
+        """IQR / median: 0.1 or more means the blocks disagree (torch.utils.benchmark's warning)."""
+        return self.iqr / self.median if self.median > 0 else float("inf")
+
+    def rate(self, work: float) -> float:
+        """``work`` per second at the median (work: bytes, FLOP, ...)."""
+        return work / self.median
+
+    def __add__(self, other: Measurement) -> Measurement:
+        """The blocks of both (measurements of one figure taken in rounds)."""
+        return Measurement(self.per_call + other.per_call, max(self.calls, other.calls))
+
+
+def measure(
+    fn: Callable[[], object],
+    device: torch.device,
+    calls: int,
+    blocks: int = SAMPLES,
+    stream: torch.cuda.Stream | None = None,
+) -> Measurement:
+    """``blocks`` blocks of ``calls`` calls each (nvbandwidth-style: the median is the figure)."""
+    if blocks < 1:
+        raise ValueError(f"blocks must be >= 1, got {blocks}")
+    return Measurement(tuple(time_block(fn, device, calls, stream).per_call for _ in range(blocks)), calls)
+
+
+def median_block(fn: Callable[[], object], device: torch.device, calls: int, samples: int = SAMPLES) -> float:
+    """Median seconds per call over ``samples`` blocks (``measure(...).median``)."""
+    return measure(fn, device, calls, samples).median
+
+
+# --- Work side by side -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaneTimes:
+    """Seconds for a set of lanes run at once: the whole, and each lane's own span."""
+
+    wall: float
+    lanes: tuple[float, ...]
+
+
+class LaneError(RuntimeError):
+    """A callable run on one lane raised; the message names the lane's device."""
+
+    def __init__(self, device: torch.device, exc: BaseException) -> None:
+        super().__init__(f"on {device}: {type(exc).__name__}: {exc}")
+        self.device = device
+
+
+class Lanes:
+    """Run several callables at once, one per lane, and time them.
+
+    A lane is a device: on CUDA it gets its own stream, made here once (a new stream
+    per run would put cuBLAS's per-stream workspace allocation inside the timed run),
+    and calls are issued from this thread alternately, lane after lane, so every stream
+    always has work queued. Each lane's span lies between events on its stream. One
+    GPU: the whole lies between events on the current stream, which waits for every
+    lane; several GPUs: a monotonic clock between full synchronizations of all of them.
+    On CPU (or meta) devices a lane is a Python thread (torch releases the GIL in its
+    kernels), timed with a monotonic clock.
+    """
+
+    def __init__(self, devices: Sequence[torch.device | str]) -> None:
+        if not devices:
+            raise ValueError("Lanes needs at least one device")
+        self.devices = [as_device(d) for d in devices]
+        kinds = {d.type == "cuda" for d in self.devices}
+        if len(kinds) > 1:
+            raise ValueError(f"lanes mix CUDA and other devices: {[str(d) for d in self.devices]}")
+        self.cuda = kinds == {True}
+        self.streams = [torch.cuda.Stream(d) for d in self.devices] if self.cuda else []
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def run(self, fns: Sequence[Callable[[], object]], calls: int = 1) -> LaneTimes:
+        """Call each of ``fns`` ``calls`` times, ``fns[i]`` on lane ``i``, all lanes at once."""
+        if calls < 1:
+            raise ValueError(f"calls must be >= 1, got {calls}")
+        if len(fns) != len(self.devices):
+            raise ValueError(f"got {len(fns)} functions for {len(self.devices)} lanes")
+        return self._on_streams(fns, calls) if self.cuda else self._on_threads(fns, calls)
+
+    def sequential(self, fns: Sequence[Callable[[], object]], calls: int = 1) -> float:
+        """Seconds to run each of ``fns`` ``calls`` times, one after the other, on lane 0's device."""
+
+        def all_of_them() -> None:
+            for fn in fns:
+                for _ in range(calls):
+                    fn()
+
+        return time_block(all_of_them, self.devices[0], 1).seconds
+
+    def _on_streams(self, fns: Sequence[Callable[[], object]], calls: int) -> LaneTimes:
+        def event() -> torch.cuda.Event:
+            return torch.cuda.Event(enable_timing=True)
+
+        one_gpu = len(set(self.devices)) == 1
+        begins, ends = [event() for _ in fns], [event() for _ in fns]
+        if not one_gpu:
+            synchronize(self.devices)
+            t0 = time.perf_counter()
+        main = torch.cuda.current_stream(self.devices[0])
+        start, end = event(), event()
+        start.record(main)
+        for dev, s, b in zip(self.devices, self.streams, begins, strict=True):
+            s.wait_stream(torch.cuda.current_stream(dev))  # inputs made on the current stream are ready
+            b.record(s)
+        for _ in range(calls):
+            for fn, s in zip(fns, self.streams, strict=True):
+                with torch.cuda.stream(s):
+                    fn()
+        for s, e in zip(self.streams, ends, strict=True):
+            e.record(s)
+            torch.cuda.current_stream(s.device).wait_stream(s)  # later work on the current stream sees the results
+        if one_gpu:
+            end.record(main)
+            end.synchronize()
+            wall = start.elapsed_time(end) / 1e3
+        else:
+            synchronize(self.devices)
+            wall = time.perf_counter() - t0
+        return LaneTimes(wall, tuple(b.elapsed_time(e) / 1e3 for b, e in zip(begins, ends, strict=True)))
+
+    def _on_threads(self, fns: Sequence[Callable[[], object]], calls: int) -> LaneTimes:
+        spans = [0.0] * len(fns)
+        errors: list[BaseException | None] = [None] * len(fns)
+        barrier = threading.Barrier(len(fns) + 1)
+
+        def lane(i: int) -> None:
+            try:
+                barrier.wait()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fns[i]()
+                synchronize(self.devices[i])
+                spans[i] = time.perf_counter() - t0
+            except BaseException as exc:  # re-raised below, named by device
+                errors[i] = exc
+
+        threads = [threading.Thread(target=lane, args=(i,), name=f"devbench-lane{i}") for i in range(len(fns))]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        for dev, exc in zip(self.devices, errors, strict=True):
+            if exc is not None:
+                raise LaneError(dev, exc) from exc
+        return LaneTimes(wall, tuple(spans))

@@ -1,0 +1,117 @@
+"""The report's PNG plots: throughput and bandwidth against size, collectives, history. No torch."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+
+import pandas as pd
+
+from devbench.report.derive import where_label
+
+
+def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.4 * ncols, 4.2 * nrows), squeeze=False)
+    try:
+        draw(axes)
+        # fixed margins: tight_layout costs seconds with log axes and many ticks
+        fig.subplots_adjust(left=0.13, right=0.98, bottom=0.14, top=0.9, wspace=0.22, hspace=0.55)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def _loglog_per_machine(
+    df: pd.DataFrame, line: str, x: str, y: str, xlabel: str, ylabel: str, style: Callable[[str], str]
+) -> bytes | None:
+    """One log-log panel per machine (at most 4), one line per value of ``line``."""
+    if df.empty:
+        return None
+    from matplotlib.ticker import FuncFormatter
+
+    where = where_label(df)
+    wheres = sorted(where.unique())[:4]
+
+    def draw(axes):
+        for ax, w in zip(axes.flat, wheres, strict=False):
+            for label, g in df[where == w].groupby(line):
+                g = g.sort_values(x)
+                ax.plot(g[x], g[y], marker="o", ls=style(str(label)), label=str(label))
+            ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=w)
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+
+    return _figure_png(draw, ncols=len(wheres))
+
+
+def plot_throughput(tp: pd.DataFrame) -> bytes | None:
+    """TFLOP/s vs n per device and dtype (GPU solid, CPU dashed)."""
+    lines = tp.assign(line=tp["device"].astype(str) + " " + tp["dtype"].astype(str))
+    return _loglog_per_machine(
+        lines, "line", "n", "tflops", "n (n x n @ n x n)", "TFLOP/s", lambda s: "-" if s.startswith("cuda") else "--"
+    )
+
+
+def plot_bandwidth(bw: pd.DataFrame) -> bytes | None:
+    """GB/s vs bytes per copy kind (pinned solid, pageable dashed, on-device dotted)."""
+
+    def style(copy: str) -> str:
+        return "--" if "pageable" in copy else ":" if copy.startswith("on-device") else "-"
+
+    return _loglog_per_machine(bw, "copy", "nbytes", "gbps", "bytes per copy", "GB/s (decimal)", style)
+
+
+def plot_collectives(cb: pd.DataFrame) -> bytes | None:
+    """Bus bandwidth vs size per op, one panel per machine (torchrun files dashed)."""
+    if cb.empty:
+        return None
+    lines = cb.assign(
+        env=cb["runner"] + " " + cb["backend"] + " x" + cb["world"].astype(str),
+        line=cb["op"] + " (" + cb["runner"] + ")",
+    )
+    return _loglog_per_machine(
+        lines, "line", "nbytes", "busbw", "message size (bytes)", "bus bandwidth, GB/s",
+        lambda s: "-" if s.endswith("(asv)") else "--",
+    )  # fmt: skip
+
+
+def plot_history(frame: pd.DataFrame, flagged: pd.DataFrame, limit: int = 6) -> bytes | None:
+    ok = frame[frame["status"] == "ok"]
+    if ok["commit"].nunique() < 2:
+        return None
+    series = ["machine", "env", "benchmark", "params"]
+    chosen = flagged[series].drop_duplicates().head(limit)
+    if len(chosen) < limit:
+        counts = ok.groupby(series, observed=True).size().sort_values(ascending=False).reset_index()[series]
+        chosen = pd.concat([chosen, counts]).drop_duplicates().head(limit)
+    ncols = 2 if len(chosen) > 1 else 1
+    nrows = math.ceil(len(chosen) / ncols)
+
+    picked = ok.merge(chosen.assign(_series=range(len(chosen))), on=series).sort_values("date")
+    by_series = dict(list(picked.groupby("_series")))
+
+    def draw(axes):
+        for i, (ax, key) in enumerate(zip(axes.flat, chosen.itertuples(index=False), strict=False)):
+            sub = by_series.get(i, picked.iloc[0:0])
+            x = range(len(sub))
+            ax.plot(x, sub["value"], marker="o", ms=3)
+            if sub["ci_99_a"].notna().any():
+                ax.fill_between(x, sub["ci_99_a"], sub["ci_99_b"], alpha=0.2)
+            step = max(1, len(sub) // 8)  # at most ~8 commit labels per axis
+            ax.set_xticks(list(x)[::step], sub["commit_short"].iloc[::step], rotation=45, fontsize=7)
+            ax.set_title(f"{key.benchmark.split('.', 1)[-1]}\n{key.params} [{key.machine}]", fontsize=8)
+            ax.set_ylabel(sub["unit"].iloc[0] if len(sub) else "")
+            ax.grid(True, alpha=0.3)
+        for ax in list(axes.flat)[len(chosen) :]:
+            ax.set_visible(False)
+
+    return _figure_png(draw, ncols=ncols, nrows=nrows)

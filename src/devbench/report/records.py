@@ -1,0 +1,144 @@
+"""Side records the report joins to asv's results: run info, GPU state, and torchrun collectives files.
+
+* ``.asv/runinfo``: the torch and CUDA each benchmark process really imported (``devbench.runinfo``);
+* ``.asv/gpustate``: NVML state around each GPU benchmark (``devbench.gpustate``);
+* ``.asv/collectives``: figures of ``python -m devbench.collectives`` runs.
+
+All sit beside the asv results directory. No torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from devbench import gpustate, runinfo
+from devbench.report.problems import Problem
+from devbench.spec import params_label
+
+
+def runinfo_index(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Run records (``.asv/runinfo``, beside the results) by environment name, oldest first."""
+    by_env: dict[str, list[dict[str, Any]]] = {}
+    for rec in runinfo.load(results_dir.parent / "runinfo"):
+        if isinstance(rec.get("env_name"), str) and isinstance(rec.get("time"), (int, float)):
+            by_env.setdefault(rec["env_name"], []).append(rec)
+    for recs in by_env.values():
+        recs.sort(key=lambda r: r["time"])
+    return by_env
+
+
+def actual_versions(records: list[dict[str, Any]], started: list[float]) -> tuple[Any, Any]:
+    """torch and CUDA of the run record nearest to when these results were measured (12 h at most)."""
+    if not records or not started:
+        return None, None
+    when = sorted(started)[len(started) // 2] / 1e3
+    best = min(records, key=lambda r: abs(r["time"] - when))
+    if abs(best["time"] - when) > 12 * 3600:
+        return None, None
+    return best.get("torch"), best.get("cuda")
+
+
+def _label(params: Any) -> str:
+    return params_label(list(params), list(params.values())) if isinstance(params, dict) else ""
+
+
+def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """Add ``gpu_throttled`` and ``gpu_state`` from ``devbench.gpustate`` records in ``folder``.
+
+    A row's window runs from its benchmark's ``started_at`` to the next benchmark's start
+    in the same result file; the records of its class and parameters inside that window
+    belong to it. ``gpu_throttled`` is True when a record shows an active throttle reason
+    or NVML's power/thermal violation time grew inside the window, False when records
+    exist and show neither, and missing (NA) where no record applies (CPU rows, runs
+    without NVML). ``gpu_state`` summarizes the range seen (SM clock, temperature, power).
+    """
+    recs = gpustate.load(folder)
+    if not recs or frame.empty:
+        return frame
+    g = pd.DataFrame(recs)
+    g = g.assign(params=g["params"].map(_label), when=pd.to_datetime(g["time"], unit="s", utc=True))
+    g = g.rename(columns={"benchmark": "cls"})
+    f = frame[["machine", "env", "commit", "benchmark", "params", "started_at"]].astype({"params": str})
+    f = f.assign(row=np.arange(len(f)), cls=f["benchmark"].astype(str).str.rsplit(".", n=1).str[0])
+    starts = f.drop_duplicates(["machine", "env", "commit", "benchmark"]).sort_values("started_at")
+    starts = starts.assign(ends=starts.groupby(["machine", "env", "commit"], observed=True)["started_at"].shift(-1))
+    f = f.merge(starts[["machine", "env", "commit", "benchmark", "ends"]], on=["machine", "env", "commit", "benchmark"])
+    f = f.astype({"machine": str})
+    m = f.merge(g, on=["machine", "cls", "params"])
+    end = m["ends"].fillna(pd.Timestamp.max.tz_localize("UTC"))
+    m = m[(m["when"] >= m["started_at"]) & (m["when"] < end)]
+    if m.empty:
+        return frame
+    for col in ("throttling", "power_violation_ns", "thermal_violation_ns", "sm_clock_mhz", "temperature_c", "power_w"):
+        if col not in m.columns:
+            m[col] = None
+    m = m.assign(active=m["throttling"].map(lambda t: bool(t) if isinstance(t, list) else False))
+    viol = m[["power_violation_ns", "thermal_violation_ns"]].apply(pd.to_numeric, errors="coerce")
+    m = m.assign(pv=viol["power_violation_ns"], tv=viol["thermal_violation_ns"])
+    per = m.groupby(["row", "index"]).agg(
+        active=("active", "any"),
+        pv=("pv", lambda s: s.max() - s.min()),
+        tv=("tv", lambda s: s.max() - s.min()),
+        clk_lo=("sm_clock_mhz", "min"),
+        clk_hi=("sm_clock_mhz", "max"),
+        temp=("temperature_c", "max"),
+        power=("power_w", "max"),
+    )
+    per["throttled"] = per["active"] | (per["pv"].fillna(0) > 0) | (per["tv"].fillna(0) > 0)
+    by_row = per.groupby(level="row").agg(
+        throttled=("throttled", "any"), clk_lo=("clk_lo", "min"), clk_hi=("clk_hi", "max"),
+        temp=("temp", "max"), power=("power", "max"),
+    )  # fmt: skip
+    text = (
+        "SM " + by_row["clk_lo"].map("{:.0f}".format) + "-" + by_row["clk_hi"].map("{:.0f}".format) + " MHz, "
+        + by_row["temp"].map("{:.0f}".format) + " C max, " + by_row["power"].map("{:.0f}".format) + " W max"
+    )  # fmt: skip
+    throttled = pd.Series(pd.NA, index=frame.index, dtype="boolean")
+    state = pd.Series(None, index=frame.index, dtype=object)
+    throttled.iloc[by_row.index.to_numpy()] = by_row["throttled"].to_numpy()
+    state.iloc[by_row.index.to_numpy()] = text.to_numpy()
+    return frame.assign(gpu_throttled=throttled, gpu_state=state)
+
+
+COLLECTIVE_FORMAT = "devbench-collectives/1"
+COLLECTIVE_COLUMNS = ["file", "machine", "env", "backend", "world", "nodes", "finished", "torch", "commit",
+                      "op", "nbytes", "time_us", "time_max_us", "algbw", "busbw"]  # fmt: skip
+
+
+def load_collectives(folder: str | os.PathLike[str], problems: list[Problem] | None = None) -> pd.DataFrame:
+    """The rows of every ``python -m devbench.collectives`` file in ``folder`` (none if it is absent).
+
+    One row per file x op x size; ``env`` is ``"<backend> x<world>"`` so the report can
+    label runs like asv environments. A file that is not such a document is skipped and
+    named in ``problems``.
+    """
+    root = Path(folder)
+    rows: list[dict[str, Any]] = []
+    for path in sorted(root.glob("*.json")) if root.is_dir() else []:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict) or doc.get("format") != COLLECTIVE_FORMAT:
+                raise ValueError(f"not a {COLLECTIVE_FORMAT} document")
+            meta = {
+                "file": path.name,
+                "machine": str(doc["machine"]),
+                "env": f"{doc['backend']} x{doc['world']}",
+                "backend": doc["backend"],
+                "world": int(doc["world"]),
+                "nodes": int(doc.get("nodes", 1)),
+                "finished": pd.Timestamp(doc["finished"]),
+                "torch": doc.get("torch"),
+                "commit": doc.get("commit"),
+            }
+            for r in doc["rows"]:
+                rows.append({**meta, **{k: r[k] for k in ("op", "nbytes", "time_us", "time_max_us", "algbw", "busbw")}})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if problems is not None:
+                problems.append(Problem(str(path), f"skipped: {exc}"))
+    return pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS)

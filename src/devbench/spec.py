@@ -1,0 +1,148 @@
+"""What the suite's figures are: units, sizes, work formulas, and the identity of every figure read back.
+
+Torch-free and asv-free, so the report, validate and the workloads share one source:
+the benchmarks compute their figures with these formulas, and the report and
+``devbench validate`` find them by these identities. ``tests/test_spec.py`` fails when
+an identity names a benchmark, a parameter or a unit that ``benchmarks/`` does not define.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# --- Units -----------------------------------------------------------------------------------------------
+
+SECONDS = "seconds"
+GBPS = "GB/s"  # decimal, 1e9 bytes/s (nvbandwidth, nccl-tests)
+TFLOPS = "TFLOP/s"  # decimal, 1e12 floating-point operations/s
+RATIO = "x"
+PERCENT = "%"
+
+#: Units where a larger value is better; seconds and bytes are smaller-is-better; a ratio says larger/smaller.
+HIGHER_IS_BETTER = frozenset({GBPS, TFLOPS, "GFLOP/s", PERCENT})
+LOWER_IS_BETTER = frozenset({SECONDS, "bytes"})
+
+
+def better(unit: str) -> str:
+    """``"higher"``, ``"lower"`` or ``""`` (a ratio or an unknown unit: no direction)."""
+    return "higher" if unit in HIGHER_IS_BETTER else "lower" if unit in LOWER_IS_BETTER else ""
+
+
+# --- Sizes -----------------------------------------------------------------------------------------------
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+def size_label(nbytes: float) -> str:
+    """``4096`` -> ``"4 KiB"``: the largest binary unit that divides the size exactly."""
+    n = int(nbytes)
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+# --- Work formulas ---------------------------------------------------------------------------------------
+
+
+def matmul_flops(n: float) -> float:
+    """Floating-point operations of one n x n by n x n product (n^2 dot products of length n)."""
+    return 2 * n**3
+
+
+def gbps(nbytes: float, seconds: float) -> float:
+    """Decimal GB/s."""
+    return nbytes / seconds / 1e9
+
+
+def tflops(flop: float, seconds: float) -> float:
+    """Decimal TFLOP/s."""
+    return flop / seconds / 1e12
+
+
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+
+
+def bus_factor(op: str, world: int) -> float:
+    """nccl-tests' factor from algorithm bandwidth to bus bandwidth for ``world`` ranks."""
+    if world < 1:
+        raise ValueError(f"world size must be >= 1, got {world}")
+    if op == "all_reduce":
+        return 2 * (world - 1) / world
+    if op in ("all_gather", "reduce_scatter"):
+        return (world - 1) / world
+    if op in ("broadcast", "send_recv"):
+        return 1.0
+    raise ValueError(f"unknown collective {op!r}; expected one of {COLLECTIVE_OPS}")
+
+
+# --- Parameter labels ------------------------------------------------------------------------------------
+
+
+def params_label(names: Sequence[str], values: Sequence[Any]) -> str:
+    """``"device=cpu, dtype=float32, n=256"``: how the report labels a parameter combination."""
+    return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
+
+
+# --- Figure identities -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure as asv stores it: benchmark key, the params read from it, and its unit."""
+
+    benchmark: str  # asv's key: "<module>.<Class>.<method>"
+    params: tuple[str, ...]  # asv param_names, in order
+    unit: str
+
+    @property
+    def better(self) -> str:
+        return better(self.unit)
+
+    def label(self, **values: Any) -> str:
+        """The report's params label of one combination; every param must be given."""
+        if set(values) != set(self.params):
+            raise ValueError(f"{self.benchmark} takes params {self.params}, got {sorted(values)}")
+        return params_label(self.params, [values[p] for p in self.params])
+
+
+MATMUL_TFLOPS = Figure("bench_matmul.MatmulSquare.track_tflops", ("device", "dtype", "n"), TFLOPS)
+MATMUL_TIME = Figure("bench_matmul.MatmulSquare.time_matmul", ("device", "dtype", "n"), SECONDS)
+MATMUL_SPEEDUP = Figure("bench_matmul.MatmulSpeedup.track_gpu_over_cpu", ("dtype", "n"), RATIO)
+
+HOST_DEVICE_GBPS = Figure("bench_transfer.HostDevice.track_gbps", ("direction", "memory", "mode", "nbytes"), GBPS)
+HOST_DEVICE_TIME = Figure("bench_transfer.HostDevice.time_copy", ("direction", "memory", "mode", "nbytes"), SECONDS)
+DEVICE_COPY_GBPS = Figure("bench_transfer.DeviceCopy.track_gbps_copied", ("device", "nbytes"), GBPS)
+DEVICE_COPY_TIME = Figure("bench_transfer.DeviceCopy.time_copy", ("device", "nbytes"), SECONDS)
+PEER_COPY_GBPS = Figure("bench_transfer.PeerCopy.track_gbps", ("route", "nbytes"), GBPS)
+PEER_COPY_TIME = Figure("bench_transfer.PeerCopy.time_copy", ("route", "nbytes"), SECONDS)
+
+LOG_NORMS_TIME = Figure("bench_logging.LogNorms.time_loop", ("device", "strategy", "steps", "n"), SECONDS)
+
+PARALLEL_SEQUENTIAL = Figure("bench_parallel.ParallelMatmul.time_sequential", ("mode", "n"), SECONDS)
+PARALLEL_PARALLEL = Figure("bench_parallel.ParallelMatmul.time_parallel", ("mode", "n"), SECONDS)
+
+_COLLECTIVE_PARAMS = ("backend", "world", "op", "nbytes")
+COLLECTIVE_BUSBW = Figure("bench_collectives.Collectives.track_busbw", _COLLECTIVE_PARAMS, GBPS)
+COLLECTIVE_ALGBW = Figure("bench_collectives.Collectives.track_algbw", _COLLECTIVE_PARAMS, GBPS)
+COLLECTIVE_TIME = Figure("bench_collectives.Collectives.track_time", _COLLECTIVE_PARAMS, SECONDS)
+
+#: How the report names each copy benchmark's rows (the params that tell the copies apart).
+COPY_KINDS: Mapping[Figure, tuple[str, ...]] = {
+    HOST_DEVICE_GBPS: ("direction", "memory", "mode"),
+    HOST_DEVICE_TIME: ("direction", "memory", "mode"),
+    DEVICE_COPY_GBPS: ("device",),
+    DEVICE_COPY_TIME: ("device",),
+    PEER_COPY_GBPS: ("route",),
+    PEER_COPY_TIME: ("route",),
+}
+
+#: Every figure the report or validate reads by name.
+FIGURES: tuple[Figure, ...] = (
+    MATMUL_TFLOPS, MATMUL_TIME, MATMUL_SPEEDUP,
+    HOST_DEVICE_GBPS, HOST_DEVICE_TIME, DEVICE_COPY_GBPS, DEVICE_COPY_TIME, PEER_COPY_GBPS, PEER_COPY_TIME,
+    LOG_NORMS_TIME, PARALLEL_SEQUENTIAL, PARALLEL_PARALLEL,
+    COLLECTIVE_BUSBW, COLLECTIVE_ALGBW, COLLECTIVE_TIME,
+)  # fmt: skip

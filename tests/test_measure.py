@@ -1,0 +1,161 @@
+"""The measuring engine (devbench.measure): block sizing, Measurement, lanes. No test asserts a speed."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from devbench import measure as M
+
+CPU = torch.device("cpu")
+
+
+def test_pin_threads_and_the_block_form_restores_the_count(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        assert M.pin_threads(1) == 1 and torch.get_num_threads() == 1
+        monkeypatch.setenv(M.THREADS_ENV, "2")
+        assert M.pin_threads() == 2
+        monkeypatch.setenv(M.THREADS_ENV, "lots")
+        with pytest.raises(ValueError, match="lots"):
+            M.pin_threads()
+        with pytest.raises(ValueError, match=">= 1"):
+            M.pin_threads(0)
+        torch.set_num_threads(2)
+        with M.threads_pinned(1) as n:
+            assert n == 1 and torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_randn_is_seeded_and_not_zero():
+    a, b = M.randn((4, 4)), M.randn((4, 4))
+    assert a.equal(b) and (a != 0).all()
+    assert not M.randn(16, seed=1).equal(M.randn(16, seed=2))
+    assert M.randn(8, dtype=torch.bfloat16).dtype == torch.bfloat16
+
+
+def test_time_block_counts_calls():
+    calls = []
+    timing = M.time_block(lambda: calls.append(1), CPU, 7)
+    assert len(calls) == 7 and timing.calls == 7 and timing.seconds > 0
+    assert timing.per_call == timing.seconds / 7
+    with pytest.raises(ValueError):
+        M.time_block(lambda: None, CPU, 0)
+
+
+@pytest.mark.parametrize(
+    ("one", "target", "min_calls", "max_calls", "want"),
+    [
+        (0.001, 0.05, 1, 10_000, 50),  # fills the target
+        (0.06, 0.05, 1, 10_000, 1),  # one call is already a block
+        (0.06, 0.05, 2, 10_000, 2),  # unless at least two are asked for
+        (1e-9, 0.05, 1, 3, 3),  # capped
+        (0.0, 0.05, 1, 7, 7),  # a clock that saw nothing: the cap
+    ],
+)
+def test_block_calls_rule(one, target, min_calls, max_calls, want):
+    assert M.block_calls(one, target, min_calls, max_calls) == want
+
+
+def test_block_calls_refuses_bad_bounds():
+    with pytest.raises(ValueError, match="min_calls"):
+        M.block_calls(0.1, 0.05, min_calls=0)
+    with pytest.raises(ValueError, match="min_calls"):
+        M.block_calls(0.1, 0.05, min_calls=5, max_calls=2)
+
+
+def test_calls_for_sizes_from_one_timed_call(monkeypatch):
+    seen = []
+
+    def fake_block(fn, device, calls, stream=None):
+        seen.append(calls)
+        return M.BlockTiming(0.002, calls)
+
+    monkeypatch.setattr(M, "time_block", fake_block)
+    assert M.calls_for(lambda: None, CPU, target_s=0.1) == 50
+    assert seen == [1]
+
+
+def test_measurement_keeps_every_block_and_gives_median_and_spread():
+    m = M.Measurement((1.0, 2.0, 3.0, 4.0, 100.0), calls=10)
+    assert m.median == 3.0
+    assert m.quartiles == (2.0, 4.0)
+    assert m.iqr == 2.0 and m.spread == pytest.approx(2 / 3)
+    assert m.rate(6.0) == 2.0
+    both = m + M.Measurement((3.0,), calls=5)
+    assert both.per_call == (1.0, 2.0, 3.0, 4.0, 100.0, 3.0) and both.median == 3.0
+    one = M.Measurement((2.0,), calls=1)
+    assert one.quartiles == (2.0, 2.0) and one.spread == 0.0
+    with pytest.raises(ValueError, match="at least one block"):
+        M.Measurement((), calls=1)
+
+
+def test_measure_times_the_blocks_it_is_asked_for():
+    calls = []
+    m = M.measure(lambda: calls.append(1), CPU, calls=3, blocks=4)
+    assert len(m.per_call) == 4 and m.calls == 3 and len(calls) == 12
+    assert all(t > 0 for t in m.per_call)
+    with pytest.raises(ValueError, match="blocks"):
+        M.measure(lambda: None, CPU, calls=1, blocks=0)
+
+
+def test_lanes_run_every_lane_at_once_and_time_each():
+    barrier = threading.Barrier(2, timeout=5)  # BrokenBarrierError if the lanes ran one by one
+    counts = [0, 0]
+
+    def lane(i):
+        def fn():
+            counts[i] += 1
+            if counts[i] == 1:
+                barrier.wait()
+
+        return fn
+
+    t = M.Lanes([CPU, CPU]).run([lane(0), lane(1)], calls=5)
+    assert counts == [5, 5]
+    assert len(t.lanes) == 2 and all(s > 0 for s in t.lanes) and t.wall > 0
+
+
+def test_lanes_name_the_device_that_failed():
+    def bad():
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(M.LaneError, match="on meta: RuntimeError: out of memory") as err:
+        M.Lanes([CPU, "meta"]).run([lambda: None, bad])
+    assert err.value.device == torch.device("meta")
+
+
+def test_lanes_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="at least one"):
+        M.Lanes([])
+    with pytest.raises(ValueError, match="2 functions for 3 lanes"):
+        M.Lanes([CPU, CPU, CPU]).run([lambda: None, lambda: None])
+    with pytest.raises(ValueError, match="calls"):
+        M.Lanes([CPU]).run([lambda: None], calls=0)
+    with pytest.raises(ValueError, match="mix CUDA"):
+        M.Lanes([CPU, "cuda:0"])
+
+
+def test_lanes_synchronize_every_thread_lane(monkeypatch):
+    synced = []
+    monkeypatch.setattr(M, "synchronize", lambda d: synced.append(str(d)))
+    M.Lanes([CPU, "meta"]).run([lambda: None, lambda: None])
+    assert sorted(synced) == ["cpu", "meta"]
+
+
+def test_cuda_lanes_make_their_streams_once(monkeypatch):
+    """A stream per lane at construction, none per run (no CUDA needed: streams are faked)."""
+    made = []
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: made.append(device) or object())
+    lanes = M.Lanes(["cuda:0", "cuda:0"])
+    assert lanes.cuda and len(lanes.streams) == 2 and made == [torch.device("cuda", 0)] * 2
+
+
+def test_sequential_runs_each_function_in_turn():
+    order = []
+    seconds = M.Lanes([CPU, CPU]).sequential([lambda: order.append("a"), lambda: order.append("b")], calls=2)
+    assert order == ["a", "a", "b", "b"] and seconds > 0

@@ -1,0 +1,94 @@
+"""The spec (devbench.spec): formulas, labels, and every figure identity checked against benchmarks/."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devbench import spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _benchmark(key: str):
+    """The class and method that asv key names in benchmarks/ (``AttributeError`` when it is gone)."""
+    module, cls, method = key.split(".")
+    sys.path.insert(0, str(ROOT))
+    try:
+        klass = getattr(importlib.import_module(f"benchmarks.{module}"), cls)
+    finally:
+        sys.path.remove(str(ROOT))
+    return klass, getattr(klass, method)
+
+
+@pytest.mark.parametrize("figure", spec.FIGURES, ids=lambda f: f.benchmark)
+def test_every_figure_identity_names_a_benchmark_its_params_and_its_unit(figure):
+    klass, method = _benchmark(figure.benchmark)
+    assert tuple(klass.param_names) == figure.params, f"{figure.benchmark}: params are {klass.param_names}"
+    unit = "seconds" if method.__name__.startswith("time_") else getattr(method, "unit", None)
+    assert unit == figure.unit, f"{figure.benchmark}: unit is {unit!r}"
+
+
+def test_copy_kinds_name_params_of_their_benchmark():
+    for figure, kind in spec.COPY_KINDS.items():
+        assert figure in spec.FIGURES and set(kind) < set(figure.params) and "nbytes" in figure.params
+
+
+def test_a_renamed_benchmark_is_caught():
+    with pytest.raises(AttributeError):
+        _benchmark("bench_matmul.MatmulSquare.track_gflops")
+
+
+def test_labels_follow_the_param_order_and_need_every_param():
+    assert spec.MATMUL_TFLOPS.label(n=256, dtype="float32", device="cpu") == "device=cpu, dtype=float32, n=256"
+    with pytest.raises(ValueError, match="takes params"):
+        spec.MATMUL_TFLOPS.label(device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "label"),
+    [(4096, "4 KiB"), (1 << 20, "1 MiB"), (1 << 30, "1 GiB"), (3 << 20, "3 MiB"), (1000, "1000 B"), (6144, "6 KiB")],
+)
+def test_size_label(nbytes, label):
+    assert spec.size_label(nbytes) == label
+
+
+def test_formulas():
+    assert spec.matmul_flops(2) == 16 and spec.matmul_flops(1024) == 2 * 1024**3
+    assert spec.gbps(2e9, 1.0) == pytest.approx(2.0)
+    assert spec.tflops(3e12, 1.5) == pytest.approx(2.0)
+    assert spec.bus_factor("all_reduce", 4) == 1.5 and spec.bus_factor("all_gather", 4) == 0.75
+    assert spec.bus_factor("broadcast", 8) == spec.bus_factor("send_recv", 8) == 1.0
+    with pytest.raises(ValueError, match="unknown collective"):
+        spec.bus_factor("scatter", 2)
+    assert spec.better("GB/s") == "higher" and spec.better("seconds") == "lower" and spec.better("x") == ""
+
+
+LAYERS = [
+    # (module, packages it must not import)
+    ("devbench.spec", ["torch", "asv", "pandas"]),
+    ("devbench.report.cli", ["torch"]),
+    ("devbench.report.sections", ["torch"]),
+    ("devbench.measure", ["asv", "devbench.suite", "benchmarks"]),
+    ("devbench.workloads.matmul", ["asv", "devbench.suite", "benchmarks"]),
+    ("devbench.workloads.transfer", ["asv", "devbench.suite", "benchmarks"]),
+    ("devbench.workloads.parallel", ["asv", "devbench.suite", "benchmarks"]),
+    ("devbench.workloads.norms", ["asv", "devbench.suite", "benchmarks"]),
+    ("devbench.workloads.model", ["asv", "devbench.suite", "benchmarks"]),
+    ("devbench.workloads.collectives", ["asv", "devbench.suite", "benchmarks"]),
+]
+
+
+@pytest.mark.parametrize(("module", "forbidden"), LAYERS, ids=[m for m, _ in LAYERS])
+def test_layering(module, forbidden):
+    """Data flows one way (docs/design.md): a module never imports the layers above it."""
+    code = (
+        f"import sys, importlib; importlib.import_module({module!r}); "
+        f"bad = [m for m in sys.modules for f in {forbidden!r} if m == f or m.startswith(f + '.')]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
