@@ -113,6 +113,7 @@ def test_describe_reports_gpus_from_torch(monkeypatch):
 
     class Props:
         name, total_memory, multi_processor_count, major, minor = "NVIDIA H100 80GB HBM3", 80 * 2**30, 132, 9, 0
+        uuid, pci_domain_id, pci_bus_id, pci_device_id = "0b42632a-bc5c", 0, 0x3B, 0
 
     monkeypatch.setattr(devices, "num_gpus", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props)
@@ -127,6 +128,8 @@ def test_describe_reports_gpus_from_torch(monkeypatch):
         "memory_gib": 80.0,
         "sm_count": 132,
         "compute_capability": "9.0",
+        "uuid": "GPU-0b42632a-bc5c",
+        "pci_bus_id": "00000000:3B:00.0",
     }
     assert rec["peer_access"] == {"0->1": True, "1->0": True}
     assert any("NVML" in n for n in rec["notes"])

@@ -51,7 +51,8 @@ class FakeWithTeardown(Fake):
 @pytest.fixture
 def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr("torch.cuda.is_initialized", lambda: True)
-    monkeypatch.setattr(gpustate, "snapshot", lambda: [dict(GPU)])
+    monkeypatch.setattr(gpustate, "snapshot", lambda cuda=None: [dict(GPU)])
+    monkeypatch.setattr("devbench.suite._cuda_identities", lambda: [])
     monkeypatch.setattr(gpustate, "gpustate_dir", lambda _file=None: tmp_path)
     monkeypatch.setattr("devbench.machine.default_machine", lambda: "box")
     monkeypatch.setattr("devbench.suite._last_gpu_state", {})
@@ -137,3 +138,57 @@ def test_state_is_read_at_most_every_half_second_per_phase(fake_gpu, monkeypatch
     b.setup("cuda", 16)
     phases = [json.loads(ln)["phase"] for ln in (fake_gpu / "box.jsonl").read_text().splitlines()]
     assert phases == ["before", "after", "before"]
+
+
+class FakeNVML:
+    """Two GPUs as NVML lists them; this process sees only the second, as its cuda:0."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
+    GPUS = [("GPU-aaaa", "00000000:3B:00.0"), ("GPU-bbbb", "00000000:86:00.0")]
+
+    class Pci:
+        def __init__(self, bus):
+            self.busId = bus
+
+    def nvmlDeviceGetCount(self):
+        return len(self.GPUS)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUUID(self, h):
+        return self.GPUS[h][0].encode()
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return self.Pci(self.GPUS[h][1].encode())
+
+    def nvmlDeviceGetName(self, h):
+        return "Fake GPU"
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return 1000 + h
+
+    def __getattr__(self, name):  # every other query: a field this driver does not report
+        def unsupported(*args):
+            raise RuntimeError(f"{name} not supported")
+
+        return unsupported
+
+
+def test_snapshot_matches_nvml_gpus_to_cuda_devices_by_uuid_or_bus_id(monkeypatch):
+    """Under CUDA_VISIBLE_DEVICES=1, NVML's GPU 1 is CUDA's device 0: never match by index."""
+    monkeypatch.setattr(gpustate, "_nvml", lambda: FakeNVML())
+    recs = gpustate.snapshot([{"uuid": "GPU-bbbb", "pci_bus_id": "00000000:86:00.0"}])
+    assert [(r["index"], r["cuda_index"], r["uuid"]) for r in recs] == [(0, None, "GPU-aaaa"), (1, 0, "GPU-bbbb")]
+    assert recs[1]["sm_clock_mhz"] == 1001
+    # no UUID from CUDA: the PCI bus id decides (NVML's 8-digit domain against a 4-digit one)
+    recs = gpustate.snapshot([{"uuid": None, "pci_bus_id": "0000:86:00.0"}])
+    assert [r["cuda_index"] for r in recs] == [None, 0]
+    assert [r["cuda_index"] for r in gpustate.snapshot()] == [None, None]
+
+
+def test_match_nvml_rules():
+    nvml = [{"uuid": "GPU-a", "pci_bus_id": "00000000:3B:00.0"}, {"uuid": "GPU-b", "pci_bus_id": "00000000:86:00.0"}]
+    cuda = [{"uuid": "GPU-B"}, {"uuid": None, "pci_bus_id": "0000:3b:00.0"}, {"uuid": "GPU-zzz", "pci_bus_id": None}]
+    assert gpustate.match_nvml(cuda, nvml) == [1, 0, None]
+    assert gpustate.pci_key("00000000:3B:00.0") == (0, 0x3B, 0) and gpustate.pci_key("junk") is None

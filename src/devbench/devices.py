@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from devbench.gpustate import match_nvml, nvml_identity
+
 __all__ = [
     "CrossDeviceError",
     "as_device",
@@ -152,8 +154,28 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _nvml_info(count: int) -> dict[str, Any]:
-    """Driver, PCIe and peer-access facts from NVML; ``{"nvml": "reason"}`` when absent."""
+def cuda_identities(count: int | None = None) -> list[dict[str, Any]]:
+    """UUID (NVML's ``GPU-...`` form) and PCI bus id of each CUDA device this process sees.
+
+    CUDA's device order is not NVML's: ``CUDA_VISIBLE_DEVICES`` hides and reorders GPUs,
+    and CUDA orders by speed unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``. These identify a
+    device in both. Initializes CUDA; call it only where CUDA is in use.
+    """
+    out = []
+    for i in range(num_gpus() if count is None else count):
+        p = torch.cuda.get_device_properties(i)
+        uuid = getattr(p, "uuid", None)
+        bus = [getattr(p, f"pci_{k}_id", None) for k in ("domain", "bus", "device")]
+        out.append({
+            "uuid": f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else uuid and str(uuid),
+            "pci_bus_id": f"{bus[0]:08X}:{bus[1]:02X}:{bus[2]:02X}.0" if None not in bus else None,
+        })  # fmt: skip
+    return out
+
+
+def _nvml_info(cuda: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Driver, PCIe and NVLink facts from NVML for each CUDA device (matched by UUID or PCI bus id,
+    never by index); ``{"nvml": "reason"}`` when NVML is absent."""
     try:
         import pynvml  # nvidia-ml-py
     except ImportError:
@@ -166,9 +188,14 @@ def _nvml_info(count: int) -> dict[str, Any]:
         out: dict[str, Any] = {"nvml": "ok", "gpus": []}
         drv = pynvml.nvmlSystemGetDriverVersion()
         out["driver"] = drv.decode() if isinstance(drv, bytes) else drv
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        every = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        matched = match_nvml(cuda, [nvml_identity(pynvml, h) for h in every])
+        handles = [every[m] if m is not None else None for m in matched]
         for h in handles:
-            g: dict[str, Any] = {}
+            g: dict[str, Any] = {"nvml_index": every.index(h) if h is not None else None}
+            if h is None:
+                out["gpus"].append(g)
+                continue
             for key, fn in (
                 ("pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
                 ("pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
@@ -183,7 +210,7 @@ def _nvml_info(count: int) -> dict[str, Any]:
         out["nvlink_peers"] = {}
         for i, hi in enumerate(handles):
             for j, hj in enumerate(handles):
-                if i != j:
+                if i != j and hi is not None and hj is not None:
                     try:
                         status = pynvml.nvmlDeviceGetP2PStatus(hi, hj, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
                         out["nvlink_peers"][f"{i}->{j}"] = status == pynvml.NVML_P2P_STATUS_OK
@@ -269,7 +296,14 @@ def describe() -> dict[str, Any]:
                     except Exception:
                         peers[f"{i}->{j}"] = None
         record["peer_access"] = peers
-        nvml = _nvml_info(count)
+        try:
+            identities = cuda_identities(count)
+        except Exception as exc:
+            notes.append(f"GPU identities unavailable: {exc}")
+            identities = [{} for _ in range(count)]
+        for g, ident in zip(record["gpus"], identities, strict=True):
+            g.update(ident)
+        nvml = _nvml_info(identities)
         if nvml.get("nvml") != "ok":
             notes.append(f"NVML {nvml['nvml']}: no driver/PCIe/NVLink details")
         else:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +73,62 @@ def _read(fn, *args) -> Any:
         return None
 
 
-def snapshot() -> list[dict[str, Any]]:
-    """One record per GPU NVML sees, or [] without NVML. Never raises."""
+def pci_key(bus_id: str | None) -> tuple[int, int, int] | None:
+    """``"00000000:3B:00.0"`` or ``"0000:3b:00.0"`` -> (domain, bus, device); None if unparsable."""
+    try:
+        domain, bus, rest = str(bus_id).strip().split(":")
+        return int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
+    except (ValueError, AttributeError):
+        return None
+
+
+def match_nvml(cuda: Sequence[dict[str, Any]], nvml: Sequence[dict[str, Any]]) -> list[int | None]:
+    """For each CUDA device, the NVML index of the same GPU (by UUID, else by PCI bus id); None if none matches."""
+    by_uuid = {str(g["uuid"]).lower(): i for i, g in enumerate(nvml) if g.get("uuid")}
+    by_pci = {k: i for i, g in enumerate(nvml) if (k := pci_key(g.get("pci_bus_id"))) is not None}
+    out: list[int | None] = []
+    for c in cuda:
+        hit = by_uuid.get(str(c.get("uuid")).lower()) if c.get("uuid") else None
+        if hit is None:
+            hit = by_pci.get(pci_key(c.get("pci_bus_id")))
+        out.append(hit)
+    return out
+
+
+def nvml_identity(nv: Any, handle: Any) -> dict[str, Any]:
+    """UUID and PCI bus id of one NVML device (None for what the driver does not report)."""
+
+    def text(v: Any) -> str | None:
+        return v.decode() if isinstance(v, bytes) else v
+
+    try:
+        uuid = text(nv.nvmlDeviceGetUUID(handle))
+    except Exception:
+        uuid = None
+    try:
+        info = nv.nvmlDeviceGetPciInfo(handle)
+        bus = text(getattr(info, "busId", None) or getattr(info, "busIdLegacy", None))
+    except Exception:
+        bus = None
+    return {"uuid": uuid, "pci_bus_id": bus}
+
+
+def snapshot(cuda: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One record per GPU NVML sees, or [] without NVML. Never raises.
+
+    ``index`` is NVML's; ``cuda_index`` is the CUDA device of this process that is the same
+    GPU (matched by UUID, else PCI bus id: ``devices.match_nvml``), or None when this
+    process does not see it or ``cuda`` (``devices.cuda_identities()``) is not given.
+    """
     nv = _nvml()
     if nv is None:
         return []
     out = []
     try:
-        for i in range(nv.nvmlDeviceGetCount()):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
+        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        identities = [nvml_identity(nv, h) for h in handles]
+        cuda_of = {m: c for c, m in enumerate(match_nvml(cuda or [], identities)) if m is not None}
+        for i, h in enumerate(handles):
             get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
                 nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
             )
@@ -89,6 +137,8 @@ def snapshot() -> list[dict[str, Any]]:
             limit = _read(nv.nvmlDeviceGetEnforcedPowerLimit, h)
             rec: dict[str, Any] = {
                 "index": i,
+                "cuda_index": cuda_of.get(i),
+                **identities[i],
                 "name": _read(nv.nvmlDeviceGetName, h),
                 "sm_clock_mhz": _read(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
                 "mem_clock_mhz": _read(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),

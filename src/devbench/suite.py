@@ -86,7 +86,16 @@ def _record_gpu_state(bench: object, args: tuple, phase: str) -> None:
     _last_gpu_state[key] = now
     module = sys.modules.get(cls.__module__)
     folder = gpustate.gpustate_dir(getattr(module, "__file__", None))
-    gpustate.record(name, dict(zip(names, values, strict=True)), phase, folder)
+    gpus = gpustate.snapshot(_cuda_identities())
+    gpustate.record(name, dict(zip(names, values, strict=True)), phase, folder, gpus=gpus)
+
+
+@functools.cache
+def _cuda_identities() -> list[dict]:
+    """This process's CUDA devices by UUID and PCI bus id (fixed for its life)."""
+    from devbench.devices import cuda_identities
+
+    return cuda_identities()
 
 
 def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
