@@ -23,6 +23,7 @@ from devbench.workloads.transfer import (
     ManySmall,
     RepeatedWork,
     bidirectional,
+    cache_bytes,
     check_hidden_copy,
     fit_reason,
     hidden_copy,
@@ -70,7 +71,7 @@ class HostDevice(Benchmark):
         if memory == "pinned" and pinned_reason():
             raise NotImplementedError(pinned_reason())
         host = torch.device("cpu")
-        _require_fit(sets_for(nbytes), nbytes, host, dev)
+        _require_fit(sets_for(nbytes, max(cache_bytes(host), cache_bytes(dev))), nbytes, host, dev)
         self.copy = host_device_copy(direction, nbytes, dev, memory, non_blocking=mode == "non_blocking")
         self.copy.check()
         warm_up(self.copy, dev)
@@ -101,7 +102,8 @@ class HostDeviceBidirectional(Benchmark):
         dev = require_device("cuda")
         if pinned_reason():
             raise NotImplementedError(pinned_reason())
-        _require_fit(2 * sets_for(nbytes), nbytes, torch.device("cpu"), dev)
+        host = torch.device("cpu")
+        _require_fit(2 * sets_for(nbytes, max(cache_bytes(host), cache_bytes(dev))), nbytes, host, dev)
         self.h2d = host_device_copy("h2d", nbytes, dev, "pinned", non_blocking=True)
         self.d2h = host_device_copy("d2h", nbytes, dev, "pinned", non_blocking=True)
         for c in (self.h2d, self.d2h):
@@ -141,7 +143,7 @@ class DeviceCopy(Benchmark):
     def setup(self, device, nbytes):
         pin_threads()
         self.device = require_device(device)
-        _require_fit(2 * sets_for(nbytes), nbytes, self.device)
+        _require_fit(2 * sets_for(nbytes, cache_bytes(self.device)), nbytes, self.device)
         self.copy = Copy(nbytes, self.device, self.device)
         self.copy.check()
         warm_up(self.copy, self.device)
@@ -173,7 +175,7 @@ class PeerCopy(Benchmark):
         pin_threads()
         gpus = require_gpus(2)
         src, dst = (gpus[0], gpus[1]) if route == "0->1" else (gpus[1], gpus[0])
-        _require_fit(sets_for(nbytes), nbytes, src, dst)
+        _require_fit(sets_for(nbytes, max(cache_bytes(src), cache_bytes(dst))), nbytes, src, dst)
         self.peer = torch.cuda.can_device_access_peer(src, dst)
         self.copy = Copy(nbytes, src, dst)
         self.copy.check()

@@ -57,7 +57,7 @@ def test_pattern_rejects_empty():
 @pytest.mark.parametrize("nbytes", [4 * T.KiB, T.MiB + 8])
 def test_copy_on_the_cpu_is_exact_and_rotates(nbytes):
     c = T.Copy(nbytes, CPU, CPU)
-    assert c.sets == 2 and c.devices == [CPU] and c.timing_device == CPU
+    assert c.sets == T.sets_for(nbytes, T.cache_bytes(CPU)) >= 2 and c.devices == [CPU] and c.timing_device == CPU
     c.check()
     first, second = c(), c()
     assert first.data_ptr() != second.data_ptr()
@@ -66,8 +66,23 @@ def test_copy_on_the_cpu_is_exact_and_rotates(nbytes):
 
 
 def test_large_copies_use_one_set():
-    assert T.sets_for(64 * T.MiB) == 2
+    assert T.sets_for(64 * T.MiB) == 2  # no cache known: two sets still alternate
     assert T.sets_for(256 * T.MiB) == 1
+    l2 = 50 * T.MiB  # an H100's L2: 4 MiB copies rotate over 50 sets (200 MiB), never finding one in L2
+    assert T.sets_for(4 * T.MiB, l2) == 50 and T.sets_for(16 * T.MiB, l2) == 13
+    assert T.sets_for(64 * T.MiB, l2) == 4 and T.sets_for(256 * T.MiB, l2) == 1
+    assert T.sets_for(4 * T.KiB, l2) == T.MAX_SETS  # capped: latency-bound sizes stay cheap
+
+
+def test_copies_rotate_over_four_times_the_cache(monkeypatch):
+    monkeypatch.setattr(T, "cache_bytes", lambda device: 8 * T.MiB)
+    copy = T.Copy(T.MiB, CPU, CPU)
+    assert copy.sets == 32 and len({d.data_ptr() for d in copy.dsts}) == 32
+    copy.check()
+
+
+def test_cache_size_of_this_cpu_is_read_or_zero():
+    assert T.cache_bytes(CPU) >= 0 and T.cache_bytes(torch.device("meta")) == 0
 
 
 def test_copy_check_catches_a_wrong_copy(monkeypatch):
@@ -133,7 +148,7 @@ def test_bidirectional_rejects_two_devices():
 
 
 def test_overlap_runs_both_tasks_in_every_arrangement():
-    copy = T.Copy(4 * T.MiB, CPU, CPU)
+    copy = T.Copy(4 * T.MiB, CPU, CPU, sets=2)
     products = []
     work = T.RepeatedWork(lambda: products.append(torch.ones(64, 64) @ torch.ones(64, 64)), reps=3)
     for d in copy.dsts:

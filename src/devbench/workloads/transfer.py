@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -30,10 +31,14 @@ SIZES: list[int] = [4 * KiB * 4**i for i in range(8)] + [256 * MiB, GiB]
 
 MEMORY = ["pageable", "pinned"]
 
-#: Below this size a copy alternates between two buffer sets, so a small copy does
-#: not find its source in the cache the previous copy left warm; above it one buffer
-#: is far larger than any last-level cache and a second set would only cost memory.
+#: Below this size a copy rotates over buffer sets that together hold CACHE_MULTIPLE x
+#: the last-level cache (a GPU's L2, the CPU's L3), STREAM's rule for arrays: a copy
+#: of 4-16 MiB would otherwise find its buffers in a 50 MB L2 and measure the cache.
+#: From this size one buffer is far larger than any such cache.
 ROTATE_BELOW = 256 * MiB
+CACHE_MULTIPLE = 4
+#: At most this many sets: the smallest copies, which are latency-bound, stay cheap to set up.
+MAX_SETS = 1024
 
 #: A transfer is skipped unless this multiple of its buffers is free (room for the
 #: allocator, the check and the rest of the process).
@@ -42,9 +47,29 @@ HEADROOM = 1.25
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # 2^64 / phi as a signed 64-bit integer
 
 
-def sets_for(nbytes: int) -> int:
-    """Buffer sets a copy of ``nbytes`` alternates between (see ``ROTATE_BELOW``)."""
-    return 2 if nbytes < ROTATE_BELOW else 1
+def cache_bytes(device: torch.device) -> int:
+    """The last-level cache in front of ``device``'s memory: a GPU's L2, the CPU's largest cache (0 if unknown)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+    if device.type != "cpu":
+        return 0
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text(encoding="ascii").strip()
+        scale = {"K": KiB, "M": MiB, "G": GiB}.get(text[-1:], 1)
+        try:
+            sizes.append(int(text.rstrip("KMG")) * scale)
+        except ValueError:
+            continue
+    return max(sizes, default=0)
+
+
+def sets_for(nbytes: int, cache: int = 0) -> int:
+    """Buffer sets a copy of ``nbytes`` rotates over so they hold ``CACHE_MULTIPLE x cache`` (see ``ROTATE_BELOW``)."""
+    if nbytes >= ROTATE_BELOW:
+        return 1
+    return min(MAX_SETS, max(2, -(-CACHE_MULTIPLE * cache // nbytes)))
 
 
 def pattern(nbytes: int, seed: int = SEED) -> torch.Tensor:
@@ -140,7 +165,7 @@ class Copy:
     dst_device: torch.device
     memory: str = "pageable"
     non_blocking: bool = False
-    sets: int = 0  # 0: two below ROTATE_BELOW, else one
+    sets: int = 0  # 0: sets_for the size and the larger cache of the two devices
     seed: int = SEED
     srcs: list[torch.Tensor] = field(init=False, repr=False)
     dsts: list[torch.Tensor] = field(init=False, repr=False)
@@ -152,7 +177,7 @@ class Copy:
         if self.memory not in MEMORY:
             raise ValueError(f"unknown host memory {self.memory!r}; expected one of {MEMORY}")
         if self.sets == 0:
-            self.sets = sets_for(self.nbytes)
+            self.sets = sets_for(self.nbytes, max(cache_bytes(self.src_device), cache_bytes(self.dst_device)))
         self.srcs, self.dsts = [], []
         for i in range(self.sets):
             src = _buffer(self.nbytes, self.src_device, self.memory)
