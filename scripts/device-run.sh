@@ -17,15 +17,38 @@
 #      time limit costs one module, not the run), with --durations
 #   4. devbench validate against the results just made
 #   5. results, logs and nvidia-smi before/after packed into $OUT
-# Environment: BUDGET_S (total seconds, default 560), MODULES (space-separated asv
+# Environment: BUDGET_S (total seconds, default 540), MODULES (space-separated asv
 # --bench regexes, default every module), SKIP_INSTALL=1, SKIP_TESTS=1,
-# CUDA_TESTS_ONLY=1, SKIP_VALIDATE=1.
+# CUDA_TESTS_ONLY=1, SKIP_VALIDATE=1, PREVIOUS (a results.tgz of an earlier step to
+# unpack first, so validate and the report see every step's results).
+#
+# A short lease: one device call per step, each under 9 minutes, each packing its own
+# asv results and GPU state into $OUT/results.tgz (commit them under reports/):
+#   STEP=setup    scripts/device-run.sh h100   # install, machine, CUDA tests, fast tests
+#   STEP=matmul   scripts/device-run.sh h100   # bench_matmul
+#   STEP=transfer scripts/device-run.sh h100   # bench_transfer, class by class
+#   STEP=rest     scripts/device-run.sh h100   # logging, parallel, model, devices, collectives
+#   STEP=validate PREVIOUS=.devrun/results.tgz scripts/device-run.sh h100   # validate on the matmul and transfer results
+# Without STEP (or STEP=all) it does everything in one call, as far as BUDGET_S allows.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 machine=${1:-gpu}
 OUT=${OUT:-/tmp/devbench-out}
 mkdir -p "$OUT"
-budget=${BUDGET_S:-560}
+budget=${BUDGET_S:-540}
+case "${STEP:-all}" in
+    all) ;;
+    setup) MODULES=" "; SKIP_VALIDATE=1 ;;
+    matmul) MODULES="bench_matmul"; SKIP_TESTS=1; SKIP_VALIDATE=1 ;;
+    transfer) MODULES="bench_transfer.(DeviceCopy|PeerCopy|HostDeviceBidirectional)
+      bench_transfer.(ManySmallCopies|SameDeviceMove|CopyComputeOverlap|HiddenCopy) bench_transfer.HostDevice\\."
+        SKIP_TESTS=1; SKIP_VALIDATE=1 ;;
+    rest) MODULES="bench_logging bench_parallel bench_model bench_devices bench_collectives"; SKIP_TESTS=1
+        SKIP_VALIDATE=1 ;;
+    validate) MODULES=" "; SKIP_TESTS=1 ;;
+    *) echo "unknown STEP ${STEP}: all, setup, matmul, transfer, rest or validate"; exit 2 ;;
+esac
+if [ -n "${PREVIOUS:-}" ]; then tar xzf "$PREVIOUS" || exit 1; fi
 # bench_transfer goes class by class (HostDevice alone is 96 combinations) and last.
 modules=${MODULES:-"bench_matmul bench_logging bench_parallel bench_model bench_devices bench_collectives
   bench_transfer.(DeviceCopy|PeerCopy|HostDeviceBidirectional)
@@ -73,5 +96,5 @@ if [ "${SKIP_VALIDATE:-0}" != 1 ] && [ "$(left)" -gt 30 ]; then
 fi
 
 nvidia-smi -q -d CLOCK,TEMPERATURE,POWER,PERFORMANCE >"$OUT/smi-after.txt" 2>&1 || true
-tar czf "$OUT/results.tgz" .asv/results 2>/dev/null
+tar czf "$OUT/results.tgz" .asv/results .asv/gpustate .asv/runinfo 2>/dev/null
 echo "== done in $(( $(date +%s) - t0 )) s"
