@@ -285,9 +285,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NO_RESULTS
 
     from devbench.devices import num_gpus
-    from devbench.measure import pin_threads
+    from devbench.measure import default_threads, threads_pinned
 
-    threads = pin_threads()
+    threads = default_threads()
     wanted = checks(gpu=num_gpus() > 0)
     figures = suite_figures(loaded.frame, machine, wanted)
     missing = [c.label for c in wanted if c.label not in figures]
@@ -303,13 +303,14 @@ def run(args: argparse.Namespace) -> int:
         f"Timer over {args.rounds} round(s). Ratios are figure / Timer.\n"
     )
     rows = []
-    for c in wanted:
-        if c.label not in figures:
-            continue
-        print(f"  measuring {c.label} ...", file=sys.stderr, flush=True)
-        now = measure(c, args.min_run_time, args.rounds)
-        value, commit = figures[c.label]
-        rows.append(Row(c.label, c.unit, value, now.timer, now.events, commit, now.method))
+    with threads_pinned(threads):  # as the benchmarks pin them; the caller's count comes back after
+        for c in wanted:
+            if c.label not in figures:
+                continue
+            print(f"  measuring {c.label} ...", file=sys.stderr, flush=True)
+            now = measure(c, args.min_run_time, args.rounds)
+            value, commit = figures[c.label]
+            rows.append(Row(c.label, c.unit, value, now.timer, now.events, commit, now.method))
     print(format_table(rows, args.tolerance))
     for label in missing:
         print(f"no suite result for {label}: not measured")
