@@ -325,7 +325,8 @@ class Lanes:
             t0 = time.perf_counter()
         main = torch.cuda.current_stream(self.devices[0])
         start, end = event(), event()
-        start.record(main)
+        if one_gpu:
+            start.record(main)
         for dev, s, b in zip(self.devices, self.streams, begins, strict=True):
             s.wait_stream(torch.cuda.current_stream(dev))  # inputs made on the current stream are ready
             b.record(s)
