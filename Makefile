@@ -12,14 +12,15 @@ BASE ?= main
 BENCH ?= .
 REPORT_DIR ?= reports
 
-.PHONY: help venv test test-fast lint bench machine quick compare publish preview report sample-report clean
+.PHONY: help venv test test-fast lint bench machine quick compare calibrate publish preview report sample-report clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
 	@echo "make test-fast pytest without the tests that run asv itself"
 	@echo "make bench     record the machine, run the whole suite, publish the HTML"
 	@echo "make quick     one sample of every benchmark (asv run --quick), results kept"
-	@echo "make compare   asv continuous BASE HEAD (BASE=main by default)"
+	@echo "make compare   devbench compare BASE HEAD, interleaved, verdict per figure (BASE=main by default)"
+	@echo "make calibrate devbench calibrate: A/A run that learns this machine's noise floors"
 	@echo "make publish   asv publish: the HTML site under .asv/html"
 	@echo "make report    devbench report: .asv/results -> reports/ (Markdown, HTML, CSV, PNG)"
 	@echo "make preview   serve the HTML site on localhost"
@@ -67,7 +68,10 @@ quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'
 
 compare: machine
-	$(ASV) continuous --factor 1.1 --show-stderr $(BASE) HEAD
+	$(VENV)/bin/devbench compare $(BASE) HEAD --bench '$(BENCH)' --out .asv/compare
+
+calibrate: machine
+	$(VENV)/bin/devbench calibrate HEAD --bench '$(BENCH)' --out .asv/calibrate
 
 publish: venv
 	$(ASV) publish

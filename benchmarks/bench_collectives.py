@@ -5,11 +5,13 @@ ranks on the CPU, NCCL ranks one per GPU. Starting a world costs a fresh interpr
 a torch import per rank (3-6 s on a 2-vCPU VM), so ``setup_cache`` starts one world per
 backend and world size, checks and times every op and size in it (the ``sweep`` of
 ``devbench.workloads.collectives``), and stops it; the ``track_`` figures read that
-sweep. Times are the mean over ranks of each rank's median block (nccl-tests' convention).
+sweep. Times are the mean over ranks of each rank's median block (nccl-tests' convention);
+each figure's samples are its blocks, each the mean over ranks of one block.
 Multi-node runs use ``python -m devbench.collectives`` under torchrun instead.
 """
 
-from devbench.suite import Benchmark
+from devbench.spec import bus_factor, gbps
+from devbench.suite import Benchmark, with_samples
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
 from devbench.world import BACKENDS, backend_reason, spawn_world
 
@@ -45,17 +47,20 @@ class Collectives(Benchmark):
             raise NotImplementedError(entry["skip"])
         self.row = entry["rows"][f"{op}/{nbytes}"]
 
+    def _samples(self, per_second_of):
+        return with_samples((per_second_of(t / 1e6) for t in self.row["block_us"]), self.row["iters"])
+
     def track_time(self, worlds, backend, world, op, nbytes):
-        return self.row["time_us"] / 1e6
+        return self._samples(lambda s: s)
 
     track_time.unit = "seconds"
 
     def track_algbw(self, worlds, backend, world, op, nbytes):
-        return self.row["algbw"]
+        return self._samples(lambda s: gbps(nbytes, s))
 
     track_algbw.unit = "GB/s"
 
     def track_busbw(self, worlds, backend, world, op, nbytes):
-        return self.row["busbw"]
+        return self._samples(lambda s: gbps(nbytes, s) * bus_factor(op, world))
 
     track_busbw.unit = "GB/s"

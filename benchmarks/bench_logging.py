@@ -2,13 +2,11 @@
 
 import time
 
-import numpy as np
-
 from devbench.measure import pin_threads
-from devbench.suite import DEVICES, Benchmark, require_device
+from devbench.suite import DEVICES, Benchmark, require_device, with_samples
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
-#: Samples of each loop for the in-process ratio (median of each side).
+#: Pairs of loops behind the in-process ratio (each pair is one sample).
 RATIO_SAMPLES = 5
 
 
@@ -39,12 +37,14 @@ class LogNorms(Benchmark):
         self.run()  # every strategy ends with its norms on the host: synchronized
 
     def track_vs_on_device(self, device, strategy, steps, n):
-        base, mine = [], []
-        for _ in range(RATIO_SAMPLES):  # interleaved, so drift hits both sides alike
-            for fn, out in ((self.loop.on_device, base), (self.run, mine)):
+        ratios = []
+        for _ in range(RATIO_SAMPLES):  # a pair back to back, so drift hits both sides alike
+            pair = []
+            for fn in (self.loop.on_device, self.run):
                 t0 = time.perf_counter()
                 fn()
-                out.append(time.perf_counter() - t0)
-        return float(np.median(mine) / np.median(base))
+                pair.append(time.perf_counter() - t0)
+            ratios.append(pair[1] / pair[0])
+        return with_samples(ratios)
 
     track_vs_on_device.unit = "x"

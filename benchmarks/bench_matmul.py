@@ -5,9 +5,9 @@ import contextlib
 import torch
 
 from devbench.devices import synchronize
-from devbench.measure import MATMUL_BLOCK_S, calls_for, median_block, pin_threads, warm_up
+from devbench.measure import MATMUL_BLOCK_S, calls_for, measure, pin_threads, warm_up
 from devbench.spec import matmul_flops as flops
-from devbench.suite import DEVICES, Benchmark, require_device
+from devbench.suite import DEVICES, Benchmark, require_device, with_samples
 from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32, tiny_add
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
@@ -15,6 +15,9 @@ SIZES = [16, 64, 256, 1024, 4096, 8192]
 #: Each throughput block lasts at least this long, so a CUDA sync or clock read
 #: (~10 us) stays far under 1% of it (shared with `devbench validate`).
 BLOCK_S = MATMUL_BLOCK_S
+
+#: CPU/GPU block pairs behind one speedup figure (each pair is one sample)
+SPEEDUP_PAIRS = 7
 
 
 def _skip_reason(device: torch.device, dtype: str, n: int) -> str | None:
@@ -58,7 +61,7 @@ class MatmulSquare(Benchmark):
 
     def track_tflops(self, device, dtype, n):
         calls = calls_for(self.mm, self.device, target_s=BLOCK_S)
-        return flops(n) / median_block(self.mm, self.device, calls) / 1e12
+        return with_samples(measure(self.mm, self.device, calls).rates(flops(n) / 1e12), calls)
 
     track_tflops.unit = "TFLOP/s"
 
@@ -94,10 +97,12 @@ class MatmulSpeedup(Benchmark):
         self._tf32.__exit__(None, None, None)
 
     def track_gpu_over_cpu(self, dtype, n):
-        per_call = {}
-        for mm in (self.cpu_mm, self.gpu_mm):
-            per_call[mm.device.type] = median_block(mm, mm.device, calls_for(mm, mm.device, target_s=BLOCK_S))
-        return per_call["cpu"] / per_call["cuda"]
+        calls = {mm.device.type: calls_for(mm, mm.device, target_s=BLOCK_S) for mm in (self.cpu_mm, self.gpu_mm)}
+        ratios = []
+        for _ in range(SPEEDUP_PAIRS):  # a CPU block then a GPU block: drift hits both sides of a pair
+            cpu, gpu = (measure(mm, mm.device, calls[mm.device.type], blocks=1) for mm in (self.cpu_mm, self.gpu_mm))
+            ratios.append(cpu.median / gpu.median)
+        return with_samples(ratios)
 
     track_gpu_over_cpu.unit = "x"
 

@@ -4,7 +4,7 @@ import torch
 
 from devbench.devices import num_gpus
 from devbench.measure import pin_threads
-from devbench.suite import Benchmark, require_device, require_gpus
+from devbench.suite import Benchmark, require_device, require_gpus, with_samples
 from devbench.workloads.parallel import ParallelPair
 
 MODES = ["gpus", "streams", "cpu_threads"]
@@ -47,11 +47,11 @@ class ParallelMatmul(Benchmark):
         self.pair.run_sequential()
 
     def track_speedup(self, mode, n):
-        return self.pair.speedup()
+        return with_samples(self.pair.speedups())
 
     track_speedup.unit = "x"
 
     def track_efficiency(self, mode, n):
-        return 100.0 * self.pair.speedup() / len(self.pair.lanes)
+        return with_samples(100.0 * s / len(self.pair.lanes) for s in self.pair.speedups())
 
     track_efficiency.unit = "%"

@@ -10,9 +10,9 @@ STREAM-like host memory copy of the same sizes) is the line GPU copies are held 
 import torch
 
 from devbench.devices import move, synchronize
-from devbench.measure import COPY_BLOCK_S, Lanes, calls_for, median_block, pin_threads, randn, warm_up
+from devbench.measure import COPY_BLOCK_S, Lanes, calls_for, measure, median_block, pin_threads, randn, warm_up
 from devbench.spec import MiB, gbps, size_label
-from devbench.suite import DEVICES, Benchmark, require_device, require_gpus
+from devbench.suite import DEVICES, Benchmark, require_device, require_gpus, with_samples
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
     HIDDEN,
@@ -38,11 +38,11 @@ from devbench.workloads.transfer import (
 BLOCK_S = COPY_BLOCK_S
 
 
-def _bandwidth(copy: Copy) -> float:
-    """GB/s of bytes copied: median over blocks of back-to-back copies."""
+def _bandwidth(copy: Copy, scale: float = 1.0) -> dict:
+    """GB/s of bytes copied (times ``scale``) in every block of back-to-back copies."""
     dev = copy.timing_device
     calls = calls_for(copy, dev, target_s=BLOCK_S, min_calls=1)
-    return gbps(copy.nbytes, median_block(copy, dev, calls))
+    return with_samples((scale * gbps(copy.nbytes, t) for t in measure(copy, dev, calls).per_call), calls)
 
 
 def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
@@ -113,17 +113,18 @@ class HostDeviceBidirectional(Benchmark):
         bidirectional(self.lanes, self.h2d, self.d2h, 1)  # streams and events warm
         self.calls = calls_for(self.h2d, dev, target_s=BLOCK_S, min_calls=1)
 
-    def _median(self, field):
-        return sorted(getattr(bidirectional(self.lanes, self.h2d, self.d2h, self.calls), field) for _ in range(5))[2]
+    def _samples(self, field):
+        runs = [bidirectional(self.lanes, self.h2d, self.d2h, self.calls) for _ in range(5)]
+        return with_samples((getattr(r, field) for r in runs), self.calls)
 
     def track_total_gbps(self, nbytes):
-        return self._median("total")
+        return self._samples("total")
 
     def track_h2d_gbps(self, nbytes):
-        return self._median("h2d")
+        return self._samples("h2d")
 
     def track_d2h_gbps(self, nbytes):
-        return self._median("d2h")
+        return self._samples("d2h")
 
     track_total_gbps.unit = track_h2d_gbps.unit = track_d2h_gbps.unit = "GB/s"
 
@@ -156,7 +157,7 @@ class DeviceCopy(Benchmark):
         return _bandwidth(self.copy)
 
     def track_gbps_read_write(self, device, nbytes):
-        return 2 * _bandwidth(self.copy)
+        return _bandwidth(self.copy, scale=2.0)
 
     track_gbps_copied.unit = track_gbps_read_write.unit = "GB/s"
 
@@ -279,15 +280,15 @@ class CopyComputeOverlap(Benchmark):
         self.lanes = Lanes([self.device, self.device])  # two streams, made once
         overlap(self.lanes, self.copy, self.compute)  # streams, events and cuBLAS on the lane streams warm
 
-    def _median(self, field):
+    def _samples(self, field, scale=1.0):
         runs = [overlap(self.lanes, self.copy, self.compute, self.calls) for _ in range(5)]
-        return sorted(getattr(r, field) for r in runs)[2]
+        return with_samples((scale * getattr(r, field) for r in runs), self.calls)
 
     def track_overlap(self, device):
-        return self._median("ratio")
+        return self._samples("ratio")
 
     def track_hidden(self, device):
-        return 100.0 * self._median("hidden")
+        return self._samples("hidden", scale=100.0)
 
     track_overlap.unit = "x"
     track_hidden.unit = "%"

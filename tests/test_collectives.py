@@ -220,15 +220,17 @@ def test_benchmark_skips_with_the_reason_and_reads_the_sweep():
     sys.path.insert(0, str(ROOT))
     from benchmarks.bench_collectives import Collectives
 
-    row = {"time_us": 250.0, "algbw": 1.5, "busbw": 1.5}
+    row = {"time_us": 250.0, "iters": 8, "block_us": [250.0, 200.0, 300.0]}
     worlds = {"nccl/2": {"skip": "2 NCCL ranks need 2 GPUs; this machine has 0"},
               "gloo/2": {"rows": {"all_reduce/4096": row}}}  # fmt: skip
     b = Collectives()
     with pytest.raises(NotImplementedError, match="need 2 GPUs"):
         b.setup(worlds, "nccl", 2, "all_reduce", 4096)
     b.setup(worlds, "gloo", 2, "all_reduce", 4096)
-    assert b.track_time(worlds, "gloo", 2, "all_reduce", 4096) == pytest.approx(250e-6)
-    assert b.track_busbw(worlds, "gloo", 2, "all_reduce", 4096) == 1.5
+    time = b.track_time(worlds, "gloo", 2, "all_reduce", 4096)
+    assert time["number"] == 8 and time["samples"] == pytest.approx([250e-6, 200e-6, 300e-6])
+    busbw = b.track_busbw(worlds, "gloo", 2, "all_reduce", 4096)["samples"]
+    assert busbw == pytest.approx([C.busbw("all_reduce", 2, 4096, t * 1e-6) for t in (250.0, 200.0, 300.0)])
 
 
 # --- the report picks the figures up

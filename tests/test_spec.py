@@ -68,9 +68,37 @@ def test_formulas():
     assert spec.better("GB/s") == "higher" and spec.better("seconds") == "lower" and spec.better("x") == ""
 
 
+def _all_figures():
+    sys.path.insert(0, str(ROOT))
+    try:
+        for path in sorted((ROOT / "benchmarks").glob("bench_*.py")):
+            module = importlib.import_module(f"benchmarks.{path.stem}")
+            for cls_name, klass in vars(module).items():
+                if isinstance(klass, type) and klass.__module__ == module.__name__:
+                    for attr in dir(klass):
+                        if attr.startswith(("time_", "track_")):
+                            yield f"{path.stem}.{cls_name}.{attr}", getattr(klass, attr)
+    finally:
+        sys.path.remove(str(ROOT))
+
+
+def test_every_figure_says_which_way_is_better_or_is_a_record():
+    """compare judges faster/slower by direction: a new ratio figure must say its own."""
+    keys = []
+    for key, method in _all_figures():
+        keys.append(key)
+        unit = "seconds" if method.__name__.startswith("time_") else method.unit
+        assert spec.direction(key, unit) or key in spec.RECORDS, f"{key} ({unit}): add it to spec.RATIO_BETTER"
+    assert set(spec.RATIO_BETTER) | set(spec.RECORDS) <= set(keys), "a direction names a figure that is gone"
+    assert spec.direction("bench_logging.LogNorms.track_vs_on_device", "x") == "lower"
+    assert spec.direction("bench_transfer.PeerCopy.track_peer_access", "bool") == ""
+
+
 LAYERS = [
     # (module, packages it must not import)
     ("devbench.spec", ["torch", "asv", "pandas"]),
+    ("devbench.verdict", ["torch", "asv", "pandas", "numpy"]),
+    ("devbench.ab", ["torch"]),
     ("devbench.report.cli", ["torch"]),
     ("devbench.report.sections", ["torch"]),
     ("devbench.measure", ["asv", "devbench.suite", "benchmarks"]),

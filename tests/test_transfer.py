@@ -262,14 +262,19 @@ def test_same_device_move_is_the_same_object():
 def test_device_copy_benchmark_measures_the_host_line(monkeypatch):
     import benchmarks.bench_transfer as bt
 
+    from devbench.measure import SAMPLES, Measurement
+
     b = bt.DeviceCopy()
     b.setup("cpu", 256 * T.KiB)
     b.time_copy("cpu", 256 * T.KiB)
-    assert b.track_gbps_copied("cpu", 256 * T.KiB) > 0
+    figure = b.track_gbps_copied("cpu", 256 * T.KiB)
+    assert len(figure["samples"]) == SAMPLES and min(figure["samples"]) > 0 and figure["number"] >= 1
     # the two conventions: bytes copied, and bytes read plus bytes written (twice as many)
-    monkeypatch.setattr(bt, "_bandwidth", lambda copy: copy.nbytes / 1e6)
-    assert b.track_gbps_copied("cpu", 256 * T.KiB) == pytest.approx(0.262144)
-    assert b.track_gbps_read_write("cpu", 256 * T.KiB) == pytest.approx(2 * 0.262144)
+    blocks = Measurement((1e-3, 2e-3, 4e-3), 5)
+    monkeypatch.setattr(bt, "measure", lambda *a, **k: blocks)
+    copied = b.track_gbps_copied("cpu", 256 * T.KiB)["samples"]
+    assert copied == pytest.approx([0.262144, 0.131072, 0.065536])
+    assert b.track_gbps_read_write("cpu", 256 * T.KiB)["samples"] == pytest.approx([2 * g for g in copied])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA skips")

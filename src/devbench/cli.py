@@ -1,4 +1,4 @@
-"""The ``devbench`` command: info, machine, report, validate."""
+"""The ``devbench`` command: info, machine, report, validate, compare, calibrate."""
 
 from __future__ import annotations
 
@@ -115,6 +115,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_arguments(p)
     p.set_defaults(func=validate.run)
+
+    from devbench import ab
+
+    p = sub.add_parser(
+        "compare",
+        help="two commits measured interleaved: faster, slower, same or undecided per figure (exit 1 if slower)",
+        description="Measure BASE and HEAD in alternating rounds (ABBA), each benchmark in a fresh process per "
+        "round, offline in this Python's environment; judge every figure with a distribution-free interval "
+        "against its noise floor (devbench calibrate learns the floors). Exit 0: nothing slower; 1: a figure is "
+        "slower; 2: bad input; 130: interrupted.",
+        epilog="examples:\n  devbench compare main HEAD\n  devbench compare v0.1 HEAD --bench MatmulSquare --rounds 7"
+        "\n  make compare BASE=main",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("base", help="the commit to compare against (branch, tag or hash)")
+    p.add_argument("head", nargs="?", default="HEAD", help="the commit to judge (default HEAD)")
+    ab.add_common(p, out=".asv/compare")
+    p.set_defaults(func=ab.run)
+
+    p = sub.add_parser(
+        "calibrate",
+        help="an A/A run: learn each figure's noise floor on this machine and report false positives",
+        description="Measure one commit as A and as B in alternating rounds: every difference is noise. Learns "
+        "each figure's noise floor (stored in .asv/noise/MACHINE.json, used by compare and report), and reports "
+        "the false-positive rate at the default gate and each figure's minimum detectable change.",
+        epilog="examples:\n  devbench calibrate\n  devbench calibrate HEAD --bench 'Matmul|Copy'\n  make calibrate",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("commit", nargs="?", default="HEAD", help="the commit to measure twice (default HEAD)")
+    ab.add_common(p, out=".asv/calibrate")
+    p.set_defaults(func=ab.run)
 
     return parser
 

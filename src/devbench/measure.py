@@ -37,8 +37,22 @@ SEED = 20260101
 #: Environment variable that overrides the CPU thread count benchmarks pin.
 THREADS_ENV = "DEVBENCH_THREADS"
 
-#: Blocks per figure: its median is the figure.
-SAMPLES = 11
+#: Environment variable that overrides the blocks per figure (``devbench compare`` sets it:
+#: there the rounds carry the evidence, and fewer blocks per process keep its cost down).
+BLOCKS_ENV = "DEVBENCH_BLOCKS"
+
+
+def _blocks(default: int = 11) -> int:
+    text = os.environ.get(BLOCKS_ENV, "")
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{BLOCKS_ENV}={text!r}: expected a whole number of blocks >= 1")
+    return int(text)
+
+
+#: Blocks per figure: its median is the figure (11, or DEVBENCH_BLOCKS).
+SAMPLES = _blocks()
 
 #: Block lengths (``calls_for`` targets) of the suite's throughput figures.
 MATMUL_BLOCK_S = 0.1
@@ -227,6 +241,10 @@ class Measurement:
     def rate(self, work: float) -> float:
         """``work`` per second at the median (work: bytes, FLOP, ...)."""
         return work / self.median
+
+    def rates(self, work: float) -> tuple[float, ...]:
+        """``work`` per second in every block: the samples of a throughput figure."""
+        return tuple(work / t for t in self.per_call)
 
     def __add__(self, other: Measurement) -> Measurement:
         """The blocks of both (measurements of one figure taken in rounds)."""

@@ -30,6 +30,25 @@ def better(unit: str) -> str:
     return "higher" if unit in HIGHER_IS_BETTER else "lower" if unit in LOWER_IS_BETTER else ""
 
 
+#: which way is better for figures whose unit does not say (ratios), by benchmark key
+RATIO_BETTER = {
+    "bench_matmul.MatmulSpeedup.track_gpu_over_cpu": "higher",
+    "bench_parallel.ParallelMatmul.track_speedup": "higher",
+    "bench_transfer.CopyComputeOverlap.track_overlap": "higher",
+    "bench_logging.LogNorms.track_vs_on_device": "lower",  # cost relative to logging on the device
+}
+
+#: records of the machine, not measurements: never judged as faster or slower
+RECORDS = frozenset({"bench_transfer.PeerCopy.track_peer_access", "bench_devices.RunInfo.track_gpu_count"})
+
+
+def direction(benchmark: str, unit: str) -> str:
+    """``"higher"``/``"lower"`` is better for this figure, ``""`` for a record or an unknown ratio."""
+    if benchmark in RECORDS:
+        return ""
+    return RATIO_BETTER.get(benchmark) or better(unit)
+
+
 # --- Sizes -----------------------------------------------------------------------------------------------
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

@@ -18,7 +18,7 @@ import functools
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -62,6 +62,28 @@ def require_gpus(count: int) -> list[torch.device]:
     if have < count:
         raise NotImplementedError(f"needs {count} GPUs, this machine has {have}")
     return [torch.device("cuda", i) for i in range(count)]
+
+
+def with_samples(samples: Iterable[float], number: int = 1) -> dict:
+    """A ``track_`` figure with its samples, in the form asv keeps for timing results.
+
+    asv's runner reads any benchmark result shaped ``{"samples": [...], "number": n}``
+    as a sampled one: it stores the median as the figure with quartiles and a 99%
+    interval (``asv_runner.statistics.compute_stats``), keeps the samples under
+    ``--record-samples`` and appends them under ``--append-samples``, so ``asv compare``
+    shows the spread and its Mann-Whitney test, and ``asv publish`` draws error bars.
+    ``tests/test_suite.py`` checks this against asv itself. ``number`` is the calls per
+    sample (1 for a ratio of two runs).
+    """
+    values = [float(v) for v in samples]
+    if not values:
+        raise ValueError("a figure needs at least one sample")
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"samples must be finite, got {bad[:3]}")
+    if number < 1:
+        raise ValueError(f"number must be >= 1, got {number}")
+    return {"samples": values, "number": int(number)}
 
 
 #: asv re-runs setup and teardown around every sample (up to 40 a round): the GPU state is

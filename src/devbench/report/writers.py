@@ -20,6 +20,16 @@ from devbench.report.sections import Report
 
 FORMATS = ("md", "html", "csv", "png")
 
+_MD_SPECIAL = str.maketrans(
+    {c: "\\" + c for c in "\\`*_[]|#"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ", "\r": " "}
+)
+
+
+def md_escape(text: object) -> str:
+    """Text from results as literal Markdown: ``|`` cannot split a cell, a newline a row, and
+    no raw HTML, link or emphasis passes into a pull-request comment."""
+    return str(text).translate(_MD_SPECIAL)
+
 
 def _md_table(table: pd.DataFrame) -> str:
     if table.empty:

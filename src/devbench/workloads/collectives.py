@@ -174,6 +174,13 @@ def _agree(value: float, op: dist.ReduceOp, device: torch.device) -> float:
     return float(t.item())
 
 
+def _agree_all(values: Sequence[float], device: torch.device) -> list[float]:
+    """The sum over ranks of each of ``values`` (one all_reduce for all of them)."""
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
 def _block(coll: Collective, iters: int) -> float:
     """Seconds per operation on this rank: a barrier, then ``iters`` back-to-back calls.
 
@@ -207,10 +214,12 @@ def measure(
         coll()
     one = _agree(_block(coll, 1), dist.ReduceOp.MAX, coll.device)
     iters = block_calls(one, target_s, max_calls=max_iters)
-    mine = Measurement(tuple(_block(coll, iters) for _ in range(samples)), iters).median
+    blocks = Measurement(tuple(_block(coll, iters) for _ in range(samples)), iters)
     world = coll.world
-    mean = _agree(mine, dist.ReduceOp.SUM, coll.device) / world
-    slowest = _agree(mine, dist.ReduceOp.MAX, coll.device)
+    mean = _agree(blocks.median, dist.ReduceOp.SUM, coll.device) / world
+    slowest = _agree(blocks.median, dist.ReduceOp.MAX, coll.device)
+    # block i of every rank ran between the same barriers: their mean is one sample of the row
+    block_s = _agree_all(blocks.per_call, coll.device)
     return {
         "op": coll.op,
         "nbytes": coll.nbytes,
@@ -222,6 +231,7 @@ def measure(
         "time_max_us": slowest * 1e6,
         "algbw": algbw(coll.nbytes, mean),
         "busbw": busbw(coll.op, world, coll.nbytes, mean),
+        "block_us": [t / world * 1e6 for t in block_s],
     }
 
 

@@ -45,10 +45,10 @@ class ParallelPair:
         """Seconds for the same works one after another on lane 0."""
         return self.lanes.sequential(self.seq, self.reps)
 
+    def speedups(self, samples: int = 5) -> list[float]:
+        """Sequential over parallel time of ``samples`` pairs run back to back (drift hits both)."""
+        return [self.run_sequential() / self.run_parallel() for _ in range(samples)]
+
     def speedup(self, samples: int = 5) -> float:
-        """Median sequential over median parallel time, samples interleaved."""
-        seq, par = [], []
-        for _ in range(samples):
-            seq.append(self.run_sequential())
-            par.append(self.run_parallel())
-        return statistics.median(seq) / statistics.median(par)
+        """The median of ``speedups``."""
+        return statistics.median(self.speedups(samples))

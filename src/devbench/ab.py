@@ -1,0 +1,535 @@
+"""``devbench compare`` and ``devbench calibrate``: two commits (or one, twice) measured interleaved.
+
+How a comparison runs (docs/design.md, "Verdicts"):
+
+1. Each commit's ``benchmarks/`` and ``src/`` are exported with ``git archive`` into a work
+   folder: nothing is installed and no package index is needed. asv runs them in the local
+   Python's environment (``-E existing:PYTHON``) with the commit's ``src`` first on the
+   path (asv's ``ASV_PYTHONPATH``), so each side runs its own devbench with the torch
+   already installed.
+2. Rounds alternate the sides, ABBA (A B, B A, A B, ...): a host that drifts over minutes
+   favours neither side. Each round is one ``asv run`` of every selected benchmark with
+   ``rounds=1``: every benchmark in a fresh process, as asv samples.
+3. Each round writes its own asv results folder, so each (side, round, figure) is one
+   process's figure. Those per-process figures are the evidence ``devbench.verdict``
+   judges; the samples inside a process are kept too (``--record-samples``).
+
+``calibrate`` is the same with one commit on both sides (an A/A run): every difference it
+sees is noise. It learns each figure's noise floor, stores it beside the results
+(``.asv/noise/<machine>.json``), and reports the false-positive rate at the default gate
+and each figure's minimum detectable change. ``compare`` and the report use the floors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devbench import verdict as V
+from devbench.files import write_atomic
+from devbench.spec import direction
+
+#: rounds per side: 5 give a 95% interval from the 3rd of 25 differences (verdict.order_statistic_k)
+ROUNDS = 5
+#: asv sampling inside each process of a comparison: fewer samples than a full run's (the
+#: rounds carry the evidence); a user trades rounds for time in benchmarks/README.md
+REPEAT = "(2, 10, 0.5)"
+#: blocks per track_ figure inside each process (devbench.measure reads DEVBENCH_BLOCKS)
+BLOCKS = 5
+CONFIDENCE = 0.95
+NOISE_DIR = Path(".asv") / "noise"
+
+
+class ABError(Exception):
+    """Bad input or a failed step, with a one-line reason (exit 2)."""
+
+
+@dataclass
+class Side:
+    name: str  # "base" or "head" (calibrate: "A" and "B")
+    rev: str  # what the user typed
+    sha: str
+    tree: Path  # exported benchmarks/ and src/
+    config: Path
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ABError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"git {' '.join(args)} failed")
+    return out.stdout.strip()
+
+
+def resolve(repo: Path, rev: str) -> str:
+    """The full hash of ``rev`` (a branch, tag or hash), or ``ABError`` naming it."""
+    try:
+        return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except ABError:
+        raise ABError(f"{rev!r} is not a commit of the repository at {repo}") from None
+
+
+def export(repo: Path, sha: str, dest: Path) -> None:
+    """The commit's ``benchmarks/``, ``src/`` and ``asv.conf.json`` under ``dest`` (git archive)."""
+    listed = _git(repo, "ls-tree", "--name-only", sha).split("\n")
+    wanted = [p for p in ("benchmarks", "src", "asv.conf.json") if p in listed]
+    if "benchmarks" not in wanted or "asv.conf.json" not in wanted:
+        raise ABError(f"commit {sha[:8]} has no benchmarks/ or asv.conf.json: not a devbench (asv) commit")
+    dest.mkdir(parents=True)
+    with tempfile.TemporaryFile() as tar:
+        subprocess.run(["git", "archive", "--format=tar", sha, *wanted], cwd=repo, stdout=tar, check=True)
+        tar.seek(0)
+        with tarfile.open(fileobj=tar) as t:
+            t.extractall(dest, filter="data")
+
+
+def write_config(repo: Path, tree: Path, work: Path) -> Path:
+    """The commit's asv.conf.json pointed at its exported benchmarks and at per-round results."""
+    from asv.util import load_json
+
+    conf = load_json(str(tree / "asv.conf.json"), js_comments=True)
+    conf.update(
+        repo=str(repo),
+        benchmark_dir=str(tree / "benchmarks"),
+        results_dir=str(tree / "results"),  # replaced per round on the command line
+        env_dir=str(work / "env"),
+        html_dir=str(work / "html"),
+    )
+    path = tree / "asv.ab.json"
+    path.write_text(json.dumps(conf, indent=1))
+    return path
+
+
+def _round_config(side: Side, results: Path) -> Path:
+    conf = json.loads(side.config.read_text())
+    conf["results_dir"] = str(results)
+    path = results.parent / f"{results.name}.asv.json"
+    path.write_text(json.dumps(conf, indent=1))
+    return path
+
+
+def run_round(
+    side: Side,
+    results: Path,
+    python: str,
+    bench: str | None,
+    machine: str | None,
+    log: Path,
+    repeat: str = REPEAT,
+    blocks: int = BLOCKS,
+) -> None:
+    """One ``asv run`` of ``side`` into ``results``: every selected benchmark once, each in a fresh process."""
+    cmd = [
+        python, "-m", "asv", "run", "--config", str(_round_config(side, results)),
+        "-E", f"existing:{python}", "--set-commit-hash", side.sha, "--record-samples",
+        "-a", "rounds=1", "-a", f"repeat={repeat}", "--show-stderr",
+    ]  # fmt: skip
+    if bench:
+        cmd += ["--bench", bench]
+    if machine:
+        cmd += ["--machine", machine]
+    env = {**os.environ, "ASV_PYTHONPATH": str(side.tree / "src"), "DEVBENCH_BLOCKS": str(blocks)}
+    with open(log, "ab") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n".encode())
+        out.flush()
+        rc = subprocess.run(cmd, cwd=side.tree, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    # asv exits 2 when a benchmark failed; its results are still written and the failure is in the log
+    if rc not in (0, 2) or not any(results.glob("*/*.json")):
+        raise ABError(f"asv run of {side.name} ({side.sha[:8]}) failed with exit {rc}; see {log}")
+
+
+def collect(work: Path, sides: Sequence[Side], rounds: int, bench: str | None) -> Any:
+    """One row per (side, round, figure): the figure of that process (pandas frame)."""
+    import pandas as pd
+
+    from devbench.report.load import load_results
+
+    frames = []
+    for side in sides:
+        for r in range(rounds):
+            root = work / side.name / f"r{r}"
+            if not root.is_dir():
+                continue
+            loaded = load_results(root)
+            f = loaded.frame
+            f = f[(f["status"] == "ok") & f["value"].notna()]
+            frames.append(
+                f.assign(side=side.name, round=r)[["side", "round", "machine", "benchmark", "params", "unit", "value"]]
+            )
+    if not frames:
+        raise ABError("no results: every round failed (see the log)")
+    out = pd.concat(frames, ignore_index=True)
+    if bench:
+        out = out[out["benchmark"].str.contains(bench, regex=True)]
+    return out
+
+
+def judge_all(per_process: Any, a: str, b: str, floors: dict[str, float], confidence: float) -> Any:
+    """One verdict per figure: side ``b`` against side ``a``."""
+    import pandas as pd
+
+    rows = []
+    for (bench, params, unit), g in per_process.groupby(["benchmark", "params", "unit"], sort=True):
+        way = direction(bench, unit)
+        if not way:
+            continue  # a record of the machine, not a measurement
+        floor = floors.get(figure_key(bench, params), V.DEFAULT_FLOOR)
+        base = g.loc[g["side"] == a, "value"].tolist()
+        head = g.loc[g["side"] == b, "value"].tolist()
+        v = V.judge(base, head, higher_is_better=way == "higher", floor=floor, confidence=confidence)
+        rows.append(
+            {
+                "benchmark": bench, "params": params, "unit": unit, "better": way,
+                "base": v.base, "head": v.head, "ratio": v.ratio, "ratio_lo": v.ratio_lo, "ratio_hi": v.ratio_hi,
+                "floor": floor, "verdict": v.verdict, "n_base": v.n_base, "n_head": v.n_head,
+            }
+        )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def figure_key(benchmark: str, params: str) -> str:
+    return f"{benchmark} [{params}]" if params else benchmark
+
+
+# --- noise floors stored beside the results ---------------------------------------------------------------
+
+
+def noise_path(asv_dir: Path, machine: str) -> Path:
+    return asv_dir / "noise" / f"{machine}.json"
+
+
+def load_floors(asv_dir: Path, machine: str) -> dict[str, float]:
+    """The learned floors of ``machine`` ({} when it was never calibrated)."""
+    path = noise_path(asv_dir, machine)
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        return {k: float(v["floor"]) for k, v in data["figures"].items()}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ABError(f"{path}: not a devbench noise file ({exc}); run devbench calibrate again") from None
+
+
+def learn(per_process: Any, confidence: float) -> Any:
+    """Per figure: the learned floor and the minimum detectable change from an A/A run."""
+    import pandas as pd
+
+    rows = []
+    for (bench, params, unit), g in per_process.groupby(["benchmark", "params", "unit"], sort=True):
+        if not direction(bench, unit):
+            continue
+        a = g.loc[g["side"] == "A", "value"].tolist()
+        b = g.loc[g["side"] == "B", "value"].tolist()
+        floor = V.learned_floor(a, b)
+        rows.append(
+            {
+                "benchmark": bench, "params": params, "unit": unit, "floor": floor,
+                "sigma": V.process_sigma([*a, *b]), "detectable": V.detectable_change(floor, a, b, confidence),
+                "rounds": min(len(a), len(b)),
+            }
+        )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# --- output -----------------------------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{100 * (x - 1):+.1f}%"
+
+
+def _interval(row: Any) -> str:
+    return f"[{_pct(row.ratio_lo)}, {_pct(row.ratio_hi)}]"
+
+
+def _md_escape(text: str) -> str:
+    from devbench.report.writers import md_escape
+
+    return md_escape(text)
+
+
+def summary_counts(table: Any) -> dict[str, int]:
+    return {v: int((table["verdict"] == v).sum()) for v in V.VERDICTS}
+
+
+def to_text(table: Any, title: str) -> str:
+    counts = summary_counts(table)
+    lines = [title, ", ".join(f"{n} {v}" for v, n in counts.items()), ""]
+    order = {V.SLOWER: 0, V.FASTER: 1, V.UNDECIDED: 2, V.SAME: 3}
+    shown = table.assign(
+        o=table["verdict"].map(order), size=(table["ratio"].apply(lambda r: abs(math.log(r)) if r > 0 else 0))
+    )
+    shown = shown.sort_values(["o", "size"], ascending=[True, False])
+    width = min(70, max((len(f"{r.benchmark} {r.params}") for r in shown.itertuples()), default=10))
+    for r in shown.itertuples():
+        if r.verdict == V.SAME:
+            continue
+        name = f"{r.benchmark} {r.params}"[:width]
+        lines.append(f"{r.verdict:>9}  {_pct(r.ratio):>8} {_interval(r):>20}  floor {100 * r.floor:4.1f}%  {name}")
+    if counts[V.SAME]:
+        lines.append(f"     same  {counts[V.SAME]} figures within their noise floor")
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(table: Any, title: str, notes: Sequence[str]) -> str:
+    counts = summary_counts(table)
+    out = [f"### {_md_escape(title)}", "", " · ".join(f"**{n}** {v}" for v, n in counts.items()), ""]
+    out += [f"> {_md_escape(n)}" for n in notes] + [""]
+    head = "| verdict | benchmark | params | change | 95% interval | floor | base | head | unit |"
+    rule = "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"
+
+    def rows(sel):
+        return [
+            f"| {r.verdict} | {_md_escape(r.benchmark)} | {_md_escape(str(r.params))} | {_pct(r.ratio)} | "
+            f"{_interval(r)} | {100 * r.floor:.1f}% | {r.base:.4g} | {r.head:.4g} | {_md_escape(r.unit)} |"
+            for r in sel.itertuples()
+        ]
+
+    flagged = table[table["verdict"].isin([V.SLOWER, V.FASTER])]
+    if len(flagged):
+        out += [head, rule, *rows(flagged), ""]
+    else:
+        out += ["No figure is faster or slower beyond its noise floor.", ""]
+    for verdict, what in ((V.UNDECIDED, "the data cannot tell"), (V.SAME, "within the noise floor")):
+        sel = table[table["verdict"] == verdict]
+        if len(sel):
+            out += [
+                f"<details><summary>{len(sel)} {verdict} ({what})</summary>",
+                "",
+                head,
+                rule,
+                *rows(sel),
+                "",
+                "</details>",
+                "",
+            ]
+    return "\n".join(out)
+
+
+def publish(out_dir: Path, files: dict[str, bytes | str]) -> None:
+    """Write ``files`` into ``out_dir``, each whole or not at all (``--out`` problems are ``ABError``)."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            write_atomic(out_dir / name, data)
+    except OSError as exc:
+        raise ABError(f"cannot write --out {out_dir}: {exc.strerror or exc}") from None
+
+
+# --- the commands -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    repo: Path
+    work: Path
+    sides: list[Side]
+    rounds: int
+    python: str
+    bench: str | None
+    machine: str | None
+    repeat: str
+    blocks: int
+    log: Path
+
+
+def _prepare(args: argparse.Namespace, revs: Sequence[tuple[str, str]]) -> Plan:
+    repo = Path(args.repo).resolve()
+    if not (repo / ".git").exists():
+        raise ABError(f"--repo {repo} is not a git repository")
+    if args.rounds < 2:
+        raise ABError(f"--rounds must be at least 2, got {args.rounds}")
+    if args.bench:
+        import re
+
+        try:
+            re.compile(args.bench)
+        except re.error as exc:
+            raise ABError(f"--bench {args.bench!r} is not a regular expression: {exc}") from None
+    python = args.python or sys.executable
+    if not shutil.which(python) and not Path(python).is_file():
+        raise ABError(f"--python {python} does not exist")
+    shas = [(name, rev, resolve(repo, rev)) for name, rev in revs]
+    work = Path(tempfile.mkdtemp(prefix="devbench-ab-"))
+    sides = []
+    for name, rev, sha in shas:
+        tree = work / name / "tree"
+        export(repo, sha, tree)
+        sides.append(Side(name, rev, sha, tree, write_config(repo, tree, work)))
+    return Plan(
+        repo, work, sides, args.rounds, python, args.bench, args.machine, args.repeat, args.blocks, work / "asv.log"
+    )
+
+
+def _run_rounds(plan: Plan) -> None:
+    t0 = time.monotonic()
+    total = plan.rounds * len(plan.sides)
+    done = 0
+    for r in range(plan.rounds):
+        order = plan.sides if r % 2 == 0 else plan.sides[::-1]  # ABBA: drift over minutes favours neither
+        for side in order:
+            done += 1
+            started = time.monotonic()
+            print(f"round {r + 1}/{plan.rounds}: {side.name} ({side.rev} = {side.sha[:8]}) ...", end="", flush=True)
+            run_round(side, plan.work / side.name / f"r{r}", plan.python, plan.bench, plan.machine, plan.log,
+                      plan.repeat, plan.blocks)  # fmt: skip
+            elapsed = time.monotonic() - t0
+            left = elapsed / done * (total - done)
+            print(f" {time.monotonic() - started:.0f} s (about {left / 60:.0f} min left)", flush=True)
+
+
+def _machine_of(per_process: Any) -> str:
+    machines = sorted(set(per_process["machine"]))
+    if len(machines) != 1:
+        raise ABError(f"the rounds ran on several asv machines {machines}; pass --machine")
+    return machines[0]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    plan = _prepare(args, [("base", args.base), ("head", args.head)])
+    try:
+        _run_rounds(plan)
+        per_process = collect(plan.work, plan.sides, plan.rounds, args.bench)
+        machine = _machine_of(per_process)
+        floors = load_floors(Path(args.asv_dir), machine)
+        table = judge_all(per_process, "base", "head", floors, args.confidence)
+        base, head = plan.sides
+        title = f"devbench compare {base.rev} ({base.sha[:8]}) -> {head.rev} ({head.sha[:8]}) on {machine}"
+        notes = [
+            f"{plan.rounds} rounds per side, interleaved ABBA, each benchmark in a fresh process per round; "
+            f"ratio = head / base, a {round(100 * args.confidence)}% distribution-free interval.",
+            f"noise floors: learned by devbench calibrate on {machine} for {sum(k in floors for k in _keys(table))} "
+            f"of {len(table)} figures, {100 * V.DEFAULT_FLOOR:.0f}% for the rest"
+            if floors
+            else f"noise floors: {100 * V.DEFAULT_FLOOR:.0f}% (run devbench calibrate on {machine} to learn them)",
+        ]
+        print()
+        print(to_text(table, title))
+        publish(
+            Path(args.out),
+            {
+                "compare.csv": table.to_csv(index=False),
+                "compare.md": to_markdown(table, title, notes),
+                "per-process.csv": per_process.to_csv(index=False),
+            },
+        )
+        print(f"wrote {args.out}/compare.csv, compare.md, per-process.csv")
+    finally:
+        _keep_or_clean(plan, args)
+    return 1 if (table["verdict"] == V.SLOWER).any() else 0
+
+
+def _keys(table: Any) -> list[str]:
+    return [figure_key(b, p) for b, p in zip(table["benchmark"], table["params"], strict=True)]
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    plan = _prepare(args, [("A", args.commit), ("B", args.commit)])
+    try:
+        _run_rounds(plan)
+        per_process = collect(plan.work, plan.sides, plan.rounds, args.bench)
+        machine = _machine_of(per_process)
+        learned = learn(per_process, args.confidence)
+        at_default = judge_all(per_process, "A", "B", {}, args.confidence)
+        false = at_default["verdict"].isin([V.FASTER, V.SLOWER])
+        sha = plan.sides[0].sha
+        record = {
+            "machine": machine,
+            "commit": sha,
+            "rounds": plan.rounds,
+            "confidence": args.confidence,
+            "default_floor": V.DEFAULT_FLOOR,
+            "false_positives_at_default": int(false.sum()),
+            "figures_judged": len(at_default),
+            "figures": {
+                figure_key(r.benchmark, r.params): {
+                    "floor": round(r.floor, 5),
+                    "sigma": round(r.sigma, 5),
+                    "detectable": None if not math.isfinite(r.detectable) else round(r.detectable, 5),
+                }
+                for r in learned.itertuples()
+            },
+        }
+        write_atomic(noise_path(Path(args.asv_dir), machine), json.dumps(record, indent=1, sort_keys=True))
+        det = learned["detectable"].replace(math.inf, float("nan"))
+        lines = [
+            f"devbench calibrate {args.commit} ({sha[:8]}) on {machine}: {plan.rounds} rounds per side, A/A",
+            f"false positives at the default gate ({100 * V.DEFAULT_FLOOR:.0f}% floor): {int(false.sum())} of "
+            f"{len(at_default)} figures ({100 * false.mean():.1f}%)",
+            f"learned floors: median {100 * learned['floor'].median():.1f}%, max {100 * learned['floor'].max():.1f}%",
+            f"minimum detectable change: median {100 * det.median():.1f}%, "
+            f"{int((det < 0.2).sum())} of {len(det)} figures below 20%",
+            f"stored in {noise_path(Path(args.asv_dir), machine)}",
+        ]
+        print()
+        print("\n".join(lines))
+        worst = learned.sort_values("floor", ascending=False).head(10)
+        print("\nnoisiest figures (floor, minimum detectable change):")
+        for r in worst.itertuples():
+            mdc = f"{100 * r.detectable:.1f}%" if math.isfinite(r.detectable) else "n/a"
+            print(f"  {100 * r.floor:5.1f}%  {mdc:>8}  {r.benchmark} {r.params}")
+        publish(
+            Path(args.out),
+            {
+                "calibrate.csv": learned.to_csv(index=False),
+                "calibrate.txt": "\n".join(lines) + "\n",
+                "aa-verdicts.csv": at_default.to_csv(index=False),
+                "per-process.csv": per_process.to_csv(index=False),
+            },
+        )
+        print(f"wrote {args.out}/calibrate.csv, calibrate.txt, aa-verdicts.csv, per-process.csv")
+    finally:
+        _keep_or_clean(plan, args)
+    return 0
+
+
+def _keep_or_clean(plan: Plan, args: argparse.Namespace) -> None:
+    if args.keep:
+        print(f"kept the rounds' asv results and log in {plan.work}")
+    else:
+        shutil.rmtree(plan.work, ignore_errors=True)
+
+
+def add_common(p: argparse.ArgumentParser, out: str) -> None:
+    p.add_argument("--bench", help="regular expression of benchmarks to run (asv's --bench)")
+    p.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds per side (default {ROUNDS})")
+    p.add_argument("--out", default=out, help=f"folder for the CSV and Markdown (default {out})")
+    p.add_argument("--machine", help="asv machine name (default: asv's, from ~/.asv-machine.json)")
+    p.add_argument("--python", help="Python whose packages run the benchmarks (default: this one)")
+    p.add_argument("--repo", default=".", help="the git repository (default: .)")
+    p.add_argument("--asv-dir", default=".asv", help="where the noise floors live (default .asv: .asv/noise/)")
+    p.add_argument("--confidence", type=float, default=CONFIDENCE, help=f"interval confidence (default {CONFIDENCE})")
+    p.add_argument("--repeat", default=REPEAT, help=f"asv repeat inside each process (default {REPEAT})")
+    p.add_argument(
+        "--blocks", type=int, default=BLOCKS, help=f"blocks per track_ figure per process (default {BLOCKS})"
+    )
+    p.add_argument("--keep", action="store_true", help="keep the work folder (exported trees, per-round results, log)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed ``compare``/``calibrate``: exit 2 with a reason on bad input, 130 on Ctrl-C."""
+    if not 0 < args.confidence < 1:
+        print(f"devbench {args.command}: --confidence must be in (0, 1), got {args.confidence}", file=sys.stderr)
+        return 2
+    try:
+        return cmd_compare(args) if args.command == "compare" else cmd_calibrate(args)
+    except ABError as exc:
+        print(f"\ndevbench {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        print(f"\ndevbench {args.command}: interrupted; nothing written", file=sys.stderr)
+        return 130
