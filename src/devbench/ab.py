@@ -150,7 +150,7 @@ def run_round(
         raise ABError(f"asv run of {side.name} ({side.sha[:8]}) failed with exit {rc}; see {log}")
 
 
-def collect(work: Path, sides: Sequence[Side], rounds: int, bench: str | None) -> Any:
+def collect(work: Path, sides: Sequence[Side], rounds: int) -> Any:
     """One row per (side, round, figure): the figure of that process (pandas frame)."""
     import pandas as pd
 
@@ -170,10 +170,7 @@ def collect(work: Path, sides: Sequence[Side], rounds: int, bench: str | None) -
             )
     if not frames:
         raise ABError("no results: every round failed (see the log)")
-    out = pd.concat(frames, ignore_index=True)
-    if bench:
-        out = out[out["benchmark"].str.contains(bench, regex=True)]
-    return out
+    return pd.concat(frames, ignore_index=True)  # asv's --bench already selected
 
 
 def judge_all(per_process: Any, a: str, b: str, floors: dict[str, float], confidence: float) -> Any:
@@ -402,7 +399,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     plan = _prepare(args, [("base", args.base), ("head", args.head)])
     try:
         _run_rounds(plan)
-        per_process = collect(plan.work, plan.sides, plan.rounds, args.bench)
+        per_process = collect(plan.work, plan.sides, plan.rounds)
         machine = _machine_of(per_process)
         floors = load_floors(Path(args.asv_dir), machine)
         table = judge_all(per_process, "base", "head", floors, args.confidence)
@@ -440,7 +437,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     plan = _prepare(args, [("A", args.commit), ("B", args.commit)])
     try:
         _run_rounds(plan)
-        per_process = collect(plan.work, plan.sides, plan.rounds, args.bench)
+        per_process = collect(plan.work, plan.sides, plan.rounds)
         machine = _machine_of(per_process)
         learned = learn(per_process, args.confidence)
         at_default = judge_all(per_process, "A", "B", {}, args.confidence)
