@@ -81,6 +81,28 @@ def resolve(repo: Path, rev: str) -> str:
         raise ABError(f"{rev!r} is not a commit of the repository at {repo}") from None
 
 
+#: what the benchmarks run: two commits with the same objects here measure the same code
+BENCHMARK_CODE = (
+    "benchmarks",
+    "src/devbench/workloads",
+    "src/devbench/measure.py",
+    "src/devbench/suite.py",
+    "src/devbench/spec.py",
+    "src/devbench/devices.py",
+)
+
+
+def benchmark_code(repo: Path, sha: str) -> str:
+    """The git object ids of the code the benchmarks run at ``sha``, as one string."""
+    ids = []
+    for path in BENCHMARK_CODE:
+        try:
+            ids.append(_git(repo, "rev-parse", "--verify", "--quiet", f"{sha}:{path}"))
+        except ABError:
+            ids.append("-")
+    return " ".join(ids)
+
+
 def export(repo: Path, sha: str, dest: Path) -> None:
     """The commit's ``benchmarks/``, ``src/`` and ``asv.conf.json`` under ``dest`` (git archive)."""
     listed = _git(repo, "ls-tree", "--name-only", sha).split("\n")
@@ -421,76 +443,121 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "compare.csv": table.to_csv(index=False),
                 "compare.md": to_markdown(table, title, notes),
                 "per-process.csv": per_process.to_csv(index=False),
+                "run.json": json.dumps(_run_record(plan, machine, args), indent=1),
             },
         )
-        print(f"wrote {args.out}/compare.csv, compare.md, per-process.csv")
+        print(f"wrote {args.out}/compare.csv, compare.md, per-process.csv, run.json")
     finally:
         _keep_or_clean(plan, args)
     return 1 if (table["verdict"] == V.SLOWER).any() else 0
+
+
+def _run_record(plan: Plan, machine: str, args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "machine": machine,
+        "sides": {
+            s.name: {"rev": s.rev, "sha": s.sha, "benchmark_code": benchmark_code(plan.repo, s.sha)} for s in plan.sides
+        },
+        "rounds": plan.rounds,
+        "confidence": args.confidence,
+        "repeat": plan.repeat,
+        "blocks": plan.blocks,
+        "bench": plan.bench,
+    }
 
 
 def _keys(table: Any) -> list[str]:
     return [figure_key(b, p) for b, p in zip(table["benchmark"], table["params"], strict=True)]
 
 
+def _from_compare(folder: Path) -> tuple[Any, str, int]:
+    """Per-process figures of a kept A/A ``compare`` (two commits, identical benchmark code) as A and B."""
+    import pandas as pd
+
+    run_file, data = folder / "run.json", folder / "per-process.csv"
+    if not run_file.is_file() or not data.is_file():
+        raise ABError(f"--from {folder}: no run.json and per-process.csv of a devbench compare there")
+    try:
+        run = json.loads(run_file.read_text())
+        base, head = run["sides"]["base"], run["sides"]["head"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ABError(f"--from {run_file}: not a devbench compare record ({exc})") from None
+    if base["benchmark_code"] != head["benchmark_code"]:
+        raise ABError(
+            f"--from {folder}: {base['sha'][:8]} and {head['sha'][:8]} run different benchmark code; "
+            "only an A/A comparison (identical code) measures noise"
+        )
+    frame = pd.read_csv(data, keep_default_na=False, na_values=[""])
+    frame["side"] = frame["side"].map({"base": "A", "head": "B"})
+    return frame, head["sha"], int(run["rounds"])
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.from_compare:
+        per_process, sha, rounds = _from_compare(Path(args.from_compare))
+        _learn_and_store(args, per_process, sha, rounds, f"an A/A compare kept in {args.from_compare}")
+        return 0
     plan = _prepare(args, [("A", args.commit), ("B", args.commit)])
     try:
         _run_rounds(plan)
         per_process = collect(plan.work, plan.sides, plan.rounds)
-        machine = _machine_of(per_process)
-        learned = learn(per_process, args.confidence)
-        at_default = judge_all(per_process, "A", "B", {}, args.confidence)
-        false = at_default["verdict"].isin([V.FASTER, V.SLOWER])
-        sha = plan.sides[0].sha
-        record = {
-            "machine": machine,
-            "commit": sha,
-            "rounds": plan.rounds,
-            "confidence": args.confidence,
-            "default_floor": V.DEFAULT_FLOOR,
-            "false_positives_at_default": int(false.sum()),
-            "figures_judged": len(at_default),
-            "figures": {
-                figure_key(r.benchmark, r.params): {
-                    "floor": round(r.floor, 5),
-                    "sigma": round(r.sigma, 5),
-                    "detectable": None if not math.isfinite(r.detectable) else round(r.detectable, 5),
-                }
-                for r in learned.itertuples()
-            },
-        }
-        write_atomic(noise_path(Path(args.asv_dir), machine), json.dumps(record, indent=1, sort_keys=True))
-        det = learned["detectable"].replace(math.inf, float("nan"))
-        lines = [
-            f"devbench calibrate {args.commit} ({sha[:8]}) on {machine}: {plan.rounds} rounds per side, A/A",
-            f"false positives at the default gate ({100 * V.DEFAULT_FLOOR:.0f}% floor): {int(false.sum())} of "
-            f"{len(at_default)} figures ({100 * false.mean():.1f}%)",
-            f"learned floors: median {100 * learned['floor'].median():.1f}%, max {100 * learned['floor'].max():.1f}%",
-            f"minimum detectable change: median {100 * det.median():.1f}%, "
-            f"{int((det < 0.2).sum())} of {len(det)} figures below 20%",
-            f"stored in {noise_path(Path(args.asv_dir), machine)}",
-        ]
-        print()
-        print("\n".join(lines))
-        worst = learned.sort_values("floor", ascending=False).head(10)
-        print("\nnoisiest figures (floor, minimum detectable change):")
-        for r in worst.itertuples():
-            mdc = f"{100 * r.detectable:.1f}%" if math.isfinite(r.detectable) else "n/a"
-            print(f"  {100 * r.floor:5.1f}%  {mdc:>8}  {r.benchmark} {r.params}")
-        publish(
-            Path(args.out),
-            {
-                "calibrate.csv": learned.to_csv(index=False),
-                "calibrate.txt": "\n".join(lines) + "\n",
-                "aa-verdicts.csv": at_default.to_csv(index=False),
-                "per-process.csv": per_process.to_csv(index=False),
-            },
-        )
-        print(f"wrote {args.out}/calibrate.csv, calibrate.txt, aa-verdicts.csv, per-process.csv")
+        _learn_and_store(args, per_process, plan.sides[0].sha, plan.rounds, f"{args.commit} measured twice")
     finally:
         _keep_or_clean(plan, args)
     return 0
+
+
+def _learn_and_store(args: argparse.Namespace, per_process: Any, sha: str, rounds: int, what: str) -> None:
+    machine = _machine_of(per_process)
+    learned = learn(per_process, args.confidence)
+    at_default = judge_all(per_process, "A", "B", {}, args.confidence)
+    false = at_default["verdict"].isin([V.FASTER, V.SLOWER])
+    record = {
+        "machine": machine,
+        "commit": sha,
+        "source": what,
+        "rounds": rounds,
+        "confidence": args.confidence,
+        "default_floor": V.DEFAULT_FLOOR,
+        "false_positives_at_default": int(false.sum()),
+        "figures_judged": len(at_default),
+        "figures": {
+            figure_key(r.benchmark, r.params): {
+                "floor": round(r.floor, 5),
+                "sigma": round(r.sigma, 5),
+                "detectable": None if not math.isfinite(r.detectable) else round(r.detectable, 5),
+            }
+            for r in learned.itertuples()
+        },
+    }
+    write_atomic(noise_path(Path(args.asv_dir), machine), json.dumps(record, indent=1, sort_keys=True))
+    det = learned["detectable"].replace(math.inf, float("nan"))
+    lines = [
+        f"devbench calibrate on {machine}: {what} ({sha[:8]}), {rounds} rounds per side",
+        f"false positives at the default gate ({100 * V.DEFAULT_FLOOR:.0f}% floor): {int(false.sum())} of "
+        f"{len(at_default)} figures ({100 * false.mean():.1f}%)",
+        f"learned floors: median {100 * learned['floor'].median():.1f}%, max {100 * learned['floor'].max():.1f}%",
+        f"minimum detectable change: median {100 * det.median():.1f}%, "
+        f"{int((det < 0.2).sum())} of {len(det)} figures below 20%",
+        f"stored in {noise_path(Path(args.asv_dir), machine)}",
+    ]
+    print()
+    print("\n".join(lines))
+    worst = learned.sort_values("floor", ascending=False).head(10)
+    print("\nnoisiest figures (floor, minimum detectable change):")
+    for r in worst.itertuples():
+        mdc = f"{100 * r.detectable:.1f}%" if math.isfinite(r.detectable) else "n/a"
+        print(f"  {100 * r.floor:5.1f}%  {mdc:>8}  {r.benchmark} {r.params}")
+    publish(
+        Path(args.out),
+        {
+            "calibrate.csv": learned.to_csv(index=False),
+            "calibrate.txt": "\n".join(lines) + "\n",
+            "aa-verdicts.csv": at_default.to_csv(index=False),
+            "per-process.csv": per_process.to_csv(index=False),
+        },
+    )
+    print(f"wrote {args.out}/calibrate.csv, calibrate.txt, aa-verdicts.csv, per-process.csv")
 
 
 def _keep_or_clean(plan: Plan, args: argparse.Namespace) -> None:

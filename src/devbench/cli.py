@@ -144,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("commit", nargs="?", default="HEAD", help="the commit to measure twice (default HEAD)")
+    p.add_argument(
+        "--from",
+        dest="from_compare",
+        metavar="DIR",
+        help="learn from a finished compare of two commits with identical benchmark code (its --out) instead of "
+        "measuring again",
+    )
     ab.add_common(p, out=".asv/calibrate")
     p.set_defaults(func=ab.run)
 
