@@ -200,7 +200,7 @@ def judge_all(per_process: Any, a: str, b: str, floors: dict[str, float], confid
     import pandas as pd
 
     rows = []
-    for (bench, params, unit), g in per_process.groupby(["benchmark", "params", "unit"], sort=True):
+    for (bench, params, unit), g in per_process.groupby(["benchmark", "params", "unit"], sort=True, dropna=False):
         way = direction(bench, unit)
         if not way:
             continue  # a record of the machine, not a measurement
@@ -246,7 +246,7 @@ def learn(per_process: Any, confidence: float) -> Any:
     import pandas as pd
 
     rows = []
-    for (bench, params, unit), g in per_process.groupby(["benchmark", "params", "unit"], sort=True):
+    for (bench, params, unit), g in per_process.groupby(["benchmark", "params", "unit"], sort=True, dropna=False):
         if not direction(bench, unit):
             continue
         a = g.loc[g["side"] == "A", "value"].tolist()
@@ -487,7 +487,7 @@ def _from_compare(folder: Path) -> tuple[Any, str, int]:
             f"--from {folder}: {base['sha'][:8]} and {head['sha'][:8]} run different benchmark code; "
             "only an A/A comparison (identical code) measures noise"
         )
-    frame = pd.read_csv(data, keep_default_na=False, na_values=[""])
+    frame = pd.read_csv(data, keep_default_na=False, dtype={"params": str})
     frame["side"] = frame["side"].map({"base": "A", "head": "B"})
     return frame, head["sha"], int(run["rounds"])
 

@@ -1,0 +1,148 @@
+"""devbench compare and calibrate end to end on a tiny asv project, run by asv itself.
+
+Three commits: c1 sleeps 40 ms per call, c2 changes only a README (identical benchmark
+code: an A/A pair), c3 sleeps 80 ms (a planted 2x slowdown). The verdicts rest on the
+code each commit runs, never on a timing threshold in the test: 2x against a 5% floor.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from devbench.cli import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from asv_fixture import MACHINE_FIELDS, _git, asv  # noqa: E402
+
+SUITE = """
+import time
+
+SLEEP_MS = {sleep}
+
+
+def time_sleep():
+    time.sleep(SLEEP_MS / 1e3)
+
+
+def track_rate():
+    # a track_ figure with samples, as devbench.suite.with_samples returns it
+    return {{"samples": [1000 / SLEEP_MS * f for f in (0.98, 1.0, 1.02)], "number": 1}}
+
+
+track_rate.unit = "GB/s"
+
+
+def track_record():
+    return 1.0
+
+
+track_record.unit = "bool"
+"""
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ab")
+    repo = tmp / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "benchmarks" / "__init__.py").write_text("")
+    conf = {"version": 1, "project": "abfix", "repo": ".", "branches": ["main"], "benchmark_dir": "benchmarks",
+            "results_dir": "results", "environment_type": "existing", "launch_method": "spawn"}  # fmt: skip
+    (repo / "asv.conf.json").write_text(json.dumps(conf))
+    (repo / ".gitignore").write_text("results/\nhtml/\nenv/\n")
+    _git(repo, "init", "-q", "-b", "main")
+    commits = []
+    for sleep, readme in ((40, "one"), (40, "two"), (80, "two")):
+        (repo / "benchmarks" / "bench_ab.py").write_text(SUITE.format(sleep=sleep))
+        (repo / "README").write_text(readme)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", f"sleep {sleep}")
+        commits.append(_git(repo, "rev-parse", "HEAD"))
+    home = tmp / "home"
+    home.mkdir()
+    machine = {**MACHINE_FIELDS, "machine": "alpha", "gpu": "none", "gpu_count": "0"}
+    (home / ".asv-machine.json").write_text(json.dumps({"alpha": machine, "version": 1}))
+    return repo, home, commits
+
+
+def _run(monkeypatch, project, *argv):
+    repo, home, _ = project
+    monkeypatch.setenv("HOME", str(home))
+    common = ["--repo", str(repo), "--machine", "alpha", "--python", sys.executable, "--rounds", "4"]
+    return main([argv[0], *common, "--asv-dir", str(repo / ".asv"), *argv[1:]])
+
+
+def _rows(path: Path) -> dict[str, dict[str, str]]:
+    with open(path, newline="") as f:
+        return {r["benchmark"]: r for r in csv.DictReader(f)}
+
+
+def test_track_figures_with_samples_keep_them_in_asv(project, tmp_path):
+    """The contract behind devbench.suite.with_samples: asv computes stats and keeps the samples."""
+    from asv.results import Results
+
+    repo, home, commits = project
+    out = asv(repo, home, "run", "-E", f"existing:{sys.executable}", "--set-commit-hash", commits[0],
+              "--machine", "alpha", "--record-samples", "--bench", "track_rate")  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    (path,) = (repo / "results" / "alpha").glob(f"{commits[0][:8]}-*.json")
+    res = Results.load(str(path))
+    # the working tree holds c3 (80 ms): rate 12.5 per call
+    assert res.get_result_value("bench_ab.track_rate", []) == [pytest.approx(12.5)]
+    assert res.get_result_samples("bench_ab.track_rate", []) == [pytest.approx([12.25, 12.5, 12.75])]
+    (stats,) = res.get_result_stats("bench_ab.track_rate", [])
+    assert stats["q_25"] <= 12.5 <= stats["q_75"] and stats["ci_99_a"] < stats["ci_99_b"]
+
+
+def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project, tmp_path, monkeypatch, capsys):
+    _, _, (c1, c2, c3) = project
+    planted = tmp_path / "planted"
+    assert _run(monkeypatch, project, "compare", c1, c3, "--out", str(planted)) == 1
+    rows = _rows(planted / "compare.csv")
+    assert rows["bench_ab.time_sleep"]["verdict"] == "slower"
+    assert rows["bench_ab.track_rate"]["verdict"] == "slower"  # GB/s went down
+    assert float(rows["bench_ab.time_sleep"]["ratio"]) > 1.5
+    assert "bench_ab.track_record" not in rows  # a record is not judged
+    md = (planted / "compare.md").read_text()
+    assert "| slower |" in md and "<details>" not in md.split("| slower |")[0]
+    out = capsys.readouterr().out
+    assert "round 4/4" in out and "2 slower" in out
+
+    same = tmp_path / "aa"
+    assert _run(monkeypatch, project, "compare", c1, c2, "--out", str(same)) == 0
+    assert {r["verdict"] for r in _rows(same / "compare.csv").values()} <= {"same", "undecided"}
+
+    # calibrate learns floors from the A/A compare, refuses the planted one
+    assert _run(monkeypatch, project, "calibrate", "--from", str(same), "--out", str(tmp_path / "cal")) == 0
+    noise = json.loads((project[0] / ".asv" / "noise" / "alpha.json").read_text())
+    assert set(noise["figures"]) == {"bench_ab.time_sleep", "bench_ab.track_rate"}
+    assert noise["false_positives_at_default"] == 0 and noise["rounds"] == 4
+    assert _run(monkeypatch, project, "calibrate", "--from", str(planted), "--out", str(tmp_path / "x")) == 2
+    assert "different benchmark code" in capsys.readouterr().err
+
+    # the next compare uses the learned floors and says so
+    again = tmp_path / "again"
+    assert _run(monkeypatch, project, "compare", c1, c3, "--out", str(again), "--bench", "time_sleep") == 1
+    assert "learned by devbench calibrate" in (again / "compare.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["compare", "nosuchbranch", "HEAD"], "'nosuchbranch' is not a commit"),
+        (["compare", "HEAD~2", "HEAD", "--bench", "("], "is not a regular expression"),
+        (["compare", "HEAD~2", "HEAD", "--rounds", "1"], "--rounds must be at least 2"),
+        (["calibrate", "--from", "/nonexistent"], "no run.json"),
+    ],
+)
+def test_bad_input_exits_2_with_the_reason(project, monkeypatch, capsys, argv, message):
+    assert _run(monkeypatch, project, *argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
