@@ -10,7 +10,7 @@ ASV_ENV := -E existing:$(abspath $(PY))
 COMMIT = $(shell git rev-parse HEAD)
 BASE ?= main
 BENCH ?= .
-REPORT_DIR ?= reports
+REPORT_DIR ?= reports/latest
 
 .PHONY: help venv test test-fast lint bench machine quick compare calibrate publish preview report sample-report clean
 
@@ -22,9 +22,9 @@ help:
 	@echo "make compare   devbench compare BASE HEAD, interleaved, verdict per figure (BASE=main by default)"
 	@echo "make calibrate devbench calibrate: A/A run that learns this machine's noise floors"
 	@echo "make publish   asv publish: the HTML site under .asv/html"
-	@echo "make report    devbench report: .asv/results -> reports/ (Markdown, HTML, CSV, PNG)"
+	@echo "make report    devbench report: .asv/results -> reports/latest/ (Markdown, HTML, CSV, PNG)"
 	@echo "make preview   serve the HTML site on localhost"
-	@echo "make sample-report  rebuild the committed sample in reports/ from reports/asv-results"
+	@echo "make sample-report  rebuild the committed sample in reports/sample/ from reports/asv-results"
 
 venv: $(VENV)/.installed
 
@@ -59,10 +59,12 @@ bench: machine
 report: venv
 	$(VENV)/bin/devbench report --results .asv/results --out $(REPORT_DIR)
 
-# The committed sample report: its inputs (asv results of the CPU VM and of an H200) are
-# committed under reports/asv-results, so anyone can rebuild it.
+# The committed sample report (reports/sample/): its inputs (asv results of the CPU VM and
+# of an H200, the VM's noise floors in reports/noise/ and an A/A devbench compare in
+# reports/compare/) are committed, so anyone can rebuild it. `make report` writes the
+# user's own report to reports/latest/, which git ignores.
 sample-report: venv
-	$(VENV)/bin/devbench report --results reports/asv-results --out reports
+	$(VENV)/bin/devbench report --results reports/asv-results --out reports/sample
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'

@@ -11,7 +11,7 @@ from pathlib import Path
 
 EXAMPLES = """\
 examples:
-  devbench report                                   # .asv/results -> reports/
+  devbench report                                   # .asv/results -> reports/latest/
   devbench report --results other/.asv/results --out /tmp/r --format md
   devbench report --machine h100 --machine a100     # machine vs machine on shared commits
   devbench report --env existing-py_usr_bin_python3 # one environment only
@@ -30,7 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="figures of `python -m devbench.collectives` runs (default: collectives/ beside --results)",
     )
-    p.add_argument("--out", default="reports", help="where to write the report (default: %(default)s)")
+    p.add_argument(
+        "--compare",
+        metavar="DIR",
+        help="a `devbench compare` output folder whose verdicts to show (default: compare/ beside --results)",
+    )
+    p.add_argument("--out", default="reports/latest", help="where to write the report (default: %(default)s)")
     p.add_argument("--machine", action="append", help="only this machine (repeat for several)")
     p.add_argument("--env", action="append", help="only this asv environment name (repeat for several)")
     p.add_argument("--since", help="only commits dated on or after this day (YYYY-MM-DD)")
@@ -85,13 +90,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"devbench report: warning: {p}", file=sys.stderr)
         loaded.frame = _select(loaded.frame, args)
         pair = commit_pair(loaded.frame, args.base, args.head)
+        floors, verdicts, source = _judging(args)
     except ReportError as exc:
         return _fail(str(exc))
     # The CSV (Arrow's writer, which releases the GIL) is written while the report is built.
     with ThreadPoolExecutor(max_workers=1) as pool:
         csv = pool.submit(writers.write, None, loaded, Path(args.out), ["csv"]) if "csv" in formats else None
         plots = "png" in formats or "html" in formats
-        rep = sections.build(loaded, pair=pair, factor=args.factor, plots=plots)
+        rep = sections.build(
+            loaded, pair=pair, factor=args.factor, plots=plots, floors=floors, verdicts=verdicts, verdicts_source=source
+        )
         written = writers.write(rep, loaded, Path(args.out), [f for f in formats if f != "csv"])
         if csv is not None:
             written += csv.result()
@@ -115,6 +123,33 @@ def _check_options(args: argparse.Namespace, formats: list[str], known: Sequence
         raise ReportError(f"--commits must be >= 1, got {args.commits}")
     if args.collectives and not Path(args.collectives).is_dir():
         raise ReportError(f"--collectives {args.collectives}: no such directory")
+
+
+def _judging(args: argparse.Namespace):
+    """Learned noise floors (``noise/`` beside the results) and a compare table (``--compare``), if any."""
+    import pandas as pd
+
+    from devbench.report.problems import ReportError
+    from devbench.report.steps import load_floors
+
+    asv_dir = Path(args.results).parent
+    floors = load_floors(asv_dir / "noise")
+    folder = Path(args.compare) if args.compare else asv_dir / "compare"
+    path = folder / "compare.csv"
+    if not path.is_file():
+        if args.compare:
+            raise ReportError(f"--compare {args.compare}: no compare.csv there (the --out of devbench compare)")
+        return floors, None, ""
+    try:
+        table = pd.read_csv(path, keep_default_na=False, na_values=["", "nan"], dtype={"params": str})
+        missing = {"benchmark", "params", "unit", "verdict", "ratio", "ratio_lo", "ratio_hi", "base", "head", "floor"}
+        missing -= set(table.columns)
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{path}: not a devbench compare table ({exc})") from None
+    if missing:
+        raise ReportError(f"{path}: not a devbench compare table (no {', '.join(sorted(missing))} column)")
+    table["params"] = table["params"].fillna("")
+    return floors, table, str(path)
 
 
 def _add_collectives(loaded, args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from devbench.report.derive import where_label
+from devbench.spec import direction
 
 
 def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1) -> bytes:
@@ -17,6 +18,12 @@ def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # names and params come from results: "$" in them is text, never mathtext
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _draw(plt, draw, ncols, nrows)
+
+
+def _draw(plt, draw: Callable[[object], None], ncols: int, nrows: int) -> bytes:
     fig, axes = plt.subplots(nrows, ncols, figsize=(6.4 * ncols, 4.2 * nrows), squeeze=False)
     try:
         draw(axes)
@@ -84,32 +91,36 @@ def plot_collectives(cb: pd.DataFrame) -> bytes | None:
     )  # fmt: skip
 
 
-def plot_history(frame: pd.DataFrame, flagged: pd.DataFrame, limit: int = 6) -> bytes | None:
-    ok = frame[frame["status"] == "ok"]
-    if ok["commit"].nunique() < 2:
+def plot_history(frame: pd.DataFrame, steps: pd.DataFrame, limit: int = 6) -> bytes | None:
+    """The series with the largest detected steps, each normalised to its first commit, the step marked."""
+    if steps.empty:
         return None
+    ok = frame[frame["status"] == "ok"]
     series = ["machine", "env", "benchmark", "params"]
-    chosen = flagged[series].drop_duplicates().head(limit)
-    if len(chosen) < limit:
-        counts = ok.groupby(series, observed=True).size().sort_values(ascending=False).reset_index()[series]
-        chosen = pd.concat([chosen, counts]).drop_duplicates().head(limit)
+    chosen = steps.drop_duplicates(series).head(limit)
     ncols = 2 if len(chosen) > 1 else 1
     nrows = math.ceil(len(chosen) / ncols)
 
-    picked = ok.merge(chosen.assign(_series=range(len(chosen))), on=series).sort_values("date")
-    by_series = dict(list(picked.groupby("_series")))
-
     def draw(axes):
-        for i, (ax, key) in enumerate(zip(axes.flat, chosen.itertuples(index=False), strict=False)):
-            sub = by_series.get(i, picked.iloc[0:0])
-            x = range(len(sub))
-            ax.plot(x, sub["value"], marker="o", ms=3)
+        for ax, step in zip(axes.flat, chosen.itertuples(index=False), strict=False):
+            sel = (ok["machine"] == step.machine) & (ok["env"] == step.env)
+            sel &= (ok["benchmark"] == step.benchmark) & (ok["params"] == step.params)
+            sub = ok[sel].sort_values(["date", "commit"], kind="stable")
+            first = float(sub["value"].iloc[0])
+            x = list(range(len(sub)))
+            ax.plot(x, sub["value"] / first, marker="o", ms=3)
             if sub["ci_99_a"].notna().any():
-                ax.fill_between(x, sub["ci_99_a"], sub["ci_99_b"], alpha=0.2)
-            step = max(1, len(sub) // 8)  # at most ~8 commit labels per axis
-            ax.set_xticks(list(x)[::step], sub["commit_short"].iloc[::step], rotation=45, fontsize=7)
-            ax.set_title(f"{key.benchmark.split('.', 1)[-1]}\n{key.params} [{key.machine}]", fontsize=8)
-            ax.set_ylabel(sub["unit"].iloc[0] if len(sub) else "")
+                ax.fill_between(x, sub["ci_99_a"] / first, sub["ci_99_b"] / first, alpha=0.2)
+            commits = sub["commit"].tolist()
+            if step.commit_after in commits:
+                ax.axvline(commits.index(step.commit_after) - 0.5, color="C3", ls="--", lw=1)
+            ax.set_ylim(bottom=0)
+            step_every = max(1, len(sub) // 8)  # at most ~8 commit labels per axis
+            ax.set_xticks(x[::step_every], sub["commit_short"].iloc[::step_every], rotation=45, fontsize=7)
+            better = direction(step.benchmark, step.unit)
+            title = f"{step.benchmark.split('.', 1)[-1]}\n{step.params} [{step.machine}]"
+            ax.set_title(title, fontsize=8)
+            ax.set_ylabel(f"{step.unit} / first ({better} is better)", fontsize=7)
             ax.grid(True, alpha=0.3)
         for ax in list(axes.flat)[len(chosen) :]:
             ax.set_visible(False)

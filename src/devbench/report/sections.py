@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 from asv.util import human_value
 
+from devbench import verdict as V
 from devbench.report import compare as C
 from devbench.report import derive as D
 from devbench.report import plots as P
+from devbench.report import steps as ST
 from devbench.report.derive import latest, where_label
 from devbench.report.load import Loaded
 from devbench.spec import size_label
@@ -31,6 +33,9 @@ class Section:
     table: pd.DataFrame | None = None
     plot: str | None = None  # key into Report.plots
     more: int = 0  # rows left out of the table
+    #: rows a reader may open but should not read as findings (undecided, noise): <details>
+    folded: pd.DataFrame | None = None
+    folded_title: str = ""
 
 
 @dataclass
@@ -196,21 +201,74 @@ def _gpu_state(frame: pd.DataFrame) -> Section | None:
     return Section("GPU state: figures measured while throttled", text, table)
 
 
-def _changes(frame: pd.DataFrame, base: str, head: str, factor: float) -> Section:
-    cmp = C.compare_commits(frame, base, head, factor)
-    flagged = cmp[cmp["mark"].isin(["+", "-", "!", "*", "x"])]
+def _pct(ratio: float) -> str:
+    return "n/a" if pd.isna(ratio) else f"{100 * (ratio - 1):+.1f}%"
+
+
+def _changes(frame: pd.DataFrame, base: str, head: str, floors: dict) -> Section:
+    """Two commits of one run each: within the floor is ``same``; beyond it ``undecided``, never a verdict."""
+    cmp = C.compare_commits(frame, base, head, 1.0)
+    both = cmp.dropna(subset=["ratio"])
+    both = both[both["ratio"] > 0]
+    floor = [
+        floors.get((m, ST.figure_key(b, p)), V.DEFAULT_FLOOR)
+        for m, b, p in zip(both["machine"], both["benchmark"], both["params"], strict=True)
+    ]
+    both = both.assign(floor=floor)
+    beyond = both[(both["ratio"] - 1).abs() > both["floor"]]
+    beyond = beyond.reindex(beyond["ratio"].map(lambda r: abs(math.log(r))).sort_values(ascending=False).index)
     text = (
-        f"`{base[:8]}` -> `{head[:8]}`, factor {factor}, asv compare's rule (ratio past the factor and 99% "
-        f"confidence intervals apart). {len(flagged)} of {len(cmp)} results changed."
+        f"`{base[:8]}` -> `{head[:8]}`: {len(both) - len(beyond)} of {len(both)} figures are the **same** (within "
+        f"their noise floor); {len(beyond)} moved beyond it and are **undecided**: one run per commit cannot tell a "
+        "change from the host's noise between runs. `devbench compare "
+        f"{base[:8]} {head[:8]}` measures both interleaved and decides."
     )
-    table = flagged[["mark", "change", "machine", "env", "benchmark", "params", "before", "after", "ratio", "unit"]]
-    table = table.assign(
-        before=[_human(v, u) for v, u in zip(table["before"], table["unit"], strict=True)],
-        after=[_human(v, u) for v, u in zip(table["after"], table["unit"], strict=True)],
-        ratio=table["ratio"].round(3),
-    ).drop(columns="unit")
+    table = beyond.assign(
+        where=where_label(beyond),
+        change=[_pct(r) for r in beyond["ratio"]],
+        before=[_human(v, u) for v, u in zip(beyond["before"], beyond["unit"], strict=True)],
+        after=[_human(v, u) for v, u in zip(beyond["after"], beyond["unit"], strict=True)],
+        floor=[f"{100 * f:.0f}%" for f in beyond["floor"]],
+        verdict="undecided",
+    )[["verdict", "where", "benchmark", "params", "change", "before", "after", "floor"]]
     clipped, more = _clip(table)
-    return Section("Changes between commits", text, clipped, more=more)
+    return Section(
+        "Between two commits", text, None, more=more, folded=clipped, folded_title=f"{len(beyond)} undecided"
+    )
+
+
+def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
+    """A/B verdicts of ``devbench compare`` (its compare.csv)."""
+    if table is None or table.empty:
+        return None
+    counts = table["verdict"].value_counts()
+    text = (
+        f"From `{source}`: both commits measured interleaved, one figure per process. "
+        + ", ".join(f"**{counts.get(v, 0)}** {v}" for v in V.VERDICTS)
+        + ". Change is head / base of the figure; the interval is the comparison's."
+    )
+
+    def shown(sel: pd.DataFrame) -> pd.DataFrame:
+        sel = sel.reindex(
+            sel["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0).sort_values(ascending=False).index
+        )
+        return sel.assign(
+            change=[_pct(r) for r in sel["ratio"]],
+            interval=[f"[{_pct(a)}, {_pct(b)}]" for a, b in zip(sel["ratio_lo"], sel["ratio_hi"], strict=True)],
+            base=[_human(v, u) for v, u in zip(sel["base"], sel["unit"], strict=True)],
+            head=[_human(v, u) for v, u in zip(sel["head"], sel["unit"], strict=True)],
+            floor=[f"{100 * f:.0f}%" for f in sel["floor"]],
+        )[["verdict", "benchmark", "params", "change", "interval", "base", "head", "floor"]]
+
+    decided = table[table["verdict"].isin([V.SLOWER, V.FASTER])]
+    rest = table[~table["verdict"].isin([V.SLOWER, V.FASTER])]
+    return Section(
+        "A/B verdicts (devbench compare)",
+        text,
+        shown(decided) if len(decided) else None,
+        folded=shown(rest) if len(rest) else None,
+        folded_title=f"{len(rest)} same or undecided",
+    )
 
 
 def _across(frame: pd.DataFrame, by: str, factor: float) -> Section | None:
@@ -247,21 +305,31 @@ def latest_common(frame: pd.DataFrame, by: str) -> pd.DataFrame:
     return sub[sub["commit"] == last]
 
 
-def _history(frame: pd.DataFrame, factor: float) -> tuple[Section | None, pd.DataFrame]:
-    h = C.history(frame, factor)
-    if h.empty:
-        return None, h
-    flagged = h[h["mark"].isin(["+", "-", "!", "*"])]
+def _history(frame: pd.DataFrame, floors: dict) -> tuple[Section | None, pd.DataFrame]:
+    steps = ST.detect(frame, floors)
+    series = frame.groupby(["machine", "env", "benchmark", "params"], observed=True).size()
+    judged = int((series >= ST.MIN_POINTS).sum())
+    if judged == 0:
+        return None, steps
     text = (
-        f"Each commit against the previous one on the same machine and environment; {len(flagged)} of {len(h)} "
-        f"steps flagged by asv compare's rule (factor {factor})."
+        f"asv's step detection (as `asv publish` uses) on every series of {ST.MIN_POINTS} or more commits "
+        f"({judged} series): a level change is listed when it exceeds the figure's noise floor (learned by "
+        f"`devbench calibrate`, else {100 * V.DEFAULT_FLOOR:.0f}%) plus the levels' own error; GPU figures "
+        f"measured while throttled are left out. {len(steps)} steps found, largest first. A step in a history of "
+        "single runs can also be the host changing speed between days: confirm one with `devbench compare`."
     )
-    table = flagged[["machine", "env", "benchmark", "params", "commit_before", "commit_after", "ratio", "mark"]].copy()
-    table["commit_before"] = table["commit_before"].str[:8]
-    table["commit_after"] = table["commit_after"].str[:8]
-    table["ratio"] = table["ratio"].round(3)
+    if steps.empty:
+        return Section("Changes in the history (detected steps)", text), steps
+    table = steps.assign(
+        where=where_label(steps),
+        change=[_pct(r) for r in steps["ratio"]],
+        before=[_human(v, u) for v, u in zip(steps["before"], steps["unit"], strict=True)],
+        after=[_human(v, u) for v, u in zip(steps["after"], steps["unit"], strict=True)],
+        commits=[f"{a[:8]} -> {b[:8]}" for a, b in zip(steps["commit_before"], steps["commit_after"], strict=True)],
+        floor=[f"{100 * f:.0f}%" for f in steps["floor"]],
+    )[["verdict", "where", "benchmark", "params", "change", "before", "after", "commits", "floor"]]
     clipped, more = _clip(table)
-    return Section("History", text, clipped, plot="history", more=more), flagged
+    return Section("Changes in the history (detected steps)", text, clipped, plot="history", more=more), steps
 
 
 def _all_latest(frame: pd.DataFrame) -> Section:
@@ -288,11 +356,17 @@ def build(
     pair: tuple[str, str] | None = None,
     factor: float = 1.1,
     plots: bool = True,
+    floors: dict | None = None,
+    verdicts: pd.DataFrame | None = None,
+    verdicts_source: str = "",
 ) -> Report:
     """Every section for this frame; suite-specific ones only where their benchmarks ran.
 
-    ``pair`` is the (base, head) of "Changes between commits" (``compare.commit_pair``).
+    ``pair`` is the (base, head) of "Between two commits" (``compare.commit_pair``);
+    ``floors`` the learned noise floors ((machine, figure key) -> relative change);
+    ``verdicts`` a ``devbench compare`` table.
     """
+    floors = floors or {}
     f = loaded.frame
     cur = f[f["version_current"]]
     commits = C.commits_in(f)
@@ -336,13 +410,16 @@ def build(
     ):
         if sec is not None:
             rep.sections.append(sec)
+    sec = _verdicts(verdicts, verdicts_source)
+    if sec is not None:
+        rep.sections.append(sec)
     if pair is not None:
-        rep.sections.append(_changes(cur, pair[0], pair[1], factor))
+        rep.sections.append(_changes(cur, pair[0], pair[1], floors))
     for by in ("machine", "env"):
         sec = _across(cur, by, factor)
         if sec is not None:
             rep.sections.append(sec)
-    hist, flagged = _history(cur, factor)
+    hist, flagged = _history(cur, floors)
     if hist is not None:
         rep.sections.append(hist)
     rep.sections.append(_all_latest(cur))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,6 +36,9 @@ def _md_table(table: pd.DataFrame) -> str:
     if table.empty:
         return "_none_"
     shown = table.astype(object).where(table.notna(), None)  # tabulate prints None as missingval
+    for col in shown.columns:
+        shown[col] = [md_escape(v) if isinstance(v, str) else v for v in shown[col]]
+    shown.columns = [md_escape(c) for c in shown.columns]
     return shown.to_markdown(index=False, floatfmt=".4g", missingval="n/a")
 
 
@@ -50,13 +54,28 @@ def to_markdown(rep: Report, plot_files: dict[str, str]) -> str:
             out += [_md_table(sec.table), ""]
             if sec.more:
                 out += [f"... and {sec.more} more rows in the CSV.", ""]
+        if sec.folded is not None and not sec.folded.empty:
+            out += [f"<details><summary>{html.escape(sec.folded_title)}</summary>", "", _md_table(sec.folded), ""]
+            out += ["</details>", ""]
     return "\n".join(out)
 
 
-CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:.5em 0}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}img{max-width:100%}code{background:#f3f3f3}"""
+CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222;
+line-height:1.45}p{max-width:75em}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0;display:block;overflow-x:auto;max-width:100%}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
+img{max-width:100%}code{background:#f3f3f3;padding:0 .2em}details{margin:.5em 0}summary{cursor:pointer}"""
+
+
+def _inline(text: str) -> str:
+    """Our own sentences' Markdown (`code`, **bold**) as HTML, everything else escaped."""
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+
+
+def _html_table(table: pd.DataFrame) -> str:
+    return table.to_html(index=False, na_rep="n/a", float_format=lambda v: f"{v:.4g}", border=0, escape=True)
 
 
 def to_html(rep: Report) -> str:
@@ -65,18 +84,22 @@ def to_html(rep: Report) -> str:
         f"<title>{html.escape(rep.title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{html.escape(rep.title)}</h1>",
     ]
-    out += [f"<p>{html.escape(s)}</p>" for s in rep.summary]
+    out += [f"<p>{_inline(s)}</p>" for s in rep.summary]
     for sec in rep.sections:
         out.append(f"<h2>{html.escape(sec.title)}</h2>")
         if sec.text:
-            out.append(f"<p>{html.escape(sec.text)}</p>")
+            out.append(f"<p>{_inline(sec.text)}</p>")
         if sec.plot and sec.plot in rep.plots:
             data = base64.b64encode(rep.plots[sec.plot]).decode("ascii")
             out.append(f"<img alt='{html.escape(sec.title)}' src='data:image/png;base64,{data}'>")
         if sec.table is not None:
-            out.append(sec.table.to_html(index=False, na_rep="n/a", float_format=lambda v: f"{v:.4g}", border=0))
+            out.append(_html_table(sec.table))
             if sec.more:
                 out.append(f"<p>... and {sec.more} more rows in the CSV.</p>")
+        if sec.folded is not None and not sec.folded.empty:
+            out.append(
+                f"<details><summary>{html.escape(sec.folded_title)}</summary>{_html_table(sec.folded)}</details>"
+            )
     out.append("</body></html>")
     return "\n".join(out)
 
