@@ -338,14 +338,15 @@ def to_markdown(table: Any, title: str, notes: Sequence[str]) -> str:
 
 
 def publish(out_dir: Path, files: dict[str, bytes | str]) -> None:
-    """Write ``files`` into ``out_dir``, each whole or not at all (``--out`` problems are ``ABError``)."""
-    out_dir = Path(out_dir)
+    """Write ``files`` as the whole of ``out_dir`` (swapped in at once; ``--out`` problems are ``ABError``)."""
+    from devbench.files import OutputError, staged_dir
+
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name, data in files.items():
-            write_atomic(out_dir / name, data)
-    except OSError as exc:
-        raise ABError(f"cannot write --out {out_dir}: {exc.strerror or exc}") from None
+        with staged_dir(Path(out_dir)) as tmp:
+            for name, data in files.items():
+                write_atomic(tmp / name, data)
+    except OutputError as exc:
+        raise ABError(str(exc)) from None
 
 
 # --- the commands -----------------------------------------------------------------------------------------

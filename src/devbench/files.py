@@ -2,11 +2,104 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+#: the file that marks a folder as one devbench wrote whole (and may replace whole)
+MARKER = ".devbench-output"
+
+
+class OutputError(Exception):
+    """An output folder that cannot be written, with the reason (exit 2)."""
+
+
+def check_out_dir(out_dir: Path, option: str = "--out") -> None:
+    """``OutputError`` when ``out_dir`` cannot become a folder devbench replaces whole."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputError(f"{option} {out_dir} is a file, not a folder")
+    for parent in out_dir.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(f"{option} {out_dir}: {parent} is a file, not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise OutputError(f"{option} {out_dir}: {parent} is not writable")
+            break
+    if out_dir.is_dir() and not (out_dir / MARKER).exists() and any(out_dir.iterdir()):
+        raise OutputError(
+            f"{option} {out_dir} holds files devbench did not write; name a new or empty folder "
+            "(devbench replaces its output folder whole)"
+        )
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders in one step (Linux renameat2 RENAME_EXCHANGE); False where unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: the file system or kernel cannot
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _clean_stale(out_dir: Path) -> None:
+    """Folders a killed run left beside ``out_dir`` (``.<name>.new-*``/``.<name>.old-*``)."""
+    for stale in out_dir.parent.glob(f".{out_dir.name}.*-*"):
+        if stale.is_dir() and stale.name.split(".")[-1].startswith(("new-", "old-")):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_dir(out_dir: Path, option: str = "--out") -> Iterator[Path]:
+    """A folder beside ``out_dir`` to write into; on success it replaces ``out_dir`` whole.
+
+    Readers see the old folder or the new one, never a mix: the new one is built apart and
+    swapped in with one atomic exchange (two renames where the kernel has no exchange).
+    A run killed at any moment leaves the old or the new folder in place; the next run
+    removes what it left beside it. On an exception the staged folder is removed.
+    """
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir, option)
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        _clean_stale(out_dir)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
+    except OSError as exc:
+        raise OutputError(f"{option} {out_dir}: {exc.strerror or exc}") from None
+    try:
+        yield tmp
+        (tmp / MARKER).write_text("written whole by devbench; the folder is replaced on the next run\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a report is for reading
+        if not out_dir.exists():
+            os.rename(tmp, out_dir)
+        elif _exchange(tmp, out_dir):
+            shutil.rmtree(tmp, ignore_errors=True)  # now the old folder
+        else:
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            os.rename(out_dir, old / "x")
+            os.rename(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(f"{option} {out_dir}: {exc.strerror or exc}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:

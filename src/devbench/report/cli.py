@@ -19,7 +19,10 @@ examples:
   devbench report --since 2026-11-01 --benchmarks 'bench_transfer\\.'
   devbench report --collectives /shared/collectives # torchrun figures from a cluster run
 
-exit status: 0 report written; 2 bad usage or nothing to report.
+The output folder is replaced whole: built beside it, then swapped in, so a reader (or a
+run killed at any moment) sees the old report or the new one, never a mix.
+
+exit status: 0 report written; 2 bad input or nothing to report; 130 interrupted.
 """
 
 
@@ -47,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
         default="md,html,csv,png",
-        help="comma-separated outputs among md, html, csv, png (default: %(default)s)",
+        help="comma-separated outputs among md, html, csv, parquet, png (default: %(default)s)",
     )
     p.add_argument("--quiet", action="store_true", help="print only errors and warnings")
 
@@ -75,6 +78,16 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``devbench report``: 0 written, 2 bad input (one line naming it), 130 interrupted."""
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("devbench report: interrupted; the previous report is left as it was", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    from devbench.files import OutputError, check_out_dir, staged_dir
     from devbench.report import sections, writers
     from devbench.report.compare import commit_pair
     from devbench.report.load import load_results
@@ -83,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     try:
+        check_out_dir(Path(args.out))
         _check_options(args, formats, writers.FORMATS)
         loaded = load_results(args.results, machines=args.machine, envs=args.env, benchmarks=args.benchmarks)
         _add_collectives(loaded, args)
@@ -91,18 +105,26 @@ def run(args: argparse.Namespace) -> int:
         loaded.frame = _select(loaded.frame, args)
         pair = commit_pair(loaded.frame, args.base, args.head)
         floors, verdicts, source = _judging(args)
-    except ReportError as exc:
+    except (ReportError, OutputError) as exc:
         return _fail(str(exc))
-    # The CSV (Arrow's writer, which releases the GIL) is written while the report is built.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        csv = pool.submit(writers.write, None, loaded, Path(args.out), ["csv"]) if "csv" in formats else None
-        plots = "png" in formats or "html" in formats
-        rep = sections.build(
-            loaded, pair=pair, factor=args.factor, plots=plots, floors=floors, verdicts=verdicts, verdicts_source=source
-        )
-        written = writers.write(rep, loaded, Path(args.out), [f for f in formats if f != "csv"])
-        if csv is not None:
-            written += csv.result()
+    out = Path(args.out)
+    try:
+        with staged_dir(out) as tmp:
+            # The CSV (Arrow's writer, which releases the GIL) is written while the report is built.
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                tidy = [f for f in formats if f in writers.TABLE_FORMATS]
+                table = pool.submit(writers.write, None, loaded, tmp, tidy) if tidy else None
+                plots = "png" in formats or "html" in formats
+                rep = sections.build(
+                    loaded, pair=pair, factor=args.factor, plots=plots, floors=floors, verdicts=verdicts,
+                    verdicts_source=source,
+                )  # fmt: skip
+                written = writers.write(rep, loaded, tmp, [f for f in formats if f not in writers.TABLE_FORMATS])
+                if table is not None:
+                    written += table.result()
+    except OutputError as exc:
+        return _fail(str(exc))
+    written = [out / p.name for p in written]
     if not args.quiet:
         rows = len(loaded.frame)
         print(f"devbench report: {rows} results from {args.results} in {time.perf_counter() - started:.1f} s")

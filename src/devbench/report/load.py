@@ -169,6 +169,8 @@ class _ResultFile:
     results: dict[str, list[Any]]
     #: each benchmark's parameter values as a tuple of tuples, checked hashable
     frozen_params: dict[str, tuple[tuple[Any, ...], ...]] = field(default_factory=dict)
+    #: benchmarks left out of this file, and why (the rest of the file is read)
+    bad: dict[str, str] = field(default_factory=dict)
 
 
 def _read_result_file(path: Path, machine: str) -> _ResultFile:
@@ -202,21 +204,43 @@ def _read_result_file(path: Path, machine: str) -> _ResultFile:
     # What the table is built from must have asv's shapes, so that a damaged file is named
     # and skipped here instead of breaking the whole load (statistics are coerced later).
     i_params, i_result = out.column.get("params"), out.column.get("result")
-    for key, entry in out.results.items():
-        if not isinstance(entry, list):
-            raise asv_util.UserError(f"result of {key} is not a list of columns")
-        params = _field(entry, i_params) or []
-        if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
-            raise asv_util.UserError(f"parameters of {key} are not lists of values")
-        frozen = tuple(tuple(p) for p in params)
-        try:
-            hash(frozen)  # the parameter layout is cached by it
-        except TypeError:
-            raise asv_util.UserError(f"parameters of {key} are not plain values") from None
-        out.frozen_params[key] = frozen
-        if not isinstance(_field(entry, i_result), (list, int, float, type(None))):
-            raise asv_util.UserError(f"result of {key} is neither a number nor a list")
+    for key, entry in list(out.results.items()):
+        reason = _entry_problem(entry, i_params, i_result)
+        if reason is None:
+            out.frozen_params[key] = tuple(tuple(p) for p in (_field(entry, i_params) or []))
+        else:
+            out.bad[key] = reason
+            del out.results[key]
     return out
+
+
+def _entry_problem(entry: Any, i_params: int | None, i_result: int | None) -> str | None:
+    """Why one benchmark's entry cannot be read (its shape is not asv's), or None."""
+    if not isinstance(entry, list):
+        return "its entry is not a list of columns"
+    params = _field(entry, i_params) or []
+    if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+        return "its parameters are not lists of values"
+    try:
+        hash(tuple(tuple(p) for p in params))  # the parameter layout is cached by it
+    except TypeError:
+        return "its parameters are not plain values"
+    result = _field(entry, i_result)
+    if not isinstance(result, (list, int, float, type(None))) or isinstance(result, bool):
+        return f"its result {_short(result)} is neither a number nor a list"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _why(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "version" in text.lower() and ("api" in text.lower() or "format" in text.lower() or "1" in text):
+        text += " (an older asv wrote it: `asv update` converts the results folder)"
+    return text
 
 
 def _field(entry: list[Any], index: int | None) -> Any:
@@ -265,10 +289,12 @@ def load_results(
             try:
                 res = _read_result_file(path, info["machine"])
             except Exception as exc:
-                problems.append(Problem(str(path), f"skipped, not a readable asv result file: {exc}"))
+                problems.append(Problem(str(path), f"skipped, not a readable asv result file: {_why(exc)}"))
                 continue
+            for key, reason in sorted(res.bad.items()):
+                problems.append(Problem(f"{path}: {key}", f"this benchmark is left out: {reason}"))
             if select.file(res):
-                table.add_file(path.relative_to(root), info, res, runs, known, select.pattern)
+                table.add_file(path.relative_to(root), info, res, runs, known, select.pattern, problems)
     select.check_names_exist(root)
     frame, param_names, extra = table.frame(known, problems)
     return Loaded(attach_gpu_state(frame, root.parent / "gpustate"), problems, root, param_names, extra)
@@ -341,7 +367,9 @@ class _Table:
         self.param_chunks: list[tuple[int, tuple[str, ...], list[tuple[Any, ...]]]] = []
         self.rows = 0
 
-    def add_file(self, rel_path: Path, info: dict[str, Any], res: _ResultFile, runs, known, pattern) -> None:
+    def add_file(
+        self, rel_path: Path, info: dict[str, Any], res: _ResultFile, runs, known, pattern, problems: list[Problem]
+    ) -> None:
         """One result file: its fields, then each selected benchmark entry."""
         column = res.column
         i_started = column.get("started_at")
@@ -367,16 +395,30 @@ class _Table:
         self.files.append(fields)
         for key in sorted(res.results):
             if pattern is None or pattern.search(key):
-                self._add_entry(fid, key, res, known.get(key, {}))
+                self._add_entry(fid, key, res, known.get(key, {}), problems, rel_path)
 
-    def _add_entry(self, fid: int, key: str, res: _ResultFile, meta: dict[str, Any]) -> None:
+    def _add_entry(
+        self, fid: int, key: str, res: _ResultFile, meta: dict[str, Any], problems: list[Problem], rel_path: Path
+    ) -> None:
         """One benchmark of a file: a row per parameter combination (missing values and statistics are None)."""
         entry, column = res.results[key], res.column
         names, typed, labels = _layout(key, tuple(meta.get("param_names") or ()), res.frozen_params[key])
         k = len(typed)
         values = _field(entry, column.get("result"))
         values = values if isinstance(values, list) else [values]  # None: all failed (a build failure)
-        self.values.extend(_fit(values, k))
+        if len(values) != k and values != [None]:
+            fate = "the extra ones are dropped" if len(values) > k else "the missing ones count as failed"
+            message = f"{len(values)} values for {k} parameter combinations; {fate}"
+            problems.append(Problem(f"{rel_path}: {key}", message))
+        values = _fit(values, k)
+        bad = [(i, v) for i, v in enumerate(values) if not _acceptable(v)]
+        if bad:
+            shown = ", ".join(f"{_short(v)} at {labels[i] or 'its only combination'}" for i, v in bad[:3])
+            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            problems.append(Problem(f"{rel_path}: {key}", f"not a number asv would accept: {shown}{more}; "
+                                    "reported as invalid, not converted"))  # fmt: skip
+            values = [INVALID if not _acceptable(v) else v for v in values]
+        self.values.extend(values)
         for name in STATS:
             stat = _field(entry, column.get(f"stats_{name}"))
             self.stats[name].extend(_fit(stat if isinstance(stat, list) else [], k))
@@ -406,9 +448,10 @@ class _Table:
             cols[name] = pd.Categorical.from_codes(per_code.codes[bench_codes], dtype=per_code.dtype)
         cols["params"] = pd.Categorical(self.labels)
         failed = np.fromiter((v is None for v in self.values), dtype=bool, count=len(self.values))
+        invalid = np.fromiter((v is INVALID for v in self.values), dtype=bool, count=len(self.values))
         numeric = _numbers(self.values)
-        status = np.where(failed, "failed", np.where(np.isnan(numeric), "skipped", "ok"))
-        cols["status"] = pd.Categorical(status, categories=["ok", "skipped", "failed"])
+        status = np.where(failed, "failed", np.where(invalid, "invalid", np.where(np.isnan(numeric), "skipped", "ok")))
+        cols["status"] = pd.Categorical(status, categories=["ok", "skipped", "failed", "invalid"])
         cols["value"] = numeric
         for name in STATS:  # asv writes numbers or null; anything else becomes NaN
             cols[name] = _numbers(self.stats[name])
@@ -469,6 +512,19 @@ class _Table:
             frame[col] = _typed(pd.Series(values, dtype=object))
             param_names.append(col)
         return param_names
+
+
+#: a value asv would not write (a string, a bool, an infinity): kept as "invalid", never converted
+INVALID = object()
+
+
+def _acceptable(value: Any) -> bool:
+    """None (failed), NaN (skipped) or a finite number: what asv writes as a result value."""
+    if value is None:
+        return True
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return not math.isinf(value)
 
 
 def _fit(values: list[Any], k: int) -> list[Any]:

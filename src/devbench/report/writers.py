@@ -19,7 +19,9 @@ from devbench.files import write_atomic
 from devbench.report.load import Loaded
 from devbench.report.sections import Report
 
-FORMATS = ("md", "html", "csv", "png")
+FORMATS = ("md", "html", "csv", "parquet", "png")
+#: the tidy frame's own formats (written while the report is built)
+TABLE_FORMATS = ("csv", "parquet")
 
 _MD_SPECIAL = str.maketrans(
     {c: "\\" + c for c in "\\`*_[]|#"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ", "\r": " "}
@@ -104,6 +106,30 @@ def to_html(rep: Report) -> str:
     return "\n".join(out)
 
 
+def as_text_where_mixed(frame: pd.DataFrame) -> pd.DataFrame:
+    """Object columns holding more than one type (an int param in one benchmark, a str in another) as text.
+
+    The frame keeps each benchmark's own types; a columnar file needs one type per column.
+    Missing values stay missing.
+    """
+    fixed = {}
+    for col in frame.columns:
+        if frame[col].dtype == object:
+            kind = pd.api.types.infer_dtype(frame[col], skipna=True)
+            if kind not in ("string", "empty"):
+                fixed[col] = frame[col].map(lambda v: v if v is None or (isinstance(v, float) and v != v) else str(v))
+    return frame.assign(**fixed) if fixed else frame
+
+
+def to_parquet(frame: pd.DataFrame) -> bytes:
+    """The tidy frame as Parquet (pyarrow): a history pandas, polars or DuckDB read without asv's JSON."""
+    import io
+
+    buf = io.BytesIO()
+    as_text_where_mixed(frame).to_parquet(buf, index=False, engine="pyarrow")
+    return buf.getvalue()
+
+
 def to_csv(frame: pd.DataFrame) -> bytes:
     """The tidy frame as CSV: pyarrow's writer (C++, about 4x faster on large histories), else pandas'."""
     try:
@@ -111,6 +137,7 @@ def to_csv(frame: pd.DataFrame) -> bytes:
         import pyarrow.csv as pa_csv
     except ImportError:
         return frame.to_csv(index=False).encode("utf-8")
+    frame = as_text_where_mixed(frame)
     # Arrow formats a time zone-aware timestamp per value, slowly (over half the CSV's time
     # on a 500,000-row history); a history has few distinct times: format each once.
     dates = {}
@@ -142,6 +169,10 @@ def write(rep: Report | None, loaded: Loaded, out_dir: Path, formats: Sequence[s
     if "csv" in formats:
         path = out_dir / "results.csv"
         write_atomic(path, to_csv(loaded.frame))
+        written.append(path)
+    if "parquet" in formats:
+        path = out_dir / "results.parquet"
+        write_atomic(path, to_parquet(loaded.frame))
         written.append(path)
     if "md" in formats:
         path = out_dir / "report.md"
