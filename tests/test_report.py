@@ -20,7 +20,6 @@ from devbench.report import compare as C
 from devbench.report import derive as D
 from devbench.report.cli import main
 from devbench.report.load import ReportError, load_results, parse_param
-from devbench.report.writers import md_escape
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from asv_fixture import History, asv, make_history  # noqa: E402
@@ -229,7 +228,7 @@ def test_corrupt_file_is_named_and_the_rest_loads(results_copy, tmp_path, capsys
     assert [p.path for p in loaded.problems] == [str(victim)]
     assert main(["--results", str(results_copy), "--out", str(tmp_path / "out"), "--format", "md"]) == 0
     assert victim.name in capsys.readouterr().err
-    assert md_escape(victim.name) in (tmp_path / "out" / "report.md").read_text()  # Markdown-escaped
+    assert victim.name.split("-")[0] in (tmp_path / "out" / "report.md").read_text()  # env name: a label
 
 
 def test_damaged_fields_name_the_file_and_the_rest_loads(results_copy):
@@ -320,7 +319,7 @@ def test_full_report_on_another_projects_results(hist, tmp_path):
     # c2 sleeps twice as long, but one run per commit is never called a regression
     between = md.split("## Between two commits")[1].split("\n## ")[0]
     assert "**undecided**" in between and "<details><summary>" in between and "slower" not in between
-    assert "time\\_sleep" in between
+    assert "time_sleep" in between
     assert "Matmul" not in md  # no suite-specific section for someone else's benchmarks
     csv = pd.read_csv(out / "results.csv")
     assert len(csv) == 40 and {"value", "status", "ci_99_a", "machine_gpu", "n"} <= set(csv.columns)

@@ -103,6 +103,7 @@ def _run(args: argparse.Namespace) -> int:
         for p in loaded.problems:
             print(f"devbench report: warning: {p}", file=sys.stderr)
         loaded.frame = _select(loaded.frame, args)
+        _hide_paths(loaded)
         pair = commit_pair(loaded.frame, args.base, args.head)
         floors, verdicts, source = _judging(args)
     except (ReportError, OutputError) as exc:
@@ -145,6 +146,26 @@ def _check_options(args: argparse.Namespace, formats: list[str], known: Sequence
         raise ReportError(f"--commits must be >= 1, got {args.commits}")
     if args.collectives and not Path(args.collectives).is_dir():
         raise ReportError(f"--collectives {args.collectives}: no such directory")
+
+
+def _hide_paths(loaded) -> None:
+    """Short environment labels instead of asv's names (which hold interpreter paths), in the frame and problems."""
+    from devbench.report.problems import Problem
+    from devbench.report.records import env_labels, env_legend, without_paths
+
+    labels = env_labels(loaded.frame)
+    loaded.env_legend = env_legend(loaded.frame)
+    loaded.frame = without_paths(loaded.frame)
+    root = str(loaded.results_dir) if loaded.results_dir else ""
+
+    def clean(text: str) -> str:
+        if root and text.startswith(root):
+            text = Path(root).name + text[len(root) :]
+        for name, label in labels.items():
+            text = text.replace(name, label)
+        return text
+
+    loaded.problems = [Problem(clean(p.path), clean(p.message)) for p in loaded.problems]
 
 
 def _judging(args: argparse.Namespace):

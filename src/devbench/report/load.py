@@ -75,6 +75,8 @@ class Loaded:
     machine_columns: list[str] = field(default_factory=list)
     #: figures of ``python -m devbench.collectives`` runs (see ``load_collectives``)
     collectives: pd.DataFrame | None = None
+    #: what each short environment label stands for (``records.env_legend``), once paths are hidden
+    env_legend: pd.DataFrame | None = None
 
 
 def parse_param(text: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +143,67 @@ def load_collectives(folder: str | os.PathLike[str], problems: list[Problem] | N
             if problems is not None:
                 problems.append(Problem(str(path), f"skipped: {exc}"))
     return pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS)
+
+
+_VERSION = re.compile(r"^\d+(\.\d+)*$")
+
+
+def env_labels(frame: pd.DataFrame) -> dict[str, str]:
+    """A short label per asv environment name, e.g. ``py3.11 torch2.13.0 (virtualenv)``.
+
+    asv names an ``existing`` environment after its interpreter's path; the label keeps
+    what a reader needs (the kind of environment, Python and torch where known) and no
+    path. Labels that would collide on one machine get ``#2``, ``#3``.
+    """
+    cols = [c for c in ("env", "machine", "python", "requirements", "torch_version", "env_torch") if c in frame.columns]
+    firsts = frame[cols].drop_duplicates("env")
+    labels: dict[str, str] = {}
+    seen: dict[tuple[str, str], int] = {}
+    for row in firsts.itertuples(index=False):
+        rec = row._asdict()
+        env = str(rec["env"])
+        kind = env.split("-", 1)[0] if "-" in env else env
+        parts = []
+        py = str(rec.get("python") or "")
+        if _VERSION.match(py):
+            parts.append(f"py{py}")
+        torch = rec.get("torch_version") or rec.get("env_torch")
+        if isinstance(torch, str) and torch:
+            parts.append(f"torch{torch}")
+        label = " ".join(parts) + f" ({kind})" if parts else kind
+        key = (str(rec.get("machine")), label)
+        seen[key] = seen.get(key, 0) + 1
+        labels[env] = label if seen[key] == 1 else f"{label} #{seen[key]}"
+    return labels
+
+
+def without_paths(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame as the report shows it: short environment labels, no interpreter or file paths."""
+    labels = env_labels(frame)
+    out = frame.copy()
+    # labels are unique per machine, not overall: map the values, then make categories again
+    out["env"] = out["env"].astype(str).map(lambda e: labels.get(e, e)).astype("category")
+    if "python" in out.columns:
+        py = out["python"].astype(object)
+        out["python"] = py.where(py.map(lambda v: isinstance(v, str) and bool(_VERSION.match(v))), None)
+    return out.drop(columns=[c for c in ("file",) if c in out.columns])
+
+
+def env_legend(frame: pd.DataFrame) -> pd.DataFrame:
+    """Label -> what it stands for (kind, Python, torch, requirements), one row per environment."""
+    labels = env_labels(frame)
+    cols = [c for c in ("env", "machine", "python", "requirements", "torch_version") if c in frame.columns]
+    rows = []
+    for rec in frame[cols].drop_duplicates("env").to_dict("records"):
+        py = rec.get("python")
+        rows.append(
+            {
+                "environment": labels[str(rec["env"])],
+                "machine": rec.get("machine"),
+                "kind": str(rec["env"]).split("-", 1)[0],
+                "python": py if isinstance(py, str) and _VERSION.match(py) else "not recorded",
+                "torch": rec.get("torch_version") or "not recorded",
+                "requirements": rec.get("requirements") or "",
+            }
+        )
+    return pd.DataFrame(rows)

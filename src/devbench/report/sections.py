@@ -201,6 +201,14 @@ def _gpu_state(frame: pd.DataFrame) -> Section | None:
     return Section("GPU state: figures measured while throttled", text, table)
 
 
+def _drop_constant(table: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Without ``where``/``machine``/``env`` columns that hold one value (the Machines section names it)."""
+    if table is None or len(table) == 0:
+        return table
+    same = [c for c in ("where", "machine", "env") if c in table.columns and table[c].nunique(dropna=False) <= 1]
+    return table.drop(columns=same) if same else table
+
+
 def _pct(ratio: float) -> str:
     return "n/a" if pd.isna(ratio) else f"{100 * (ratio - 1):+.1f}%"
 
@@ -372,8 +380,9 @@ def build(
     commits = C.commits_in(f)
     lat = latest(cur)
     counts = f["status"].value_counts()
+    where = loaded.results_dir.name if loaded.results_dir else "results"
     summary = [
-        f"Results: `{loaded.results_dir}` - {f['machine'].nunique()} machine(s), {len(commits)} commit(s), "
+        f"Results: `{where}` - {f['machine'].nunique()} machine(s), {len(commits)} commit(s), "
         f"{f['env'].nunique()} environment(s), {len(f)} results ({counts.get('ok', 0)} measured, "
         f"{counts.get('skipped', 0)} skipped, {counts.get('failed', 0)} failed).",
     ]
@@ -382,6 +391,11 @@ def build(
         summary.append(f"Latest commit: `{commits[-1][:8]}` ({last:%Y-%m-%d}).")
     rep = Report("devbench report", summary)
     rep.sections.append(_machines(loaded))
+    if loaded.env_legend is not None and not loaded.env_legend.empty:
+        legend = loaded.env_legend
+        if legend["machine"].nunique() == 1:
+            legend = legend.drop(columns="machine")
+        rep.sections.append(Section("Environments", "What each environment label stands for.", legend))
     if loaded.problems:
         rep.sections.append(
             Section(
@@ -423,6 +437,11 @@ def build(
     if hist is not None:
         rep.sections.append(hist)
     rep.sections.append(_all_latest(cur))
+    for sec in rep.sections:
+        if sec.title in ("Machines", "Environments"):
+            continue
+        sec.table = _drop_constant(sec.table)
+        sec.folded = _drop_constant(sec.folded)
     if plots:
         for key, png in (
             ("throughput", P.plot_throughput(tp)),
