@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,16 +178,24 @@ def env_labels(frame: pd.DataFrame) -> dict[str, str]:
     return labels
 
 
+def _relabel(col: pd.Series, label: Callable[[str], Any]) -> pd.Categorical:
+    """``col`` with each distinct value replaced by ``label(value)``, done once per distinct value."""
+    codes, uniques = pd.factorize(col.astype(object), use_na_sentinel=True)
+    new = [label(str(u)) for u in uniques]
+    cats = pd.unique(pd.Series([n for n in new if n is not None], dtype=object))
+    where = {c: i for i, c in enumerate(cats)}
+    remap = np.array([where[n] if n is not None else -1 for n in new] + [-1], dtype=np.int64)
+    return pd.Categorical.from_codes(remap[codes], categories=cats)
+
+
 def without_paths(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame as the report shows it: short environment labels, no interpreter or file paths."""
+    """The frame as the report shows it: short environment labels, no interpreter or file paths (in place)."""
     labels = env_labels(frame)
-    out = frame.copy()
-    # labels are unique per machine, not overall: map the values, then make categories again
-    out["env"] = out["env"].astype(str).map(lambda e: labels.get(e, e)).astype("category")
-    if "python" in out.columns:
-        py = out["python"].astype(object)
-        out["python"] = py.where(py.map(lambda v: isinstance(v, str) and bool(_VERSION.match(v))), None)
-    return out.drop(columns=[c for c in ("file",) if c in out.columns])
+    # labels are unique per machine, not overall: map the distinct values, then make categories again
+    frame["env"] = _relabel(frame["env"], lambda e: labels.get(e, e))
+    if "python" in frame.columns:
+        frame["python"] = _relabel(frame["python"], lambda v: v if _VERSION.match(v) else None)
+    return frame.drop(columns=[c for c in ("file",) if c in frame.columns])
 
 
 def env_legend(frame: pd.DataFrame) -> pd.DataFrame:

@@ -9,6 +9,8 @@ machine, else ``verdict.DEFAULT_FLOOR``) plus the l1 error of the two levels; GP
 figures measured while the GPU was throttled are left out of the series first.
 
 Steps are fitted to log values, so a level's error and the floor are relative changes.
+A cheap screen first (do the medians on two sides of a quarter, half or three-quarter
+split differ by the floor?) spares the fit on the many series that are flat.
 No torch.
 """
 
@@ -18,6 +20,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from devbench import verdict as V
@@ -63,34 +66,72 @@ def figure_key(benchmark: str, params: str) -> str:
     return f"{benchmark} [{params}]" if params else benchmark
 
 
-def _levels(y: list[float]) -> list[tuple[int, int, float, float]]:
-    from asv.step_detect import detect_steps
+def _noise(logs: np.ndarray) -> float:
+    """Robust noise of a series from its successive differences (a step moves one difference only)."""
+    if len(logs) < 3:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(np.diff(logs))) / math.sqrt(2))
 
-    return [(left, right, value, err) for left, right, value, _, err in detect_steps(y)]
+
+def _levels(logs: np.ndarray, floor: float) -> list[tuple[int, int, float, float]]:
+    """Levels (left, right, log value, l1 error) of asv's Potts fit, its penalty set by the floor and the noise.
+
+    asv publish tunes the penalty per series (``solve_potts_autogamma``, about a dozen fits);
+    here one fit: a new level must pay for itself with twice the floor plus four times the
+    series' own noise in summed distance, so noise alone rarely opens one. The levels found
+    are then kept only where they differ by more than the floor (``detect``).
+    """
+    from asv.step_detect import solve_potts
+
+    gamma = 2 * math.log1p(floor) + 4 * _noise(logs)
+    right, values, dists = solve_potts(logs.tolist(), [1.0] * len(logs), gamma=gamma, min_size=2)
+    out, left = [], 0
+    for r, v, d in zip(right, values, dists, strict=True):
+        out.append((left, r, v, abs(d / (r - left))))
+        left = r
+    return out
+
+
+def _split_screen(logs: np.ndarray, floor: float) -> bool:
+    """True when the medians on two sides of a quarter, half or three-quarter split differ by the floor."""
+    n, limit = len(logs), math.log1p(floor)
+    for cut in {n // 4, n // 2, (3 * n) // 4}:
+        if cut >= 2 and n - cut >= 2 and abs(np.median(logs[:cut]) - np.median(logs[cut:])) > limit:
+            return True
+    return False
 
 
 def detect(frame: pd.DataFrame, floors: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
     """Every level change beyond its floor, per machine, environment and figure (``COLUMNS``)."""
     floors = floors or {}
-    ok = frame[(frame["status"] == "ok") & frame["value"].notna() & (frame["value"] > 0)]
-    if "gpu_throttled" in ok.columns:
-        ok = ok[~ok["gpu_throttled"].fillna(False).astype(bool)]
+    keep = frame["status"].eq("ok").to_numpy() & frame["value"].gt(0).to_numpy()
+    if "gpu_throttled" in frame.columns:
+        keep &= ~frame["gpu_throttled"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    ok = frame.loc[keep, [*SERIES, "unit", "date", "commit", "value"]]
+    ok = ok.sort_values([*SERIES, "date", "commit"], kind="stable")
+    codes = ok.groupby(SERIES, observed=True, sort=False).ngroup().to_numpy()
+    if len(codes) == 0:
+        return pd.DataFrame(columns=COLUMNS)
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
+    logs_all = np.log(ok["value"].to_numpy(dtype=float))
+    keys = ok[[*SERIES, "unit"]].astype(str).to_numpy()
+    commits_all = ok["commit"].astype(str).to_numpy()
     rows = []
-    for (machine, env, bench, params), g in ok.groupby(SERIES, observed=True, sort=True):
-        unit = str(g["unit"].iloc[0])
+    for start, end in zip(starts, ends, strict=True):
+        machine, env, bench, params, unit = keys[start]
+        start = max(start, end - MAX_POINTS)
+        if end - start < MIN_POINTS:
+            continue
         way = direction(bench, unit)
         if not way:
             continue
-        g = g.sort_values(["date", "commit"], kind="stable").tail(MAX_POINTS)
-        if len(g) < MIN_POINTS:
-            continue
-        values = g["value"].astype(float).to_numpy()
+        logs = logs_all[start:end]
         floor = floors.get((machine, figure_key(bench, params)), V.DEFAULT_FLOOR)
-        if values.max() / values.min() <= 1 + floor:
-            continue  # no two points differ by the floor: no level can
-        logs = [math.log(v) for v in values]
-        levels = _levels(logs)
-        commits = g["commit"].tolist()
+        if logs.max() - logs.min() <= math.log1p(floor) or not _split_screen(logs, floor):
+            continue  # no two halves differ by the floor: no level can
+        levels = _levels(logs, floor)
+        commits = commits_all[start:end]
         for (_, r0, v0, e0), (l1, _, v1, e1) in zip(levels, levels[1:], strict=False):
             shift = v1 - v0
             if abs(shift) <= math.log1p(floor) + max(e0, e1):
@@ -101,7 +142,7 @@ def detect(frame: pd.DataFrame, floors: dict[tuple[str, str], float] | None = No
                     "machine": machine, "env": env, "benchmark": bench, "params": params, "unit": unit,
                     "verdict": V.FASTER if went_up == (way == "higher") else V.SLOWER,
                     "ratio": math.exp(shift), "floor": floor, "before": math.exp(v0), "after": math.exp(v1),
-                    "commit_before": commits[r0 - 1], "commit_after": commits[l1], "points": len(g),
+                    "commit_before": commits[r0 - 1], "commit_after": commits[l1], "points": end - start,
                 }
             )  # fmt: skip
     out = pd.DataFrame(rows, columns=COLUMNS)
