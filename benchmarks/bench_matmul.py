@@ -7,7 +7,7 @@ import torch
 from devbench.devices import synchronize
 from devbench.measure import MATMUL_BLOCK_S, calls_for, measure, pin_threads, warm_up
 from devbench.spec import matmul_flops as flops
-from devbench.suite import DEVICES, Benchmark, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
 from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32, tiny_add
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
@@ -46,11 +46,10 @@ class MatmulSquare(Benchmark):
         reason = _skip_reason(self.device, dtype, n)
         if reason:
             raise NotImplementedError(reason)
-        self.mm = Matmul(n, dtype, self.device)
+        self.mm = once(("matmul", device, dtype, n), lambda: Matmul(n, dtype, self.device))
         self._tf32 = tf32(self.mm.allow_tf32)
         self._tf32.__enter__()
-        self.mm.check()
-        warm_up(self.mm, self.device, repeats=2)
+        once(("matmul checked", device, dtype, n), lambda: (self.mm.check(), warm_up(self.mm, self.device, repeats=2)))
 
     def teardown(self, device, dtype, n):
         self._tf32.__exit__(None, None, None)

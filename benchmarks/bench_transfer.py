@@ -12,7 +12,7 @@ import torch
 from devbench.devices import move, synchronize
 from devbench.measure import COPY_BLOCK_S, Lanes, calls_for, measure, median_block, pin_threads, randn, warm_up
 from devbench.spec import MiB, gbps, size_label
-from devbench.suite import DEVICES, Benchmark, require_device, require_gpus, with_samples
+from devbench.suite import DEVICES, Benchmark, once, require_device, require_gpus, with_samples
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
     HIDDEN,
@@ -45,6 +45,13 @@ def _bandwidth(copy: Copy, scale: float = 1.0) -> dict:
     return with_samples((scale * gbps(copy.nbytes, t) for t in measure(copy, dev, calls).per_call), calls)
 
 
+def _checked(copy: Copy) -> Copy:
+    """``copy`` checked byte for byte and warm (built once per process: ``devbench.suite.once``)."""
+    copy.check()
+    warm_up(copy, copy.timing_device)
+    return copy
+
+
 def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
     need: dict[torch.device, int] = {}
     for d in devices:
@@ -72,9 +79,10 @@ class HostDevice(Benchmark):
             raise NotImplementedError(pinned_reason())
         host = torch.device("cpu")
         _require_fit(sets_for(nbytes, max(cache_bytes(host), cache_bytes(dev))), nbytes, host, dev)
-        self.copy = host_device_copy(direction, nbytes, dev, memory, non_blocking=mode == "non_blocking")
-        self.copy.check()
-        warm_up(self.copy, dev)
+        self.copy = once(
+            (direction, memory, mode, nbytes),
+            lambda: _checked(host_device_copy(direction, nbytes, dev, memory, non_blocking=mode == "non_blocking")),
+        )
 
     def time_copy(self, direction, memory, mode, nbytes):
         self.copy()
@@ -145,9 +153,7 @@ class DeviceCopy(Benchmark):
         pin_threads()
         self.device = require_device(device)
         _require_fit(2 * sets_for(nbytes, cache_bytes(self.device)), nbytes, self.device)
-        self.copy = Copy(nbytes, self.device, self.device)
-        self.copy.check()
-        warm_up(self.copy, self.device)
+        self.copy = once((device, nbytes), lambda: _checked(Copy(nbytes, self.device, self.device)))
 
     def time_copy(self, device, nbytes):
         self.copy()

@@ -49,3 +49,34 @@ def test_existing_env_name_matches_asv():
 def test_report_side_of_runinfo_does_not_import_torch():
     code = "import sys, devbench.runinfo; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_set_up_again_reuses_the_checked_workload(monkeypatch):
+    """asv re-runs setup before every sample: the check and warm-up run once per process."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import benchmarks.bench_matmul as bm
+
+    from devbench.workloads.matmul import Matmul
+
+    monkeypatch.setattr(suite, "_BUILT", {})
+    checks = []
+    real = Matmul.check
+    monkeypatch.setattr(Matmul, "check", lambda self: checks.append(self) or real(self))
+    b = bm.MatmulSquare()
+    for _ in range(3):
+        b.setup("cpu", "float32", 64)
+        b.time_matmul("cpu", "float32", 64)
+        b.teardown("cpu", "float32", 64)
+    assert len(checks) == 1
+    b.setup("cpu", "float32", 16)  # another combination is its own workload
+    assert len(checks) == 2
+
+
+def test_with_samples_checks_its_input():
+    assert suite.with_samples([1, 2.5], 3) == {"samples": [1.0, 2.5], "number": 3}
+    with pytest.raises(ValueError, match="at least one"):
+        suite.with_samples([])
+    with pytest.raises(ValueError, match="finite"):
+        suite.with_samples([1.0, float("inf")])

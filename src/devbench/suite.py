@@ -64,6 +64,23 @@ def require_gpus(count: int) -> list[torch.device]:
     return [torch.device("cuda", i) for i in range(count)]
 
 
+_BUILT: dict[tuple, object] = {}
+
+
+def once(key: tuple, build: Callable[[], object]) -> object:
+    """``build()``'s result, built once per process and then reused.
+
+    asv runs ``setup`` again before every sample of a ``time_`` benchmark (and asv runs
+    each benchmark and parameter combination in a process of its own, which ends after
+    it). A workload built, checked and warmed in ``build`` is therefore checked once per
+    process, not once per sample: the float64 reference of a 4,096 CPU product costs
+    seconds, and on a GPU the re-run set-up leaves the device idle between samples.
+    """
+    if key not in _BUILT:
+        _BUILT[key] = build()
+    return _BUILT[key]
+
+
 def with_samples(samples: Iterable[float], number: int = 1) -> dict:
     """A ``track_`` figure with its samples, in the form asv keeps for timing results.
 
