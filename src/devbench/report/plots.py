@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from devbench.report.derive import where_label
-from devbench.spec import direction
+from devbench.spec import direction, size_label
 
 
 def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1) -> bytes:
@@ -37,35 +37,62 @@ def _draw(plt, draw: Callable[[object], None], ncols: int, nrows: int) -> bytes:
 
 
 def _loglog_per_machine(
-    df: pd.DataFrame, line: str, x: str, y: str, xlabel: str, ylabel: str, style: Callable[[str], str]
+    df: pd.DataFrame,
+    line: str,
+    x: str,
+    y: str,
+    xlabel: str,
+    ylabel: str,
+    style: Callable[[str], str],
+    xfmt: Callable[[float], str] = lambda v: f"{v:g}",
+    peaks: Callable[[pd.DataFrame], dict[str, float]] | None = None,
 ) -> bytes | None:
-    """One log-log panel per machine (at most 4), one line per value of ``line``."""
+    """One log-log panel per machine (at most 4), one line per value of ``line``; plain tick labels."""
     if df.empty:
         return None
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     where = where_label(df)
     wheres = sorted(where.unique())[:4]
 
     def draw(axes):
         for ax, w in zip(axes.flat, wheres, strict=False):
-            for label, g in df[where == w].groupby(line):
+            sub = df[where == w]
+            for i, (label, g) in enumerate(sub.groupby(line)):
                 g = g.sort_values(x)
-                ax.plot(g[x], g[y], marker="o", ls=style(str(label)), label=str(label))
+                ax.plot(g[x], g[y], marker="o", ls=style(str(label)), label=str(label), color=f"C{i % 10}")
+                for name, peak in (peaks(g) if peaks else {}).items():
+                    ax.axhline(peak, ls=":", lw=1, color=f"C{i % 10}", label=name)
             ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=w)
+            ticks = sorted(set(sub[x].astype(float)))
+            ax.xaxis.set_major_locator(FixedLocator(ticks[:: max(1, len(ticks) // 8)]))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: xfmt(v)))
+            ax.xaxis.set_minor_formatter(NullFormatter())
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="best")
 
     return _figure_png(draw, ncols=len(wheres))
 
 
+def _datasheet(g: pd.DataFrame) -> dict[str, float]:
+    """The datasheet dense peak of this GPU line's dtype (none for CPU lines and unknown GPUs)."""
+    from devbench.peaks import gpu_peak
+
+    if g.empty or str(g["device"].iloc[0]) != "cuda" or "machine_gpu" not in g.columns:
+        return {}
+    peak = gpu_peak(str(g["machine_gpu"].iloc[0]), str(g["dtype"].iloc[0]))
+    return {f"datasheet {g['dtype'].iloc[0]}": peak} if peak else {}
+
+
 def plot_throughput(tp: pd.DataFrame) -> bytes | None:
-    """TFLOP/s vs n per device and dtype (GPU solid, CPU dashed)."""
+    """TFLOP/s vs n per device and dtype (GPU solid, CPU dashed, datasheet peaks dotted)."""
     lines = tp.assign(line=tp["device"].astype(str) + " " + tp["dtype"].astype(str))
     return _loglog_per_machine(
-        lines, "line", "n", "tflops", "n (n x n @ n x n)", "TFLOP/s", lambda s: "-" if s.startswith("cuda") else "--"
-    )
+        lines, "line", "n", "tflops", "n (n x n @ n x n)", "TFLOP/s (higher is better)",
+        lambda s: "-" if s.startswith("cuda") else "--", peaks=_datasheet,
+    )  # fmt: skip
 
 
 def plot_bandwidth(bw: pd.DataFrame) -> bytes | None:
@@ -74,7 +101,9 @@ def plot_bandwidth(bw: pd.DataFrame) -> bytes | None:
     def style(copy: str) -> str:
         return "--" if "pageable" in copy else ":" if copy.startswith("on-device") else "-"
 
-    return _loglog_per_machine(bw, "copy", "nbytes", "gbps", "bytes per copy", "GB/s (decimal)", style)
+    return _loglog_per_machine(
+        bw, "copy", "nbytes", "gbps", "bytes per copy", "GB/s, decimal (higher is better)", style, xfmt=size_label
+    )
 
 
 def plot_collectives(cb: pd.DataFrame) -> bytes | None:
@@ -86,8 +115,8 @@ def plot_collectives(cb: pd.DataFrame) -> bytes | None:
         line=cb["op"] + " (" + cb["runner"] + ")",
     )
     return _loglog_per_machine(
-        lines, "line", "nbytes", "busbw", "message size (bytes)", "bus bandwidth, GB/s",
-        lambda s: "-" if s.endswith("(asv)") else "--",
+        lines, "line", "nbytes", "busbw", "message size", "bus bandwidth, GB/s (higher is better)",
+        lambda s: "-" if s.endswith("(asv)") else "--", xfmt=size_label,
     )  # fmt: skip
 
 
@@ -114,7 +143,7 @@ def plot_history(frame: pd.DataFrame, steps: pd.DataFrame, limit: int = 6) -> by
             commits = sub["commit"].tolist()
             if step.commit_after in commits:
                 ax.axvline(commits.index(step.commit_after) - 0.5, color="C3", ls="--", lw=1)
-            ax.set_ylim(bottom=0)
+            ax.set_ylim(0, 1.35 * float((sub["value"] / first).max()))  # a wide interval must not flatten the line
             step_every = max(1, len(sub) // 8)  # at most ~8 commit labels per axis
             ax.set_xticks(x[::step_every], sub["commit_short"].iloc[::step_every], rotation=45, fontsize=7)
             better = direction(step.benchmark, step.unit)

@@ -92,7 +92,8 @@ def _throughput(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
     table.columns.name = None
     text = (
         "Square matmul, TFLOP/s (2n^3 per product), latest commit per machine; blank: skipped on that machine "
-        "(the reason is in the run log)."
+        "(the reason is in the run log). Plot: higher is better; GPU solid, CPU dashed, a GPU's datasheet dense "
+        "peak for each dtype dotted (devbench.peaks); both axes logarithmic."
     )
     return Section("Matmul throughput (TFLOP/s)", text, table.round(4), plot="throughput")
 
@@ -142,7 +143,8 @@ def _bandwidth(bw: pd.DataFrame) -> Section | None:
     text = (
         "Decimal GB/s of bytes copied (nvbandwidth's convention); on-device copies also read what they write, so "
         "their read+write figure is twice this. `on-device cpu` is a host memory copy: the line host<->device "
-        "copies are held against."
+        "copies are held against. Plot: higher is better; pinned host memory solid, pageable dashed, on-device "
+        "dotted; both axes logarithmic."
     )
     return Section("Copy bandwidth (GB/s)", text, table.round(3), plot="bandwidth")
 
@@ -178,7 +180,8 @@ def _collectives(cb: pd.DataFrame) -> Section | None:
     text = (
         "Bus bandwidth, decimal GB/s (nccl-tests: algorithm bandwidth = size / time, x 2(n-1)/n for all_reduce, "
         "x (n-1)/n for all_gather and reduce_scatter, x 1 for broadcast and the send/recv ring), every result "
-        "checked on every rank. `asv`: the suite's local world; `torchrun`: `python -m devbench.collectives`."
+        "checked on every rank. `asv`: the suite's local world; `torchrun`: `python -m devbench.collectives`. "
+        "Plot: higher is better; the suite's runs solid, torchrun files dashed; both axes logarithmic."
     )
     return Section("Collectives: bus bandwidth (GB/s)", text, table.round(3), plot="collectives")
 
@@ -324,7 +327,10 @@ def _history(frame: pd.DataFrame, floors: dict) -> tuple[Section | None, pd.Data
         f"({judged} series): a level change is listed when it exceeds the figure's noise floor (learned by "
         f"`devbench calibrate`, else {100 * V.DEFAULT_FLOOR:.0f}%) plus the levels' own error; GPU figures "
         f"measured while throttled are left out. {len(steps)} steps found, largest first. A step in a history of "
-        "single runs can also be the host changing speed between days: confirm one with `devbench compare`."
+        "single runs can also be the host changing speed between days: confirm one with `devbench compare`. "
+        "Plot: the series with the largest steps, each divided by its first commit's value (1.0 = no change), "
+        "the axis from zero, the shaded band asv's 99% interval, the dashed red line where the step is; the "
+        "y label says which way is better."
     )
     if steps.empty:
         return Section("Changes in the history (detected steps)", text), steps
