@@ -52,7 +52,7 @@ machine: venv
 	$(PY) -m devbench.cli machine
 
 bench: machine
-	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --show-stderr --bench '$(BENCH)'
+	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --record-samples --show-stderr --bench '$(BENCH)'
 	$(ASV) publish
 	$(MAKE) report
 

@@ -67,6 +67,7 @@ CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;
 line-height:1.45}p{max-width:75em}
 table{border-collapse:collapse;font-size:13px;margin:.5em 0;display:block;overflow-x:auto;max-width:100%}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%}code{background:#f3f3f3;padding:0 .2em}details{margin:.5em 0}summary{cursor:pointer}"""
 
 
@@ -77,8 +78,13 @@ def _inline(text: str) -> str:
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
 
 
+_NUMBER_CELL = re.compile(r"<td>([-+]?[0-9][0-9.,]*(?:e[-+]?[0-9]+)?\s*(?:%|[a-zμ]*s|x)?)</td>")
+
+
 def _html_table(table: pd.DataFrame) -> str:
-    return table.to_html(index=False, na_rep="n/a", float_format=lambda v: f"{v:.4g}", border=0, escape=True)
+    """An escaped HTML table; cells that are numbers (with a unit or %) are right-aligned."""
+    out = table.to_html(index=False, na_rep="n/a", float_format=lambda v: f"{v:.4g}", border=0, escape=True)
+    return _NUMBER_CELL.sub(r'<td class="num">\1</td>', out)
 
 
 def to_html(rep: Report) -> str:
