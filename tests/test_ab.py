@@ -127,10 +127,11 @@ def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project
     assert _run(monkeypatch, project, "calibrate", "--from", str(planted), "--out", str(tmp_path / "x")) == 2
     assert "different benchmark code" in capsys.readouterr().err
 
-    # the next compare uses the learned floors and says so
+    # a finished compare judged again with the learned floors, measuring nothing, says so
     again = tmp_path / "again"
-    assert _run(monkeypatch, project, "compare", c1, c3, "--out", str(again), "--bench", "time_sleep") == 1
-    assert "learned by devbench calibrate" in (again / "compare.md").read_text()
+    assert _run(monkeypatch, project, "compare", "--from", str(planted), "--out", str(again)) == 1
+    assert "learned by devbench calibrate on alpha for 2 of 2 figures" in (again / "compare.md").read_text()
+    assert _rows(again / "compare.csv")["bench_ab.time_sleep"]["verdict"] == "slower"
 
 
 @pytest.mark.parametrize(
@@ -140,6 +141,7 @@ def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project
         (["compare", "HEAD~2", "HEAD", "--bench", "("], "is not a regular expression"),
         (["compare", "HEAD~2", "HEAD", "--rounds", "1"], "--rounds must be at least 2"),
         (["calibrate", "--from", "/nonexistent"], "no run.json"),
+        (["compare"], "name the BASE commit"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(project, monkeypatch, capsys, argv, message):

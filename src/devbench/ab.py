@@ -419,38 +419,65 @@ def _machine_of(per_process: Any) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.from_compare:
+        per_process, record = _read_compare(Path(args.from_compare))
+        return _judge_and_write(args, per_process, record)
     plan = _prepare(args, [("base", args.base), ("head", args.head)])
     try:
         _run_rounds(plan)
         per_process = collect(plan.work, plan.sides, plan.rounds)
-        machine = _machine_of(per_process)
-        floors = load_floors(Path(args.asv_dir), machine)
-        table = judge_all(per_process, "base", "head", floors, args.confidence)
-        base, head = plan.sides
-        title = f"devbench compare {base.rev} ({base.sha[:8]}) -> {head.rev} ({head.sha[:8]}) on {machine}"
-        notes = [
-            f"{plan.rounds} rounds per side, interleaved ABBA, each benchmark in a fresh process per round; "
-            f"ratio = head / base, a {round(100 * args.confidence)}% distribution-free interval.",
-            f"noise floors: learned by devbench calibrate on {machine} for {sum(k in floors for k in _keys(table))} "
-            f"of {len(table)} figures, {100 * V.DEFAULT_FLOOR:.0f}% for the rest"
-            if floors
-            else f"noise floors: {100 * V.DEFAULT_FLOOR:.0f}% (run devbench calibrate on {machine} to learn them)",
-        ]
-        print()
-        print(to_text(table, title))
-        publish(
-            Path(args.out),
-            {
-                "compare.csv": table.to_csv(index=False),
-                "compare.md": to_markdown(table, title, notes),
-                "per-process.csv": per_process.to_csv(index=False),
-                "run.json": json.dumps(_run_record(plan, machine, args), indent=1),
-            },
-        )
-        print(f"wrote {args.out}/compare.csv, compare.md, per-process.csv, run.json")
+        record = _run_record(plan, _machine_of(per_process), args)
+        return _judge_and_write(args, per_process, record)
     finally:
         _keep_or_clean(plan, args)
+
+
+def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[str, Any]) -> int:
+    """Verdicts with this machine's floors; the table on stdout, the files in ``--out``; exit 1 if slower."""
+    machine = record["machine"]
+    floors = load_floors(Path(args.asv_dir), machine)
+    table = judge_all(per_process, "base", "head", floors, args.confidence)
+    base, head = record["sides"]["base"], record["sides"]["head"]
+    title = f"devbench compare {base['rev']} ({base['sha'][:8]}) -> {head['rev']} ({head['sha'][:8]}) on {machine}"
+    learned = sum(k in floors for k in _keys(table))
+    notes = [
+        f"{record['rounds']} rounds per side, interleaved ABBA, each benchmark in a fresh process per round; "
+        f"ratio = head / base, a {round(100 * args.confidence)}% distribution-free interval.",
+        f"noise floors: learned by devbench calibrate on {machine} for {learned} of {len(table)} figures, "
+        f"{100 * V.DEFAULT_FLOOR:.0f}% for the rest"
+        if floors
+        else f"noise floors: {100 * V.DEFAULT_FLOOR:.0f}% (run devbench calibrate on {machine} to learn them)",
+    ]
+    print()
+    print(to_text(table, title))
+    publish(
+        Path(args.out),
+        {
+            "compare.csv": table.to_csv(index=False),
+            "compare.md": to_markdown(table, title, notes),
+            "per-process.csv": per_process.to_csv(index=False),
+            "run.json": json.dumps({**record, "confidence": args.confidence}, indent=1),
+        },
+    )
+    print(f"wrote {args.out}/compare.csv, compare.md, per-process.csv, run.json")
     return 1 if (table["verdict"] == V.SLOWER).any() else 0
+
+
+def _read_compare(folder: Path) -> tuple[Any, dict[str, Any]]:
+    """A finished compare's per-process figures and run record (``--from``)."""
+    import pandas as pd
+
+    run_file, data = folder / "run.json", folder / "per-process.csv"
+    if not run_file.is_file() or not data.is_file():
+        raise ABError(f"--from {folder}: no run.json and per-process.csv of a devbench compare there")
+    try:
+        record = json.loads(run_file.read_text())
+        record["sides"]["base"]["sha"], record["sides"]["head"]["benchmark_code"], record["machine"]  # noqa: B018
+        frame = pd.read_csv(data, keep_default_na=False, dtype={"params": str})
+        frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ABError(f"--from {folder}: not a devbench compare record ({exc})") from None
+    return frame, record
 
 
 def _run_record(plan: Plan, machine: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -473,22 +500,13 @@ def _keys(table: Any) -> list[str]:
 
 def _from_compare(folder: Path) -> tuple[Any, str, int]:
     """Per-process figures of a kept A/A ``compare`` (two commits, identical benchmark code) as A and B."""
-    import pandas as pd
-
-    run_file, data = folder / "run.json", folder / "per-process.csv"
-    if not run_file.is_file() or not data.is_file():
-        raise ABError(f"--from {folder}: no run.json and per-process.csv of a devbench compare there")
-    try:
-        run = json.loads(run_file.read_text())
-        base, head = run["sides"]["base"], run["sides"]["head"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ABError(f"--from {run_file}: not a devbench compare record ({exc})") from None
+    frame, run = _read_compare(folder)
+    base, head = run["sides"]["base"], run["sides"]["head"]
     if base["benchmark_code"] != head["benchmark_code"]:
         raise ABError(
             f"--from {folder}: {base['sha'][:8]} and {head['sha'][:8]} run different benchmark code; "
             "only an A/A comparison (identical code) measures noise"
         )
-    frame = pd.read_csv(data, keep_default_na=False, dtype={"params": str})
     frame["side"] = frame["side"].map({"base": "A", "head": "B"})
     return frame, head["sha"], int(run["rounds"])
 
@@ -588,6 +606,9 @@ def run(args: argparse.Namespace) -> int:
     """Run a parsed ``compare``/``calibrate``: exit 2 with a reason on bad input, 130 on Ctrl-C."""
     if not 0 < args.confidence < 1:
         print(f"devbench {args.command}: --confidence must be in (0, 1), got {args.confidence}", file=sys.stderr)
+        return 2
+    if args.command == "compare" and not args.base and not args.from_compare:
+        print("devbench compare: name the BASE commit (or --from DIR of a finished compare)", file=sys.stderr)
         return 2
     try:
         return cmd_compare(args) if args.command == "compare" else cmd_calibrate(args)

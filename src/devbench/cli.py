@@ -126,11 +126,18 @@ def build_parser() -> argparse.ArgumentParser:
         "against its noise floor (devbench calibrate learns the floors). Exit 0: nothing slower; 1: a figure is "
         "slower; 2: bad input; 130: interrupted.",
         epilog="examples:\n  devbench compare main HEAD\n  devbench compare v0.1 HEAD --bench MatmulSquare --rounds 7"
+        "\n  devbench compare --from .asv/compare --out /tmp/again   # judged again after devbench calibrate"
         "\n  make compare BASE=main",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("base", help="the commit to compare against (branch, tag or hash)")
+    p.add_argument("base", nargs="?", help="the commit to compare against (branch, tag or hash)")
     p.add_argument("head", nargs="?", default="HEAD", help="the commit to judge (default HEAD)")
+    p.add_argument(
+        "--from",
+        dest="from_compare",
+        metavar="DIR",
+        help="judge a finished compare (its --out) again with this machine's current noise floors, measuring nothing",
+    )
     ab.add_common(p, out=".asv/compare")
     p.set_defaults(func=ab.run)
 

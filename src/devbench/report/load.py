@@ -413,7 +413,7 @@ class _Table:
             message = f"{len(values)} values for {k} parameter combinations; {fate}"
             problems.append(Problem(f"{rel_path}: {key}", message))
         values = _fit(values, k)
-        bad = [(i, v) for i, v in enumerate(values) if not _acceptable(v)]
+        bad = [] if _all_plain(values) else [(i, v) for i, v in enumerate(values) if not _acceptable(v)]
         if bad:
             shown = ", ".join(f"{_short(v)} at {labels[i] or 'its only combination'}" for i, v in bad[:3])
             more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
@@ -527,6 +527,11 @@ def _acceptable(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return not math.isinf(value)
+
+
+def _all_plain(values: list[Any]) -> bool:
+    """The common case, checked fast: every value a finite float (or NaN) or None."""
+    return all(v is None or (type(v) is float and v - v == v - v or v != v) for v in values)
 
 
 def _fit(values: list[Any], k: int) -> list[Any]:
