@@ -410,6 +410,8 @@ def test_bandwidth_from_time_and_logging_and_parallel_ratios():
     f = _frame(
         [
             {"benchmark": "bench_transfer.DeviceCopy.time_copy", "device": "cpu", "nbytes": 1 << 30, "value": 0.1},
+            {"benchmark": "bench_transfer.HostDevice.track_gbps", "direction": "h2d", "memory": "pageable",
+             "mode": "non_blocking", "nbytes": 4096, "value": 1.0, "unit": "GB/s"},
             {"benchmark": "bench_logging.LogNorms.time_loop", "device": "cpu", "strategy": "on_device",
              "steps": 100, "n": 100, "value": 0.01},
             {"benchmark": "bench_logging.LogNorms.time_loop", "device": "cpu", "strategy": "per_step_item",
@@ -420,6 +422,7 @@ def test_bandwidth_from_time_and_logging_and_parallel_ratios():
     )  # fmt: skip
     bw = D.transfer_bandwidth(f)
     assert _row(bw, copy="on-device cpu")["gbps"] == pytest.approx((1 << 30) / 0.1 / 1e9)
+    assert _row(bw, copy="h2d pageable non_blocking (staged, synchronous)")["gbps"] == 1.0  # what it really is
     lr = D.logging_ratio(f)
     assert _row(lr, strategy="per_step_item")["ratio"] == pytest.approx(5.0)
     ps = D.parallel_scaling(f).iloc[0]
