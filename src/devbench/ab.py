@@ -81,8 +81,10 @@ def resolve(repo: Path, rev: str) -> str:
         raise ABError(f"{rev!r} is not a commit of the repository at {repo}") from None
 
 
-#: what the benchmarks run: two commits with the same objects here measure the same code
+#: what the benchmarks run: two commits with the same Python files here (and the same asv
+#: configuration) measure the same code; documentation beside them does not count
 BENCHMARK_CODE = (
+    "asv.conf.json",
     "benchmarks",
     "src/devbench/workloads",
     "src/devbench/measure.py",
@@ -93,14 +95,14 @@ BENCHMARK_CODE = (
 
 
 def benchmark_code(repo: Path, sha: str) -> str:
-    """The git object ids of the code the benchmarks run at ``sha``, as one string."""
-    ids = []
-    for path in BENCHMARK_CODE:
-        try:
-            ids.append(_git(repo, "rev-parse", "--verify", "--quiet", f"{sha}:{path}"))
-        except ABError:
-            ids.append("-")
-    return " ".join(ids)
+    """The git blob ids of the code the benchmarks run at ``sha`` (Python files and asv.conf.json), as one string."""
+    listing = _git(repo, "ls-tree", "-r", sha, "--", *BENCHMARK_CODE)
+    blobs = []
+    for line in listing.splitlines():
+        meta, path = line.split("\t", 1)
+        if path.endswith(".py") or path == "asv.conf.json":
+            blobs.append(f"{path}={meta.split()[2]}")
+    return " ".join(sorted(blobs))
 
 
 def export(repo: Path, sha: str, dest: Path) -> None:
