@@ -114,3 +114,13 @@ def test_learned_floor_and_detectable_change():
     mdc = V.detectable_change(floor, noisy_a, noisy_b)
     assert mdc > floor and math.isfinite(mdc)
     assert math.isinf(V.detectable_change(floor, [1.0, 1.1], [1.0, 1.1]))  # too few rounds for 95%
+    wild = [1.0, 50.0, 0.02, 3.0, 0.3]
+    assert V.learned_floor(wild, wild) == V.MAX_FLOOR
+
+
+def test_a_large_change_of_a_wild_figure_is_never_same():
+    base = [1.0, 1.02, 0.98, 1.01, 0.99]
+    head = [1.9 * v for v in base]
+    assert V.judge(base, head, higher_is_better=False, floor=V.MAX_FLOOR).verdict == V.SLOWER
+    head = [1.45 * v for v in [1.0, 1.3, 0.8, 1.1, 0.9]]
+    assert V.judge(base, head, higher_is_better=False, floor=V.MAX_FLOOR).verdict == V.UNDECIDED

@@ -18,7 +18,8 @@ evidence is therefore one figure per process, A and B interleaved over rounds.
 * **Noise floor.** A change smaller than what processes of one commit differ by is not a
   change a user can act on. ``calibrate`` (an A/A run) learns it per figure as
   ``FLOOR_SIGMAS`` robust standard deviations of the log figure between processes, at
-  least ``MIN_FLOOR``; without a calibration the floor is ``DEFAULT_FLOOR``.
+  least ``MIN_FLOOR`` and at most ``MAX_FLOOR``; without a calibration the floor is
+  ``DEFAULT_FLOOR``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ DEFAULT_FLOOR = 0.05
 MIN_FLOOR = 0.02
 #: a learned floor is this many robust standard deviations of the per-process log figure
 FLOOR_SIGMAS = 3.0
+#: and at most this: a figure noisier than that is judged by its interval against 50%, so
+#: that "same" can never be said of a change as large as the noise of a wild figure (an
+#: A/A run on a busy 2-vCPU host learned 4,600% for one 64x64 bf16 product)
+MAX_FLOOR = 0.5
 #: two-sided confidence of the interval (asv compare's 99%)
 CONFIDENCE = 0.99
 
@@ -174,7 +179,7 @@ def learned_floor(a: Sequence[float], b: Sequence[float]) -> float:
         if side:
             mid = statistics.median(side)
             logs += [v / mid for v in side]
-    return max(MIN_FLOOR, math.expm1(FLOOR_SIGMAS * process_sigma(logs)))
+    return min(MAX_FLOOR, max(MIN_FLOOR, math.expm1(FLOOR_SIGMAS * process_sigma(logs))))
 
 
 def detectable_change(floor: float, a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> float:
