@@ -64,7 +64,7 @@ report: venv
 # reports/compare/) are committed, so anyone can rebuild it. `make report` writes the
 # user's own report to reports/latest/, which git ignores.
 sample-report: venv
-	$(VENV)/bin/devbench report --results reports/asv-results --out reports/sample
+	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare --out reports/sample
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'
