@@ -516,7 +516,7 @@ def _from_compare(folder: Path) -> tuple[Any, str, int]:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.from_compare:
         per_process, sha, rounds = _from_compare(Path(args.from_compare))
-        _learn_and_store(args, per_process, sha, rounds, f"an A/A compare kept in {args.from_compare}")
+        _learn_and_store(args, per_process, sha, rounds, f"an A/A compare kept in {Path(args.from_compare).name}/")
         return 0
     plan = _prepare(args, [("A", args.commit), ("B", args.commit)])
     try:
