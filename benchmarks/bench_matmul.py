@@ -29,6 +29,14 @@ def _skip_reason(device: torch.device, dtype: str, n: int) -> str | None:
     return None
 
 
+def _checked(mm: Matmul) -> Matmul:
+    """``mm`` checked against float64 and warm, under its TF32 setting (built once per process: ``suite.once``)."""
+    with tf32(mm.allow_tf32):
+        mm.check()
+        warm_up(mm, mm.device, repeats=2)
+    return mm
+
+
 class MatmulSquare(Benchmark):
     """C = A @ B for n x n matrices: wall time of one product and throughput in TFLOP/s.
 
@@ -46,10 +54,9 @@ class MatmulSquare(Benchmark):
         reason = _skip_reason(self.device, dtype, n)
         if reason:
             raise NotImplementedError(reason)
-        self.mm = once(("matmul", device, dtype, n), lambda: Matmul(n, dtype, self.device))
+        self.mm = once(("MatmulSquare", device, dtype, n), lambda: _checked(Matmul(n, dtype, self.device)))
         self._tf32 = tf32(self.mm.allow_tf32)
         self._tf32.__enter__()
-        once(("matmul checked", device, dtype, n), lambda: (self.mm.check(), warm_up(self.mm, self.device, repeats=2)))
 
     def teardown(self, device, dtype, n):
         self._tf32.__exit__(None, None, None)

@@ -80,7 +80,7 @@ class HostDevice(Benchmark):
         host = torch.device("cpu")
         _require_fit(sets_for(nbytes, max(cache_bytes(host), cache_bytes(dev))), nbytes, host, dev)
         self.copy = once(
-            (direction, memory, mode, nbytes),
+            ("HostDevice", direction, memory, mode, nbytes),
             lambda: _checked(host_device_copy(direction, nbytes, dev, memory, non_blocking=mode == "non_blocking")),
         )
 
@@ -153,7 +153,7 @@ class DeviceCopy(Benchmark):
         pin_threads()
         self.device = require_device(device)
         _require_fit(2 * sets_for(nbytes, cache_bytes(self.device)), nbytes, self.device)
-        self.copy = once((device, nbytes), lambda: _checked(Copy(nbytes, self.device, self.device)))
+        self.copy = once(("DeviceCopy", device, nbytes), lambda: _checked(Copy(nbytes, self.device, self.device)))
 
     def time_copy(self, device, nbytes):
         self.copy()

@@ -206,7 +206,7 @@ def judge_all(per_process: Any, a: str, b: str, floors: dict[str, float], confid
         way = direction(bench, unit)
         if not way:
             continue  # a record of the machine, not a measurement
-        floor = floors.get(figure_key(bench, params), V.DEFAULT_FLOOR)
+        floor = floors.get(V.figure_key(bench, params), V.DEFAULT_FLOOR)
         base = g.loc[g["side"] == a, "value"].tolist()
         head = g.loc[g["side"] == b, "value"].tolist()
         v = V.judge(base, head, higher_is_better=way == "higher", floor=floor, confidence=confidence)
@@ -218,10 +218,6 @@ def judge_all(per_process: Any, a: str, b: str, floors: dict[str, float], confid
             }
         )  # fmt: skip
     return pd.DataFrame(rows)
-
-
-def figure_key(benchmark: str, params: str) -> str:
-    return f"{benchmark} [{params}]" if params else benchmark
 
 
 # --- noise floors stored beside the results ---------------------------------------------------------------
@@ -497,7 +493,7 @@ def _run_record(plan: Plan, machine: str, args: argparse.Namespace) -> dict[str,
 
 
 def _keys(table: Any) -> list[str]:
-    return [figure_key(b, p) for b, p in zip(table["benchmark"], table["params"], strict=True)]
+    return [V.figure_key(b, p) for b, p in zip(table["benchmark"], table["params"], strict=True)]
 
 
 def _from_compare(folder: Path) -> tuple[Any, str, int]:
@@ -543,7 +539,7 @@ def _learn_and_store(args: argparse.Namespace, per_process: Any, sha: str, round
         "false_positives_at_default": int(false.sum()),
         "figures_judged": len(at_default),
         "figures": {
-            figure_key(r.benchmark, r.params): {
+            V.figure_key(r.benchmark, r.params): {
                 "floor": round(r.floor, 5),
                 "sigma": round(r.sigma, 5),
                 "detectable": None if not math.isfinite(r.detectable) else round(r.detectable, 5),

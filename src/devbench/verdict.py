@@ -47,6 +47,11 @@ FASTER, SLOWER, SAME, UNDECIDED = "faster", "slower", "same", "undecided"
 VERDICTS = (FASTER, SLOWER, SAME, UNDECIDED)
 
 
+def figure_key(benchmark: str, params: str) -> str:
+    """One figure's name in noise files and tables: ``benchmark [params]`` (the benchmark alone without params)."""
+    return f"{benchmark} [{params}]" if params else benchmark
+
+
 @cache
 def _u_counts(m: int, n: int) -> tuple[int, ...]:
     """How many of the C(m+n, m) orderings give each value of the Mann-Whitney U (0..mn)."""

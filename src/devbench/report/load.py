@@ -239,10 +239,8 @@ def _short(value: Any) -> str:
 
 
 def _why(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if "version" in text.lower() and ("api" in text.lower() or "format" in text.lower() or "1" in text):
-        text += " (an older asv wrote it: `asv update` converts the results folder)"
-    return text
+    """The first line of a reader's error (asv's own names `asv update` for an old file format)."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _field(entry: list[Any], index: int | None) -> Any:

@@ -222,7 +222,7 @@ def _changes(frame: pd.DataFrame, base: str, head: str, floors: dict) -> Section
     both = cmp.dropna(subset=["ratio"])
     both = both[both["ratio"] > 0]
     floor = [
-        floors.get((m, ST.figure_key(b, p)), V.DEFAULT_FLOOR)
+        floors.get((m, V.figure_key(b, p)), V.DEFAULT_FLOOR)
         for m, b, p in zip(both["machine"], both["benchmark"], both["params"], strict=True)
     ]
     both = both.assign(floor=floor)

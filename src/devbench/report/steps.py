@@ -62,10 +62,6 @@ def load_floors(noise_dir: Path) -> dict[tuple[str, str], float]:
     return out
 
 
-def figure_key(benchmark: str, params: str) -> str:
-    return f"{benchmark} [{params}]" if params else benchmark
-
-
 def _noise(logs: np.ndarray) -> float:
     """Robust noise of a series from its successive differences (a step moves one difference only)."""
     if len(logs) < 3:
@@ -127,7 +123,7 @@ def detect(frame: pd.DataFrame, floors: dict[tuple[str, str], float] | None = No
         if not way:
             continue
         logs = logs_all[start:end]
-        floor = floors.get((machine, figure_key(bench, params)), V.DEFAULT_FLOOR)
+        floor = floors.get((machine, V.figure_key(bench, params)), V.DEFAULT_FLOOR)
         if logs.max() - logs.min() <= math.log1p(floor) or not _split_screen(logs, floor):
             continue  # no two halves differ by the floor: no level can
         levels = _levels(logs, floor)
