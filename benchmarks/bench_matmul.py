@@ -5,7 +5,7 @@ import contextlib
 import torch
 
 from devbench.devices import synchronize
-from devbench.measure import MATMUL_BLOCK_S, calls_for, measure, pin_threads, warm_up
+from devbench.measure import MATMUL_BLOCK_S, measure, pin_threads, plan_blocks, warm_up
 from devbench.spec import matmul_flops as flops
 from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
 from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32, tiny_add
@@ -66,8 +66,8 @@ class MatmulSquare(Benchmark):
         synchronize(self.device)
 
     def track_tflops(self, device, dtype, n):
-        calls = calls_for(self.mm, self.device, target_s=BLOCK_S)
-        return with_samples(measure(self.mm, self.device, calls).rates(flops(n) / 1e12), calls)
+        plan = plan_blocks(self.mm, self.device, target_s=BLOCK_S)  # small GPU products: stream held
+        return with_samples(measure(self.mm, self.device, plan).rates(flops(n) / 1e12), plan.calls)
 
     track_tflops.unit = "TFLOP/s"
 
@@ -103,10 +103,10 @@ class MatmulSpeedup(Benchmark):
         self._tf32.__exit__(None, None, None)
 
     def track_gpu_over_cpu(self, dtype, n):
-        calls = {mm.device.type: calls_for(mm, mm.device, target_s=BLOCK_S) for mm in (self.cpu_mm, self.gpu_mm)}
+        plans = {mm.device.type: plan_blocks(mm, mm.device, target_s=BLOCK_S) for mm in (self.cpu_mm, self.gpu_mm)}
         ratios = []
         for _ in range(SPEEDUP_PAIRS):  # a CPU block then a GPU block: drift hits both sides of a pair
-            cpu, gpu = (measure(mm, mm.device, calls[mm.device.type], blocks=1) for mm in (self.cpu_mm, self.gpu_mm))
+            cpu, gpu = (measure(mm, mm.device, plans[mm.device.type], blocks=1) for mm in (self.cpu_mm, self.gpu_mm))
             ratios.append(cpu.median / gpu.median)
         return with_samples(ratios)
 

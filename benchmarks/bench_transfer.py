@@ -10,7 +10,17 @@ STREAM-like host memory copy of the same sizes) is the line GPU copies are held 
 import torch
 
 from devbench.devices import move, synchronize
-from devbench.measure import COPY_BLOCK_S, Lanes, calls_for, measure, median_block, pin_threads, randn, warm_up
+from devbench.measure import (
+    COPY_BLOCK_S,
+    Lanes,
+    calls_for,
+    measure,
+    median_block,
+    pin_threads,
+    plan_blocks,
+    randn,
+    warm_up,
+)
 from devbench.spec import MiB, gbps, size_label
 from devbench.suite import DEVICES, Benchmark, once, require_device, require_gpus, with_samples
 from devbench.workloads.matmul import Matmul
@@ -39,10 +49,14 @@ BLOCK_S = COPY_BLOCK_S
 
 
 def _bandwidth(copy: Copy, scale: float = 1.0) -> dict:
-    """GB/s of bytes copied (times ``scale``) in every block of back-to-back copies."""
+    """GB/s of bytes copied (times ``scale``) in every block of back-to-back copies.
+
+    On a GPU, copies shorter than ``HOLD_BELOW_S`` are timed with the stream held
+    (``devbench.measure.plan_blocks``), unless the host waits for them (pageable or blocking).
+    """
     dev = copy.timing_device
-    calls = calls_for(copy, dev, target_s=BLOCK_S, min_calls=1)
-    return with_samples((scale * gbps(copy.nbytes, t) for t in measure(copy, dev, calls).per_call), calls)
+    plan = plan_blocks(copy, dev, target_s=BLOCK_S, may_hold=not copy.host_waits)
+    return with_samples((scale * gbps(copy.nbytes, t) for t in measure(copy, dev, plan).per_call), plan.calls)
 
 
 def _checked(copy: Copy) -> Copy:

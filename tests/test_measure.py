@@ -159,3 +159,71 @@ def test_sequential_runs_each_function_in_turn():
     order = []
     seconds = M.Lanes([CPU, CPU]).sequential([lambda: order.append("a"), lambda: order.append("b")], calls=2)
     assert order == ["a", "a", "b", "b"] and seconds > 0
+
+
+# --- Held stream (CUDA's spin kernel): the logic on fakes, the CUDA path where a GPU is ----------------------
+
+
+def test_hold_is_refused_on_the_cpu_with_a_reason():
+    reason = M.hold_reason(CPU)
+    assert reason and "cpu" in reason and "dispatch" in reason
+    with pytest.raises(ValueError, match="dispatch"):
+        M.time_block(lambda: None, CPU, 3, hold=True)
+    assert M.plan_blocks(lambda: None, CPU) == M.BlockPlan(M.block_calls(1e-9, M.COPY_BLOCK_S), hold=False)
+
+
+def test_hold_retries_with_longer_spins_until_the_spin_outlasts_the_queueing():
+    tried = []
+
+    def attempt(spin):
+        tried.append(spin)
+        queued = 0.010  # the host needs 10 ms to queue the block
+        return M.HeldAttempt(held=spin > queued, queued_s=queued, seconds=0.004)
+
+    assert M.hold_until_queued(attempt, calls=100, first_spin_s=0.002) == 0.004
+    assert tried == [0.002, 0.020]  # doubled past what the queueing took, then held
+
+
+def test_hold_gives_up_with_a_reason_when_no_spin_outlasts_the_host():
+    attempts = []
+
+    def attempt(spin):
+        attempts.append(spin)
+        return M.HeldAttempt(held=False, queued_s=spin * 3, seconds=1.0)
+
+    with pytest.raises(RuntimeError, match="could not hold the stream while 7 calls"):
+        M.hold_until_queued(attempt, calls=7)
+    assert len(attempts) == M.HOLD_ATTEMPTS and attempts == sorted(attempts)
+
+
+def test_plan_blocks_holds_short_calls_on_a_gpu_and_caps_the_queue(monkeypatch):
+    monkeypatch.setattr(M, "hold_reason", lambda device: None)  # pretend the device can be held
+    monkeypatch.setattr(M, "time_block", lambda fn, device, calls, stream=None, hold=False: M.BlockTiming(5e-6, 1))
+    assert M.plan_blocks(lambda: None, CPU, target_s=0.05) == M.BlockPlan(M.HELD_MAX_CALLS, hold=True)
+    assert M.plan_blocks(lambda: None, CPU, target_s=0.05, may_hold=False) == M.BlockPlan(10_000)
+    monkeypatch.setattr(M, "time_block", lambda fn, device, calls, stream=None, hold=False: M.BlockTiming(2e-3, 1))
+    assert M.plan_blocks(lambda: None, CPU, target_s=0.05) == M.BlockPlan(25)  # long calls: dispatch is hidden
+
+
+def test_measure_takes_a_plan_and_says_whether_it_held(monkeypatch):
+    seen = []
+
+    def fake_block(fn, device, calls, stream=None, hold=False):
+        seen.append((calls, hold))
+        return M.BlockTiming(1e-3 * calls, calls)
+
+    monkeypatch.setattr(M, "time_block", fake_block)
+    m = M.measure(lambda: None, CPU, M.BlockPlan(8, hold=True), blocks=3)
+    assert seen == [(8, True)] * 3 and m.held and m.calls == 8 and m.median == pytest.approx(1e-3)
+    assert not M.measure(lambda: None, CPU, 4, blocks=1).held
+
+
+@pytest.mark.cuda
+def test_held_block_times_device_work_on_a_gpu():
+    dev = torch.device("cuda", 0)
+    x = torch.ones(1000, device=dev)
+    out = torch.empty_like(x)
+    M.warm_up(lambda: torch.add(x, x, out=out), dev)
+    t = M.time_block(lambda: torch.add(x, x, out=out), dev, 64, hold=True)
+    assert t.calls == 64 and t.seconds > 0
+    assert out.eq(2).all()

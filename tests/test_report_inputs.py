@@ -27,7 +27,7 @@ from asv_fixture import MACHINE_FIELDS, _git, asv  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-HOSTILE = '''
+HOSTILE = """
 class Sized:
     params = [[100, 200]]
     param_names = ["size"]
@@ -50,7 +50,7 @@ class Labelled:
 
 def track_other():
     return 3.0
-'''
+"""
 
 
 @pytest.fixture(scope="module")

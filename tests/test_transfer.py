@@ -365,3 +365,13 @@ def test_hidden_copies_on_a_gpu(kind):
 def test_same_device_moves_on_a_gpu():
     x = torch.randn(3, device=CUDA)
     assert move(x, CUDA) is x and x.cuda(0) is x and x.to("cuda:0") is x
+
+
+def test_host_waits_names_the_copies_a_held_stream_cannot_queue():
+    """Pageable or blocking host<->device copies make the host wait; device-side copies do not."""
+    cpu = torch.device("cpu")
+    meta = torch.device("meta")
+    assert T.Copy(64, cpu, cpu).host_waits
+    assert not T.Copy(64, meta, meta).host_waits
+    for memory, non_blocking, waits in (("pageable", True, True), ("pageable", False, True)):
+        assert T.Copy(64, cpu, meta, memory, non_blocking).host_waits is waits

@@ -78,6 +78,16 @@ def test_drift_is_told_apart_from_a_wrong_method():
     assert lines[4].endswith("OFF") and "0.700" in lines[4]
 
 
+def test_held_figures_may_beat_the_dispatch_bound_reference_but_never_lose_to_it():
+    """A held stream times the GPU's work only: faster than Timer's loop is expected, slower is a wrong method."""
+    tol = 0.10
+    faster = V.Row("held", "GB/s", 30.0, 10.0, math.nan, "abc", method=31.0, held=True)
+    slower = V.Row("held slow", "GB/s", 8.0, 10.0, math.nan, "abc", method=8.0, held=True)
+    drifted = V.Row("held drift", "GB/s", 20.0, 10.0, math.nan, "abc", method=31.0, held=True)
+    assert [V.verdict(r, tol) for r in (faster, slower, drifted)] == ["HELD", "OFF", "DRIFT"]
+    assert V.exit_status([faster], tol) == V.EXIT_OK and V.judge([faster, slower], tol) == ["held slow"]
+
+
 @pytest.mark.parametrize(
     ("recorded", "measured", "code", "verdict"),
     [

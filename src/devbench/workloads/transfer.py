@@ -191,6 +191,13 @@ class Copy:
         return [self.src_device] if self.src_device == self.dst_device else [self.src_device, self.dst_device]
 
     @property
+    def host_waits(self) -> bool:
+        """The host waits for this copy: a pageable or blocking host<->device copy (CUDA syncs
+        the stream or the host for it), so it cannot be queued behind a held stream."""
+        touches_host = "cpu" in {self.src_device.type, self.dst_device.type}
+        return touches_host and (self.memory == "pageable" or not self.non_blocking)
+
+    @property
     def timing_device(self) -> torch.device:
         """Where events bracket the copy: the device side (PyTorch runs a GPU -> GPU copy
         on the source GPU's current stream, synchronized with the destination's)."""
