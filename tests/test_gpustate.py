@@ -99,6 +99,7 @@ def test_report_flags_a_figure_measured_while_throttled(tmp_path):
     (folder / "h200.jsonl").write_text(
         "\n".join([
             rec(1, big, "before"),
+            rec(1.5, big, "during", sm_clock_mhz=1800, power_w=390.0, samples=20),
             rec(2, big, "after", power_violation_ns=5_000_000, sm_clock_mhz=1755, temperature_c=71),
             rec(3, small, "before"),
             rec(4, small, "after"),
@@ -113,6 +114,8 @@ def test_report_flags_a_figure_measured_while_throttled(tmp_path):
     assert by_params.isna().sum() == len(by_params) - 2  # no record: unknown, not "fine"
     state = mine.set_index("params")["gpu_state"]["device=cuda, dtype=bfloat16, n=8192"]
     assert state == "SM 1755-1980 MHz, 71 C max, 400 W max"
+    timed = mine.set_index("params").loc["device=cuda, dtype=bfloat16, n=8192"]
+    assert (timed["gpu_mhz"], timed["gpu_watts"]) == (1800, 390.0)  # sampled while it was timed
     # the time_ twin ran in another window: its records would have to be its own
     other = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.time_matmul")]
     assert other["gpu_throttled"].isna().all()
@@ -192,3 +195,40 @@ def test_match_nvml_rules():
     cuda = [{"uuid": "GPU-B"}, {"uuid": None, "pci_bus_id": "0000:3b:00.0"}, {"uuid": "GPU-zzz", "pci_bus_id": None}]
     assert gpustate.match_nvml(cuda, nvml) == [1, 0, None]
     assert gpustate.pci_key("00000000:3B:00.0") == (0, 0x3B, 0) and gpustate.pci_key("junk") is None
+
+
+def test_sampler_summarizes_clocks_and_power_seen_while_timed():
+    reads = iter([1400, 1500, 1600, 1500, 1500, 1500, 1500, 1500, 1500, 1500] + [1500] * 1000)
+
+    def read():
+        mhz = next(reads)
+        return [
+            {
+                "sm_clock_mhz": mhz,
+                "power_w": mhz / 2,
+                "temperature_c": 60,
+                "throttling": ["sw_power_cap"] * (mhz < 1450),
+            }
+        ]
+
+    with gpustate.Sampler(every_s=0.01, read=read) as s:
+        import time
+
+        time.sleep(0.05)
+    (gpu,) = s.summary()
+    assert gpu["samples"] >= 3 and gpu["sm_clock_mhz"] == 1500 and gpu["sm_clock_mhz_min"] == 1400
+    assert gpu["power_w"] == 750 and gpu["power_w_max"] == 800 and gpu["throttling"] == ["sw_power_cap"]
+    assert gpustate.Sampler().summary() == [] and gpustate.summarize([]) == []
+
+
+def test_the_timed_part_is_recorded_as_the_during_phase(fake_gpu, monkeypatch):
+    sample = [{"sm_clock_mhz": 1755, "power_w": 690.0, "temperature_c": 70, "throttling": []}]
+    monkeypatch.setattr(gpustate.Sampler, "_reader", lambda self: lambda: [dict(sample[0])])
+    b = Fake()
+    b.setup("cuda", 64)
+    b.teardown("cuda", 64)
+    lines = [json.loads(ln) for ln in (fake_gpu / "box.jsonl").read_text().splitlines()]
+    assert [r["phase"] for r in lines] == ["before", "during", "after"]
+    during = lines[1]
+    assert during["sm_clock_mhz"] == 1755 and during["power_w"] == 690.0 and during["samples"] >= 2
+    assert during["name"] == "Fake GPU" and during["params"] == {"device": "cuda", "n": 64}

@@ -200,3 +200,119 @@ def record(
 def load(folder: Path) -> list[dict[str, Any]]:
     """Every record under ``folder`` (none if it is absent); unreadable lines are skipped."""
     return [r for r in read_jsonl(folder) if isinstance(r.get("time"), (int, float))]
+
+
+# --- Sampling during the timed work ----------------------------------------------------------------------
+
+#: How often the sampler reads NVML while work is timed (NVML refreshes power about every 20-100 ms).
+SAMPLE_EVERY_S = 0.05
+
+
+def read_now(nv: Any, handles: Sequence[Any]) -> list[dict[str, Any]]:
+    """SM clock, power, temperature and throttle reasons of each GPU, now (cheap: no identities)."""
+    get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    out = []
+    for h in handles:
+        mask = _read(get_reasons, h) if get_reasons else None
+        power = _read(nv.nvmlDeviceGetPowerUsage, h)
+        out.append(
+            {
+                "sm_clock_mhz": _read(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+                "power_w": power / 1e3 if power is not None else None,
+                "temperature_c": _read(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+                "throttling": throttling(mask) if mask is not None else [],
+            }
+        )
+    return out
+
+
+def summarize(samples: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per GPU, over ``samples`` (each: one ``read_now``): median and range of clock and power, hottest
+    temperature, every throttle reason seen, and the number of samples."""
+    import statistics
+
+    if not samples:
+        return []
+    out = []
+    for i in range(len(samples[0])):
+        per = [s[i] for s in samples if i < len(s)]
+
+        def values(key: str, per: list = per) -> list[float]:
+            return [float(r[key]) for r in per if isinstance(r.get(key), (int, float))]
+
+        clocks, watts, temps = values("sm_clock_mhz"), values("power_w"), values("temperature_c")
+        seen = sorted({t for r in per for t in (r.get("throttling") or [])})
+        out.append(
+            {
+                "index": i,
+                "samples": len(per),
+                "sm_clock_mhz": statistics.median(clocks) if clocks else None,
+                "sm_clock_mhz_min": min(clocks) if clocks else None,
+                "power_w": statistics.median(watts) if watts else None,
+                "power_w_max": max(watts) if watts else None,
+                "temperature_c": max(temps) if temps else None,
+                "throttling": seen,
+            }
+        )
+    return out
+
+
+class Sampler:
+    """Reads every GPU's clock, power and throttle reasons on a thread while timed work runs.
+
+    ``with Sampler() as s: ...`` then ``s.summary()``: per GPU, the median SM clock and
+    power over the samples taken inside the block (at least one, read at its start and
+    end). Without NVML it samples nothing and ``summary()`` is ``[]``. ``read`` (a
+    callable returning one ``read_now``-shaped list) replaces NVML in tests.
+    """
+
+    def __init__(self, every_s: float = SAMPLE_EVERY_S, read: Any = None) -> None:
+        import threading
+
+        self.every_s = every_s
+        self._read = read
+        self._samples: list[list[dict[str, Any]]] = []
+        self._stop = threading.Event()
+        self._thread: Any = None
+
+    def _reader(self) -> Any:
+        if self._read is not None:
+            return self._read
+        nv = _nvml()
+        if nv is None:
+            return None
+        try:
+            handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        except Exception:  # noqa: BLE001 - NVML without devices: nothing to sample
+            return None
+        return lambda: read_now(nv, handles)
+
+    def __enter__(self) -> Sampler:
+        import threading
+
+        read = self._reader()
+        if read is None:
+            return self
+        self._samples.append(read())
+
+        def loop() -> None:
+            while not self._stop.wait(self.every_s):
+                self._samples.append(read())
+
+        self._final = read
+        self._thread = threading.Thread(target=loop, name="devbench-nvml-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._samples.append(self._final())
+        self._thread = None
+
+    def summary(self) -> list[dict[str, Any]]:
+        return summarize(self._samples)

@@ -137,11 +137,45 @@ def _cuda_identities() -> list[dict]:
     return cuda_identities()
 
 
+def _start_sampler(bench: object) -> None:
+    """Sample the GPUs' clocks and power from the end of set-up to tear-down: the timed part."""
+    if not torch.cuda.is_initialized():
+        return
+    from devbench import gpustate
+
+    sampler = gpustate.Sampler()
+    bench._devbench_sampler = sampler.__enter__()
+
+
+def _stop_sampler(bench: object, args: tuple) -> None:
+    """Stop the sampler and record what it saw as the ``during`` phase (median clock and power)."""
+    sampler = bench.__dict__.pop("_devbench_sampler", None)
+    if sampler is None:
+        return
+    sampler.__exit__(None, None, None)
+    summary = sampler.summary()
+    if not summary:
+        return
+    from devbench import gpustate
+
+    cls = type(bench)
+    names = list(getattr(cls, "param_names", []))
+    values = args[len(args) - len(names) :] if names else ()
+    name = f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}"
+    ident = {g["index"]: g for g in gpustate.snapshot(_cuda_identities())}
+    keep = ("index", "cuda_index", "uuid", "pci_bus_id", "name", "power_limit_w", "max_sm_clock_mhz")
+    gpus = [{**{k: ident.get(g["index"], {}).get(k) for k in keep}, **g} for g in summary]
+    module = sys.modules.get(cls.__module__)
+    folder = gpustate.gpustate_dir(getattr(module, "__file__", None))
+    gpustate.record(name, dict(zip(names, values, strict=True)), "during", folder, gpus=gpus)
+
+
 def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(setup)
     def wrapped(self, *args):
         setup(self, *args)
         _record_gpu_state(self, args, "before")
+        _start_sampler(self)
 
     wrapped.devbench_gpu_state = True
     return wrapped
@@ -150,6 +184,7 @@ def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
 def _before_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(teardown)
     def wrapped(self, *args):
+        _stop_sampler(self, args)
         _record_gpu_state(self, args, "after")
         teardown(self, *args)
 
@@ -167,8 +202,10 @@ class Benchmark:
 
     Every subclass's ``setup`` and ``teardown`` are wrapped to record the GPUs' NVML
     state (clocks, temperature, power, throttle reasons) right after set-up and before
-    tear-down of a benchmark that uses CUDA (``devbench.gpustate``); asv calls
-    ``teardown`` after every benchmark, even one whose setup skipped.
+    tear-down of a benchmark that uses CUDA (``devbench.gpustate``), and between them,
+    while the benchmark is timed, a ``gpustate.Sampler`` reads clocks and power every
+    50 ms (recorded as the ``during`` phase: median SM clock and watts of the timed
+    work). asv calls ``teardown`` after every benchmark, even one whose setup skipped.
     """
 
     warmup_time = 0.0

@@ -59,6 +59,8 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     or NVML's power/thermal violation time grew inside the window, False when records
     exist and show neither, and missing (NA) where no record applies (CPU rows, runs
     without NVML). ``gpu_state`` summarizes the range seen (SM clock, temperature, power).
+    ``gpu_mhz`` and ``gpu_watts`` are the median SM clock and power sampled while the
+    figure was timed (the ``during`` records of ``gpustate.Sampler``), NaN without them.
     """
     recs = gpustate.load(folder)
     if not recs or frame.empty:
@@ -105,7 +107,16 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     state = pd.Series(None, index=frame.index, dtype=object)
     throttled.iloc[by_row.index.to_numpy()] = by_row["throttled"].to_numpy()
     state.iloc[by_row.index.to_numpy()] = text.to_numpy()
-    return frame.assign(gpu_throttled=throttled, gpu_state=state)
+    out = frame.assign(gpu_throttled=throttled, gpu_state=state)
+    # sampled while the figure was timed (gpustate.Sampler): the clock and power the figure ran at
+    during = m[m["phase"] == "during"] if "phase" in m.columns else m.iloc[:0]
+    mhz = pd.Series(np.nan, index=frame.index)
+    watts = pd.Series(np.nan, index=frame.index)
+    if not during.empty:
+        med = during.groupby("row")[["sm_clock_mhz", "power_w"]].median()
+        mhz.iloc[med.index.to_numpy()] = pd.to_numeric(med["sm_clock_mhz"], errors="coerce").to_numpy()
+        watts.iloc[med.index.to_numpy()] = pd.to_numeric(med["power_w"], errors="coerce").to_numpy()
+    return out.assign(gpu_mhz=mhz, gpu_watts=watts)
 
 
 COLLECTIVE_FORMAT = "devbench-collectives/1"

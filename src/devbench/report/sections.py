@@ -149,6 +149,26 @@ def _bandwidth(bw: pd.DataFrame) -> Section | None:
     return Section("Copy bandwidth (GB/s)", text, table.round(3), plot="bandwidth")
 
 
+#: copies up to this size get a microseconds-per-copy table: below it a copy is latency, not bandwidth
+LATENCY_MAX_BYTES = 1024 * 1024
+
+
+def _latency(bw: pd.DataFrame) -> Section | None:
+    small = bw[bw["nbytes"].astype(float) <= LATENCY_MAX_BYTES]
+    small = small[small["gbps"] > 0]
+    if small.empty:
+        return None
+    us = small.assign(us=small["nbytes"].astype(float) / (small["gbps"] * 1e3), where=where_label(small))
+    table = _by_size(us, ["where"], "copy", "us")
+    text = (
+        "Microseconds per copy up to 1 MiB (the bandwidth figures above, as time): lower is better. On a GPU a "
+        "copy shorter than 100 us is timed with its stream held by a spin kernel while the copies are queued "
+        "(nvbandwidth's method), so this is the device's time per copy without the host's launch; copies the "
+        "host waits for (pageable or blocking) include it. The launch itself is in the launch overhead table."
+    )
+    return Section("Small copies: latency (us)", text, table.round(2))
+
+
 def _logging(frame: pd.DataFrame) -> Section | None:
     lr = D.logging_ratio(frame)
     if lr.empty:
@@ -423,6 +443,7 @@ def build(
         _peak(D.fraction_of_peak(lat, tp)),
         _speedup(lat, tp),
         _bandwidth(bw),
+        _latency(bw),
         _logging(lat),
         _parallel(lat),
         _collectives(cb),
