@@ -390,7 +390,34 @@ def test_matmul_throughput_speedup_crossover_and_peak():
     cuda = _row(peak, device="cuda", n=4096)
     assert cuda["peak"] == 67.0 and cuda["fraction"] == pytest.approx(cuda["tflops"] / 67.0)
     cpu = peak[peak["device"] == "cpu"]
-    assert cpu["fraction"].max() == pytest.approx(1.0) and cpu["peak_source"].iloc[0].startswith("best measured")
+    assert cpu["fraction"].isna().all()  # no search on this CPU: no peak (its own best would always say 100%)
+
+
+def test_achievable_search_is_the_peak_and_sits_beside_the_datasheet():
+    """The best searched shape is the fraction-of-peak denominator; burst and sustained join it with MHz and W."""
+    rows = [
+        {"benchmark": "bench_matmul.MatmulSquare.track_tflops", "device": d, "dtype": "bfloat16", "n": 4096, "value": v}
+        for d, v in (("cpu", 0.3), ("cuda", 600.0))
+    ]
+    rows += [
+        {"benchmark": "bench_achievable.MatmulAchievable.track_tflops", "device": "cuda", "dtype": "bfloat16",
+         "run": run, "value": v, "gpu_mhz": mhz, "gpu_watts": w}
+        for run, v, mhz, w in (("burst", 790.0, 1980.0, 600.0), ("sustained", 700.0, 1755.0, 700.0))
+    ]  # fmt: skip
+    f = _frame(rows)
+    searches = pd.DataFrame([
+        {"machine": "m", "device": "cpu", "dtype": "bfloat16", "shape": "2048x1024x2048", "search_tflops": 0.4},
+        {"machine": "m", "device": "cuda", "dtype": "bfloat16", "shape": "2048x13312x2048", "search_tflops": 780.0},
+    ])  # fmt: skip
+    ach = D.achievable(f, searches)
+    gpu = _row(ach, device="cuda")
+    assert (gpu["burst"], gpu["sustained"], gpu["burst_mhz"], gpu["sustained_w"]) == (790.0, 700.0, 1980.0, 700.0)
+    assert gpu["datasheet"] == 989.4 and gpu["of_datasheet"] == pytest.approx(790.0 / 989.4)
+    assert math.isnan(_row(ach, device="cpu")["datasheet"])
+    peak = D.fraction_of_peak(f, searches=searches)
+    cpu, cuda = _row(peak, device="cpu"), _row(peak, device="cuda")
+    assert cpu["peak"] == 0.4 and cpu["fraction"] == pytest.approx(0.75) and "2048x1024x2048" in cpu["peak_source"]
+    assert cuda["peak"] == 790.0 and cuda["peak_source"] == "achievable (2048x13312x2048)"
 
 
 def test_unknown_gpu_gets_no_fraction():

@@ -549,3 +549,64 @@ class Lanes:
             if exc is not None:
                 raise LaneError(dev, exc) from exc
         return LaneTimes(wall, tuple(spans))
+
+
+# --- Burst and sustained ---------------------------------------------------------------------------------
+
+#: Burst: the device idles this long, then a short run of small blocks (mamf-finder's "burst").
+BURST_IDLE_S = 1.0
+BURST_S = 0.25
+#: Sustained: back-to-back work for this long before the blocks that count, then SUSTAINED_S of
+#: blocks: the clocks and power a long training step settles at (power capping, heat).
+SUSTAIN_FIRST_S = 5.0
+SUSTAINED_S = 2.0
+
+
+def run_for(fn: Callable[[], object], device: torch.device, seconds: float, calls: int) -> float:
+    """Keep ``device`` busy with blocks of ``calls`` calls for about ``seconds``; return the seconds run."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        time_block(fn, device, calls)
+    return time.perf_counter() - t0
+
+
+def burst(
+    fn: Callable[[], object],
+    device: torch.device,
+    one_call_s: float,
+    idle_s: float = BURST_IDLE_S,
+    burst_s: float = BURST_S,
+    blocks: int = 5,
+    sampler: Callable[[], contextlib.AbstractContextManager] | None = None,
+) -> tuple[Measurement, list]:
+    """``fn`` fresh from idle: ``idle_s`` of nothing, then ``blocks`` blocks lasting about ``burst_s`` in all.
+
+    ``one_call_s`` is one warm call's time. ``sampler()`` (``gpustate.Sampler``) is entered
+    around the blocks only; its ``summary()`` is returned beside the measurement.
+    """
+    synchronize(device)
+    time.sleep(idle_s)
+    return _sampled(fn, device, block_calls(one_call_s, burst_s / blocks), blocks, sampler)
+
+
+def sustained(
+    fn: Callable[[], object],
+    device: torch.device,
+    one_call_s: float,
+    first_s: float = SUSTAIN_FIRST_S,
+    sustained_s: float = SUSTAINED_S,
+    blocks: int = 5,
+    sampler: Callable[[], contextlib.AbstractContextManager] | None = None,
+) -> tuple[Measurement, list]:
+    """``fn`` under load: ``first_s`` of back-to-back work, then ``blocks`` blocks over about ``sustained_s``."""
+    calls = block_calls(one_call_s, sustained_s / blocks)
+    run_for(fn, device, first_s, calls)
+    return _sampled(fn, device, calls, blocks, sampler)
+
+
+def _sampled(fn, device, calls, blocks, sampler) -> tuple[Measurement, list]:
+    if sampler is None:
+        return measure(fn, device, calls, blocks), []
+    with sampler() as s:
+        m = measure(fn, device, calls, blocks)
+    return m, s.summary()

@@ -130,6 +130,7 @@ class Figure:
 MATMUL_TFLOPS = Figure("bench_matmul.MatmulSquare.track_tflops", ("device", "dtype", "n"), TFLOPS)
 MATMUL_TIME = Figure("bench_matmul.MatmulSquare.time_matmul", ("device", "dtype", "n"), SECONDS)
 MATMUL_SPEEDUP = Figure("bench_matmul.MatmulSpeedup.track_gpu_over_cpu", ("dtype", "n"), RATIO)
+ACHIEVABLE_TFLOPS = Figure("bench_achievable.MatmulAchievable.track_tflops", ("device", "dtype", "run"), TFLOPS)
 
 HOST_DEVICE_GBPS = Figure("bench_transfer.HostDevice.track_gbps", ("direction", "memory", "mode", "nbytes"), GBPS)
 HOST_DEVICE_TIME = Figure("bench_transfer.HostDevice.time_copy", ("direction", "memory", "mode", "nbytes"), SECONDS)
@@ -160,7 +161,7 @@ COPY_KINDS: Mapping[Figure, tuple[str, ...]] = {
 
 #: Every figure the report or validate reads by name.
 FIGURES: tuple[Figure, ...] = (
-    MATMUL_TFLOPS, MATMUL_TIME, MATMUL_SPEEDUP,
+    MATMUL_TFLOPS, MATMUL_TIME, MATMUL_SPEEDUP, ACHIEVABLE_TFLOPS,
     HOST_DEVICE_GBPS, HOST_DEVICE_TIME, DEVICE_COPY_GBPS, DEVICE_COPY_TIME, PEER_COPY_GBPS, PEER_COPY_TIME,
     LOG_NORMS_TIME, PARALLEL_SEQUENTIAL, PARALLEL_PARALLEL,
     COLLECTIVE_BUSBW, COLLECTIVE_ALGBW, COLLECTIVE_TIME,

@@ -153,7 +153,15 @@ def _stop_sampler(bench: object, args: tuple) -> None:
     if sampler is None:
         return
     sampler.__exit__(None, None, None)
-    summary = sampler.summary()
+    record_sampled(bench, args, sampler.summary(), "during")
+
+
+def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str = "timed") -> None:
+    """Record a ``gpustate.Sampler`` summary for this benchmark and params.
+
+    A benchmark that samples its own measured blocks (burst, sustained) records them as
+    ``timed``; the report prefers those over ``during`` (all of set-up to tear-down).
+    """
     if not summary:
         return
     from devbench import gpustate
@@ -167,7 +175,7 @@ def _stop_sampler(bench: object, args: tuple) -> None:
     gpus = [{**{k: ident.get(g["index"], {}).get(k) for k in keep}, **g} for g in summary]
     module = sys.modules.get(cls.__module__)
     folder = gpustate.gpustate_dir(getattr(module, "__file__", None))
-    gpustate.record(name, dict(zip(names, values, strict=True)), "during", folder, gpus=gpus)
+    gpustate.record(name, dict(zip(names, values, strict=True)), phase, folder, gpus=gpus)
 
 
 def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:

@@ -100,6 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         _check_options(args, formats, writers.FORMATS)
         loaded = load_results(args.results, machines=args.machine, envs=args.env, benchmarks=args.benchmarks)
         _add_collectives(loaded, args)
+        _add_achievable(loaded, args)
         for p in loaded.problems:
             print(f"devbench report: warning: {p}", file=sys.stderr)
         loaded.frame = _select(loaded.frame, args)
@@ -193,6 +194,14 @@ def _judging(args: argparse.Namespace):
         raise ReportError(f"{path}: not a devbench compare table (no {', '.join(sorted(missing))} column)")
     table["params"] = table["params"].fillna("")
     return floors, table, str(path)
+
+
+def _add_achievable(loaded, args: argparse.Namespace) -> None:
+    """The shape searches of ``bench_achievable`` (``achievable/`` beside the results) of the chosen machines."""
+    from devbench.report.records import load_achievable
+
+    found = load_achievable(Path(args.results).parent / "achievable", loaded.problems)
+    loaded.achievable = found[found["machine"].isin(args.machine)] if args.machine else found
 
 
 def _add_collectives(loaded, args: argparse.Namespace) -> None:

@@ -199,8 +199,48 @@ def collective_bandwidth(frame: pd.DataFrame, runs: pd.DataFrame | None = None) 
     return out.astype({"world": int, "nbytes": int})
 
 
-def fraction_of_peak(frame: pd.DataFrame, throughput: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Measured TFLOP/s over a peak: the GPU's datasheet figure, or the CPU's best measured one.
+def _gpu_names(frame: pd.DataFrame) -> pd.Series:
+    names = usable(frame).drop_duplicates("machine").set_index("machine")
+    return names["machine_gpu"] if "machine_gpu" in names else pd.Series(dtype=object)
+
+
+def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFrame:
+    """Per machine, device and dtype: the best searched shape, its burst and sustained TFLOP/s with the
+    clock and power sampled while they ran, and (GPUs) the datasheet peak and achievable / datasheet."""
+    cols = ["machine", "device", "dtype", "shape", "search_tflops", "burst", "sustained",
+            "burst_mhz", "sustained_mhz", "burst_w", "sustained_w", "datasheet", "of_datasheet"]  # fmt: skip
+    if searches is None or searches.empty:
+        return pd.DataFrame(columns=cols)
+    out = searches[["machine", "device", "dtype", "shape", "search_tflops"]].copy()
+    runs = _rows(latest(frame), spec.ACHIEVABLE_TFLOPS)
+    extra = [c for c in ("gpu_mhz", "gpu_watts") if c in frame.columns]
+    if not runs.empty:
+        sub = usable(latest(frame))
+        sub = sub[sub["benchmark"] == spec.ACHIEVABLE_TFLOPS.benchmark]
+        sub = sub[["machine", "device", "dtype", "run", "value", *extra]].astype({"machine": str})
+        for run in ("burst", "sustained"):
+            r = sub[sub["run"] == run].drop(columns="run").drop_duplicates(["machine", "device", "dtype"], keep="last")
+            r = r.rename(columns={"value": run, "gpu_mhz": f"{run}_mhz", "gpu_watts": f"{run}_w"})
+            out = out.merge(r, on=["machine", "device", "dtype"], how="left")
+    for c in cols:
+        if c not in out.columns:
+            out[c] = np.nan
+    names = _gpu_names(frame)
+    best = out[["search_tflops", "burst", "sustained"]].max(axis=1)
+    out["datasheet"] = [
+        gpu_peak(str(names.get(m)), str(d)) if dev == "cuda" and names.get(m) is not None else None
+        for m, dev, d in zip(out["machine"], out["device"], out["dtype"], strict=True)
+    ]
+    out["datasheet"] = pd.to_numeric(out["datasheet"], errors="coerce")
+    out["of_datasheet"] = best / out["datasheet"]
+    return out[cols].reset_index(drop=True)
+
+
+def fraction_of_peak(
+    frame: pd.DataFrame, throughput: pd.DataFrame | None = None, searches: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Measured TFLOP/s over a peak: the achievable figure (best searched shape) where a search ran,
+    else a GPU's datasheet figure. A CPU with no search gets no fraction (its own best would say 100%).
 
     Unknown GPUs get no fraction (NaN), not an error.
     """
@@ -209,17 +249,21 @@ def fraction_of_peak(frame: pd.DataFrame, throughput: pd.DataFrame | None = None
     if tp.empty:
         return pd.DataFrame(columns=cols)
     tp = tp.copy()
-    gpu_names = usable(frame).drop_duplicates("machine").set_index("machine")
-    gpu_names = gpu_names["machine_gpu"] if "machine_gpu" in gpu_names else pd.Series(dtype=object)
-    best_cpu = tp[tp["device"] == "cpu"].groupby([*KEYS, "dtype"], dropna=False)["tflops"].transform("max")
+    names = _gpu_names(frame)
     tp["peak"] = np.nan
     tp["peak_source"] = ""
-    tp.loc[best_cpu.index, "peak"] = best_cpu
-    tp.loc[best_cpu.index, "peak_source"] = "best measured on this CPU"
     for idx, row in tp[tp["device"] == "cuda"].iterrows():
-        name = gpu_names.get(row["machine"])
+        name = names.get(row["machine"])
         peak = gpu_peak(str(name) if name is not None else None, str(row["dtype"]))
         if peak:
             tp.loc[idx, ["peak", "peak_source"]] = [peak, f"datasheet ({name})"]
+    ach = achievable(frame, searches)
+    if not ach.empty:
+        ach = ach.assign(top=ach[["search_tflops", "burst", "sustained"]].max(axis=1))
+        key = {(str(r.machine), str(r.device), str(r.dtype)): r for r in ach.itertuples()}
+        for idx, row in tp.iterrows():
+            hit = key.get((str(row["machine"]), str(row["device"]), str(row["dtype"])))
+            if hit is not None and hit.top > 0:
+                tp.loc[idx, ["peak", "peak_source"]] = [hit.top, f"achievable ({hit.shape})"]
     tp["fraction"] = tp["tflops"] / tp["peak"]
     return tp[cols].reset_index(drop=True)

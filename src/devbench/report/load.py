@@ -75,6 +75,8 @@ class Loaded:
     machine_columns: list[str] = field(default_factory=list)
     #: figures of ``python -m devbench.collectives`` runs (see ``load_collectives``)
     collectives: pd.DataFrame | None = None
+    #: the newest shape search per machine, device and dtype (see ``records.load_achievable``)
+    achievable: pd.DataFrame | None = None
     #: what each short environment label stands for (``records.env_legend``), once paths are hidden
     env_legend: pd.DataFrame | None = None
 

@@ -2,7 +2,8 @@
 
 * ``.asv/runinfo``: the torch and CUDA each benchmark process really imported (``devbench.runinfo``);
 * ``.asv/gpustate``: NVML state around each GPU benchmark (``devbench.gpustate``);
-* ``.asv/collectives``: figures of ``python -m devbench.collectives`` runs.
+* ``.asv/collectives``: figures of ``python -m devbench.collectives`` runs;
+* ``.asv/achievable``: the shape searches of ``bench_achievable`` (best shape per device and dtype).
 
 All sit beside the asv results directory. No torch.
 """
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from devbench import gpustate, runinfo
+from devbench.files import read_jsonl
 from devbench.report.problems import Problem
 from devbench.spec import params_label
 
@@ -109,7 +111,10 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     state.iloc[by_row.index.to_numpy()] = text.to_numpy()
     out = frame.assign(gpu_throttled=throttled, gpu_state=state)
     # sampled while the figure was timed (gpustate.Sampler): the clock and power the figure ran at
-    during = m[m["phase"] == "during"] if "phase" in m.columns else m.iloc[:0]
+    phase = m["phase"] if "phase" in m.columns else pd.Series("", index=m.index)
+    timed_rows = set(m.loc[phase == "timed", "row"])
+    # a benchmark's own samples of its measured blocks ("timed") win over set-up to tear-down ("during")
+    during = m[(phase == "timed") | ((phase == "during") & ~m["row"].isin(timed_rows))]
     mhz = pd.Series(np.nan, index=frame.index)
     watts = pd.Series(np.nan, index=frame.index)
     if not during.empty:
@@ -227,3 +232,34 @@ def env_legend(frame: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+ACHIEVABLE_COLUMNS = ["machine", "device", "dtype", "m", "k", "n", "shape", "search_tflops", "searched", "left",
+                      "torch", "time"]  # fmt: skip
+
+
+def load_achievable(folder: str | os.PathLike[str], problems: list[Problem] | None = None) -> pd.DataFrame:
+    """The newest shape search per machine, device and dtype (``bench_achievable``'s ``.asv/achievable``).
+
+    A line that is not a search record is skipped; a file with such lines is named in ``problems``.
+    """
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    for rec in read_jsonl(Path(folder)):
+        try:
+            best = rec["best"]
+            m, k, n = int(best["m"]), int(best["k"]), int(best["n"])
+            rows.append({
+                "machine": str(rec["machine"]), "device": str(rec["device"]), "dtype": str(rec["dtype"]),
+                "m": m, "k": k, "n": n, "shape": f"{m}x{k}x{n}", "search_tflops": float(best["tflops"]),
+                "searched": len(rec.get("searched", [])), "left": int(rec.get("left", 0)),
+                "torch": rec.get("torch"), "time": float(rec["time"]),
+            })  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            bad += 1
+    if problems is not None and bad:
+        problems.append(Problem(str(folder), f"{bad} record(s) skipped: not a shape-search record"))
+    out = pd.DataFrame(rows, columns=ACHIEVABLE_COLUMNS)
+    if out.empty:
+        return out
+    return out.sort_values("time").drop_duplicates(["machine", "device", "dtype"], keep="last").reset_index(drop=True)

@@ -69,29 +69,53 @@ def cpu_skip_reason(dtype: str, n: int) -> str | None:
 class Matmul:
     """``sets`` seeded input pairs and outputs of one size and dtype on one device.
 
-    Calling it computes the next product in rotation, so consecutive calls never reuse
-    the operands the caches just held.
+    Square (n x n times n x n) unless ``m`` and ``k`` are given: then an (m x k) times
+    (k x n) product. Calling it computes the next product in rotation, so consecutive
+    calls never reuse the operands the caches just held.
     """
 
     n: int
     dtype: str
     device: torch.device
     sets: int = 2
+    m: int | None = None
+    k: int | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(m, k, n): A is m x k, B is k x n."""
+        m = self.n if self.m is None else self.m
+        k = self.n if self.k is None else self.k
+        return (m, k, self.n)
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of one product: 2 m k n."""
+        m, k, n = self.shape
+        return 2 * m * k * n
+
+    @property
+    def label(self) -> str:
+        m, k, n = self.shape
+        return f"n={n}" if m == k == n else f"{m}x{k}x{n}"
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {list(DTYPES)}")
         if self.sets < 1:
             raise ValueError(f"sets must be >= 1, got {self.sets}")
+        if min(self.shape) < 1:
+            raise ValueError(f"matmul dimensions must be >= 1, got m, k, n = {self.shape}")
         torch_dtype, self.allow_tf32 = DTYPES[self.dtype]
+        m, k, n = self.shape
         self.inputs = [
             (
-                randn((self.n, self.n), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i),
-                randn((self.n, self.n), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i + 1),
+                randn((m, k), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i),
+                randn((k, n), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i + 1),
             )
             for i in range(self.sets)
         ]
-        self.outputs = [torch.empty_like(a) for a, _ in self.inputs]
+        self.outputs = [torch.empty((m, n), dtype=torch_dtype, device=self.device) for _ in self.inputs]
         self._next = 0
 
     def __call__(self) -> torch.Tensor:
@@ -108,7 +132,8 @@ class Matmul:
         """
         worst = 0.0
         gen = torch.Generator().manual_seed(SEED)
-        rows = torch.randperm(self.n, generator=gen)[: min(self.n, CHECK_ROWS)].sort().values
+        m = self.shape[0]
+        rows = torch.randperm(m, generator=gen)[: min(m, CHECK_ROWS)].sort().values
         with tf32(self.allow_tf32):
             for _ in range(self.sets):
                 i = self._next
@@ -117,11 +142,11 @@ class Matmul:
                 a, b = self.inputs[i]
                 want = a.cpu()[rows].double() @ b.cpu().double()
                 if not torch.isfinite(got).all():
-                    raise AssertionError(f"matmul n={self.n} {self.dtype} on {self.device}: non-finite output")
+                    raise AssertionError(f"matmul {self.label} {self.dtype} on {self.device}: non-finite output")
                 worst = max(worst, float((got - want).norm() / want.norm()))
         if worst > TOLERANCE[self.dtype]:
             raise AssertionError(
-                f"matmul n={self.n} {self.dtype} on {self.device}: relative error {worst:.2e} "
+                f"matmul {self.label} {self.dtype} on {self.device}: relative error {worst:.2e} "
                 f"exceeds {TOLERANCE[self.dtype]:.0e}"
             )
         return worst

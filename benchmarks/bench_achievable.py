@@ -1,0 +1,117 @@
+"""Maximum achievable matmul per device and dtype: the best searched shape, burst and sustained.
+
+``setup_cache`` searches shapes once per run (``devbench.workloads.achievable``: a grid
+around the sizes cuBLAS and MKL favour, bounded in time, every product checked against
+float64) and writes what it timed to ``.asv/achievable/<machine>.jsonl``; the report
+shows the best shape beside the datasheet and divides by it for the fraction of peak.
+The benchmarks then time that shape twice: ``burst`` (after a second of idling, a
+quarter of a second of work) and ``sustained`` (after five seconds of back-to-back
+work), with the GPU's clock and power sampled during the measured blocks.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from devbench.measure import burst, pin_threads, sustained, time_block, warm_up
+from devbench.suite import DEVICES, Benchmark, no_cuda_reason, once, record_sampled, require_device, with_samples
+from devbench.workloads.achievable import CPU_BUDGET_S, GPU_BUDGET_S, candidates, search, search_reason
+from devbench.workloads.matmul import Matmul, tf32
+
+DTYPES = ["float32", "tf32", "bfloat16"]
+
+#: Where the searches are written, beside asv's results (the report reads it).
+ACHIEVABLE_DIR = Path(".asv") / "achievable"
+
+
+def _free_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    from devbench.workloads.transfer import host_available
+
+    return host_available()
+
+
+def _write(records: list[dict]) -> None:
+    from devbench.machine import default_machine
+
+    machine = default_machine()
+    folder = Path(__file__).resolve().parents[1] / ACHIEVABLE_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in machine)
+    lines = [json.dumps({"time": time.time(), "machine": machine, "torch": torch.__version__, **r}) for r in records]
+    with open(folder / f"{safe}.jsonl", "a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+class MatmulAchievable(Benchmark):
+    """TFLOP/s of the fastest matmul shape found on this device, burst and sustained.
+
+    mamf-finder's question: how close to the datasheet can a matmul get here? The
+    search runs in ``setup_cache`` (once per run, every device and dtype); a skipped
+    combination carries its reason. ``run``: ``burst`` is the figure a short job sees
+    on an idle GPU, ``sustained`` the one a long training step settles at (power and
+    heat).
+    """
+
+    params = [DEVICES, DTYPES, ["burst", "sustained"]]
+    param_names = ["device", "dtype", "run"]
+    rounds = 1
+    timeout = 600.0
+
+    def setup_cache(self):
+        found, records = {}, []
+        pin_threads()
+        for device in DEVICES:
+            reason = no_cuda_reason() if device == "cuda" else None
+            for dtype in DTYPES:
+                why = reason or search_reason(torch.device(device), dtype)
+                if why:
+                    found[(device, dtype)] = why
+                    continue
+                dev = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
+                budget = GPU_BUDGET_S if device == "cuda" else CPU_BUDGET_S
+                shapes = candidates(dev, dtype, _free_bytes(dev))
+                print(f"searching {len(shapes)} shapes on {device} {dtype} ({budget:g} s at most)", file=sys.stderr)
+                s = search(dev, dtype, shapes, budget)
+                found[(device, dtype)] = s.best.shape
+                records.append(s.as_record())
+        if records:
+            _write(records)
+        return found
+
+    def setup(self, found, device, dtype, run):
+        pin_threads()
+        self.device = require_device(device)
+        best = found.get((device, dtype))
+        if isinstance(best, str) or best is None:
+            raise NotImplementedError(best or f"no search for {device} {dtype}")
+        m, k, n = best
+        self.mm = once(("MatmulAchievable", device, dtype, best), lambda: self._build(m, k, n, dtype))
+        self._tf32 = tf32(self.mm.allow_tf32)
+        self._tf32.__enter__()
+        self.one_call_s = time_block(self.mm, self.device, 1).seconds
+
+    def _build(self, m, k, n, dtype):
+        mm = Matmul(n, dtype, self.device, m=m, k=k)
+        with tf32(mm.allow_tf32):
+            mm.check()
+            warm_up(mm, self.device, repeats=2)
+        return mm
+
+    def teardown(self, found, device, dtype, run):
+        if hasattr(self, "_tf32"):
+            self._tf32.__exit__(None, None, None)
+
+    def track_tflops(self, found, device, dtype, run):
+        from devbench.gpustate import Sampler
+
+        timed = burst if run == "burst" else sustained
+        m, seen = timed(self.mm, self.device, self.one_call_s, sampler=Sampler if self.device.type == "cuda" else None)
+        record_sampled(self, (device, dtype, run), seen)
+        return with_samples(m.rates(self.mm.flops / 1e12), m.calls)
+
+    track_tflops.unit = "TFLOP/s"

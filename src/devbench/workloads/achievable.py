@@ -1,0 +1,168 @@
+"""The maximum achievable matmul: a bounded search over shapes for the fastest product.
+
+A datasheet peak is what the tensor cores could do; what a matmul reaches depends on
+the shape cuBLAS or MKL gets (tiles, waves, k long enough to hide the loads).
+mamf-finder (stas00/ml-engineering) searches m, n and k for the best one; this does
+the same over a small grid around the sizes the libraries favour, bounded in time, and
+checks every product it times against float64 (``Matmul.check``), so a shape that
+computes garbage fast never wins.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from devbench.measure import measure, plan_blocks, warm_up
+from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32
+
+#: The grid: m and n from DIMS, k from K_DIMS; the square sizes first (the suite's
+#: MatmulSquare sizes that are searched too, so the best is at least the best square).
+GPU_DIMS = (2048, 4096, 8192)
+GPU_K = (4096, 8192, 12288, 16384)
+GPU_SQUARES = (4096, 8192)
+CPU_DIMS = (512, 1024, 2048)
+CPU_K = (1024, 2048, 4096)
+CPU_SQUARES = (1024, 4096)
+
+#: Seconds a search may spend per device and dtype (it stops between shapes).
+GPU_BUDGET_S = 45.0
+CPU_BUDGET_S = 60.0
+
+#: Each searched shape: blocks of about this many seconds (its median is its figure).
+SEARCH_BLOCK_S = 0.02
+SEARCH_BLOCKS = 3
+
+#: Memory a search may use on its device: this fraction of what is free.
+MEMORY_SHARE = 0.5
+
+
+Shape = tuple[int, int, int]
+
+
+def search_reason(device: torch.device, dtype: str) -> str | None:
+    """Why this device and dtype are not searched here, or ``None``."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {list(DTYPES)}")
+    if device.type == "cpu":
+        return cpu_skip_reason(dtype, max(CPU_K))
+    return None
+
+
+def shape_bytes(shape: Shape, dtype: str, sets: int = 2) -> int:
+    """Bytes of ``sets`` input pairs and outputs of an (m x k) @ (k x n) product."""
+    m, k, n = shape
+    itemsize = torch.empty((), dtype=DTYPES[dtype][0]).element_size()
+    return sets * (m * k + k * n + m * n) * itemsize
+
+
+def candidates(device: torch.device, dtype: str, free_bytes: int | None = None) -> list[Shape]:
+    """Shapes to search, squares first, each of which fits ``MEMORY_SHARE`` of ``free_bytes``.
+
+    (m, k, n): A is m x k, B is k x n. ``free_bytes`` None: no memory bound.
+    """
+    gpu = device.type == "cuda"
+    squares = GPU_SQUARES if gpu else CPU_SQUARES
+    dims, ks = (GPU_DIMS, GPU_K) if gpu else (CPU_DIMS, CPU_K)
+    out: list[Shape] = [(s, s, s) for s in squares]
+    out += [(m, k, n) for m, n, k in itertools.product(dims, dims, ks) if (m, k, n) not in out]
+    if free_bytes is not None:
+        out = [s for s in out if shape_bytes(s, dtype) <= MEMORY_SHARE * free_bytes]
+    return out
+
+
+@dataclass(frozen=True)
+class ShapeResult:
+    """One searched shape: its TFLOP/s (median of its blocks) and its checked error against float64."""
+
+    m: int
+    k: int
+    n: int
+    tflops: float
+    error: float
+
+    @property
+    def shape(self) -> Shape:
+        return (self.m, self.k, self.n)
+
+    @property
+    def label(self) -> str:
+        return f"{self.m}x{self.k}x{self.n}"
+
+
+@dataclass
+class Search:
+    """What a search found: every shape it timed, in order, and how many it left for lack of time."""
+
+    device: str
+    dtype: str
+    results: list[ShapeResult] = field(default_factory=list)
+    left: int = 0
+    seconds: float = 0.0
+    budget_s: float = 0.0
+
+    @property
+    def best(self) -> ShapeResult:
+        if not self.results:
+            raise ValueError(f"the search on {self.device} {self.dtype} timed no shape")
+        return max(self.results, key=lambda r: r.tflops)
+
+    def as_record(self) -> dict:
+        best = self.best
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "best": {"m": best.m, "k": best.k, "n": best.n, "tflops": best.tflops},
+            "searched": [{"m": r.m, "k": r.k, "n": r.n, "tflops": r.tflops, "error": r.error} for r in self.results],
+            "left": self.left,
+            "seconds": round(self.seconds, 2),
+            "budget_s": self.budget_s,
+        }
+
+
+def time_shape(shape: Shape, dtype: str, device: torch.device) -> ShapeResult:
+    """Build, check against float64, warm and time one shape."""
+    m, k, n = shape
+    mm = Matmul(n, dtype, device, m=m, k=k)
+    with tf32(mm.allow_tf32):
+        error = mm.check()
+        warm_up(mm, device, repeats=2)
+        plan = plan_blocks(mm, device, target_s=SEARCH_BLOCK_S)
+        seconds = measure(mm, device, plan, blocks=SEARCH_BLOCKS).median
+    return ShapeResult(m, k, n, mm.flops / seconds / 1e12, error)
+
+
+def search(
+    device: torch.device,
+    dtype: str,
+    shapes: Sequence[Shape],
+    budget_s: float,
+    time_one: Callable[[Shape, str, torch.device], ShapeResult] = time_shape,
+    progress: Callable[[ShapeResult], None] | None = None,
+) -> Search:
+    """Time ``shapes`` in order until ``budget_s`` is spent (at least one is always timed).
+
+    ``time_one`` builds, checks and times one shape (``time_shape``; tests pass a fake).
+    """
+    if budget_s <= 0:
+        raise ValueError(f"budget_s must be > 0, got {budget_s}")
+    if not shapes:
+        raise ValueError(f"no shape to search on {device} {dtype}")
+    out = Search(str(device), dtype, budget_s=budget_s)
+    t0 = time.perf_counter()
+    for i, shape in enumerate(shapes):
+        if i and time.perf_counter() - t0 > budget_s:
+            out.left = len(shapes) - i
+            break
+        result = time_one(shape, dtype, device)
+        out.results.append(result)
+        if progress:
+            progress(result)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the next shape's buffers, not this one's, should fill the memory
+    out.seconds = time.perf_counter() - t0
+    return out

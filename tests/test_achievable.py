@@ -1,0 +1,83 @@
+"""The achievable-matmul search: its bounds, the check of every product it times, and its record."""
+
+import pytest
+import torch
+
+from devbench.workloads import achievable as A
+from devbench.workloads.matmul import Matmul
+
+CPU = torch.device("cpu")
+GPU = torch.device("cuda", 0)  # only as a value: nothing here touches CUDA
+
+
+def test_squares_come_first_and_the_grid_stays_inside_its_bounds():
+    cpu = A.candidates(CPU, "float32")
+    assert cpu[: len(A.CPU_SQUARES)] == [(s, s, s) for s in A.CPU_SQUARES]
+    assert len(cpu) == len(set(cpu))
+    for m, k, n in cpu[len(A.CPU_SQUARES) :]:
+        assert m in A.CPU_DIMS and n in A.CPU_DIMS and k in A.CPU_K
+    gpu = A.candidates(GPU, "bfloat16")
+    assert gpu[0] == (4096, 4096, 4096) and max(max(s) for s in gpu) <= max(A.GPU_K)
+
+
+def test_shapes_that_would_not_fit_in_memory_are_left_out():
+    everything = A.candidates(GPU, "bfloat16")
+    free = 2 * A.shape_bytes((4096, 4096, 4096), "bfloat16") / 0.5 / 2  # room for 4096^3 and nothing larger
+    fitting = A.candidates(GPU, "bfloat16", free_bytes=int(free))
+    assert fitting and len(fitting) < len(everything)
+    assert all(A.shape_bytes(s, "bfloat16") <= A.MEMORY_SHARE * free for s in fitting)
+    assert A.shape_bytes((8, 8, 8), "float32") == 2 * 3 * 64 * 4
+
+
+def test_the_budget_stops_the_search_between_shapes(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(A.time, "perf_counter", lambda: clock[0])
+
+    def fake(shape, dtype, device):
+        clock[0] += 10.0  # every shape costs 10 s
+        return A.ShapeResult(*shape, tflops=float(sum(shape)), error=0.0)
+
+    shapes = [(1, 1, 1), (2, 2, 2), (3, 3, 3), (9, 9, 9)]
+    s = A.search(CPU, "float32", shapes, budget_s=15.0, time_one=fake)
+    assert [r.shape for r in s.results] == [(1, 1, 1), (2, 2, 2)] and s.left == 2
+    assert s.best.shape == (2, 2, 2)
+    record = s.as_record()
+    assert record["best"] == {"m": 2, "k": 2, "n": 2, "tflops": 6.0} and record["left"] == 2
+    assert len(record["searched"]) == 2
+    with pytest.raises(ValueError, match="budget"):
+        A.search(CPU, "float32", shapes, budget_s=0)
+    with pytest.raises(ValueError, match="no shape"):
+        A.search(CPU, "float32", [], budget_s=1)
+
+
+def test_every_searched_product_is_checked_against_float64(monkeypatch):
+    checked = []
+    real = Matmul.check
+    monkeypatch.setattr(Matmul, "check", lambda self: checked.append(self.shape) or real(self))
+    shapes = [(32, 64, 16), (16, 16, 16), (64, 32, 48)]
+    s = A.search(CPU, "float32", shapes, budget_s=60.0)
+    assert checked == shapes and [r.shape for r in s.results] == shapes
+    assert all(r.tflops > 0 and r.error < 1e-5 for r in s.results)
+    assert s.best.tflops == max(r.tflops for r in s.results)
+
+
+def test_a_shape_that_computes_garbage_is_never_timed(monkeypatch):
+    monkeypatch.setattr(Matmul, "__call__", lambda self: self.outputs[0].zero_())
+    with pytest.raises(AssertionError, match="32x64x16 float32 on cpu"):
+        A.search(CPU, "float32", [(32, 64, 16)], budget_s=10.0)
+
+
+def test_rectangular_products_are_right_and_counted():
+    mm = Matmul(16, "float32", CPU, m=32, k=64)
+    assert mm.shape == (32, 64, 16) and mm.flops == 2 * 32 * 64 * 16 and mm.label == "32x64x16"
+    assert mm().shape == (32, 16) and mm.check() < 1e-5
+    assert Matmul(8, "float32", CPU).label == "n=8"
+    with pytest.raises(ValueError, match="dimensions"):
+        Matmul(8, "float32", CPU, m=0)
+
+
+def test_what_is_not_searched_says_why():
+    assert "GPU tensor-core" in A.search_reason(CPU, "tf32")
+    assert A.search_reason(GPU, "bfloat16") is None
+    with pytest.raises(ValueError, match="int8"):
+        A.search_reason(CPU, "int8")
