@@ -15,6 +15,7 @@ from typing import Any
 # --- Units -----------------------------------------------------------------------------------------------
 
 SECONDS = "seconds"
+MICROSECONDS = "us"
 GBPS = "GB/s"  # decimal, 1e9 bytes/s (nvbandwidth, nccl-tests)
 TFLOPS = "TFLOP/s"  # decimal, 1e12 floating-point operations/s
 RATIO = "x"
@@ -22,7 +23,7 @@ PERCENT = "%"
 
 #: Units where a larger value is better; seconds and bytes are smaller-is-better; a ratio says larger/smaller.
 HIGHER_IS_BETTER = frozenset({GBPS, TFLOPS, "GFLOP/s", PERCENT})
-LOWER_IS_BETTER = frozenset({SECONDS, "bytes"})
+LOWER_IS_BETTER = frozenset({SECONDS, MICROSECONDS, "bytes"})
 
 
 def better(unit: str) -> str:
@@ -130,6 +131,7 @@ class Figure:
 MATMUL_TFLOPS = Figure("bench_matmul.MatmulSquare.track_tflops", ("device", "dtype", "n"), TFLOPS)
 MATMUL_TIME = Figure("bench_matmul.MatmulSquare.time_matmul", ("device", "dtype", "n"), SECONDS)
 MATMUL_SPEEDUP = Figure("bench_matmul.MatmulSpeedup.track_gpu_over_cpu", ("dtype", "n"), RATIO)
+LAUNCH_US = Figure("bench_launch.LaunchOverhead.track_us", ("device", "task", "mode"), MICROSECONDS)
 ACHIEVABLE_TFLOPS = Figure("bench_achievable.MatmulAchievable.track_tflops", ("device", "dtype", "run"), TFLOPS)
 
 HOST_DEVICE_GBPS = Figure("bench_transfer.HostDevice.track_gbps", ("direction", "memory", "mode", "nbytes"), GBPS)
@@ -161,7 +163,7 @@ COPY_KINDS: Mapping[Figure, tuple[str, ...]] = {
 
 #: Every figure the report or validate reads by name.
 FIGURES: tuple[Figure, ...] = (
-    MATMUL_TFLOPS, MATMUL_TIME, MATMUL_SPEEDUP, ACHIEVABLE_TFLOPS,
+    MATMUL_TFLOPS, MATMUL_TIME, MATMUL_SPEEDUP, ACHIEVABLE_TFLOPS, LAUNCH_US,
     HOST_DEVICE_GBPS, HOST_DEVICE_TIME, DEVICE_COPY_GBPS, DEVICE_COPY_TIME, PEER_COPY_GBPS, PEER_COPY_TIME,
     LOG_NORMS_TIME, PARALLEL_SEQUENTIAL, PARALLEL_PARALLEL,
     COLLECTIVE_BUSBW, COLLECTIVE_ALGBW, COLLECTIVE_TIME,

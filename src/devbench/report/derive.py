@@ -267,3 +267,27 @@ def fraction_of_peak(
                 tp.loc[idx, ["peak", "peak_source"]] = [hit.top, f"achievable ({hit.shape})"]
     tp["fraction"] = tp["tflops"] / tp["peak"]
     return tp[cols].reset_index(drop=True)
+
+
+def launch_split(frame: pd.DataFrame) -> pd.DataFrame:
+    """Microseconds per call of each small task, four ways, and the split they give.
+
+    ``work`` is the held figure (the device's own time), ``launch`` what queued calls
+    cost beyond it (the host's launch rate, when it is the slower side), ``sync`` what a
+    sync after every call adds beyond queued calls. A split needs its two figures; a
+    negative difference (noise) is shown as 0.
+    """
+    rows = _rows(latest(frame), spec.LAUNCH_US)
+    cols = ["machine", "env", "device", "task", "per_call", "queued", "held", "graph", "work", "launch", "sync"]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    t = rows.pivot_table(index=["machine", "env", "device", "task"], columns="mode", values="value", aggfunc="last")
+    t = t.reset_index()
+    t.columns.name = None
+    for c in ("per_call", "queued", "held", "graph"):
+        if c not in t.columns:
+            t[c] = np.nan
+    t["work"] = t["held"]
+    t["launch"] = (t["queued"] - t["held"]).clip(lower=0)
+    t["sync"] = (t["per_call"] - t["queued"]).clip(lower=0)
+    return t[cols]

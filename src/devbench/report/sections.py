@@ -188,6 +188,22 @@ def _latency(bw: pd.DataFrame) -> Section | None:
     return Section("Small copies: latency (us)", text, table.round(2))
 
 
+def _launch(frame: pd.DataFrame) -> Section | None:
+    ls = D.launch_split(frame)
+    if ls.empty:
+        return None
+    t = ls.assign(where=where_label(ls)).drop(columns=["machine", "env"])
+    t = t[["where", *[c for c in t.columns if c != "where"]]].dropna(axis=1, how="all")
+    text = (
+        "A small task's microseconds per call, lower is better: `per_call` syncs after every call (a loop that "
+        "reads each result), `queued` runs calls back to back, `held` queues them behind a spin kernel (the "
+        "device's own time), `graph` replays 32 calls from a CUDA graph. The split: `work` = held, `launch` = "
+        "queued - held (what the host's launches cost beyond the work), `sync` = per_call - queued. On the CPU "
+        "there is no queue to hold and no graph: work and launch are one."
+    )
+    return Section("Launch overhead of small tasks (us)", text, t.round(2))
+
+
 def _logging(frame: pd.DataFrame) -> Section | None:
     lr = D.logging_ratio(frame)
     if lr.empty:
@@ -464,6 +480,7 @@ def build(
         _speedup(lat, tp),
         _bandwidth(bw),
         _latency(bw),
+        _launch(lat),
         _logging(lat),
         _parallel(lat),
         _collectives(cb),
