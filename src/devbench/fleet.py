@@ -1,0 +1,408 @@
+"""``python -m devbench.fleet``: the same short, checked set on every GPU at once, each judged against its peers.
+
+Microsoft SuperBench's idea for a new box or cluster: run identical micro-benchmarks
+on every device at the same time and flag the ones that fall behind the others. Under
+``torchrun`` each process is one rank on one GPU (NCCL; one node or many); run alone
+it starts ``--nproc`` local ranks itself. Every rank runs, in step with the others
+(a barrier before each figure):
+
+* matmul, burst (after idling) and sustained (after seconds of load): bf16 n=8192 on a
+  GPU, float32 n=1024 on a CPU; every product checked against float64 first;
+* pinned host->device and device->host copies (GPUs only), and a copy within the
+  device's memory; every copy checked byte for byte first.
+
+Rank 0 gathers the figures, compares each with the median over all ranks, flags the
+ranks more than ``--threshold`` (default 5%) below it, prints a table and writes
+``devbench-fleet/1`` JSON under ``--out`` (default ``.asv/fleet``), which
+``devbench report`` picks up. Each rank records its host, GPU index, PCI bus id, UUID,
+serial, and the SM clock and power NVML saw during its sustained matmul. On a CPU box the
+ranks are gloo processes and the figures are of CPUs: the output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import socket
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+FORMAT = "devbench-fleet/1"
+DEFAULT_OUT = ".asv/fleet"
+DEFAULT_THRESHOLD = 0.05
+
+#: name -> unit of every figure, in the order they are measured (higher is better for all)
+FIGURES = {
+    "matmul_burst": "TFLOP/s",
+    "matmul_sustained": "TFLOP/s",
+    "h2d_pinned": "GB/s",
+    "d2h_pinned": "GB/s",
+    "device_copy": "GB/s",
+}
+
+EXAMPLES = """\
+examples:
+  # a CPU box or CI: 2 gloo processes (figures are of CPUs)
+  torchrun --nproc-per-node 2 -m devbench.fleet
+  python -m devbench.fleet --nproc 2                  # the same without torchrun
+  # one node, 8 GPUs (NCCL)
+  torchrun --nproc-per-node 8 -m devbench.fleet
+  # 8 nodes x 8 GPUs: on each node, NODE_RANK 0..7, MASTER = node 0's address
+  torchrun --nnodes 8 --nproc-per-node 8 --node-rank $NODE_RANK \\
+      --rdzv-backend c10d --rdzv-endpoint $MASTER:29500 --rdzv-id fleet -m devbench.fleet
+
+exit status: 0 done (flagged ranks are marked SLOW); 1 a rank failed, or with --fail-on-slow a rank
+was flagged; 2 bad arguments.
+"""
+
+
+# --- What one rank measures ------------------------------------------------------------------------------
+
+
+def _sizes(device_type: str, quick: bool) -> dict[str, Any]:
+    if device_type == "cuda":
+        return {"dtype": "bfloat16", "n": 4096 if quick else 8192, "copy": (64 if quick else 256) << 20,
+                "device_copy": (256 if quick else 1024) << 20}  # fmt: skip
+    return {"dtype": "float32", "n": 256 if quick else 1024, "copy": 0, "device_copy": (8 if quick else 64) << 20}
+
+
+def _timing(quick: bool) -> dict[str, float]:
+    if quick:
+        return {"idle_s": 0.2, "burst_s": 0.1, "first_s": 0.5, "sustained_s": 0.4}
+    return {"idle_s": 1.0, "burst_s": 0.25, "first_s": 5.0, "sustained_s": 2.0}
+
+
+def _twice(fn: Callable[[], object]) -> Callable[[], None]:
+    def both() -> None:
+        fn()
+        fn()
+
+    return both
+
+
+def _clocks(device: Any, summary: list[dict[str, Any]]) -> dict[str, Any]:
+    """This rank's GPU from a ``gpustate.Sampler`` summary (all GPUs NVML sees), matched by bus id."""
+    if device.type != "cuda" or not summary:
+        return {}
+    from devbench import gpustate
+    from devbench.devices import cuda_identities
+
+    mine = cuda_identities()[device.index]
+    nvml = {g["index"]: g for g in gpustate.snapshot()}
+    for g in summary:
+        ident = nvml.get(g["index"], {})
+        if gpustate.match_nvml([mine], [ident]) == [0]:
+            return {"sm_clock_mhz": g["sm_clock_mhz"], "power_w": g["power_w"], "throttling": g["throttling"],
+                    "temperature_c": g["temperature_c"]}  # fmt: skip
+    return {}
+
+
+def identity(device: Any, rank: int, local_rank: int) -> dict[str, Any]:
+    """Who this rank is: host, device, and for a GPU its name, UUID, PCI bus id and serial."""
+    out: dict[str, Any] = {"rank": rank, "local_rank": local_rank, "host": socket.gethostname(), "device": str(device)}
+    if device.type != "cuda":
+        from devbench.devices import describe
+
+        out["name"] = describe()["host"].get("cpu")
+        return out
+    import torch
+
+    from devbench.devices import cuda_identities
+
+    out["name"] = torch.cuda.get_device_name(device)
+    out.update(cuda_identities()[device.index])
+    try:
+        import pynvml
+
+        from devbench import gpustate
+
+        pynvml.nvmlInit()
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            if gpustate.match_nvml([out], [gpustate.nvml_identity(pynvml, h)]) == [0]:
+                serial = pynvml.nvmlDeviceGetSerial(h)
+                out["serial"] = serial.decode() if isinstance(serial, bytes) else serial
+                out["nvml_index"] = i
+    except Exception:  # noqa: BLE001 - no NVML, or no serial on this board: the rest identifies it
+        pass
+    return out
+
+
+def measure_rank(
+    device: Any,
+    barrier: Callable[[], None],
+    slow: bool = False,
+    quick: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Every figure of this rank, each started together with the other ranks (``barrier``).
+
+    ``slow`` does every call's work twice (the figures count it once): a rank made slow
+    by construction, to see the flagging work. Returns ``{"figures": {...}, "clocks": {...}}``.
+    """
+    from devbench.gpustate import Sampler
+    from devbench.measure import burst, measure, plan_blocks, sustained, time_block, warm_up
+    from devbench.spec import gbps
+    from devbench.workloads.matmul import Matmul, tf32
+    from devbench.workloads.transfer import Copy, host_device_copy, pinned_reason
+
+    sizes, timing = _sizes(device.type, quick), _timing(quick)
+    say = progress or (lambda _msg: None)
+    figures: dict[str, float] = {}
+    clocks: dict[str, Any] = {}
+    mm = Matmul(sizes["n"], sizes["dtype"], device)
+    with tf32(mm.allow_tf32):
+        mm.check()
+        fn = _twice(mm) if slow else mm
+        warm_up(fn, device, repeats=2)
+        one = time_block(fn, device, 1).seconds
+        sampler = Sampler if device.type == "cuda" else None
+        barrier()
+        say("matmul burst")
+        m, _ = burst(fn, device, one, idle_s=timing["idle_s"], burst_s=timing["burst_s"], sampler=sampler)
+        figures["matmul_burst"] = mm.flops / m.median / 1e12
+        barrier()
+        say("matmul sustained")
+        m, seen = sustained(fn, device, one, first_s=timing["first_s"], sustained_s=timing["sustained_s"],
+                            sampler=sampler)  # fmt: skip
+        figures["matmul_sustained"] = mm.flops / m.median / 1e12
+        clocks = _clocks(device, seen)
+    del mm
+    copies: list[tuple[str, Any]] = []
+    if device.type == "cuda" and not pinned_reason():
+        copies += [(f"{d}_pinned", host_device_copy(d, sizes["copy"], device, "pinned", non_blocking=True))
+                   for d in ("h2d", "d2h")]  # fmt: skip
+    copies.append(("device_copy", Copy(sizes["device_copy"], device, device)))
+    for name, copy in copies:
+        copy.check()
+        fn = _twice(copy) if slow else copy
+        warm_up(fn, device)
+        barrier()
+        say(name)
+        plan = plan_blocks(fn, copy.timing_device, target_s=0.05, may_hold=not copy.host_waits)
+        figures[name] = gbps(copy.nbytes, measure(fn, copy.timing_device, plan, blocks=5).median)
+        del copy
+    return {"figures": figures, "clocks": clocks}
+
+
+# --- Judging the ranks against each other (no torch) ----------------------------------------------------
+
+
+def judge(ranks: Sequence[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD) -> list[dict[str, Any]]:
+    """Per rank and figure: its value, the median over all ranks, the deviation and whether it is flagged.
+
+    A rank is flagged on a figure when it lies more than ``threshold`` below the median
+    (every figure here is higher-is-better). One row per rank and figure it has.
+    """
+    if not 0 < threshold < 1:
+        raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
+    rows = []
+    for name, unit in FIGURES.items():
+        values = [r["figures"][name] for r in ranks if name in r.get("figures", {})]
+        if not values:
+            continue
+        med = statistics.median(values)
+        for r in ranks:
+            if name not in r.get("figures", {}):
+                continue
+            v = r["figures"][name]
+            dev = v / med - 1 if med > 0 else 0.0
+            rows.append({"rank": r["identity"]["rank"], "figure": name, "unit": unit, "value": v, "median": med,
+                         "deviation": dev, "flagged": dev < -threshold})  # fmt: skip
+    return rows
+
+
+def flagged_ranks(rows: Sequence[dict[str, Any]]) -> list[int]:
+    return sorted({r["rank"] for r in rows if r["flagged"]})
+
+
+def format_table(ranks: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], threshold: float) -> str:
+    """One line per rank: who it is, each figure with its deviation from the median, and its flag."""
+    names = [n for n in FIGURES if any(r["figure"] == n for r in rows)]
+    by = {(r["rank"], r["figure"]): r for r in rows}
+    head = f"{'rank':>4} {'host':<16} {'device':<8} {'id':<20} " + " ".join(f"{n:>22}" for n in names) + "  flag"
+    lines = [head, "-" * len(head)]
+    for r in sorted(ranks, key=lambda r: r["identity"]["rank"]):
+        ident = r["identity"]
+        rid = ident.get("pci_bus_id") or ident.get("uuid") or ident.get("name") or ""
+        cells = []
+        flag = False
+        for n in names:
+            row = by.get((ident["rank"], n))
+            if row is None:
+                cells.append(f"{'-':>22}")
+                continue
+            flag |= row["flagged"]
+            cells.append(f"{row['value']:>12.4g} ({100 * row['deviation']:+5.1f}%)")
+        host = str(ident.get("host", ""))[:16]
+        lines.append(f"{ident['rank']:>4} {host:<16} {ident['device']:<8} {str(rid)[:20]:<20} " + " ".join(cells)
+                     + ("  SLOW" if flag else ""))  # fmt: skip
+    units = ", ".join(f"{n} {FIGURES[n]}" for n in names)
+    lines.append(f"(deviation from the median of all ranks; SLOW: more than {threshold:.0%} below it; {units})")
+    return "\n".join(lines)
+
+
+def document(ranks: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], *, machine: str, backend: str,
+             threshold: float, quick: bool) -> dict[str, Any]:  # fmt: skip
+    """The JSON rank 0 writes."""
+    import torch
+
+    kinds = {str(r["identity"]["device"]).split(":")[0] for r in ranks}
+    return {
+        "format": FORMAT,
+        "machine": machine,
+        "backend": backend,
+        "world": len(ranks),
+        "hosts": sorted({r["identity"]["host"] for r in ranks}),
+        "measured": "GPUs" if kinds == {"cuda"} else "CPUs",
+        "torch": torch.__version__,
+        "quick": quick,
+        "threshold": threshold,
+        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "units": dict(FIGURES),
+        "ranks": list(ranks),
+        "rows": list(rows),
+    }
+
+
+def write(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
+    from devbench.files import write_atomic
+
+    stamp = doc["finished"].replace(":", "").replace("-", "").replace("+0000", "Z")
+    path = Path(out_dir) / f"{doc['machine']}-fleet-w{doc['world']}-{stamp}.json"
+    write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+# --- Running it ------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m devbench.fleet",
+        description=(
+            "Run a short, checked set (burst and sustained matmul, pinned host<->device copies, a device copy) on "
+            "every GPU at once, compare each GPU with the median of all, and flag those more than --threshold "
+            "below it. Under torchrun: one rank per GPU, one node or many; alone: --nproc local ranks."
+        ),
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help="flag a rank this fraction below the median (default: %(default)s)")  # fmt: skip
+    p.add_argument("--nproc", type=int, default=2, help="ranks to start when not under torchrun (default: 2)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes and shorter runs (a smoke test)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="directory for the JSON (default: %(default)s)")
+    p.add_argument("--machine", help="name in the file (default: asv's machine name, else hostname)")
+    p.add_argument("--no-write", action="store_true", help="print the table only")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds before a stuck world is stopped")
+    p.add_argument("--fail-on-slow", action="store_true", help="exit 1 when a rank is flagged (for scripts)")
+    p.add_argument("--slow-rank", type=int, default=None, metavar="R",
+                   help="testing: rank R does every call's work twice, to see it flagged")  # fmt: skip
+    return p
+
+
+def rank_main(rank: int, world: int, backend: str, slow_rank: int | None, quick: bool) -> dict[str, Any]:
+    """One rank's run inside an initialized process group: identity and figures."""
+    import torch.distributed as dist
+
+    from devbench.world import rank_device
+
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    device = rank_device(backend, local_rank)
+    if backend == "gloo":
+        import torch
+
+        torch.set_num_threads(1)  # the ranks share the cores
+
+    def say(what: str) -> None:
+        if rank == 0:
+            print(f"# {what} on {world} rank(s) at once", flush=True)
+
+    out = measure_rank(device, dist.barrier, slow=slow_rank == rank, quick=quick, progress=say)
+    out["identity"] = identity(device, rank, local_rank)
+    return out
+
+
+def _finish(args: argparse.Namespace, ranks: list[dict[str, Any]], backend: str) -> int:
+    from devbench.machine import default_machine
+
+    rows = judge(ranks, args.threshold)
+    kinds = {str(r["identity"]["device"]).split(":")[0] for r in ranks}
+    print(f"# measured {'GPUs' if kinds == {'cuda'} else 'CPUs (no GPU: gloo processes)'}", flush=True)
+    print(format_table(ranks, rows, args.threshold), flush=True)
+    if not args.no_write:
+        doc = document(ranks, rows, machine=args.machine or default_machine(), backend=backend,
+                       threshold=args.threshold, quick=args.quick)  # fmt: skip
+        print(f"# wrote {write(doc, args.out)}", flush=True)
+    slow = flagged_ranks(rows)
+    if slow:
+        print(f"# {len(slow)} rank(s) more than {args.threshold:.0%} below their peers: {slow}", flush=True)
+    return 1 if slow and args.fail_on_slow else 0
+
+
+def _torchrun_main(args: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_world else "gloo"
+    kwargs = {}
+    if backend == "nccl":
+        from devbench.world import rank_device
+
+        kwargs["device_id"] = rank_device(backend, int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend, timeout=_dt.timedelta(seconds=args.timeout), **kwargs)
+    try:
+        if rank == 0:
+            print(f"# devbench fleet: {backend}, {world} ranks", flush=True)
+        try:
+            mine = rank_main(rank, world, backend, args.slow_rank, args.quick)
+        except Exception as exc:
+            print(f"devbench fleet: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            raise
+        ranks: list[Any] = [None] * world
+        dist.all_gather_object(ranks, mine)
+        status = _finish(args, ranks, backend) if rank == 0 else 0
+    finally:
+        dist.destroy_process_group()
+    return status
+
+
+def _local_main(args: argparse.Namespace) -> int:
+    from devbench.devices import num_gpus
+    from devbench.world import RankFailed, WorldTimeout, spawn_world
+
+    backend = "nccl" if num_gpus() >= args.nproc else "gloo"
+    print(f"# devbench fleet: {backend}, {args.nproc} local ranks (spawned; no torchrun)", flush=True)
+    try:
+        ranks = spawn_world(rank_main, args.nproc, args=(backend, args.slow_rank, args.quick), backend=backend,
+                            timeout_s=args.timeout)  # fmt: skip
+    except (RankFailed, WorldTimeout) as exc:
+        print(f"devbench fleet: {exc}", file=sys.stderr)
+        return 1
+    return _finish(args, ranks, backend)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0 < args.threshold < 1:
+        parser.error(f"--threshold must be between 0 and 1, got {args.threshold}")
+    under_torchrun = all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
+    if not under_torchrun and args.nproc < 2:
+        parser.error(f"--nproc must be >= 2 (a fleet of one has no peers), got {args.nproc}")
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nproc
+    if args.slow_rank is not None and not 0 <= args.slow_rank < world:
+        parser.error(f"--slow-rank {args.slow_rank}: there are ranks 0 to {world - 1}")
+    return _torchrun_main(args) if under_torchrun else _local_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

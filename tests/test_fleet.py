@@ -1,0 +1,64 @@
+"""devbench.fleet: judging ranks against their peers, and a real torchrun world with one rank slow by construction."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devbench import fleet as F
+
+
+def _rank(rank, **figures):
+    return {"identity": {"rank": rank, "host": "h", "device": f"cuda:{rank}", "pci_bus_id": f"0000:{rank:02X}:00.0"},
+            "figures": figures}  # fmt: skip
+
+
+def test_a_rank_below_the_median_by_more_than_the_threshold_is_flagged():
+    ranks = [_rank(0, matmul_burst=800.0, device_copy=1500.0), _rank(1, matmul_burst=790.0, device_copy=1490.0),
+             _rank(2, matmul_burst=700.0, device_copy=1510.0), _rank(3, matmul_burst=805.0)]  # fmt: skip
+    rows = F.judge(ranks, threshold=0.05)
+    burst = {r["rank"]: r for r in rows if r["figure"] == "matmul_burst"}
+    assert burst[0]["median"] == 795.0 and burst[2]["deviation"] == pytest.approx(700 / 795 - 1)
+    assert [r for r, row in burst.items() if row["flagged"]] == [2]
+    assert F.flagged_ranks(rows) == [2]
+    assert len([r for r in rows if r["figure"] == "device_copy"]) == 3  # rank 3 has no such figure
+    table = F.format_table(ranks, rows, 0.05)
+    line = next(ln for ln in table.splitlines() if ln.strip().startswith("2 "))
+    assert line.endswith("SLOW") and "(-11.9%)" in line and "0000:02:00.0" in line
+    assert "more than 5% below" in table
+    with pytest.raises(ValueError, match="threshold"):
+        F.judge(ranks, threshold=0)
+
+
+def test_bad_arguments_exit_2_with_the_reason(capsys):
+    for argv, reason in ((["--nproc", "1"], "--nproc must be >= 2"), (["--threshold", "2"], "between 0 and 1"),
+                         (["--slow-rank", "5"], "ranks 0 to 1")):  # fmt: skip
+        with pytest.raises(SystemExit) as exc:
+            F.main(argv)
+        assert exc.value.code == 2 and reason in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_torchrun_world_of_two_flags_the_rank_made_slow(tmp_path):
+    """Rank 1 does every call's work twice; it, and only it, falls behind on every figure. No timing is asserted
+    beyond that: doubled work is slower by construction."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [str(torchrun), "--nproc-per-node", "2", "-m", "devbench.fleet", "--quick", "--slow-rank", "1",
+         "--out", str(tmp_path), "--machine", "box", "--fail-on-slow"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert "measured CPUs" in out.stdout, out.stderr[-3000:]
+    (path,) = tmp_path.glob("box-fleet-w2-*.json")
+    doc = json.loads(path.read_text())
+    assert doc["format"] == F.FORMAT and doc["world"] == 2 and doc["measured"] == "CPUs"
+    flagged = {(r["rank"], r["figure"]) for r in doc["rows"] if r["flagged"]}
+    figures = {r["figure"] for r in doc["rows"]}
+    assert figures == {"matmul_burst", "matmul_sustained", "device_copy"}
+    assert flagged == {(1, f) for f in figures}
+    assert out.returncode != 0  # --fail-on-slow: torchrun passes rank 0's exit 1 on
+    assert "1 rank(s) more than 5% below their peers: [1]" in out.stdout
