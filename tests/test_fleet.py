@@ -62,3 +62,31 @@ def test_torchrun_world_of_two_flags_the_rank_made_slow(tmp_path):
     assert flagged == {(1, f) for f in figures}
     assert out.returncode != 0  # --fail-on-slow: torchrun passes rank 0's exit 1 on
     assert "1 rank(s) more than 5% below their peers: [1]" in out.stdout
+
+
+def test_the_report_shows_the_newest_fleet_run_and_names_a_bad_file(tmp_path):
+    import shutil
+
+    from devbench.report.cli import main as report_main
+
+    root = Path(__file__).resolve().parents[1]
+    results = tmp_path / "asv" / "results"
+    shutil.copytree(root / "reports" / "asv-results", results)
+    folder = tmp_path / "asv" / "fleet"
+    ranks = [_rank(0, matmul_burst=800.0, device_copy=1500.0), _rank(1, matmul_burst=600.0, device_copy=1495.0),
+             _rank(2, matmul_burst=805.0, device_copy=1505.0)]  # fmt: skip
+    old = F.document(ranks[:2], F.judge(ranks[:2]), machine="h200", backend="nccl", threshold=0.05, quick=False)
+    old["finished"] = "2026-01-01T00:00:00+00:00"
+    new = F.document(ranks, F.judge(ranks), machine="h200", backend="nccl", threshold=0.05, quick=False)
+    F.write(old, folder)
+    F.write(new, folder)
+    (folder / "junk.json").write_text('{"format": "something else"}')
+    out = tmp_path / "out"
+    assert report_main(["--results", str(results), "--out", str(out), "--format", "md", "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    section = md.split("## Fleet: every device at once", 1)[1].split("\n## ", 1)[0]
+    assert "(GPUs)" in section and "1 rank(s) flagged SLOW" in section and "0000:01:00.0" in section
+    rows = [ln for ln in section.splitlines() if ln.startswith("|") and "SLOW" in ln]
+    assert len(rows) == 1 and "600 (-25.0%)" in rows[0]
+    assert section.count("0000:02:00.0") == 1  # the newest run: three ranks, each once
+    assert "junk.json" in md and "not a devbench-fleet/1 document" in md

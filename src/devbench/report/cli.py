@@ -197,11 +197,16 @@ def _judging(args: argparse.Namespace):
 
 
 def _add_achievable(loaded, args: argparse.Namespace) -> None:
-    """The shape searches of ``bench_achievable`` (``achievable/`` beside the results) of the chosen machines."""
+    """The shape searches of ``bench_achievable`` and the ``devbench.fleet`` runs (``achievable/`` and
+    ``fleet/`` beside the results) of the chosen machines."""
     from devbench.report.records import load_achievable
+
+    from devbench.report.records import load_fleet
 
     found = load_achievable(Path(args.results).parent / "achievable", loaded.problems)
     loaded.achievable = found[found["machine"].isin(args.machine)] if args.machine else found
+    fleet = load_fleet(Path(args.results).parent / "fleet", loaded.problems)
+    loaded.fleet = fleet[fleet["machine"].isin(args.machine)] if args.machine else fleet
 
 
 def _add_collectives(loaded, args: argparse.Namespace) -> None:

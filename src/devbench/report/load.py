@@ -77,6 +77,8 @@ class Loaded:
     collectives: pd.DataFrame | None = None
     #: the newest shape search per machine, device and dtype (see ``records.load_achievable``)
     achievable: pd.DataFrame | None = None
+    #: the newest ``python -m devbench.fleet`` run per machine, a row per rank and figure
+    fleet: pd.DataFrame | None = None
     #: what each short environment label stands for (``records.env_legend``), once paths are hidden
     env_legend: pd.DataFrame | None = None
 

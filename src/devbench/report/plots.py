@@ -155,3 +155,31 @@ def plot_history(frame: pd.DataFrame, steps: pd.DataFrame, limit: int = 6) -> by
             ax.set_visible(False)
 
     return _figure_png(draw, ncols=ncols, nrows=nrows)
+
+
+def plot_fleet(fleet: pd.DataFrame | None) -> bytes | None:
+    """Each rank's deviation from the median of all ranks, per figure: bars, flagged ranks in red."""
+    if fleet is None or fleet.empty:
+        return None
+    machines = sorted(fleet["machine"].unique())[:4]
+
+    def draw(axes):
+        for ax, machine in zip(axes.flat, machines, strict=False):
+            sub = fleet[fleet["machine"] == machine]
+            figures = list(dict.fromkeys(sub["figure"]))
+            ranks = sorted(sub["rank"].unique())
+            width = 0.8 / max(1, len(ranks))
+            for j, rank in enumerate(ranks):
+                g = sub[sub["rank"] == rank].set_index("figure").reindex(figures)
+                colors = ["C3" if f else "C0" for f in g["flagged"].fillna(False)]
+                xs = [i + (j - (len(ranks) - 1) / 2) * width for i in range(len(figures))]
+                bars = ax.bar(xs, 100 * g["deviation"].fillna(0), width=width * 0.9, color=colors)
+                if len(ranks) <= 16:
+                    ax.bar_label(bars, labels=[f"rank {rank}"] * len(figures), fontsize=7, padding=2)
+            ax.axhline(0, color="k", lw=0.8)
+            ax.grid(True, axis="y", alpha=0.3)
+            ax.set_xticks(range(len(figures)), [f.replace("_", " ") for f in figures], fontsize=8)
+            ax.set(ylabel="% from the median of all ranks", title=f"{machine}: {len(ranks)} ranks at once; "
+                   "higher is better; red = flagged slow")  # fmt: skip
+
+    return _figure_png(draw, ncols=len(machines))

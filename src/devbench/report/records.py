@@ -3,6 +3,7 @@
 * ``.asv/runinfo``: the torch and CUDA each benchmark process really imported (``devbench.runinfo``);
 * ``.asv/gpustate``: NVML state around each GPU benchmark (``devbench.gpustate``);
 * ``.asv/collectives``: figures of ``python -m devbench.collectives`` runs;
+* ``.asv/fleet``: ``python -m devbench.fleet`` runs (every GPU at once, judged against its peers);
 * ``.asv/achievable``: the shape searches of ``bench_achievable`` (best shape per device and dtype).
 
 All sit beside the asv results directory. No torch.
@@ -263,3 +264,46 @@ def load_achievable(folder: str | os.PathLike[str], problems: list[Problem] | No
     if out.empty:
         return out
     return out.sort_values("time").drop_duplicates(["machine", "device", "dtype"], keep="last").reset_index(drop=True)
+
+
+FLEET_FORMAT = "devbench-fleet/1"
+FLEET_COLUMNS = ["file", "machine", "finished", "measured", "world", "rank", "host", "device", "id", "name",
+                 "figure", "unit", "value", "median", "deviation", "flagged", "sm_clock_mhz", "power_w"]  # fmt: skip
+
+
+def load_fleet(folder: str | os.PathLike[str], problems: list[Problem] | None = None) -> pd.DataFrame:
+    """One row per rank and figure of the newest ``python -m devbench.fleet`` file per machine.
+
+    A file that is not a fleet document is skipped and named in ``problems``.
+    """
+    root = Path(folder)
+    docs = []
+    for path in sorted(root.glob("*.json")) if root.is_dir() else []:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict) or doc.get("format") != FLEET_FORMAT:
+                raise ValueError(f"not a {FLEET_FORMAT} document")
+            ident = {int(r["identity"]["rank"]): r for r in doc["ranks"]}
+            rows = []
+            for row in doc["rows"]:
+                r = ident[int(row["rank"])]
+                i, clocks = r["identity"], r.get("clocks") or {}
+                rows.append({
+                    "file": path.name, "machine": str(doc["machine"]), "finished": pd.Timestamp(doc["finished"]),
+                    "measured": doc.get("measured", ""), "world": int(doc["world"]), "rank": int(row["rank"]),
+                    "host": i.get("host"), "device": i.get("device"),
+                    "id": i.get("pci_bus_id") or i.get("uuid") or "", "name": i.get("name"),
+                    "figure": str(row["figure"]), "unit": str(row["unit"]), "value": float(row["value"]),
+                    "median": float(row["median"]), "deviation": float(row["deviation"]),
+                    "flagged": bool(row["flagged"]), "sm_clock_mhz": clocks.get("sm_clock_mhz"),
+                    "power_w": clocks.get("power_w"),
+                })  # fmt: skip
+            docs.append(rows)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if problems is not None:
+                problems.append(Problem(str(path), f"skipped: {exc}"))
+    out = pd.DataFrame([r for rows in docs for r in rows], columns=FLEET_COLUMNS)
+    if out.empty:
+        return out
+    newest = out.groupby("machine")["finished"].transform("max")
+    return out[out["finished"] == newest].reset_index(drop=True)

@@ -110,7 +110,8 @@ def _peak(tp_frame: pd.DataFrame) -> Section | None:
         "Best measured square-matmul TFLOP/s against a peak: the achievable figure (the best shape "
         "bench_achievable found on that device and dtype, burst, sustained or search, whichever is highest) "
         "where a search ran, else a known GPU's datasheet dense figure (devbench.peaks). A CPU with no search "
-        "and unknown GPUs get no fraction."
+        "and unknown GPUs get no fraction. Above 100%: a square product beat the search's best, which times each "
+        "shape briefly (on a noisy host, low)."
     )
     return Section("Fraction of peak", text, table.round(4))
 
@@ -239,6 +240,32 @@ def _collectives(cb: pd.DataFrame) -> Section | None:
         "Plot: higher is better; the suite's runs solid, torchrun files dashed; both axes logarithmic."
     )
     return Section("Collectives: bus bandwidth (GB/s)", text, table.round(3), plot="collectives")
+
+
+def _fleet(fleet: pd.DataFrame | None) -> Section | None:
+    if fleet is None or fleet.empty:
+        return None
+    f = fleet.assign(cell=fleet["value"].map("{:.4g}".format) + " (" + (100 * fleet["deviation"]).map("{:+.1f}".format)
+                     + "%)")  # fmt: skip
+    table = f.pivot_table(index=["machine", "rank", "host", "device", "id"], columns="figure", values="cell",
+                          aggfunc="first").reset_index()  # fmt: skip
+    table.columns.name = None
+    order = list(dict.fromkeys(f["figure"]))  # the order the fleet measured them in
+    table = table[["machine", "rank", "host", "device", "id", *order]]
+    slow = f.groupby(["machine", "rank"])["flagged"].any()
+    table["flag"] = [("SLOW" if slow.get((m, r), False) else "") for m, r in zip(table["machine"], table["rank"])]
+    clocks = f.drop_duplicates(["machine", "rank"]).set_index(["machine", "rank"])[["sm_clock_mhz", "power_w"]]
+    table = table.join(clocks, on=["machine", "rank"]).dropna(axis=1, how="all").rename(columns={"machine": "where"})
+    n_slow = int(slow.sum())
+    measured = ", ".join(sorted(set(f["measured"].astype(str))))
+    units = ", ".join(f"{a} {b}" for a, b in f.drop_duplicates("figure")[["figure", "unit"]].itertuples(index=False))
+    text = (
+        f"`python -m devbench.fleet`: the same short, checked set on every rank at once ({measured}), each figure "
+        f"shown with its deviation from the median of all ranks; higher is better. {n_slow} rank(s) flagged SLOW "
+        f"(more than the run's threshold below the median). Units: {units}. MHz and W: NVML during the sustained "
+        "matmul (GPUs)."
+    )
+    return Section("Fleet: every device at once", text, table, plot="fleet")
 
 
 def _gpu_state(frame: pd.DataFrame) -> Section | None:
@@ -484,6 +511,7 @@ def build(
         _logging(lat),
         _parallel(lat),
         _collectives(cb),
+        _fleet(loaded.fleet),
         _gpu_state(lat),
     ):
         if sec is not None:
@@ -511,6 +539,7 @@ def build(
             ("throughput", P.plot_throughput(tp)),
             ("bandwidth", P.plot_bandwidth(bw)),
             ("collectives", P.plot_collectives(cb)),
+            ("fleet", P.plot_fleet(loaded.fleet)),
             ("history", P.plot_history(cur, flagged)),
         ):
             if png is not None:
