@@ -199,9 +199,7 @@ def _judging(args: argparse.Namespace):
 def _add_achievable(loaded, args: argparse.Namespace) -> None:
     """The shape searches of ``bench_achievable`` and the ``devbench.fleet`` runs (``achievable/`` and
     ``fleet/`` beside the results) of the chosen machines."""
-    from devbench.report.records import load_achievable
-
-    from devbench.report.records import load_fleet
+    from devbench.report.records import load_achievable, load_fleet
 
     found = load_achievable(Path(args.results).parent / "achievable", loaded.problems)
     loaded.achievable = found[found["machine"].isin(args.machine)] if args.machine else found
