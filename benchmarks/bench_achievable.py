@@ -7,9 +7,14 @@ shows the best shape beside the datasheet and divides by it for the fraction of 
 The benchmarks then time that shape twice: ``burst`` (after a second of idling, a
 quarter of a second of work) and ``sustained`` (after five seconds of back-to-back
 work), with the GPU's clock and power sampled during the measured blocks.
+
+A search is cached per user (``~/.cache/devbench/achievable.json``, keyed by machine,
+torch, device name, dtype, grid and budget; ``DEVBENCH_SEARCH=fresh`` searches again),
+so repeated runs and ``devbench compare`` time one shape.
 """
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,6 +30,46 @@ DTYPES = ["float32", "tf32", "bfloat16"]
 
 #: Where the searches are written, beside asv's results (the report reads it).
 ACHIEVABLE_DIR = Path(".asv") / "achievable"
+
+#: Set to "fresh" to search again even when this machine, torch, device and grid were searched before.
+SEARCH_ENV = "DEVBENCH_SEARCH"
+
+
+def _cache_file() -> Path:
+    """Found shapes, per user: the search is a property of the hardware and library, not of a commit, so
+    `devbench compare` (two exported trees, many rounds) and repeated runs time the same shape."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "devbench" / "achievable.json"
+
+
+def _cache_key(device: torch.device, dtype: str, shapes: list, budget: float) -> str:
+    from devbench.machine import default_machine
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return json.dumps([default_machine(), torch.__version__, name, dtype, shapes, budget])
+
+
+def _searched(device: torch.device, dtype: str, shapes: list, budget: float) -> dict:
+    """The search record for this device and dtype: from the cache, else searched now (and cached)."""
+    path, key = _cache_file(), _cache_key(device, dtype, [list(s) for s in shapes], budget)
+    try:
+        cache = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    if os.environ.get(SEARCH_ENV) != "fresh" and isinstance(cache.get(key), dict):
+        print(f"{device} {dtype}: shape from an earlier search ({path}; {SEARCH_ENV}=fresh searches again)",
+              file=sys.stderr)  # fmt: skip
+        return {**cache[key], "cached": True}
+    print(f"searching {len(shapes)} shapes on {device} {dtype} ({budget:g} s at most)", file=sys.stderr)
+    record = search(device, dtype, shapes, budget).as_record()
+    cache[key] = record
+    try:
+        from devbench.files import write_atomic
+
+        write_atomic(path, json.dumps(cache) + "\n")
+    except OSError as exc:  # a read-only home: search again next time
+        print(f"could not cache the search in {path}: {exc}", file=sys.stderr)
+    return {**record, "cached": False}
 
 
 def _free_bytes(device: torch.device) -> int:
@@ -74,11 +119,10 @@ class MatmulAchievable(Benchmark):
                     continue
                 dev = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
                 budget = GPU_BUDGET_S if device == "cuda" else CPU_BUDGET_S
-                shapes = candidates(dev, dtype, _free_bytes(dev))
-                print(f"searching {len(shapes)} shapes on {device} {dtype} ({budget:g} s at most)", file=sys.stderr)
-                s = search(dev, dtype, shapes, budget)
-                found[(device, dtype)] = s.best.shape
-                records.append(s.as_record())
+                record = _searched(dev, dtype, candidates(dev, dtype, _free_bytes(dev)), budget)
+                best = record["best"]
+                found[(device, dtype)] = (best["m"], best["k"], best["n"])
+                records.append(record)
         if records:
             _write(records)
         return found

@@ -28,6 +28,7 @@
 #   STEP=matmul   scripts/device-run.sh h100   # bench_matmul
 #   STEP=transfer scripts/device-run.sh h100   # bench_transfer, class by class
 #   STEP=rest     scripts/device-run.sh h100   # logging, parallel, model, devices, collectives
+#   STEP=beyond   scripts/device-run.sh h100   # bench_achievable (shape search, burst, sustained), bench_launch
 #   STEP=validate PREVIOUS=.devrun/results.tgz scripts/device-run.sh h100   # validate on the matmul and transfer results
 # Without STEP (or STEP=all) it does everything in one call, as far as BUDGET_S allows.
 set -uo pipefail
@@ -45,12 +46,13 @@ case "${STEP:-all}" in
         SKIP_TESTS=1; SKIP_VALIDATE=1 ;;
     rest) MODULES="bench_logging bench_parallel bench_model bench_devices bench_collectives"; SKIP_TESTS=1
         SKIP_VALIDATE=1 ;;
+    beyond) MODULES="bench_achievable bench_launch"; SKIP_TESTS=1; SKIP_VALIDATE=1 ;;
     validate) MODULES=" "; SKIP_TESTS=1 ;;
-    *) echo "unknown STEP ${STEP}: all, setup, matmul, transfer, rest or validate"; exit 2 ;;
+    *) echo "unknown STEP ${STEP}: all, setup, matmul, transfer, rest, beyond or validate"; exit 2 ;;
 esac
 if [ -n "${PREVIOUS:-}" ]; then tar xzf "$PREVIOUS" || exit 1; fi
 # bench_transfer goes class by class (HostDevice alone is 96 combinations) and last.
-modules=${MODULES:-"bench_matmul bench_logging bench_parallel bench_model bench_devices bench_collectives
+modules=${MODULES:-"bench_matmul bench_achievable bench_launch bench_logging bench_parallel bench_model bench_devices bench_collectives
   bench_transfer.(DeviceCopy|PeerCopy|HostDeviceBidirectional)
   bench_transfer.(ManySmallCopies|SameDeviceMove|CopyComputeOverlap|HiddenCopy)
   bench_transfer.HostDevice\\."}
@@ -96,5 +98,5 @@ if [ "${SKIP_VALIDATE:-0}" != 1 ] && [ "$(left)" -gt 30 ]; then
 fi
 
 nvidia-smi -q -d CLOCK,TEMPERATURE,POWER,PERFORMANCE >"$OUT/smi-after.txt" 2>&1 || true
-tar czf "$OUT/results.tgz" .asv/results .asv/gpustate .asv/runinfo 2>/dev/null
+tar czf "$OUT/results.tgz" .asv/results .asv/gpustate .asv/runinfo .asv/achievable .asv/fleet 2>/dev/null
 echo "== done in $(( $(date +%s) - t0 )) s"

@@ -81,3 +81,32 @@ def test_what_is_not_searched_says_why():
     assert A.search_reason(GPU, "bfloat16") is None
     with pytest.raises(ValueError, match="int8"):
         A.search_reason(CPU, "int8")
+
+
+def test_a_search_is_cached_per_machine_torch_device_and_grid(monkeypatch, tmp_path):
+    """Repeated runs (and both sides of devbench compare) time the shape one search found."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks import bench_achievable as B
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(B.SEARCH_ENV, raising=False)
+    monkeypatch.setattr("devbench.machine.default_machine", lambda: "box")
+    searches = []
+
+    def fake_search(device, dtype, shapes, budget):
+        searches.append(dtype)
+        return A.Search(str(device), dtype, [A.ShapeResult(*shapes[-1], tflops=1.0, error=0.0)], budget_s=budget)
+
+    monkeypatch.setattr(B, "search", fake_search)
+    shapes = [(8, 8, 8), (16, 8, 8)]
+    first = B._searched(CPU, "float32", shapes, 5.0)
+    again = B._searched(CPU, "float32", shapes, 5.0)
+    assert searches == ["float32"] and not first["cached"] and again["cached"]
+    assert again["best"] == {"m": 16, "k": 8, "n": 8, "tflops": 1.0}
+    B._searched(CPU, "float32", [(8, 8, 8)], 5.0)  # another grid: another search
+    monkeypatch.setenv(B.SEARCH_ENV, "fresh")
+    B._searched(CPU, "float32", shapes, 5.0)
+    assert searches == ["float32"] * 3
