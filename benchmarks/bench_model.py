@@ -12,6 +12,7 @@ from devbench.suite import DEVICES, Benchmark, require_device
 from devbench.workloads.model import (
     BATCH,
     MODEL_INPUTS,
+    PrefetchedTrainStep,
     TrainStep,
     build_model,
     check_forward,
@@ -51,18 +52,23 @@ class Forward(Benchmark):
 class TrainingStep(Benchmark):
     """Forward, backward and SGD step, the batch moved from host memory each step by the
     chapter's ``prepare_batch``: plain ``.to(device)`` from pageable memory, or from
-    pinned memory with ``non_blocking=True`` (the copy can overlap; CUDA only)."""
+    pinned memory with ``non_blocking=True`` (asynchronous, but on the compute stream:
+    it cannot overlap the step), or ``pinned_prefetch``: the next batch copied on a copy
+    stream while this step computes, as data loaders do (the overlap; CUDA only)."""
 
-    params = [DEVICES, MODELS, ["plain", "pinned_non_blocking"]]
+    params = [DEVICES, MODELS, ["plain", "pinned_non_blocking", "pinned_prefetch"]]
     param_names = ["device", "model", "batch_transfer"]
 
     def setup(self, device, model, batch_transfer):
         pin_threads()
         self.device = require_device(device)
-        pinned = batch_transfer == "pinned_non_blocking"
+        pinned = batch_transfer != "plain"
         if pinned and self.device.type != "cuda":
             raise NotImplementedError("pinned memory and non_blocking copies need a CUDA device")
-        self.step = TrainStep(model, self.device, pinned)
+        if batch_transfer == "pinned_prefetch":
+            self.step = PrefetchedTrainStep(model, self.device)
+        else:
+            self.step = TrainStep(model, self.device, pinned)
         self.step.check()
         warm_up(self.step, self.device)
 

@@ -77,3 +77,20 @@ def test_state_roundtrip_gpu(tmp_path):
     save_state(model, tmp_path / "m.pt")
     check_state(load_state(tmp_path / "m.pt", dev), model, dev)
     TrainStep("mlp", dev, pinned=True).check()
+
+
+def test_prefetching_needs_cuda_and_says_so():
+    from devbench.workloads.model import PrefetchedTrainStep, prefetch_reason
+
+    assert "CUDA" in prefetch_reason(CPU)
+    with pytest.raises(ValueError, match="copy stream needs a CUDA device"):
+        PrefetchedTrainStep("mlp", CPU)
+
+
+@pytest.mark.cuda
+def test_prefetched_step_trains_on_the_batch_it_copied():
+    from devbench.workloads.model import PrefetchedTrainStep
+
+    step = PrefetchedTrainStep("mlp", torch.device("cuda", 0))
+    step.check()
+    assert step.copy_stream != torch.cuda.current_stream(step.device)  # made once, beside the compute stream

@@ -92,6 +92,9 @@ class TrainStep:
 
     def check(self, steps: int = 5) -> None:
         """The parameters stay where they were put and a few steps reduce the loss."""
+        self._check_steps(steps)
+
+    def _check_steps(self, steps: int) -> None:
         for p in self.model.parameters():
             if p.device != self.device:
                 raise AssertionError(f"parameter on {p.device}, expected {self.device}")
@@ -100,6 +103,66 @@ class TrainStep:
             last = float(self())
         if not (last < first and torch.isfinite(torch.tensor(last))):
             raise AssertionError(f"training on {self.device}: loss went {first:.4g} -> {last:.4g}")
+
+
+def prefetch_reason(device: torch.device) -> str | None:
+    """Why a batch cannot be prefetched on a copy stream on ``device``, or ``None``."""
+    if as_device(device).type != "cuda":
+        return "prefetching on a copy stream needs a CUDA device (pinned memory, streams)"
+    return None
+
+
+class PrefetchedTrainStep(TrainStep):
+    """A training step whose next batch is copied on a second stream while this one computes.
+
+    The pattern data loaders use to hide host->device copies: two device buffers made
+    once; each step waits for its batch's copy, starts the next batch's copy on the copy
+    stream (pinned host memory, ``non_blocking``) and computes on the current stream.
+    The copy stream waits for the step that last read a buffer before overwriting it.
+    A per-step sync then waits for both, so the step's time shows how much copy was hidden.
+    """
+
+    def __init__(self, name: str, device: torch.device) -> None:
+        reason = prefetch_reason(device)
+        if reason:
+            raise ValueError(reason)
+        super().__init__(name, device, pinned=True)
+        self.copy_stream = torch.cuda.Stream(self.device)
+        self.buffers = [[torch.empty_like(t, device=self.device) for t in self.batch] for _ in range(2)]
+        self.copied = [torch.cuda.Event() for _ in range(2)]
+        self.used = [torch.cuda.Event() for _ in range(2)]
+        self._next = 0
+        self._start_copy(0)
+
+    def _start_copy(self, i: int) -> None:
+        with torch.cuda.stream(self.copy_stream):
+            self.copy_stream.wait_event(self.used[i])  # the step that last read buffer i is done with it
+            for dst, src in zip(self.buffers[i], self.batch, strict=True):
+                dst.copy_(src, non_blocking=True)
+            self.copied[i].record(self.copy_stream)
+
+    def __call__(self) -> torch.Tensor:
+        i = self._next
+        self._next = 1 - i
+        compute = torch.cuda.current_stream(self.device)
+        compute.wait_event(self.copied[i])
+        self._start_copy(1 - i)  # the next batch moves while this one computes
+        x, y = self.buffers[i]
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        self.opt.step()
+        self.used[i].record(compute)
+        return loss.detach()
+
+    def check(self, steps: int = 5) -> None:
+        """Each device buffer holds the host batch after its copy, and steps reduce the loss."""
+        torch.cuda.synchronize(self.device)
+        for buf in self.buffers[:1]:
+            for dst, src in zip(buf, self.batch, strict=True):
+                if not torch.equal(dst.cpu(), src):
+                    raise AssertionError(f"prefetched batch on {self.device} differs from the host batch")
+        self._check_steps(steps)
 
 
 def save_state(model: nn.Module, path: Path) -> None:
