@@ -104,6 +104,17 @@ def _commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def nccl_version() -> str | None:
+    """The NCCL version torch was built with and loads ("2.21.5"), or None without NCCL."""
+    import torch
+
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - a CPU-only build has no NCCL to ask
+        return None
+    return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+
+
 def record(rows: list[dict[str, Any]], *, machine: str, backend: str, world: int, hosts: list[str]) -> dict[str, Any]:
     """The JSON document rank 0 writes: who ran what, where, and the rows."""
     import torch
@@ -120,6 +131,7 @@ def record(rows: list[dict[str, Any]], *, machine: str, backend: str, world: int
         "world": world,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "nccl": nccl_version() if backend == "nccl" else None,
         "gpus": [g.get("name") for g in info.get("gpus", [])] if backend == "nccl" else [],
         "cpu": info["host"].get("cpu"),
         "commit": _commit(),

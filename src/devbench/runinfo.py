@@ -26,6 +26,7 @@ RUNINFO_DIR = Path(".asv") / "runinfo"
 def collect() -> dict[str, Any]:
     """The versions and devices of this process, flat, JSON-serializable."""
     # Imported here: the report reads run records and must never import torch.
+    from devbench.collectives import nccl_version
     from devbench.devices import describe, gpu_summary
 
     rec = describe()
@@ -38,6 +39,7 @@ def collect() -> dict[str, Any]:
         "torch": rec["torch"]["version"],
         "cuda": rec["torch"]["cuda_runtime"],
         "cudnn": rec["torch"]["cudnn"],
+        "nccl": nccl_version() if rec["gpu_count"] else None,
         "driver": rec["driver"],
         "gpu": summary["gpu"],
         "gpu_count": rec["gpu_count"],
