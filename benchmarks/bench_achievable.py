@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from devbench.measure import burst, pin_threads, sustained, time_block, warm_up
+from devbench.measure import burst, one_call_s, pin_threads, sustained, warm_up
 from devbench.suite import DEVICES, Benchmark, no_cuda_reason, once, record_sampled, require_device, with_samples
 from devbench.workloads.achievable import CPU_BUDGET_S, GPU_BUDGET_S, candidates, search, search_reason
 from devbench.workloads.matmul import Matmul, tf32
@@ -137,7 +137,7 @@ class MatmulAchievable(Benchmark):
         self.mm = once(("MatmulAchievable", device, dtype, best), lambda: self._build(m, k, n, dtype))
         self._tf32 = tf32(self.mm.allow_tf32)
         self._tf32.__enter__()
-        self.one_call_s = time_block(self.mm, self.device, 1).seconds
+        self.one_call_s = one_call_s(self.mm, self.device)
 
     def _build(self, m, k, n, dtype):
         mm = Matmul(n, dtype, self.device, m=m, k=k)

@@ -18,8 +18,8 @@ from devbench.measure import (
     calls_for,
     hold_reason,
     measure,
+    one_call_s,
     pin_threads,
-    time_block,
     warm_up,
 )
 from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
@@ -71,7 +71,7 @@ class LaunchOverhead(Benchmark):
             self.fn = t
         warm_up(self.fn, self.device)
         if mode == "held":
-            one = time_block(self.fn, self.device, 1).seconds
+            one = one_call_s(self.fn, self.device)
             self.plan = BlockPlan(min(block_calls(one, COPY_BLOCK_S), HELD_MAX_CALLS), hold=True)
         else:
             self.plan = BlockPlan(calls_for(self.fn, self.device, target_s=COPY_BLOCK_S))

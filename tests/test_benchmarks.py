@@ -69,3 +69,13 @@ def test_track_benchmarks_declare_units(name, cls):
     for attr in dir(cls):
         if attr.startswith("track_"):
             assert getattr(getattr(cls, attr), "unit", None), f"{name}.{attr} has no unit"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_no_imported_function_looks_like_a_benchmark(name):
+    """asv takes any module-level ``time_*``/``track_*``/``mem_*``/``peakmem_*`` callable for a benchmark:
+    an engine function imported by that name would be timed as one (``time_block`` once was)."""
+    module = importlib.import_module(f"benchmarks.{name}")
+    for attr, value in vars(module).items():
+        if attr.startswith(("time_", "track_", "peakmem_", "mem_")) and callable(value):
+            assert getattr(value, "__module__", None) == module.__name__, f"{name}.{attr} is imported, not a benchmark"

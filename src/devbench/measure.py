@@ -289,6 +289,11 @@ def _held_block(
     return BlockTiming(hold_until_queued(attempt, calls), calls)
 
 
+def one_call_s(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one call of ``fn`` (warm it first): what block sizes and burst lengths start from."""
+    return time_block(fn, device, 1).seconds
+
+
 def block_calls(one_call_s: float, target_s: float, min_calls: int = 1, max_calls: int = MAX_CALLS) -> int:
     """Calls that fill about ``target_s`` when one call takes ``one_call_s`` (at least ``min_calls``).
 
