@@ -148,3 +148,31 @@ def test_bad_input_exits_2_with_the_reason(project, monkeypatch, capsys, argv, m
     assert _run(monkeypatch, project, *argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_compare_leaves_the_time_twins_out_unless_asked():
+    """asv matches --bench against "name(params)" for parameterized benchmarks; the twins go either way."""
+    import re
+
+    from devbench.ab import bench_pattern
+    from devbench.spec import TWINS
+
+    names = [
+        "bench_matmul.MatmulSquare.time_matmul('cpu', 'float32', 16)",
+        "bench_matmul.MatmulSquare.track_tflops('cpu', 'float32', 16)",
+        "bench_transfer.DeviceCopy.time_copy('cpu', 4096)",
+        "bench_transfer.DeviceCopy.track_gbps_copied('cpu', 4096)",
+        "bench_logging.LogNorms.time_loop('cpu', 'periodic', 100, 100)",
+        "bench_devices.TryGpu.time_try_all_gpus",
+    ]
+
+    def chosen(bench, twins):
+        pattern = bench_pattern(bench, twins)
+        return [n.split("(")[0].rsplit(".", 1)[-1] for n in names if pattern is None or re.search(pattern, n)]
+
+    assert chosen(None, False) == ["track_tflops", "track_gbps_copied", "time_loop", "time_try_all_gpus"]
+    assert chosen("MatmulSquare|DeviceCopy", False) == ["track_tflops", "track_gbps_copied"]
+    assert chosen("MatmulSquare", True) == ["time_matmul", "track_tflops"]
+    assert chosen(None, True) == [n.split("(")[0].rsplit(".", 1)[-1] for n in names]
+    assert all(t.rsplit(".", 1)[-1].startswith("time_") and v.rsplit(".", 1)[-1].startswith("track_")
+               for t, v in TWINS.items())  # fmt: skip

@@ -90,6 +90,7 @@ def test_every_figure_says_which_way_is_better_or_is_a_record():
         unit = "seconds" if method.__name__.startswith("time_") else method.unit
         assert spec.direction(key, unit) or key in spec.RECORDS, f"{key} ({unit}): add it to spec.RATIO_BETTER"
     assert set(spec.RATIO_BETTER) | set(spec.RECORDS) <= set(keys), "a direction names a figure that is gone"
+    assert set(spec.TWINS) | set(spec.TWINS.values()) <= set(keys), "a twin names a figure that is gone"
     assert spec.direction("bench_logging.LogNorms.track_vs_on_device", "x") == "lower"
     assert spec.direction("bench_transfer.PeerCopy.track_peer_access", "bool") == ""
 

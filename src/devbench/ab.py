@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -364,6 +365,18 @@ class Plan:
     log: Path
 
 
+def bench_pattern(bench: str | None, twins: bool) -> str | None:
+    """asv's ``--bench`` for a compare: ``bench`` (all when None) without the time_ twins of track_ figures
+    (``spec.TWINS``) unless ``twins``. asv ORs several ``--bench``, so the two are one regular expression."""
+    from devbench.spec import TWINS
+
+    if twins:
+        return bench
+    skip = "|".join(re.escape(k) for k in sorted(TWINS))
+    keep = f"(?=.*(?:{bench}))" if bench else ""
+    return f"^{keep}(?!(?:{skip})(?:\\(|$))"
+
+
 def _prepare(args: argparse.Namespace, revs: Sequence[tuple[str, str]]) -> Plan:
     repo = Path(args.repo).resolve()
     if not (repo / ".git").exists():
@@ -387,9 +400,8 @@ def _prepare(args: argparse.Namespace, revs: Sequence[tuple[str, str]]) -> Plan:
         tree = work / name / "tree"
         export(repo, sha, tree)
         sides.append(Side(name, rev, sha, tree, write_config(repo, tree, work)))
-    return Plan(
-        repo, work, sides, args.rounds, python, args.bench, args.machine, args.repeat, args.blocks, work / "asv.log"
-    )
+    bench = bench_pattern(args.bench, getattr(args, "twins", False))
+    return Plan(repo, work, sides, args.rounds, python, bench, args.machine, args.repeat, args.blocks, work / "asv.log")
 
 
 def _run_rounds(plan: Plan) -> None:
@@ -598,6 +610,11 @@ def add_common(p: argparse.ArgumentParser, out: str) -> None:
         "--blocks", type=int, default=BLOCKS, help=f"blocks per track_ figure per process (default {BLOCKS})"
     )
     p.add_argument("--keep", action="store_true", help="keep the work folder (exported trees, per-round results, log)")
+    p.add_argument(
+        "--twins",
+        action="store_true",
+        help="also run the time_ twins of track_ figures (the same work timed by asv's loop; left out by default)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

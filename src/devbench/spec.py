@@ -43,6 +43,17 @@ RATIO_BETTER = {
 RECORDS = frozenset({"bench_transfer.PeerCopy.track_peer_access", "bench_devices.RunInfo.track_gpu_count"})
 
 
+#: ``time_`` figures that time the very work of a ``track_`` figure (its twin), by benchmark key. asv keeps
+#: both; ``devbench compare`` judges the track_ figure (its samples are per block) and leaves the twin out
+#: unless asked (``--twins``): the same work measured twice costs twice and is judged twice.
+TWINS = {
+    "bench_matmul.MatmulSquare.time_matmul": "bench_matmul.MatmulSquare.track_tflops",
+    "bench_transfer.DeviceCopy.time_copy": "bench_transfer.DeviceCopy.track_gbps_copied",
+    "bench_transfer.HostDevice.time_copy": "bench_transfer.HostDevice.track_gbps",
+    "bench_transfer.PeerCopy.time_copy": "bench_transfer.PeerCopy.track_gbps",
+}
+
+
 def direction(benchmark: str, unit: str) -> str:
     """``"higher"``/``"lower"`` is better for this figure, ``""`` for a record or an unknown ratio."""
     if benchmark in RECORDS:
