@@ -287,6 +287,10 @@ def launch_split(frame: pd.DataFrame) -> pd.DataFrame:
     for c in ("per_call", "queued", "held", "graph"):
         if c not in t.columns:
             t[c] = np.nan
+    order = {task: i for i, task in enumerate(("add 1", "add 1000", "matmul 64", "matmul 256"))}
+    t = t.sort_values(
+        ["machine", "env", "device", "task"], key=lambda c: c.map(order).fillna(99) if c.name == "task" else c
+    )
     t["work"] = t["held"]
     t["launch"] = (t["queued"] - t["held"]).clip(lower=0)
     t["sync"] = (t["per_call"] - t["queued"]).clip(lower=0)

@@ -119,7 +119,7 @@ def _peak(tp_frame: pd.DataFrame) -> Section | None:
 def _achievable(ach: pd.DataFrame) -> Section | None:
     if ach.empty:
         return None
-    t = ach.assign(of_datasheet=ach["of_datasheet"].map(lambda f: "" if pd.isna(f) else f"{100 * f:.1f}%"))
+    t = ach.assign(of_datasheet=ach["of_datasheet"].map(lambda f: None if pd.isna(f) else f"{100 * f:.1f}%"))
     t = t.rename(columns={"machine": "where", "shape": "best shape (m x k x n)", "search_tflops": "search",
                           "datasheet": "datasheet", "of_datasheet": "achievable / datasheet"})  # fmt: skip
     text = (
@@ -128,7 +128,9 @@ def _achievable(ach: pd.DataFrame) -> Section | None:
         "`search`: the best shape's figure during the search; `burst`: that shape after a second of idling, "
         "a quarter of a second of work; `sustained`: after five seconds of back-to-back work (power and heat "
         "settle). MHz and W: the median SM clock and board power sampled while the figure was timed (GPUs, "
-        "NVML). `achievable / datasheet` uses the highest of the three."
+        "NVML). `achievable / datasheet` uses the highest of the three. Searched on: "
+        + ", ".join(sorted(ach["machine"].astype(str).unique()))
+        + "."
     )
     return Section("Maximum achievable matmul (TFLOP/s)", text, t.dropna(axis=1, how="all").round(3))
 
