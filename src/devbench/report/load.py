@@ -211,30 +211,32 @@ def _read_result_file(path: Path, machine: str) -> _ResultFile:
     # and skipped here instead of breaking the whole load (statistics are coerced later).
     i_params, i_result = out.column.get("params"), out.column.get("result")
     for key, entry in list(out.results.items()):
-        reason = _entry_problem(entry, i_params, i_result)
-        if reason is None:
-            out.frozen_params[key] = tuple(tuple(p) for p in (_field(entry, i_params) or []))
+        frozen = _entry_params(entry, i_params, i_result)
+        if isinstance(frozen, tuple):
+            out.frozen_params[key] = frozen
         else:
-            out.bad[key] = reason
+            out.bad[key] = frozen
             del out.results[key]
     return out
 
 
-def _entry_problem(entry: Any, i_params: int | None, i_result: int | None) -> str | None:
-    """Why one benchmark's entry cannot be read (its shape is not asv's), or None."""
-    if not isinstance(entry, list):
+def _entry_params(entry: Any, i_params: int | None, i_result: int | None) -> tuple[tuple[Any, ...], ...] | str:
+    """One benchmark entry's parameter values as a hashable tuple of tuples, or why the entry cannot be
+    read (its shape is not asv's)."""
+    if type(entry) is not list:
         return "its entry is not a list of columns"
-    params = _field(entry, i_params) or []
-    if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+    params = (entry[i_params] if i_params is not None and i_params < len(entry) else None) or []
+    if type(params) is not list or not all(type(p) is list for p in params):
         return "its parameters are not lists of values"
+    frozen = tuple(tuple(p) for p in params)
     try:
-        hash(tuple(tuple(p) for p in params))  # the parameter layout is cached by it
+        hash(frozen)  # the parameter layout is cached by it
     except TypeError:
         return "its parameters are not plain values"
-    result = _field(entry, i_result)
+    result = entry[i_result] if i_result is not None and i_result < len(entry) else None
     if not isinstance(result, (list, int, float, type(None))) or isinstance(result, bool):
         return f"its result {_short(result)} is neither a number nor a list"
-    return None
+    return frozen
 
 
 def _short(value: Any) -> str:
@@ -425,7 +427,10 @@ class _Table:
         self.values.extend(values)
         for name in STATS:
             stat = _field(entry, column.get(f"stats_{name}"))
-            self.stats[name].extend(_fit(stat if isinstance(stat, list) else [], k))
+            if type(stat) is list and len(stat) == k:
+                self.stats[name].extend(stat)
+            else:
+                self.stats[name].extend(_fit(stat if isinstance(stat, list) else [], k))
         self.labels.extend(labels)
         started = _field(entry, column.get("started_at"))
         self.entry_file.append(fid)

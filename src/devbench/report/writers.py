@@ -137,26 +137,68 @@ def to_parquet(frame: pd.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def to_csv(frame: pd.DataFrame) -> bytes:
-    """The tidy frame as CSV: pyarrow's writer (C++, about 4x faster on large histories), else pandas'."""
+def _mixed_columns(frame: pd.DataFrame) -> list[str]:
+    """Object columns holding more than one type (see ``as_text_where_mixed``)."""
+    return [
+        col for col in frame.columns
+        if frame[col].dtype == object and pd.api.types.infer_dtype(frame[col], skipna=True) not in ("string", "empty")
+    ]  # fmt: skip
+
+
+def _csv_ready(chunk: pd.DataFrame, mixed: Sequence[str]) -> pd.DataFrame:
+    """``chunk`` with mixed columns as text and time-zone-aware times as ISO strings, each formatted once.
+
+    (Arrow formats a time zone-aware timestamp per value, slowly: over half the CSV's time on
+    a 500,000-row history, which has few distinct times.)
+    """
+    fixed = {c: chunk[c].map(lambda v: v if v is None or (isinstance(v, float) and v != v) else str(v)) for c in mixed}
+    for col in chunk.columns:
+        if isinstance(chunk[col].dtype, pd.DatetimeTZDtype):
+            codes, uniques = pd.factorize(chunk[col])
+            fixed[col] = (
+                pd.Series(pd.Categorical.from_codes(codes, [t.isoformat() for t in uniques]), index=chunk.index)
+                .astype(object)
+                .where(codes >= 0, None)
+            )
+    return chunk.assign(**fixed) if fixed else chunk
+
+
+#: rows converted and written at a time: the CSV is streamed, never held whole in memory
+CSV_CHUNK_ROWS = 50_000
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """The tidy frame as CSV at ``path``, streamed in chunks with pyarrow's writer (C++, about 4x faster
+    than pandas' on large histories), else pandas'. Write it inside a staged folder (``files.staged_dir``)."""
     try:
         import pyarrow as pa
         import pyarrow.csv as pa_csv
     except ImportError:
-        return frame.to_csv(index=False).encode("utf-8")
-    frame = as_text_where_mixed(frame)
-    # Arrow formats a time zone-aware timestamp per value, slowly (over half the CSV's time
-    # on a 500,000-row history); a history has few distinct times: format each once.
-    dates = {}
-    for col in frame.columns:
-        if isinstance(frame[col].dtype, pd.DatetimeTZDtype):
-            codes, uniques = pd.factorize(frame[col])
-            dates[col] = pd.Categorical.from_codes(codes, [t.isoformat() for t in uniques])
-    if dates:
-        frame = frame.assign(**dates)
-    sink = pa.BufferOutputStream()
-    pa_csv.write_csv(pa.Table.from_pandas(frame, preserve_index=False), sink)
-    return sink.getvalue().to_pybytes()
+        frame.to_csv(path, index=False)
+        return
+    mixed = _mixed_columns(frame)
+    writer = schema = None
+    try:
+        for start in range(0, max(len(frame), 1), CSV_CHUNK_ROWS):
+            chunk = _csv_ready(frame.iloc[start : start + CSV_CHUNK_ROWS], mixed)
+            table = pa.Table.from_pandas(chunk, schema=schema, preserve_index=False)
+            if writer is None:
+                schema = table.schema
+                writer = pa_csv.CSVWriter(str(path), schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def to_csv(frame: pd.DataFrame) -> bytes:
+    """The tidy frame as CSV bytes (small frames; ``write_csv`` streams large ones to a file)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "results.csv"
+        write_csv(frame, path)
+        return path.read_bytes()
 
 
 def write(rep: Report | None, loaded: Loaded, out_dir: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
@@ -175,7 +217,9 @@ def write(rep: Report | None, loaded: Loaded, out_dir: Path, formats: Sequence[s
             plot_files[key] = path.name
     if "csv" in formats:
         path = out_dir / "results.csv"
-        write_atomic(path, to_csv(loaded.frame))
+        part = out_dir / ".results.csv.part"  # renamed over the CSV when whole (the folder is staged too)
+        write_csv(loaded.frame, part)
+        part.replace(path)
         written.append(path)
     if "parquet" in formats:
         path = out_dir / "results.parquet"
