@@ -94,7 +94,8 @@ def _throughput(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
         "Square matmul, TFLOP/s (2n^3 per product), latest commit per machine; blank: skipped on that machine "
         "(the reason is in the run log). A sustained figure: blocks of about 0.1 s back to back after warm-up "
         "(the burst figure, from idle, is in the achievable table); on a GPU, products shorter than 100 us are "
-        "timed with the stream held, so they are the device's time without the launch. Plot: higher is better; GPU solid, CPU dashed, a GPU's datasheet dense "
+        "timed with the stream held, so they are the device's time without the launch. Plot: higher is better; "
+        "GPU solid, CPU dashed, a GPU's datasheet dense "
         "peak for each dtype dotted (devbench.peaks); both axes logarithmic."
     )
     return Section("Matmul throughput (TFLOP/s)", text, table.round(4), plot="throughput")
