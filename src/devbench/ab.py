@@ -43,14 +43,17 @@ from devbench import verdict as V
 from devbench.files import write_atomic
 from devbench.spec import direction
 
-#: rounds per side: 5 give a 95% interval from the 3rd of 25 differences (verdict.order_statistic_k)
+#: rounds per side: 5 give a 99% interval from the smallest and largest of 25 differences
+#: (verdict.order_statistic_k; at 95% it would be the 3rd)
 ROUNDS = 5
 #: asv sampling inside each process of a comparison: fewer samples than a full run's (the
 #: rounds carry the evidence); a user trades rounds for time in benchmarks/README.md
 REPEAT = "(2, 10, 0.5)"
 #: blocks per track_ figure inside each process (devbench.measure reads DEVBENCH_BLOCKS)
 BLOCKS = 5
-CONFIDENCE = 0.95
+#: asv compare's own 99%: across ~220 figures a 95% interval gave one false "faster" in three A/A runs on
+#: the 2-vCPU VM, 99% none (reports/compare-aa-twins/README.md); the price is power (benchmarks/README.md)
+CONFIDENCE = 0.99
 NOISE_DIR = Path(".asv") / "noise"
 
 
@@ -301,11 +304,11 @@ def to_text(table: Any, title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_markdown(table: Any, title: str, notes: Sequence[str]) -> str:
+def to_markdown(table: Any, title: str, notes: Sequence[str], confidence: float = CONFIDENCE) -> str:
     counts = summary_counts(table)
     out = [f"### {_md_escape(title)}", "", " · ".join(f"**{n}** {v}" for v, n in counts.items()), ""]
     out += [f"> {_md_escape(n)}" for n in notes] + [""]
-    head = "| verdict | benchmark | params | change | 95% interval | floor | base | head | unit |"
+    head = f"| verdict | benchmark | params | change | {round(100 * confidence)}% interval | floor | base | head | unit |"
     rule = "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"
 
     def rows(sel):
@@ -383,6 +386,12 @@ def _prepare(args: argparse.Namespace, revs: Sequence[tuple[str, str]]) -> Plan:
         raise ABError(f"--repo {repo} is not a git repository")
     if args.rounds < 2:
         raise ABError(f"--rounds must be at least 2, got {args.rounds}")
+    if V.order_statistic_k(args.rounds, args.rounds, args.confidence) == 0:
+        least = next(r for r in range(args.rounds, 50) if V.order_statistic_k(r, r, args.confidence) > 0)
+        raise ABError(
+            f"--rounds {args.rounds} cannot give a {args.confidence:.0%} interval (every figure would be undecided); "
+            f"use at least {least} rounds, or a lower --confidence"
+        )
     if args.bench:
         import re
 
@@ -464,7 +473,7 @@ def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[st
         Path(args.out),
         {
             "compare.csv": table.to_csv(index=False),
-            "compare.md": to_markdown(table, title, notes),
+            "compare.md": to_markdown(table, title, notes, args.confidence),
             "per-process.csv": per_process.to_csv(index=False),
             "run.json": json.dumps({**record, "confidence": args.confidence}, indent=1),
         },
