@@ -308,7 +308,8 @@ def to_markdown(table: Any, title: str, notes: Sequence[str], confidence: float 
     counts = summary_counts(table)
     out = [f"### {_md_escape(title)}", "", " · ".join(f"**{n}** {v}" for v, n in counts.items()), ""]
     out += [f"> {_md_escape(n)}" for n in notes] + [""]
-    head = f"| verdict | benchmark | params | change | {round(100 * confidence)}% interval | floor | base | head | unit |"
+    level = f"{round(100 * confidence)}% interval"
+    head = f"| verdict | benchmark | params | change | {level} | floor | base | head | unit |"
     rule = "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"
 
     def rows(sel):

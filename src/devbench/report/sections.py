@@ -258,9 +258,9 @@ def _fleet(fleet: pd.DataFrame | None) -> Section | None:
     order = list(dict.fromkeys(f["figure"]))  # the order the fleet measured them in
     table = table[["machine", "rank", "host", "device", "id", *order]]
     slow = f.groupby(["machine", "rank"])["flagged"].any()
-    table["flag"] = [
-        ("SLOW" if slow.get((m, r), False) else "") for m, r in zip(table["machine"], table["rank"], strict=True)
-    ]
+    flags = zip(table["machine"], table["rank"], strict=True)
+    table["flag"] = [("SLOW" if slow.get((m, r), False) else None) for m, r in flags]
+    table["id"] = table["id"].replace("", None)
     clocks = f.drop_duplicates(["machine", "rank"]).set_index(["machine", "rank"])[["sm_clock_mhz", "power_w"]]
     table = table.join(clocks, on=["machine", "rank"]).dropna(axis=1, how="all").rename(columns={"machine": "where"})
     n_slow = int(slow.sum())
