@@ -261,3 +261,21 @@ def test_kill_9_at_random_moments_leaves_the_old_or_the_new_report(results, tmp_
     assert subprocess.run([*cmd, str(results)], capture_output=True).returncode == 0
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []
     assert not list(out.glob("*.tmp")) and not list(out.glob(".*.tmp"))
+
+
+def test_two_processes_read_the_same_table_as_one(results, monkeypatch):
+    """A large history is read by a forked second process; the frame, its problems and the
+    'invalid' marker come back exactly as one process reads them."""
+    from devbench.report import load
+
+    def change(data):
+        data["results"]["bench_hostile.Sized.time_sized"][data["result_columns"].index("result")] = ["1e-3", True]
+
+    _edit(results, change)
+    monkeypatch.setattr(load, "PARALLEL_MIN_FILES", 10**9)
+    one = load.load_results(results)
+    monkeypatch.setattr(load, "PARALLEL_MIN_FILES", 1)
+    two = load.load_results(results)
+    pd.testing.assert_frame_equal(one.frame, two.frame)
+    assert [str(p) for p in one.problems] == [str(p) for p in two.problems]
+    assert (two.frame["status"] == "invalid").any()

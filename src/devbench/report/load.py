@@ -8,9 +8,11 @@ any asv results directory (``<results>/<machine>/machine.json`` plus result file
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 import functools
 import itertools
 import math
+import multiprocessing
 import os
 import re
 from collections import Counter
@@ -286,24 +288,59 @@ def load_results(
     known = load_benchmarks(root, problems)
     select = _Selection.of(machines, envs, commits, benchmarks)
     runs = runinfo_index(root)
-    table = _Table()
+    jobs = []
     for folder in folders:
         info = _machine_info(folder, problems)
         if info is None or not select.machine(info["machine"]):
             continue
-        for path in _result_files(folder):
-            try:
-                res = _read_result_file(path, info["machine"])
-            except Exception as exc:
-                problems.append(Problem(str(path), f"skipped, not a readable asv result file: {_why(exc)}"))
-                continue
-            for key, reason in sorted(res.bad.items()):
-                problems.append(Problem(f"{path}: {key}", f"this benchmark is left out: {reason}"))
-            if select.file(res):
-                table.add_file(path.relative_to(root), info, res, runs, known, select.pattern, problems)
+        jobs += [(path, info) for path in _result_files(folder)]
+    table = _read_files(jobs, root, runs, known, select, problems)
     select.check_names_exist(root)
     frame, param_names, extra = table.frame(known, problems)
     return Loaded(attach_gpu_state(frame, root.parent / "gpustate"), problems, root, param_names, extra)
+
+
+#: below this many result files one process reads them all (a second one costs more than it saves)
+PARALLEL_MIN_FILES = 200
+
+
+def _read_some(jobs, root: Path, runs, known, select: _Selection) -> tuple[_Table, list[Problem], set[str]]:
+    """Read ``jobs`` (result file, machine info) into a table: what one process does."""
+    table, problems = _Table(), []
+    for path, info in jobs:
+        try:
+            res = _read_result_file(path, info["machine"])
+        except Exception as exc:
+            problems.append(Problem(str(path), f"skipped, not a readable asv result file: {_why(exc)}"))
+            continue
+        for key, reason in sorted(res.bad.items()):
+            problems.append(Problem(f"{path}: {key}", f"this benchmark is left out: {reason}"))
+        if select.file(res):
+            table.add_file(path.relative_to(root), info, res, runs, known, select.pattern, problems)
+    return table, problems, select.seen_envs
+
+
+def _read_files(jobs, root: Path, runs, known, select: _Selection, problems: list[Problem]) -> _Table:
+    """Every result file into one table; a large history is read by two processes, halves in file order.
+
+    Parsing JSON and walking entries is Python, bound to one core: a forked second process reads the
+    second half while this one reads the first, and its table is appended (rows keep file order).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if len(jobs) < PARALLEL_MIN_FILES or cores < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        table, found, _ = _read_some(jobs, root, runs, known, select)
+        problems.extend(found)
+        return table
+    half = len(jobs) // 2
+    ctx = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        second = pool.submit(_read_some, jobs[half:], root, runs, known, select)
+        table, found, _ = _read_some(jobs[:half], root, runs, known, select)
+        other, other_found, other_envs = second.result()
+    problems.extend(found + other_found)
+    select.seen_envs |= other_envs
+    table.extend(other)
+    return table
 
 
 @dataclass
@@ -442,6 +479,22 @@ class _Table:
             self.param_chunks.append((self.rows, names, typed))
         self.rows += k
 
+    def extend(self, other: _Table) -> None:
+        """Append ``other``'s files and rows after this table's."""
+        files, rows = len(self.files), self.rows
+        self.files += other.files
+        self.entry_file += [f + files for f in other.entry_file]
+        self.entry_bench += other.entry_bench
+        self.entry_version += other.entry_version
+        self.entry_started += other.entry_started
+        self.entry_rows += other.entry_rows
+        self.labels += other.labels
+        self.values += other.values
+        for name in STATS:
+            self.stats[name] += other.stats[name]
+        self.param_chunks += [(start + rows, names, typed) for start, names, typed in other.param_chunks]
+        self.rows += other.rows
+
     def frame(self, known: dict[str, dict[str, Any]], problems: list[Problem]) -> tuple[pd.DataFrame, list, list]:
         """The tidy frame, its parameter columns and its machine/env columns."""
         counts = np.asarray(self.entry_rows, dtype=np.int64)
@@ -523,8 +576,18 @@ class _Table:
         return param_names
 
 
+class _Invalid:
+    """The one marker of a value asv would not write; it stays itself across processes (pickled by name)."""
+
+    def __reduce__(self) -> str:
+        return "INVALID"
+
+    def __repr__(self) -> str:
+        return "INVALID"
+
+
 #: a value asv would not write (a string, a bool, an infinity): kept as "invalid", never converted
-INVALID = object()
+INVALID = _Invalid()
 
 
 def _acceptable(value: Any) -> bool:
