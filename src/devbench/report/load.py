@@ -8,11 +8,9 @@ any asv results directory (``<results>/<machine>/machine.json`` plus result file
 from __future__ import annotations
 
 import ast
-import concurrent.futures
 import functools
 import itertools
 import math
-import multiprocessing
 import os
 import re
 from collections import Counter
@@ -27,6 +25,7 @@ from asv import util as asv_util
 from asv.machine import Machine
 from asv.results import Results
 
+from devbench.report.parallel import in_halves
 from devbench.report.problems import Problem, ReportError
 from devbench.report.records import actual_versions, attach_gpu_state, runinfo_index
 from devbench.spec import params_label
@@ -321,25 +320,19 @@ def _read_some(jobs, root: Path, runs, known, select: _Selection) -> tuple[_Tabl
 
 
 def _read_files(jobs, root: Path, runs, known, select: _Selection, problems: list[Problem]) -> _Table:
-    """Every result file into one table; a large history is read by two processes, halves in file order.
+    """Every result file into one table; a large history is read by two processes, halves in file order
+    (``parallel.in_halves``: the second half's table is appended, so rows keep file order)."""
 
-    Parsing JSON and walking entries is Python, bound to one core: a forked second process reads the
-    second half while this one reads the first, and its table is appended (rows keep file order).
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if len(jobs) < PARALLEL_MIN_FILES or cores < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        table, found, _ = _read_some(jobs, root, runs, known, select)
+    def read(start: int, end: int) -> tuple[_Table, list[Problem], set[str]]:
+        return _read_some(jobs[start:end], root, runs, known, select)
+
+    parts = in_halves(read, len(jobs), PARALLEL_MIN_FILES)
+    table = parts[0][0]
+    for other, _, _ in parts[1:]:
+        table.extend(other)
+    for _, found, envs in parts:
         problems.extend(found)
-        return table
-    half = len(jobs) // 2
-    ctx = multiprocessing.get_context("fork")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        second = pool.submit(_read_some, jobs[half:], root, runs, known, select)
-        table, found, _ = _read_some(jobs[:half], root, runs, known, select)
-        other, other_found, other_envs = second.result()
-    problems.extend(found + other_found)
-    select.seen_envs |= other_envs
-    table.extend(other)
+        select.seen_envs |= envs
     return table
 
 
