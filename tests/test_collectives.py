@@ -266,3 +266,22 @@ def test_report_shows_torchrun_figures_and_names_a_bad_file(tmp_path, capsys):
     assert lines[0][4] == "123"  # all_reduce column of the newer file
     assert "broken.json" in md
     assert report_main(["--results", str(results), "--out", str(out), "--collectives", str(tmp_path / "nope")]) == 2
+
+
+def test_in_place_forms_are_checked_and_named_beside_the_out_of_place_ones():
+    rows0, rows1 = spawn_world(C.sweep_rank, 2, args=("gloo", ["all_gather", "reduce_scatter", "all_reduce"],
+                                                       SMALL[:1], 0.002, 1, False, True))  # fmt: skip
+    assert rows0 == rows1
+    assert [r["op"] for r in rows0] == ["all_gather", "all_gather in-place", "reduce_scatter",
+                                        "reduce_scatter in-place", "all_reduce"]  # fmt: skip
+    placed = next(r for r in rows0 if r["op"] == "reduce_scatter in-place")
+    assert placed["busbw"] == pytest.approx(placed["algbw"] * C.bus_factor("reduce_scatter", 2))
+
+
+def _in_place_broadcast(rank, world):
+    C.Collective("broadcast", 4096, "cpu", in_place=True)
+
+
+def test_an_op_without_an_in_place_form_is_refused():
+    with pytest.raises(RankFailed, match="broadcast has no separate in-place form"):
+        spawn_world(_in_place_broadcast, 2)

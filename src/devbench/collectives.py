@@ -33,6 +33,8 @@ examples:
       --rdzv-backend c10d --rdzv-endpoint $MASTER:29500 --rdzv-id devbench -m devbench.collectives
   # a quick look at small messages only
   torchrun --nproc-per-node 2 -m devbench.collectives --ops all_reduce --max-size 1MiB
+  # all_gather and reduce_scatter out of place and in place, as nccl-tests reports them
+  torchrun --nproc-per-node 8 -m devbench.collectives --ops all_gather,reduce_scatter --in-place
 
 exit status: 0 figures written; 1 a rank failed (its rank is named); 2 bad arguments.
 """
@@ -69,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, help="directory for the JSON figures (default: %(default)s)")
     p.add_argument("--machine", help="machine name in the figures (default: asv's machine name, else hostname)")
     p.add_argument("--no-write", action="store_true", help="print the table only")
+    p.add_argument(
+        "--in-place",
+        action="store_true",
+        help="also time all_gather and reduce_scatter in place (nccl-tests' second column; all_reduce and "
+        "broadcast are in place in torch.distributed)",
+    )
     return p
 
 
@@ -177,7 +185,7 @@ def _torchrun_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -
             print(HEADER, flush=True)
         try:
             rows = sweep(device, ops, sizes, target_s=args.target_ms / 1e3, samples=args.samples,
-                         progress=print_row)  # fmt: skip
+                         progress=print_row, in_place=args.in_place)  # fmt: skip
         except Exception as exc:
             print(f"devbench collectives: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             raise
@@ -209,7 +217,7 @@ def _local_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -> i
         rows = spawn_world(
             sweep_rank,
             args.nproc,
-            args=(backend, ops, sizes, args.target_ms / 1e3, args.samples, True),
+            args=(backend, ops, sizes, args.target_ms / 1e3, args.samples, True, args.in_place),
             backend=backend,
             timeout_s=args.timeout,
         )[0]

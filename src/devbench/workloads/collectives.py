@@ -33,6 +33,8 @@ from devbench.spec import KiB, MiB, bus_factor, gbps
 #: nccl-tests' message sizes, 4 KiB to 256 MiB in steps of 4x
 SIZES = [4 * KiB * 4**i for i in range(9)]
 DTYPE = torch.float32
+#: the ops with an in-place form beside the out-of-place one (nccl-tests reports both)
+IN_PLACE_OPS = ("all_gather", "reduce_scatter")
 #: positions cycle through this many values, so every value stays an exact float32 sum
 _PERIOD = 251
 
@@ -81,6 +83,10 @@ class Collective:
     op: str
     nbytes: int
     device: torch.device
+    #: nccl-tests' in-place form of all_gather and reduce_scatter: the rank's input is its own
+    #: chunk of the output (all_gather) or its output is its chunk of the input (reduce_scatter).
+    #: all_reduce and broadcast are in place in torch.distributed, send/recv has no such form.
+    in_place: bool = False
     rank: int = field(init=False)
     world: int = field(init=False)
     count: int = field(init=False)
@@ -89,6 +95,8 @@ class Collective:
         if self.op not in OPS:
             raise ValueError(f"unknown collective {self.op!r}; expected one of {OPS}")
         self.device = torch.device(self.device)
+        if self.in_place and self.op not in IN_PLACE_OPS:
+            raise ValueError(f"{self.op} has no separate in-place form here; in place: {', '.join(IN_PLACE_OPS)}")
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         itemsize = torch.empty(0, dtype=DTYPE).element_size()
         if self.nbytes < 1 or self.nbytes % (itemsize * self.world):
@@ -106,12 +114,17 @@ class Collective:
 
     def _fill(self) -> None:
         n, r, dev = self.count, self.rank, self.device
+        mine = slice(r * self.chunk, (r + 1) * self.chunk)
         if self.op == "all_gather":
-            self.inp = _values(self.chunk, r, dev)
             self.out = torch.full((n,), -1.0, dtype=DTYPE, device=dev)
+            if self.in_place:
+                self.out[mine] = _values(self.chunk, r, dev)
+                self.inp = self.out[mine]
+            else:
+                self.inp = _values(self.chunk, r, dev)
         elif self.op == "reduce_scatter":
             self.inp = _values(n, r, dev)
-            self.out = torch.full((self.chunk,), -1.0, dtype=DTYPE, device=dev)
+            self.out = self.inp[mine] if self.in_place else torch.full((self.chunk,), -1.0, dtype=DTYPE, device=dev)
         elif self.op == "broadcast":
             self.inp = _values(n, r, dev) if r == 0 else torch.full((n,), -1.0, dtype=DTYPE, device=dev)
             self.out = self.inp
@@ -221,7 +234,7 @@ def measure(
     # block i of every rank ran between the same barriers: their mean is one sample of the row
     block_s = _agree_all(blocks.per_call, coll.device)
     return {
-        "op": coll.op,
+        "op": coll.op + (IN_PLACE_SUFFIX if coll.in_place else ""),
         "nbytes": coll.nbytes,
         "count": coll.count,
         "dtype": str(DTYPE).removeprefix("torch."),
@@ -242,15 +255,21 @@ def sweep(
     target_s: float = 0.05,
     samples: int = 3,
     progress: Any = None,
+    in_place: bool = False,
 ) -> list[dict[str, Any]]:
     """Check and time every op at every size on this rank; every rank gets the same rows.
 
-    ``progress`` (rank 0 only, if given) is called with each finished row.
+    ``progress`` (rank 0 only, if given) is called with each finished row. ``in_place`` adds,
+    after each of ``IN_PLACE_OPS``, its in-place form (op named ``"<op> in-place"``).
     """
     rows = []
-    for op in ops:
+    variants = [(op, False) for op in ops]
+    if in_place:
+        variants = [v for op in ops for v in ([(op, False), (op, True)] if op in IN_PLACE_OPS else [(op, False)])]
+    sizes = list(sizes)
+    for op, placed in variants:
         for nbytes in sizes:
-            coll = Collective(op, nbytes, device)
+            coll = Collective(op, nbytes, device, in_place=placed)
             coll.check()
             row = measure(coll, target_s=target_s, samples=samples)
             rows.append(row)
@@ -288,8 +307,12 @@ def size_range(lo: int, hi: int, factor: int = 4) -> list[int]:
     return out
 
 
+#: how an in-place row's op is named in tables and files
+IN_PLACE_SUFFIX = " in-place"
+
+
 HEADER = (
-    f"{'size (B)':>12} {'count':>11} {'type':>7} {'op':>14} {'time (us)':>11} "
+    f"{'size (B)':>12} {'count':>11} {'type':>7} {'op':>23} {'time (us)':>11} "
     f"{'max (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}"
 )
 
@@ -297,7 +320,7 @@ HEADER = (
 def format_row(row: dict[str, Any]) -> str:
     """One line of the nccl-tests-style table."""
     return (
-        f"{row['nbytes']:>12} {row['count']:>11} {row['dtype']:>7} {row['op']:>14} {row['time_us']:>11.1f} "
+        f"{row['nbytes']:>12} {row['count']:>11} {row['dtype']:>7} {row['op']:>23} {row['time_us']:>11.1f} "
         f"{row['time_max_us']:>11.1f} {row['algbw']:>11.3f} {row['busbw']:>11.3f}"
     )
 
@@ -315,6 +338,7 @@ def sweep_rank(
     target_s: float = 0.05,
     samples: int = 3,
     progress: bool = False,
+    in_place: bool = False,
 ) -> list[dict[str, Any]]:
     """``sweep`` on this rank's device; the function ``spawn_world`` runs on every rank.
 
@@ -323,7 +347,7 @@ def sweep_rank(
     from devbench.world import rank_device
 
     rows = sweep(rank_device(backend, rank), ops, sizes, target_s=target_s, samples=samples,
-                 progress=print_row if progress else None)  # fmt: skip
+                 progress=print_row if progress else None, in_place=in_place)  # fmt: skip
     for row in rows:
         row["backend"] = backend
     return rows
