@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from devbench.measure import burst, one_call_s, pin_threads, sustained, warm_up
+from devbench.measure import burst, one_call_s, pin_threads, sustained
 from devbench.suite import DEVICES, Benchmark, no_cuda_reason, once, record_sampled, require_device, with_samples
 from devbench.workloads.achievable import CPU_BUDGET_S, GPU_BUDGET_S, candidates, search, search_reason
-from devbench.workloads.matmul import Matmul, tf32
+from devbench.workloads.matmul import Matmul, checked, tf32
 
 DTYPES = ["float32", "tf32", "bfloat16"]
 
@@ -81,15 +81,12 @@ def _free_bytes(device: torch.device) -> int:
 
 
 def _write(records: list[dict]) -> None:
+    from devbench.files import append_jsonl
     from devbench.machine import default_machine
 
     machine = default_machine()
-    folder = Path(__file__).resolve().parents[1] / ACHIEVABLE_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in machine)
-    lines = [json.dumps({"time": time.time(), "machine": machine, "torch": torch.__version__, **r}) for r in records]
-    with open(folder / f"{safe}.jsonl", "a", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    stamp = {"time": time.time(), "machine": machine, "torch": torch.__version__}
+    append_jsonl(Path(__file__).resolve().parents[1] / ACHIEVABLE_DIR, machine, [{**stamp, **r} for r in records])
 
 
 class MatmulAchievable(Benchmark):
@@ -134,17 +131,12 @@ class MatmulAchievable(Benchmark):
         if isinstance(best, str) or best is None:
             raise NotImplementedError(best or f"no search for {device} {dtype}")
         m, k, n = best
-        self.mm = once(("MatmulAchievable", device, dtype, best), lambda: self._build(m, k, n, dtype))
+        self.mm = once(
+            ("MatmulAchievable", device, dtype, best), lambda: checked(Matmul(n, dtype, self.device, m=m, k=k))
+        )
         self._tf32 = tf32(self.mm.allow_tf32)
         self._tf32.__enter__()
         self.one_call_s = one_call_s(self.mm, self.device)
-
-    def _build(self, m, k, n, dtype):
-        mm = Matmul(n, dtype, self.device, m=m, k=k)
-        with tf32(mm.allow_tf32):
-            mm.check()
-            warm_up(mm, self.device, repeats=2)
-        return mm
 
     def teardown(self, found, device, dtype, run):
         if hasattr(self, "_tf32"):

@@ -8,7 +8,7 @@ from devbench.devices import synchronize
 from devbench.measure import MATMUL_BLOCK_S, measure, pin_threads, plan_blocks, warm_up
 from devbench.spec import matmul_flops as flops
 from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
-from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32, tiny_add
+from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
 
@@ -29,14 +29,6 @@ def _skip_reason(device: torch.device, dtype: str, n: int) -> str | None:
     return None
 
 
-def _checked(mm: Matmul) -> Matmul:
-    """``mm`` checked against float64 and warm, under its TF32 setting (built once per process: ``suite.once``)."""
-    with tf32(mm.allow_tf32):
-        mm.check()
-        warm_up(mm, mm.device, repeats=2)
-    return mm
-
-
 class MatmulSquare(Benchmark):
     """C = A @ B for n x n matrices: wall time of one product and throughput in TFLOP/s.
 
@@ -54,7 +46,7 @@ class MatmulSquare(Benchmark):
         reason = _skip_reason(self.device, dtype, n)
         if reason:
             raise NotImplementedError(reason)
-        self.mm = once(("MatmulSquare", device, dtype, n), lambda: _checked(Matmul(n, dtype, self.device)))
+        self.mm = once(("MatmulSquare", device, dtype, n), lambda: checked(Matmul(n, dtype, self.device)))
         self._tf32 = tf32(self.mm.allow_tf32)
         self._tf32.__enter__()
 
@@ -91,13 +83,10 @@ class MatmulSpeedup(Benchmark):
         reason = _skip_reason(self.gpu, dtype, n) or cpu_skip_reason(cpu_dtype, n)
         if reason:
             raise NotImplementedError(reason)
-        self.cpu_mm = Matmul(n, cpu_dtype, torch.device("cpu"))
-        self.gpu_mm = Matmul(n, dtype, self.gpu)
+        self.cpu_mm = checked(Matmul(n, cpu_dtype, torch.device("cpu")))
+        self.gpu_mm = checked(Matmul(n, dtype, self.gpu))
         self._tf32 = tf32(self.gpu_mm.allow_tf32)
         self._tf32.__enter__()
-        for mm in (self.cpu_mm, self.gpu_mm):
-            mm.check()
-            warm_up(mm, mm.device, repeats=2)
 
     def teardown(self, dtype, n):
         self._tf32.__exit__(None, None, None)

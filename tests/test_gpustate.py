@@ -198,25 +198,24 @@ def test_match_nvml_rules():
 
 
 def test_sampler_summarizes_clocks_and_power_seen_while_timed():
-    reads = iter([1400, 1500, 1600, 1500, 1500, 1500, 1500, 1500, 1500, 1500] + [1500] * 1000)
+    """No timing: the block waits until the thread has read three times, whatever the host's speed."""
+    import threading
+
+    reads = iter([1400, 1600] + [1500] * 100_000)
+    calls, enough = [0], threading.Event()
 
     def read():
+        calls[0] += 1
+        if calls[0] >= 4:  # the read at entry, then three by the thread
+            enough.set()
         mhz = next(reads)
-        return [
-            {
-                "sm_clock_mhz": mhz,
-                "power_w": mhz / 2,
-                "temperature_c": 60,
-                "throttling": ["sw_power_cap"] * (mhz < 1450),
-            }
-        ]
+        capped = ["sw_power_cap"] * (mhz < 1450)
+        return [{"sm_clock_mhz": mhz, "power_w": mhz / 2, "temperature_c": 60, "throttling": capped}]
 
-    with gpustate.Sampler(every_s=0.01, read=read) as s:
-        import time
-
-        time.sleep(0.05)
+    with gpustate.Sampler(every_s=0.001, read=read) as s:
+        assert enough.wait(60)
     (gpu,) = s.summary()
-    assert gpu["samples"] >= 3 and gpu["sm_clock_mhz"] == 1500 and gpu["sm_clock_mhz_min"] == 1400
+    assert gpu["samples"] >= 5 and gpu["sm_clock_mhz"] == 1500 and gpu["sm_clock_mhz_min"] == 1400
     assert gpu["power_w"] == 750 and gpu["power_w_max"] == 800 and gpu["throttling"] == ["sw_power_cap"]
     assert gpustate.Sampler().summary() == [] and gpustate.summarize([]) == []
 

@@ -122,6 +122,20 @@ def write_atomic(path: Path, data: bytes | str) -> None:
         raise
 
 
+def append_jsonl(folder: Path, name: str, records: list[dict[str, Any]], sort_keys: bool = False) -> Path:
+    """Append ``records`` as JSON lines to ``folder/<name>.jsonl`` (``name`` made file-safe); return the file.
+
+    One write of whole lines with O_APPEND: concurrent writers (asv's benchmark processes)
+    never interleave.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{''.join(c if c.isalnum() or c in '-_.' else '_' for c in name)}.jsonl"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("".join(json.dumps(r, sort_keys=sort_keys) + "\n" for r in records))
+    return path
+
+
 def read_jsonl(folder: Path) -> list[dict[str, Any]]:
     """Every JSON object in ``folder/*.jsonl`` (none if it is absent); unreadable lines are skipped."""
     out: list[dict[str, Any]] = []

@@ -15,14 +15,13 @@ NVML's query functions are called; clocks, power limits and modes are left alone
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devbench.files import read_jsonl
+from devbench.files import append_jsonl, read_jsonl
 
 #: Folder beside asv's results (asv.conf.json keeps results, env and html under .asv/).
 GPUSTATE_DIR = Path(".asv") / "gpustate"
@@ -184,17 +183,11 @@ def record(
         from devbench.machine import default_machine
 
         machine = default_machine()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{''.join(c if c.isalnum() or c in '-_.' else '_' for c in machine)}.jsonl"
     now = time.time()
-    lines = [
-        json.dumps({"time": now, "machine": machine, "benchmark": benchmark, "params": params, "phase": phase, **g})
-        for g in gpus
+    records = [
+        {"time": now, "machine": machine, "benchmark": benchmark, "params": params, "phase": phase, **g} for g in gpus
     ]
-    # one write of whole lines with O_APPEND: concurrent writers never interleave
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    return path
+    return append_jsonl(folder, machine, records)
 
 
 def load(folder: Path) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ by environment, machine and time.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
@@ -17,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devbench.files import read_jsonl
+from devbench.files import append_jsonl, read_jsonl
 
 #: Folder beside asv's results/env/html (asv.conf.json keeps them all under .asv/).
 RUNINFO_DIR = Path(".asv") / "runinfo"
@@ -63,14 +62,7 @@ def runinfo_dir() -> Path:
 def record(directory: Path | None = None) -> Path:
     """Append this process's run record; return the file written."""
     info = collect()
-    folder = directory or runinfo_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    safe_env = "".join(c if c.isalnum() or c in "-_." else "_" for c in info["env_name"])
-    path = folder / f"{safe_env}.jsonl"
-    # One short line per write with O_APPEND: concurrent writers never interleave.
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(info, sort_keys=True) + "\n")
-    return path
+    return append_jsonl(directory or runinfo_dir(), info["env_name"], [info], sort_keys=True)
 
 
 def load(directory: Path) -> list[dict[str, Any]]:

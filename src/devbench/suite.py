@@ -19,6 +19,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import torch
 
@@ -115,18 +116,24 @@ def _record_gpu_state(bench: object, args: tuple, phase: str) -> None:
         return
     from devbench import gpustate
 
-    cls = type(bench)
-    names = list(getattr(cls, "param_names", []))
-    values = args[len(args) - len(names) :] if names else ()
-    name = f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}"
-    key, now = (name, repr(values), phase), time.monotonic()
+    name, params, folder = _who(bench, args)
+    key, now = (name, repr(params), phase), time.monotonic()
     if now - _last_gpu_state.get(key, -math.inf) < GPU_STATE_EVERY_S:
         return
     _last_gpu_state[key] = now
+    gpustate.record(name, params, phase, folder, gpus=gpustate.snapshot(_cuda_identities()))
+
+
+def _who(bench: object, args: tuple) -> tuple[str, dict, Path]:
+    """A benchmark's GPU-state identity: ``module.Class``, its params by name, and the folder for its records."""
+    from devbench import gpustate
+
+    cls = type(bench)
+    names = list(getattr(cls, "param_names", []))
+    values = args[len(args) - len(names) :] if names else ()
     module = sys.modules.get(cls.__module__)
     folder = gpustate.gpustate_dir(getattr(module, "__file__", None))
-    gpus = gpustate.snapshot(_cuda_identities())
-    gpustate.record(name, dict(zip(names, values, strict=True)), phase, folder, gpus=gpus)
+    return f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}", dict(zip(names, values, strict=True)), folder
 
 
 @functools.cache
@@ -166,16 +173,11 @@ def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str =
         return
     from devbench import gpustate
 
-    cls = type(bench)
-    names = list(getattr(cls, "param_names", []))
-    values = args[len(args) - len(names) :] if names else ()
-    name = f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}"
+    name, params, folder = _who(bench, args)
     ident = {g["index"]: g for g in gpustate.snapshot(_cuda_identities())}
     keep = ("index", "cuda_index", "uuid", "pci_bus_id", "name", "power_limit_w", "max_sm_clock_mhz")
     gpus = [{**{k: ident.get(g["index"], {}).get(k) for k in keep}, **g} for g in summary]
-    module = sys.modules.get(cls.__module__)
-    folder = gpustate.gpustate_dir(getattr(module, "__file__", None))
-    gpustate.record(name, dict(zip(names, values, strict=True)), phase, folder, gpus=gpus)
+    gpustate.record(name, params, phase, folder, gpus=gpus)
 
 
 def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:

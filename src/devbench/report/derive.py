@@ -212,11 +212,10 @@ def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFra
     if searches is None or searches.empty:
         return pd.DataFrame(columns=cols)
     out = searches[["machine", "device", "dtype", "shape", "search_tflops"]].copy()
-    runs = _rows(latest(frame), spec.ACHIEVABLE_TFLOPS)
-    extra = [c for c in ("gpu_mhz", "gpu_watts") if c in frame.columns]
-    if not runs.empty:
-        sub = usable(latest(frame))
-        sub = sub[sub["benchmark"] == spec.ACHIEVABLE_TFLOPS.benchmark]
+    sub = usable(latest(frame))
+    sub = sub[sub["benchmark"] == spec.ACHIEVABLE_TFLOPS.benchmark]
+    if not sub.empty:
+        extra = [c for c in ("gpu_mhz", "gpu_watts") if c in sub.columns]
         sub = sub[["machine", "device", "dtype", "run", "value", *extra]].astype({"machine": str})
         for run in ("burst", "sustained"):
             r = sub[sub["run"] == run].drop(columns="run").drop_duplicates(["machine", "device", "dtype"], keep="last")

@@ -43,8 +43,9 @@ def in_halves(work: Callable[[int, int], T], n: int, min_items: int) -> list[T]:
         send.close()
 
     proc = ctx.Process(target=child, name="devbench-report-half", daemon=True)
-    # The collector would walk (and so copy, page by page) every object the child inherits: the
-    # whole frame. Frozen objects are left alone, so the child shares the parent's memory.
+    # A collection in the child would touch every inherited container object, copying its pages;
+    # frozen objects are left out of collections. (Measured on the 1,000-file history: no change in
+    # peak memory either way; it is the usual guard for forking a large heap.)
     gc.freeze()
     try:
         proc.start()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from devbench.measure import SEED, randn
+from devbench.measure import SEED, randn, warm_up
 
 #: Param value -> (storage dtype, TF32 allowed for float32 matmul).
 DTYPES: dict[str, tuple[torch.dtype, bool]] = {
@@ -150,6 +150,14 @@ class Matmul:
                 f"exceeds {TOLERANCE[self.dtype]:.0e}"
             )
         return worst
+
+
+def checked(mm: Matmul) -> Matmul:
+    """``mm`` checked against float64 and warm, both under its TF32 setting: ready to be timed."""
+    with tf32(mm.allow_tf32):
+        mm.check()
+        warm_up(mm, mm.device, repeats=2)
+    return mm
 
 
 def tiny_add(numel: int, device: torch.device) -> Callable[[], torch.Tensor]:
