@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 
 import devbench.collectives as entry
@@ -285,3 +286,23 @@ def _in_place_broadcast(rank, world):
 def test_an_op_without_an_in_place_form_is_refused():
     with pytest.raises(RankFailed, match="broadcast has no separate in-place form"):
         spawn_world(_in_place_broadcast, 2)
+
+
+def _many_calls(rank, world):
+    """Buffers after 1 and 301 timed calls of each summing form (float32 x 2**300 would be inf)."""
+    out = {}
+    for op, in_place in (("all_reduce", False), ("reduce_scatter", True), ("reduce_scatter", False)):
+        coll = C.Collective(op, 4096, "cpu", in_place=in_place)
+        coll.check()
+        coll()
+        before = coll.out.clone()
+        for _ in range(300):
+            coll()
+        out[(op, in_place)] = (coll.accumulates, bool(torch.isfinite(coll.out).all()), torch.equal(coll.out, before))
+    return out
+
+
+def test_summing_into_its_own_input_stays_finite_over_many_calls():
+    for rank_out in spawn_world(_many_calls, 2):
+        assert rank_out == {("all_reduce", False): (True, True, True), ("reduce_scatter", True): (True, True, True),
+                            ("reduce_scatter", False): (False, True, True)}  # fmt: skip

@@ -76,8 +76,10 @@ class Collective:
 
     Buffers are allocated and filled here, outside any timed region. ``check()`` runs the
     operation once on fresh data and compares every element; the timed calls then reuse
-    the buffers (an in-place all_reduce keeps adding, so values grow between calls:
-    the bytes moved and the work are the same).
+    the buffers. A sum into its own input (all_reduce, in-place reduce_scatter) would grow
+    by the world size each call and reach float32's infinity within about 128 / log2(world)
+    calls, so those buffers are timed holding zeros, a fixed point of the sum: the bytes
+    moved and the additions done are the same, and the values stay finite.
     """
 
     op: str
@@ -111,6 +113,11 @@ class Collective:
     def chunk(self) -> int:
         """Elements each rank gives (all_gather) or keeps (reduce_scatter)."""
         return self.count // self.world
+
+    @property
+    def accumulates(self) -> bool:
+        """Whether each call adds into data the next call reads (its values would grow)."""
+        return self.op == "all_reduce" or (self.op == "reduce_scatter" and self.in_place)
 
     def _fill(self) -> None:
         n, r, dev = self.count, self.rank, self.device
@@ -178,6 +185,8 @@ class Collective:
                 f"{wrong} of {want.numel()} elements wrong"
             )
         self._fill()
+        if self.accumulates:
+            self.inp.zero_()
 
 
 def _agree(value: float, op: dist.ReduceOp, device: torch.device) -> float:
