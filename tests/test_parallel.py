@@ -1,5 +1,8 @@
 """The report's two halves (a forked child for the second): order, small jobs, errors."""
 
+import os
+import time
+
 import pytest
 
 from devbench.report import parallel
@@ -23,3 +26,25 @@ def test_the_childs_failure_is_raised_here_with_its_message(monkeypatch):
 
     with pytest.raises(RuntimeError, match="ValueError: bad file in the second half"):
         parallel.in_halves(work, 10, min_items=2)
+
+
+def test_forked_work_comes_back_and_runs_here_when_it_cannot_fork(monkeypatch):
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    job = parallel.Forked(lambda: {"pid": os.getpid(), "rows": list(range(3))})
+    assert job.forked
+    got = job.result()
+    assert got["rows"] == [0, 1, 2] and got["pid"] != os.getpid()
+    assert job.result() is got  # asked twice, run once
+    monkeypatch.setattr(parallel, "cores", lambda: 1)
+    here = parallel.Forked(lambda: os.getpid())
+    assert not here.forked and here.result() == os.getpid()
+
+
+def test_a_forked_child_no_longer_wanted_is_stopped(monkeypatch, tmp_path):
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    mark = tmp_path / "finished"
+    with parallel.Forked(lambda: (time.sleep(30), mark.write_text("late"))) as job:
+        proc = job._proc
+    assert not proc.is_alive() and not mark.exists()
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        parallel.Forked(lambda: 1 / 0).result()

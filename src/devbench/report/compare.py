@@ -14,9 +14,6 @@ with the unit's direction (GB/s and TFLOP/s are higher-is-better).
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import numpy as np
 import pandas as pd
 from asv import _stats as asv_stats
@@ -46,14 +43,10 @@ except ImportError:  # asv moved it
 SERIES = ["benchmark", "params"]
 
 
-def _stats_pair(values: Any) -> tuple[dict[str, float] | None, None]:
-    """asv's (stats, samples) pair from one result's ``STATS`` values; the report keeps no samples."""
-    stats = {s: float(v) for s, v in zip(STATS, values, strict=True) if not _isnan(float(v))}
+def _stats_pair(values: list[float]) -> tuple[dict[str, float] | None, None]:
+    """asv's (stats, samples) pair from one result's ``STATS`` values (floats, NaN for none); no samples kept."""
+    stats = {s: v for s, v in zip(STATS, values, strict=True) if v == v}  # v != v: NaN
     return (stats or None), None
-
-
-def _isnan(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def _change(mark: str, unit: str) -> str:
@@ -104,10 +97,11 @@ def _pair_aligned(a: pd.DataFrame, b: pd.DataFrame, factor: float) -> pd.DataFra
     larger = both_values & (v1 < v2 / factor)
     candidates = ((smaller | larger) & ~incomparable).to_numpy().nonzero()[0]
     if len(candidates):
-        sa, sb = a[STATS].to_numpy(dtype=float), b[STATS].to_numpy(dtype=float)
+        sa = a[STATS].to_numpy(dtype=float, na_value=np.nan)[candidates].tolist()
+        sb = b[STATS].to_numpy(dtype=float, na_value=np.nan)[candidates].tolist()
         x1, x2, sm = v1.to_numpy(), v2.to_numpy(), smaller.to_numpy()
-        for i in candidates:
-            ss1, ss2 = _stats_pair(sa[i]), _stats_pair(sb[i])
+        for j, i in enumerate(candidates):
+            ss1, ss2 = _stats_pair(sa[j]), _stats_pair(sb[j])
             if sm[i]:
                 if _is_result_better(x2[i], x1[i], ss2, ss1, factor):
                     mark[i] = "-"

@@ -1,10 +1,11 @@
-"""Two halves of a job at once: this process does the first, a forked child the second. No torch.
+"""Work in a forked child beside this process: ``Forked`` and ``in_halves``. No torch.
 
 The report's slow parts (reading 1,000 asv files, fitting 1,500 step models) are Python
-loops bound to one core. ``in_halves`` forks a child that inherits the inputs as they
-are in memory (nothing is pickled on the way in), runs ``work(half, n)`` there and
-sends its result back through a pipe while this process runs ``work(0, half)``. Small
-jobs, one-core machines and platforms without ``fork`` run in this process alone.
+loops bound to one core. A forked child inherits its inputs as they are in memory
+(nothing is pickled on the way in), runs the work there and sends its result back
+through a pipe while this process goes on with other work. Small jobs, one-core
+machines and platforms without ``fork`` run the work in this process instead, when
+the result is asked for.
 """
 
 from __future__ import annotations
@@ -13,13 +14,97 @@ import gc
 import multiprocessing
 import os
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+_UNSET = object()
 
 
 def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def can_fork() -> bool:
+    return cores() >= 2 and "fork" in multiprocessing.get_all_start_methods()
+
+
+class Forked(Generic[T]):
+    """``work()`` started in a forked child now; ``result()`` waits for it and returns it.
+
+    With ``fork=False`` (or no second core, or no ``fork``) nothing starts until
+    ``result()``, which then runs ``work()`` here. The child's exception is raised by
+    ``result()`` as ``RuntimeError`` with its message. Fork before starting threads:
+    a child forked while another thread holds a lock inherits the lock held.
+    ``close()`` stops a child whose result is no longer wanted (an error, Ctrl-C here);
+    use ``with Forked(...) as job:`` to have that done.
+    """
+
+    def __init__(self, work: Callable[[], T], fork: bool = True, name: str = "devbench-report-child") -> None:
+        self._work = work
+        self._value: object = _UNSET
+        self._proc = None
+        if not (fork and can_fork()):
+            return
+        ctx = multiprocessing.get_context("fork")
+        self._receive, send = ctx.Pipe(duplex=False)
+
+        def child() -> None:
+            try:
+                result = (True, work())
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+                result = (False, f"{type(exc).__name__}: {exc}")
+            send.send(result)
+            send.close()
+
+        self._proc = ctx.Process(target=child, name=name, daemon=True)
+        # A collection in the child would touch every inherited container object, copying its pages;
+        # frozen objects are left out of collections. (Measured on the 1,000-file history: no change in
+        # peak memory either way; it is the usual guard for forking a large heap.)
+        gc.freeze()
+        try:
+            self._proc.start()
+        finally:
+            gc.unfreeze()
+        send.close()  # the child holds the sending end now
+
+    @property
+    def forked(self) -> bool:
+        return self._proc is not None
+
+    def result(self) -> T:
+        if self._value is not _UNSET:
+            return self._value  # type: ignore[return-value]
+        if self._proc is None:
+            self._value = self._work()
+            return self._value  # type: ignore[return-value]
+        try:
+            ok, value = self._receive.recv()  # before join: a large result would block the child's send
+        except EOFError:
+            self._proc.join()
+            raise RuntimeError(f"the forked child ({self._proc.name}) died (exit {self._proc.exitcode})") from None
+        finally:
+            self._receive.close()
+        self._proc.join()
+        self._proc = None
+        if not ok:
+            raise RuntimeError(f"the forked child failed: {value}")
+        self._value = value
+        return value
+
+    def close(self) -> None:
+        """Stop the child if it is still running (its result is dropped)."""
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.join()
+            self._receive.close()
+            self._proc = None
+
+    def __enter__(self) -> Forked[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def in_halves(work: Callable[[int, int], T], n: int, min_items: int) -> list[T]:
@@ -28,43 +113,9 @@ def in_halves(work: Callable[[int, int], T], n: int, min_items: int) -> list[T]:
     Results come back in order. The child's exception is raised here as ``RuntimeError`` with its
     message; an exception (or Ctrl-C) here stops the child first.
     """
-    if n < min_items or cores() < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if n < min_items or not can_fork():
         return [work(0, n)]
     half = n // 2
-    ctx = multiprocessing.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
-
-    def child() -> None:
-        try:
-            result = (True, work(half, n))
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-            result = (False, f"{type(exc).__name__}: {exc}")
-        send.send(result)
-        send.close()
-
-    proc = ctx.Process(target=child, name="devbench-report-half", daemon=True)
-    # A collection in the child would touch every inherited container object, copying its pages;
-    # frozen objects are left out of collections. (Measured on the 1,000-file history: no change in
-    # peak memory either way; it is the usual guard for forking a large heap.)
-    gc.freeze()
-    try:
-        proc.start()
-    finally:
-        gc.unfreeze()
-    send.close()  # the child holds the sending end now
-    try:
+    with Forked(lambda: work(half, n), name="devbench-report-half") as second:
         first = work(0, half)
-        try:
-            ok, second = receive.recv()  # before join: a large result would block the child's send
-        except EOFError:
-            raise RuntimeError(f"the second half's process died (exit {proc.exitcode})") from None
-    except BaseException:
-        proc.terminate()
-        proc.join()
-        raise
-    finally:
-        receive.close()
-    proc.join()
-    if not ok:
-        raise RuntimeError(f"the second half failed: {second}")
-    return [first, second]
+        return [first, second.result()]

@@ -124,9 +124,11 @@ def plot_history(frame: pd.DataFrame, steps: pd.DataFrame, limit: int = 6) -> by
     """The series with the largest detected steps, each normalised to its first commit, the step marked."""
     if steps.empty:
         return None
-    ok = frame[frame["status"] == "ok"]
     series = ["machine", "env", "benchmark", "params"]
     chosen = steps.drop_duplicates(series).head(limit)
+    # the chosen series' rows first (a benchmark-name test), then the rest of the key: not the whole frame
+    ok = frame[frame["benchmark"].isin(set(chosen["benchmark"]))]
+    ok = ok[ok["status"] == "ok"]
     ncols = 2 if len(chosen) > 1 else 1
     nrows = math.ceil(len(chosen) / ncols)
 

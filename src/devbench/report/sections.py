@@ -8,6 +8,7 @@ writes them as Markdown, HTML, CSV and PNG. No torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -380,13 +381,13 @@ def _across(frame: pd.DataFrame, by: str, factor: float) -> Section | None:
     cmp = cmp.dropna(subset=["ratio"])
     label = "Machines" if by == "machine" else "Environments"
     table = cmp[[f"{by}_a", f"{by}_b", "benchmark", "params", "before", "after", "ratio", "mark", "change", "unit"]]
-    table = table.assign(
-        before=[_human(v, u) for v, u in zip(table["before"], table["unit"], strict=True)],
-        after=[_human(v, u) for v, u in zip(table["after"], table["unit"], strict=True)],
-        ratio=table["ratio"].round(3),
-    ).drop(columns="unit")
     table = table.reindex(table["ratio"].sub(1).abs().sort_values(ascending=False).index)
-    clipped, more = _clip(table)
+    clipped, more = _clip(table)  # formatted after clipping: only the rows shown
+    clipped = clipped.assign(
+        before=[_human(v, u) for v, u in zip(clipped["before"], clipped["unit"], strict=True)],
+        after=[_human(v, u) for v, u in zip(clipped["after"], clipped["unit"], strict=True)],
+        ratio=clipped["ratio"].round(3),
+    ).drop(columns="unit")
     text = (
         f"Same commit, {by} B against {by} A (ratio B / A), largest differences first; the mark uses asv "
         f"compare's rule with factor {factor}."
@@ -396,17 +397,14 @@ def _across(frame: pd.DataFrame, by: str, factor: float) -> Section | None:
 
 def latest_common(frame: pd.DataFrame, by: str) -> pd.DataFrame:
     """Rows of the most recent commit that more than one ``by`` group ran."""
-    groups = frame.groupby("commit")[by].nunique()
-    shared = groups[groups > 1].index
+    per = frame.groupby("commit", observed=True).agg(groups=(by, "nunique"), date=("date", "max"))
+    shared = per[per["groups"] > 1]
     if shared.empty:
         return frame.iloc[0:0]
-    sub = frame[frame["commit"].isin(shared)]
-    last = sub.sort_values("date")["commit"].iloc[-1]
-    return sub[sub["commit"] == last]
+    return frame[frame["commit"] == shared["date"].idxmax()]
 
 
-def _history(frame: pd.DataFrame, floors: dict) -> tuple[Section | None, pd.DataFrame]:
-    steps = ST.detect(frame, floors)
+def _history(frame: pd.DataFrame, steps: pd.DataFrame) -> tuple[Section | None, pd.DataFrame]:
     series = frame.groupby(["machine", "env", "benchmark", "params"], observed=True).size()
     judged = int((series >= ST.MIN_POINTS).sum())
     if judged == 0:
@@ -462,12 +460,14 @@ def build(
     floors: dict | None = None,
     verdicts: pd.DataFrame | None = None,
     verdicts_source: str = "",
+    apart: Callable[[], tuple[pd.DataFrame, dict[str, bytes] | None]] | None = None,
 ) -> Report:
     """Every section for this frame; suite-specific ones only where their benchmarks ran.
 
     ``pair`` is the (base, head) of "Between two commits" (``compare.commit_pair``);
     ``floors`` the learned noise floors ((machine, figure key) -> relative change);
-    ``verdicts`` a ``devbench compare`` table.
+    ``verdicts`` a ``devbench compare`` table; ``apart`` returns ``steps_and_plots`` when that
+    was started elsewhere (``devbench report`` runs it in a forked child).
     """
     floors = floors or {}
     f = loaded.frame
@@ -532,7 +532,8 @@ def build(
         sec = _across(cur, by, factor)
         if sec is not None:
             rep.sections.append(sec)
-    hist, flagged = _history(cur, floors)
+    found, figures = apart() if apart is not None else (ST.detect(cur, floors), None)
+    hist, flagged = _history(cur, found)
     if hist is not None:
         rep.sections.append(hist)
     rep.sections.append(_all_latest(cur))
@@ -541,14 +542,36 @@ def build(
             continue
         sec.table = _drop_constant(sec.table)
         sec.folded = _drop_constant(sec.folded)
-    if plots:
-        for key, png in (
-            ("throughput", P.plot_throughput(tp)),
-            ("bandwidth", P.plot_bandwidth(bw)),
-            ("collectives", P.plot_collectives(cb)),
-            ("fleet", P.plot_fleet(loaded.fleet)),
-            ("history", P.plot_history(cur, flagged)),
-        ):
-            if png is not None:
-                rep.plots[key] = png
+    if figures is not None:
+        rep.plots.update(figures)
+    elif plots:
+        rep.plots.update(plot_all(loaded, flagged))
     return rep
+
+
+def plot_all(loaded: Loaded, steps: pd.DataFrame) -> dict[str, bytes]:
+    """Every plot the report has data for, by name (``steps``: ``steps.detect`` of the current results)."""
+    cur = loaded.frame[loaded.frame["version_current"]]
+    lat = latest(cur)
+    out = {}
+    for key, png in (
+        ("throughput", lambda: P.plot_throughput(D.matmul_throughput(lat))),
+        ("bandwidth", lambda: P.plot_bandwidth(D.transfer_bandwidth(lat))),
+        ("collectives", lambda: P.plot_collectives(D.collective_bandwidth(lat, loaded.collectives))),
+        ("fleet", lambda: P.plot_fleet(loaded.fleet)),
+        ("history", lambda: P.plot_history(cur, steps)),
+    ):
+        if (drawn := png()) is not None:
+            out[key] = drawn
+    return out
+
+
+def steps_and_plots(loaded: Loaded, floors: dict, plots: bool) -> tuple[pd.DataFrame, dict[str, bytes] | None]:
+    """Step detection on the current results, then every plot (``None`` when ``plots`` is false).
+
+    The part of ``build`` that can run apart from the rest (``devbench report`` runs it in a
+    forked child, where matplotlib is imported and draws while the tables are built here).
+    """
+    cur = loaded.frame[loaded.frame["version_current"]]
+    steps = ST.detect(cur, floors)
+    return steps, (plot_all(loaded, steps) if plots else None)

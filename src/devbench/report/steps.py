@@ -113,11 +113,11 @@ def detect(frame: pd.DataFrame, floors: dict[tuple[str, str], float] | None = No
     starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
     ends = np.r_[starts[1:], len(codes)]
     logs_all = np.log(ok["value"].to_numpy(dtype=float))
-    keys = ok[[*SERIES, "unit"]].astype(str).to_numpy()
-    commits_all = ok["commit"].astype(str).to_numpy()
+    # one key per series, not per row: turning 500,000 rows into text cost 0.6 s
+    keys = ok[[*SERIES, "unit"]].iloc[starts].astype(str).to_numpy()
+    commits_all = ok["commit"].to_numpy()
     rows = []
-    for start, end in zip(starts, ends, strict=True):
-        machine, env, bench, params, unit = keys[start]
+    for (machine, env, bench, params, unit), start, end in zip(keys, starts, ends, strict=True):
         start = max(start, end - MAX_POINTS)
         if end - start < MIN_POINTS:
             continue
@@ -140,7 +140,7 @@ def detect(frame: pd.DataFrame, floors: dict[tuple[str, str], float] | None = No
                     "machine": machine, "env": env, "benchmark": bench, "params": params, "unit": unit,
                     "verdict": V.FASTER if went_up == (way == "higher") else V.SLOWER,
                     "ratio": math.exp(shift), "floor": floor, "before": math.exp(v0), "after": math.exp(v1),
-                    "commit_before": commits[r0 - 1], "commit_after": commits[l1], "points": end - start,
+                    "commit_before": str(commits[r0 - 1]), "commit_after": str(commits[l1]), "points": end - start,
                 }
             )  # fmt: skip
     out = pd.DataFrame(rows, columns=COLUMNS)
