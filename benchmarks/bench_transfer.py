@@ -7,9 +7,13 @@ registered in ``setup`` too. On a machine without CUDA, ``DeviceCopy`` on ``cpu`
 STREAM-like host memory copy of the same sizes) is the line GPU copies are held against.
 """
 
+import math
+from pathlib import Path
+
 import torch
 
-from devbench.devices import move, synchronize
+from devbench import gpustate
+from devbench.devices import move, num_gpus, synchronize
 from devbench.measure import (
     COPY_BLOCK_S,
     Lanes,
@@ -27,10 +31,12 @@ from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
     HIDDEN,
     MEMORY,
+    PEERS_DIR,
     SIZES,
     SMALL_KINDS,
     Copy,
     ManySmall,
+    PeerPath,
     RepeatedWork,
     bidirectional,
     cache_bytes,
@@ -39,8 +45,11 @@ from devbench.workloads.transfer import (
     hidden_copy,
     host_device_copy,
     overlap,
+    peer_matrix,
     pinned_reason,
     sets_for,
+    trace_path,
+    write_peer_records,
 )
 
 #: A bandwidth block lasts at least this long (one copy when a single copy is longer;
@@ -48,15 +57,20 @@ from devbench.workloads.transfer import (
 BLOCK_S = COPY_BLOCK_S
 
 
-def _bandwidth(copy: Copy, scale: float = 1.0) -> dict:
-    """GB/s of bytes copied (times ``scale``) in every block of back-to-back copies.
+def _block_gbps(copy: Copy, scale: float = 1.0) -> tuple[list[float], int]:
+    """GB/s of bytes copied (times ``scale``) in every block of back-to-back copies, and the copies per block.
 
     On a GPU, copies shorter than ``HOLD_BELOW_S`` are timed with the stream held
     (``devbench.measure.plan_blocks``), unless the host waits for them (pageable or blocking).
     """
     dev = copy.timing_device
     plan = plan_blocks(copy, dev, target_s=BLOCK_S, may_hold=not copy.host_waits)
-    return with_samples((scale * gbps(copy.nbytes, t) for t in measure(copy, dev, plan).per_call), plan.calls)
+    return [scale * gbps(copy.nbytes, t) for t in measure(copy, dev, plan).per_call], plan.calls
+
+
+def _bandwidth(copy: Copy, scale: float = 1.0) -> dict:
+    """``_block_gbps`` as an asv figure with its samples."""
+    return with_samples(*_block_gbps(copy, scale))
 
 
 def _checked(copy: Copy) -> Copy:
@@ -182,11 +196,24 @@ class DeviceCopy(Benchmark):
     track_gbps_copied.unit = track_gbps_read_write.unit = "GB/s"
 
 
+def _say(line: str) -> None:
+    print(f"PeerMatrix {line}", flush=True)
+
+
+def _peer_path(copy: Copy) -> PeerPath:
+    """The path a checked GPU -> GPU copy takes: peer access (CUDA), NVLink (NVML topology and counters)."""
+    src, dst = copy.src_device.index, copy.dst_device.index
+    peer = torch.cuda.can_device_access_peer(src, dst)
+    return trace_path(copy, peer, gpustate.nvlink_joined(src, dst), gpustate.nvlink_reader(src))
+
+
 class PeerCopy(Benchmark):
-    """GPU 0 -> GPU 1 and back (NVLink or PCIe, peer-to-peer when the driver allows it).
+    """GPU 0 -> GPU 1 and back over sizes (NVLink or PCIe, peer-to-peer when the driver allows it).
 
     ``track_peer_access`` records whether the source GPU can address the other's memory
-    directly (1) or the copy is staged through the host (0).
+    directly (1) or the copy is staged through the host (0); ``track_nvlink_share`` the share
+    of the copied bytes that the source GPU's NVLink counters sent (NaN where NVML has no
+    counters): the path the copies took. Every other pair: ``PeerMatrix``.
     """
 
     params = [["0->1", "1->0"], SIZES]
@@ -197,10 +224,11 @@ class PeerCopy(Benchmark):
         gpus = require_gpus(2)
         src, dst = (gpus[0], gpus[1]) if route == "0->1" else (gpus[1], gpus[0])
         _require_fit(sets_for(nbytes, max(cache_bytes(src), cache_bytes(dst))), nbytes, src, dst)
-        self.peer = torch.cuda.can_device_access_peer(src, dst)
         self.copy = Copy(nbytes, src, dst)
         self.copy.check()
         warm_up(self.copy, src)
+        self.path = once(("PeerCopy.path", route, nbytes), lambda: _peer_path(self.copy))
+        self.peer = self.path.peer_access
         synchronize([src, dst])
 
     def time_copy(self, route, nbytes):
@@ -213,8 +241,58 @@ class PeerCopy(Benchmark):
     def track_peer_access(self, route, nbytes):
         return float(self.peer)
 
+    def track_nvlink_share(self, route, nbytes):
+        share = self.path.nvlink_share
+        return math.nan if share is None else share
+
     track_gbps.unit = "GB/s"
     track_peer_access.unit = "bool"
+    track_nvlink_share.unit = "fraction"
+
+
+#: PeerMatrix's copy size: large enough that every pair runs at its link's rate (nvbandwidth's default is 512 MiB)
+MATRIX_SIZES = [256 * MiB]
+
+
+class PeerMatrix(Benchmark):
+    """Both directions of every pair of GPUs at 256 MiB, each copy checked, timed and traced.
+
+    nvbandwidth prints this as a matrix; a slow link on an 8-GPU box shows as one slow cell.
+    ``setup_cache`` measures every pair once per run (4-16 MiB blocks would sit in L2, so
+    256 MiB) and appends each pair's GB/s and path to ``.asv/peers/<machine>.jsonl`` for the
+    report's matrix; the figures here are the slowest pair and the median pair, each with
+    its blocks as samples. Skips below two GPUs.
+    """
+
+    params = [MATRIX_SIZES]
+    param_names = ["nbytes"]
+    timeout = 1200.0
+
+    def setup_cache(self):
+        try:
+            require_gpus(2)
+        except NotImplementedError as exc:
+            return {"skip": str(exc)}
+        gpus = [torch.device("cuda", i) for i in range(num_gpus())]
+        out = {}
+        for nbytes in MATRIX_SIZES:
+            rows = peer_matrix(gpus, nbytes, lambda c: _block_gbps(_checked(c))[0], _peer_path, progress=_say)
+            write_peer_records(rows, Path(__file__).resolve().parents[1] / PEERS_DIR)
+            out[nbytes] = rows
+        return out
+
+    def setup(self, matrix, nbytes):
+        if "skip" in matrix:
+            raise NotImplementedError(matrix["skip"])
+        self.rows = sorted(matrix[nbytes], key=lambda r: r["gbps"])
+
+    def track_slowest_gbps(self, matrix, nbytes):
+        return with_samples(self.rows[0]["blocks"])
+
+    def track_median_gbps(self, matrix, nbytes):
+        return with_samples(self.rows[(len(self.rows) - 1) // 2]["blocks"])
+
+    track_slowest_gbps.unit = track_median_gbps.unit = "GB/s"
 
 
 class ManySmallCopies(Benchmark):

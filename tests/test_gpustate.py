@@ -231,3 +231,47 @@ def test_the_timed_part_is_recorded_as_the_during_phase(fake_gpu, monkeypatch):
     during = lines[1]
     assert during["sm_clock_mhz"] == 1755 and during["power_w"] == 690.0 and during["samples"] >= 2
     assert during["name"] == "Fake GPU" and during["params"] == {"device": "cuda", "n": 64}
+
+
+class _FakeField:
+    def __init__(self, ret, kib):
+        self.nvmlReturn = ret
+        self.value = type("V", (), {"ullVal": kib})()
+
+
+class _FakeNvml:
+    """Two GPUs in NVML's order, the reverse of CUDA's; GPU-b counts 7 KiB sent, GPU-a has no counter."""
+
+    NVML_P2P_CAPS_INDEX_NVLINK, NVML_P2P_STATUS_OK = 6, 0
+
+    def __init__(self):
+        self.asked = []
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return ["GPU-b", "GPU-a"][i]
+
+    def nvmlDeviceGetUUID(self, h):
+        return h
+
+    def nvmlDeviceGetPciInfo(self, h):
+        raise RuntimeError("no PCI info")
+
+    def nvmlDeviceGetFieldValues(self, h, fields):
+        self.asked.append(fields)
+        return [_FakeField(0, 7) if h == "GPU-b" else _FakeField(13, 0)]
+
+    def nvmlDeviceGetP2PStatus(self, a, b, cap):
+        assert cap == self.NVML_P2P_CAPS_INDEX_NVLINK
+        return 0 if {a, b} == {"GPU-a", "GPU-b"} else 3
+
+
+def test_nvlink_counters_and_topology_are_read_for_the_cuda_device_named():
+    nv, cuda = _FakeNvml(), [{"uuid": "GPU-a"}, {"uuid": "GPU-b"}]  # CUDA 0 is NVML 1
+    assert gpustate.nvlink_reader(1, nv, cuda)() == 7 * 1024
+    assert nv.asked == [[(gpustate.NVLINK_TX_KIB_FIELD, gpustate.ALL_LINKS)]]
+    assert gpustate.nvlink_reader(0, nv, cuda)() is None  # NVML answered with an error for this field
+    assert gpustate.nvlink_joined(0, 1, nv, cuda) is True
+    assert gpustate.nvlink_joined(0, 2, nv, [*cuda, {"uuid": "GPU-z"}]) is None  # a GPU NVML does not see

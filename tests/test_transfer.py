@@ -375,3 +375,104 @@ def test_host_waits_names_the_copies_a_held_stream_cannot_queue():
     assert not T.Copy(64, meta, meta).host_waits
     for memory, non_blocking, waits in (("pageable", True, True), ("pageable", False, True)):
         assert T.Copy(64, cpu, meta, memory, non_blocking).host_waits is waits
+
+
+# --- GPU pairs: every direction of every pair, and the path each copy took
+
+
+def test_every_pair_in_both_directions():
+    assert T.peer_pairs(1) == []
+    assert T.peer_pairs(3) == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    assert len(T.peer_pairs(8)) == 56
+
+
+def test_the_path_label_says_what_the_copies_used_before_what_they_could():
+    assert T.PeerPath(False, True, 0.9).label == "through host"
+    assert T.PeerPath(True, True, 1.0).label == "NVLink"
+    assert T.PeerPath(True, True, 0.01).label == "PCIe P2P"  # NVLink there, but the bytes did not use it
+    assert T.PeerPath(True, True, None).label == "NVLink (topology)"
+    assert T.PeerPath(True, False, None).label == "PCIe P2P (topology)"
+    assert T.PeerPath(True, None, None).label == "P2P"
+
+
+def test_the_traced_share_is_the_counted_bytes_over_the_bytes_copied():
+    copy = T.Copy(1 * T.MiB, "cpu", "cpu")
+    calls = T.TRACE_BYTES // T.MiB
+    counter = iter([10_000, 10_000 + calls * T.MiB])  # every byte sent over NVLink
+    assert T.trace_path(copy, True, True, lambda: next(counter)).nvlink_share == pytest.approx(1.0)
+    counter = iter([5, 5 + calls * T.MiB // 100])  # 1% of them: another process's traffic, not the copy
+    assert T.trace_path(copy, True, True, lambda: next(counter)).label == "PCIe P2P"
+    assert T.trace_path(copy, False, None, lambda: None) == T.PeerPath(False, None, None)
+    small = T.Copy(4 * T.KiB, "cpu", "cpu")
+    seen = []
+    T.trace_path(small, True, None, lambda: seen.append(small._next) or 0)
+    assert len(seen) == 2  # read before and after, not per copy
+
+
+def test_the_matrix_checks_times_and_traces_every_direction(capsys):
+    cpu = torch.device("cpu")
+    timed, traced, lines = [], [], []
+
+    def time_copy(copy):
+        assert all(torch.equal(s, d) for s, d in zip(copy.srcs, copy.dsts, strict=True))  # checked first
+        timed.append(copy.nbytes)
+        return [3.0, 1.0, 2.0]
+
+    def path_of(copy):
+        traced.append(copy)
+        return T.PeerPath(True, True, 1.0)
+
+    rows = T.peer_matrix([cpu, cpu, cpu], 64 * T.KiB, time_copy, path_of, progress=lines.append)
+    assert [(r["src"], r["dst"]) for r in rows] == T.peer_pairs(3)
+    assert {r["gbps"] for r in rows} == {2.0} and {r["path"] for r in rows} == {"NVLink"}
+    assert timed == [64 * T.KiB] * 6 and len(traced) == 6 and lines[0] == "64 KiB 0->1: 2.0 GB/s (NVLink)"
+
+
+def test_matrix_records_go_to_one_file_per_machine(tmp_path):
+    rows = [{"src": 0, "dst": 1, "nbytes": 4096, "gbps": 2.0, "blocks": [1.0, 2.0, 3.0], "peer_access": True,
+             "nvlink": None, "nvlink_share": None, "path": "P2P"}]  # fmt: skip
+    path = T.write_peer_records(rows, tmp_path, machine="box")
+    import json
+
+    (rec,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert path.name == "box.jsonl" and rec["machine"] == "box" and rec["blocks"] == 3 and rec["path"] == "P2P"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA skip")
+def test_the_matrix_benchmark_skips_below_two_gpus():
+    import benchmarks.bench_transfer as bt
+
+    m = bt.PeerMatrix()
+    cache = m.setup_cache()
+    with pytest.raises(NotImplementedError, match="no CUDA"):
+        m.setup(cache, bt.MATRIX_SIZES[0])
+
+
+def test_the_report_shows_the_newest_matrix_and_names_the_slowest_pair(tmp_path, capsys):
+    import json
+    import shutil
+
+    from devbench.report.cli import main as report_main
+
+    results = tmp_path / "asv" / "results"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "reports" / "asv-results", results)
+    peers = tmp_path / "asv" / "peers"
+    old = [{"src": 0, "dst": 1, "nbytes": 256 * T.MiB, "gbps": 1.0, "blocks": [1.0], "peer_access": False,
+            "nvlink": None, "nvlink_share": None, "path": "through host"}]  # fmt: skip
+    T.write_peer_records(old, peers, machine="box")
+    speeds = [370.0, 371.0, 369.5, 12.5, 370.2, 368.9]
+    paths = ["NVLink"] * 3 + ["PCIe P2P"] + ["NVLink"] * 2
+    new = [{**old[0], "gbps": g, "src": s, "dst": d, "path": p}
+           for (s, d), g, p in zip(T.peer_pairs(3), speeds, paths, strict=True)]  # fmt: skip
+    T.write_peer_records(new, peers, machine="box")
+    with open(peers / "box.jsonl", "a") as f:
+        f.write(json.dumps({"machine": "box", "time": 1.0}) + "\n")
+    out = tmp_path / "out"
+    assert report_main(["--results", str(results), "--out", str(out), "--format", "md", "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    section = md.split("## GPU pairs: copy bandwidth (GB/s), every direction", 1)[1].split("\n## ", 1)[0]
+    assert "Slowest pair: box: 1->2 12.5 GB/s" in section
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in section.splitlines() if ln.startswith("| 256")]
+    assert [r[1] for r in rows] == ["0", "1", "2"]  # one row per source GPU of the newest run, not the old one
+    assert rows[1][2:] == ["369.5 (NVLink)", "-", "12.5 (PCIe P2P)"]
+    assert "1 record(s) skipped: not a GPU-pair record" in md

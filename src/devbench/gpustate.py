@@ -309,3 +309,60 @@ class Sampler:
 
     def summary(self) -> list[dict[str, Any]]:
         return summarize(self._samples)
+
+
+# --- NVLink traffic: which path a GPU -> GPU copy took ---------------------------------------------------
+
+#: NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: NVLink data payload sent by a GPU, cumulative, in KiB
+NVLINK_TX_KIB_FIELD = 138
+#: a field value's scope that sums the counter over every link of the GPU (UINT_MAX)
+ALL_LINKS = 0xFFFFFFFF
+
+
+def nvlink_sent_bytes(nv: Any, handle: Any) -> int | None:
+    """Bytes this GPU has sent over NVLink so far (every link), or None where NVML does not count them."""
+    try:
+        (value,) = nv.nvmlDeviceGetFieldValues(handle, [(NVLINK_TX_KIB_FIELD, ALL_LINKS)])
+    except Exception:  # noqa: BLE001 - an old driver, no NVLink, no such field
+        return None
+    if getattr(value, "nvmlReturn", 1) != 0:
+        return None
+    return int(value.value.ullVal) * 1024
+
+
+def _cuda_handles(indices: Sequence[int], nv: Any, cuda: Sequence[dict[str, Any]] | None = None) -> list[Any]:
+    """NVML handles of these CUDA devices (matched by UUID, else PCI bus id; None where none matches).
+
+    ``cuda``: ``devices.cuda_identities()``, read here when not given (it initializes CUDA).
+    """
+    if cuda is None:
+        from devbench.devices import cuda_identities
+
+        cuda = cuda_identities()
+    try:
+        every = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+    except Exception:  # noqa: BLE001 - NVML without devices
+        return [None] * len(indices)
+    matched = match_nvml(cuda, [nvml_identity(nv, h) for h in every])
+    return [every[m] if i < len(matched) and (m := matched[i]) is not None else None for i in indices]
+
+
+def nvlink_reader(cuda_index: int, nv: Any = None, cuda: Sequence[dict[str, Any]] | None = None) -> Any:
+    """A callable returning the bytes CUDA device ``cuda_index`` has sent over NVLink so far (None: unknown)."""
+    nv = nv if nv is not None else _nvml()
+    handle = _cuda_handles([cuda_index], nv, cuda)[0] if nv is not None else None
+    return lambda: nvlink_sent_bytes(nv, handle) if handle is not None else None
+
+
+def nvlink_joined(src: int, dst: int, nv: Any = None, cuda: Sequence[dict[str, Any]] | None = None) -> bool | None:
+    """Whether NVML reports NVLink peer-to-peer between CUDA devices ``src`` and ``dst`` (None: not known)."""
+    nv = nv if nv is not None else _nvml()
+    if nv is None:
+        return None
+    hs, hd = _cuda_handles([src, dst], nv, cuda)
+    if hs is None or hd is None:
+        return None
+    try:
+        return nv.nvmlDeviceGetP2PStatus(hs, hd, nv.NVML_P2P_CAPS_INDEX_NVLINK) == nv.NVML_P2P_STATUS_OK
+    except Exception:  # noqa: BLE001 - the query is not supported here
+        return None

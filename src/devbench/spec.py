@@ -40,7 +40,11 @@ RATIO_BETTER = {
 }
 
 #: records of the machine, not measurements: never judged as faster or slower
-RECORDS = frozenset({"bench_transfer.PeerCopy.track_peer_access", "bench_devices.RunInfo.track_gpu_count"})
+RECORDS = frozenset({
+    "bench_transfer.PeerCopy.track_peer_access",
+    "bench_transfer.PeerCopy.track_nvlink_share",
+    "bench_devices.RunInfo.track_gpu_count",
+})  # fmt: skip
 
 
 #: ``time_`` figures that time the very work of a ``track_`` figure (its twin), by benchmark key. asv keeps

@@ -202,14 +202,16 @@ def _judging(args: argparse.Namespace):
 
 
 def _add_achievable(loaded, args: argparse.Namespace) -> None:
-    """The shape searches of ``bench_achievable`` and the ``devbench.fleet`` runs (``achievable/`` and
-    ``fleet/`` beside the results) of the chosen machines."""
-    from devbench.report.records import load_achievable, load_fleet
+    """The shape searches of ``bench_achievable``, the ``devbench.fleet`` runs and ``PeerMatrix``'s pairs
+    (``achievable/``, ``fleet/`` and ``peers/`` beside the results) of the chosen machines."""
+    from devbench.report.records import load_achievable, load_fleet, load_peers
 
     found = load_achievable(Path(args.results).parent / "achievable", loaded.problems)
     loaded.achievable = found[found["machine"].isin(args.machine)] if args.machine else found
     fleet = load_fleet(Path(args.results).parent / "fleet", loaded.problems)
     loaded.fleet = fleet[fleet["machine"].isin(args.machine)] if args.machine else fleet
+    peers = load_peers(Path(args.results).parent / "peers", loaded.problems)
+    loaded.peers = peers[peers["machine"].isin(args.machine)] if args.machine else peers
 
 
 def _add_collectives(loaded, args: argparse.Namespace) -> None:

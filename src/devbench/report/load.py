@@ -80,6 +80,8 @@ class Loaded:
     achievable: pd.DataFrame | None = None
     #: the newest ``python -m devbench.fleet`` run per machine, a row per rank and figure
     fleet: pd.DataFrame | None = None
+    #: the newest ``PeerMatrix`` run per machine and size, a row per GPU pair and direction
+    peers: pd.DataFrame | None = None
     #: what each short environment label stands for (``records.env_legend``), once paths are hidden
     env_legend: pd.DataFrame | None = None
 

@@ -307,3 +307,31 @@ def load_fleet(folder: str | os.PathLike[str], problems: list[Problem] | None = 
         return out
     newest = out.groupby("machine")["finished"].transform("max")
     return out[out["finished"] == newest].reset_index(drop=True)
+
+
+PEER_COLUMNS = ["machine", "time", "nbytes", "src", "dst", "gbps", "path", "src_id", "dst_id"]
+
+
+def load_peers(folder: str | os.PathLike[str], problems: list[Problem] | None = None) -> pd.DataFrame:
+    """Every pair of the newest ``PeerMatrix`` run per machine and size (``.asv/peers``).
+
+    A line that is not a pair record is skipped; a folder with such lines is named in ``problems``.
+    """
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    for rec in read_jsonl(Path(folder)):
+        try:
+            rows.append({
+                "machine": str(rec["machine"]), "time": float(rec["time"]), "nbytes": int(rec["nbytes"]),
+                "src": int(rec["src"]), "dst": int(rec["dst"]), "gbps": float(rec["gbps"]),
+                "path": str(rec.get("path") or ""), "src_id": rec.get("src_id"), "dst_id": rec.get("dst_id"),
+            })  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            bad += 1
+    if problems is not None and bad:
+        problems.append(Problem(str(folder), f"{bad} record(s) skipped: not a GPU-pair record"))
+    out = pd.DataFrame(rows, columns=PEER_COLUMNS)
+    if out.empty:
+        return out
+    newest = out.groupby(["machine", "nbytes"])["time"].transform("max")
+    return out[out["time"] == newest].sort_values(["machine", "nbytes", "src", "dst"]).reset_index(drop=True)

@@ -276,6 +276,27 @@ def _fleet(fleet: pd.DataFrame | None) -> Section | None:
     return Section("Fleet: every device at once", text, table, plot="fleet")
 
 
+def _peers(peers: pd.DataFrame | None) -> Section | None:
+    if peers is None or peers.empty:
+        return None
+    cells = peers.assign(
+        where=peers["machine"], size=[size_label(n) for n in peers["nbytes"]],
+        cell=[f"{g:.1f} ({p})" if p else f"{g:.1f}" for g, p in zip(peers["gbps"], peers["path"], strict=True)],
+    )  # fmt: skip
+    table = cells.pivot_table(index=["where", "size", "src"], columns="dst", values="cell", aggfunc="first")
+    table.columns = [f"to GPU {d}" for d in table.columns]
+    table = table.fillna("-").reset_index().rename(columns={"src": "from GPU"})  # "-": a GPU to itself
+    slowest = peers.loc[peers.groupby(["machine", "nbytes"])["gbps"].idxmin()]
+    worst = "; ".join(f"{r.machine}: {r.src}->{r.dst} {r.gbps:.1f} GB/s" for r in slowest.itertuples(index=False))
+    text = (
+        "`PeerMatrix`: a copy from every GPU to every other, both directions, each checked byte for byte, "
+        "GB/s copied (median block); in brackets the path the copies took (NVLink when the source GPU's NVLink "
+        "counters sent at least half the bytes, PCIe P2P when they did not, through host without peer access; "
+        f"'(topology)' where NVML had no counters and only says what the link could do). Slowest pair: {worst}."
+    )
+    return Section("GPU pairs: copy bandwidth (GB/s), every direction", text, table)
+
+
 def _gpu_state(frame: pd.DataFrame) -> Section | None:
     if "gpu_throttled" not in frame.columns or frame["gpu_throttled"].isna().all():
         return None
@@ -519,6 +540,7 @@ def build(
         _parallel(lat),
         _collectives(cb),
         _fleet(loaded.fleet),
+        _peers(loaded.peers),
         _gpu_state(lat),
     ):
         if sec is not None:

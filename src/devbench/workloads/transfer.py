@@ -437,3 +437,115 @@ def check_hidden_copy(kind: str, x: torch.Tensor) -> None:
         ok = re.sub(rf",\s*device='{x.device}'", "", got) == f"{host}\n"
     if not ok:
         raise AssertionError(f"{HIDDEN[kind]} of a {x.device} tensor returned other values")
+
+
+# --- GPU pairs: both directions of every pair, and the path each copy took ---------------------------------
+
+
+def peer_pairs(count: int) -> list[tuple[int, int]]:
+    """Every ordered pair ``(src, dst)`` of ``count`` devices: both directions of every pair."""
+    return [(i, j) for i in range(count) for j in range(count) if i != j]
+
+
+#: where ``PeerMatrix`` appends every pair's figure and path (beside asv's results; the report reads it)
+PEERS_DIR = Path(".asv") / "peers"
+
+#: a copy counts as over NVLink when the source GPU's NVLink counters sent at least this share of its bytes
+NVLINK_SHARE = 0.5
+#: the bytes copied while the NVLink counters are read (the counters step in KiB and run on their own clock)
+TRACE_BYTES = 64 * MiB
+#: and at most this many copies for it (4 KiB copies: 16 MiB)
+TRACE_MAX_CALLS = 4096
+
+
+@dataclass(frozen=True)
+class PeerPath:
+    """How a GPU -> GPU copy travelled.
+
+    ``peer_access``: the source may address the destination's memory (CUDA peer-to-peer);
+    without it the driver stages the copy through host memory. ``nvlink``: NVML reports an
+    NVLink peer-to-peer path between the two (None: NVML did not say). ``nvlink_share``:
+    bytes the source GPU's NVLink counters sent while checked copies ran, over the bytes
+    copied (None: no counters), which tells what the copies used, not what they could.
+    """
+
+    peer_access: bool
+    nvlink: bool | None = None
+    nvlink_share: float | None = None
+
+    @property
+    def label(self) -> str:
+        if not self.peer_access:
+            return "through host"
+        if self.nvlink_share is not None:
+            return "NVLink" if self.nvlink_share >= NVLINK_SHARE else "PCIe P2P"
+        if self.nvlink is not None:
+            return "NVLink (topology)" if self.nvlink else "PCIe P2P (topology)"
+        return "P2P"
+
+
+def trace_path(copy: Copy, peer_access: bool, nvlink: bool | None, sent: Callable[[], int | None]) -> PeerPath:
+    """Run ``copy`` for about ``TRACE_BYTES`` with ``sent()`` (bytes the source GPU has sent over
+    NVLink so far, None when unknown) read before and after: the path the copies took."""
+    calls = min(TRACE_MAX_CALLS, max(1, -(-TRACE_BYTES // copy.nbytes)))
+    copy.sync()
+    before = sent()
+    for _ in range(calls):
+        copy()
+    copy.sync()
+    after = sent()
+    share = None if before is None or after is None else max(0.0, (after - before) / (calls * copy.nbytes))
+    return PeerPath(peer_access, nvlink, share)
+
+
+def peer_matrix(
+    devices: list[torch.device],
+    nbytes: int,
+    time_copy: Callable[[Copy], list[float]],
+    path_of: Callable[[Copy], PeerPath],
+    progress: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Both directions of every pair of ``devices``: each copy checked byte for byte, timed and traced.
+
+    ``time_copy(copy)`` returns the copy's GB/s per block; ``path_of(copy)`` its ``PeerPath``.
+    One pair's buffers at a time (freed before the next). Rows: ``src``, ``dst``, ``nbytes``,
+    ``gbps`` (the median block), ``blocks``, and the path's fields and ``path`` label.
+    """
+    import statistics
+
+    rows = []
+    for i, j in peer_pairs(len(devices)):
+        copy = Copy(nbytes, devices[i], devices[j])
+        copy.check()
+        samples = time_copy(copy)
+        path = path_of(copy)
+        rows.append({
+            "src": i, "dst": j, "nbytes": nbytes, "gbps": statistics.median(samples), "blocks": samples,
+            "peer_access": path.peer_access, "nvlink": path.nvlink, "nvlink_share": path.nvlink_share,
+            "path": path.label,
+        })  # fmt: skip
+        if progress is not None:
+            progress(f"{size_label(nbytes)} {i}->{j}: {rows[-1]['gbps']:.1f} GB/s ({path.label})")
+        del copy
+    return rows
+
+
+def write_peer_records(rows: list[dict], folder: Path, machine: str | None = None) -> Path:
+    """Append one JSON line per pair of a ``peer_matrix`` to ``folder/<machine>.jsonl``, with each GPU's PCI bus id."""
+    import time
+
+    from devbench.devices import cuda_identities
+    from devbench.files import append_jsonl
+    from devbench.machine import default_machine
+
+    machine = machine or default_machine()
+    ids = [c.get("pci_bus_id") or c.get("uuid") for c in cuda_identities()] if torch.cuda.is_available() else []
+    now = time.time()
+
+    def ident(i: int) -> str | None:
+        return ids[i] if i < len(ids) else None
+
+    records = [{"time": now, "machine": machine, **{k: v for k, v in r.items() if k != "blocks"},
+                "blocks": len(r["blocks"]), "src_id": ident(r["src"]), "dst_id": ident(r["dst"]),
+                "torch": torch.__version__} for r in rows]  # fmt: skip
+    return append_jsonl(folder, machine, records)
