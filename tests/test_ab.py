@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -145,6 +146,7 @@ def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project
         (["compare", "HEAD~2", "HEAD", "--confidence", "0.99"], "--rounds 4 cannot give a 99% interval"),
         (["calibrate", "--from", "/nonexistent"], "no run.json"),
         (["compare"], "name the BASE commit"),
+        (["compare", "HEAD~2", "HEAD", "--extra-rounds", "-1"], "--extra-rounds must be >= 0"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(project, monkeypatch, capsys, argv, message):
@@ -179,3 +181,45 @@ def test_compare_leaves_the_time_twins_out_unless_asked():
     assert chosen(None, True) == [n.split("(")[0].rsplit(".", 1)[-1] for n in names]
     assert all(t.rsplit(".", 1)[-1].startswith("time_") and v.rsplit(".", 1)[-1].startswith("track_")
                for t, v in TWINS.items())  # fmt: skip
+
+
+def test_extra_rounds_go_to_the_benchmarks_that_lean_and_only_those(project, tmp_path, monkeypatch, capsys):
+    """The plumbing of --extra-rounds with asv itself: which benchmarks lean is decided by ``ab.leaning``
+    (tested on its own below), stubbed here so that the test does not depend on timings."""
+    from devbench import ab
+
+    _, _, (c1, c2, _) = project
+    asked = []
+
+    def lean(table):
+        asked.append(sorted(table["benchmark"]))
+        return ["bench_ab.time_sleep"]
+
+    monkeypatch.setattr(ab, "leaning", lean)
+    out = tmp_path / "extra"
+    assert _run(monkeypatch, project, "compare", c1, c2, "--out", str(out), "--extra-rounds", "2") == 0
+    assert asked == [["bench_ab.time_sleep", "bench_ab.track_rate"]]  # judged once, after the first 4 rounds
+    counts = {b: (r["n_base"], r["n_head"]) for b, r in _rows(out / "compare.csv").items()}
+    assert counts == {"bench_ab.time_sleep": ("6", "6"), "bench_ab.track_rate": ("4", "4")}
+    run = json.loads((out / "run.json").read_text())
+    assert run["rounds"] == 4 and run["extra_rounds"] == 2 and run["extra_bench"] == ["bench_ab.time_sleep"]
+    assert "2 more rounds per side for the benchmarks" in (out / "compare.md").read_text()
+    assert "round 6/6" in capsys.readouterr().out
+
+
+def test_a_figure_leans_when_undecided_with_its_estimate_beyond_the_floor():
+    import pandas as pd
+
+    from devbench.ab import leaning, names_pattern
+
+    table = pd.DataFrame({
+        "benchmark": ["a.x", "a.y", "b.z", "c.w", "c.w", "d.v"],
+        "verdict": ["undecided", "undecided", "slower", "undecided", "undecided", "undecided"],
+        "ratio": [1.8, 1.05, 2.0, 0.6, 1.0, float("nan")],
+        "floor": [0.5, 0.1, 0.1, 0.5, 0.5, 0.1],
+    })  # fmt: skip
+    # a.x: 1.8 beyond a 50% floor; a.y inside 10%; b.z decided; c.w: 0.6 is 1/1.67, beyond 50%; d.v: no estimate
+    assert leaning(table) == ["a.x", "c.w"]
+    pattern = names_pattern(["a.x", "c.w"])
+    names = ["a.x", "a.x('cpu', 16)", "a.xy", "b.a.x", "c.w(1)", "a.y"]
+    assert [n for n in names if re.search(pattern, n)] == ["a.x", "a.x('cpu', 16)", "c.w(1)"]

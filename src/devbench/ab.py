@@ -51,6 +51,9 @@ ROUNDS = 5
 REPEAT = "(2, 10, 0.5)"
 #: blocks per track_ figure inside each process (devbench.measure reads DEVBENCH_BLOCKS)
 BLOCKS = 5
+#: more rounds per side, after the first ``ROUNDS``, for the benchmarks with a figure that leans to a
+#: change (its estimate beyond the noise floor) but is undecided: the evidence goes where a change may be
+EXTRA_ROUNDS = 5
 #: asv compare's own 99%: across ~220 figures a 95% interval gave one false "faster" in three A/A runs on
 #: the 2-vCPU VM, 99% none (reports/compare-aa-twins/README.md); the price is power (benchmarks/README.md)
 CONFIDENCE = 0.99
@@ -414,17 +417,20 @@ def _prepare(args: argparse.Namespace, revs: Sequence[tuple[str, str]]) -> Plan:
     return Plan(repo, work, sides, args.rounds, python, bench, args.machine, args.repeat, args.blocks, work / "asv.log")
 
 
-def _run_rounds(plan: Plan) -> None:
+def _run_rounds(plan: Plan, rounds: range | None = None, bench: str | None = None) -> None:
+    """Rounds ``rounds`` (default: the plan's first ones) of every side, ABBA, of ``bench`` (default the plan's)."""
+    rounds = rounds if rounds is not None else range(plan.rounds)
+    bench = bench if bench is not None else plan.bench
     t0 = time.monotonic()
-    total = plan.rounds * len(plan.sides)
+    total = len(rounds) * len(plan.sides)
     done = 0
-    for r in range(plan.rounds):
+    for r in rounds:
         order = plan.sides if r % 2 == 0 else plan.sides[::-1]  # ABBA: drift over minutes favours neither
         for side in order:
             done += 1
             started = time.monotonic()
-            print(f"round {r + 1}/{plan.rounds}: {side.name} ({side.rev} = {side.sha[:8]}) ...", end="", flush=True)
-            run_round(side, plan.work / side.name / f"r{r}", plan.python, plan.bench, plan.machine, plan.log,
+            print(f"round {r + 1}/{rounds.stop}: {side.name} ({side.rev} = {side.sha[:8]}) ...", end="", flush=True)
+            run_round(side, plan.work / side.name / f"r{r}", plan.python, bench, plan.machine, plan.log,
                       plan.repeat, plan.blocks)  # fmt: skip
             elapsed = time.monotonic() - t0
             left = elapsed / done * (total - done)
@@ -442,14 +448,45 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.from_compare:
         per_process, record = _read_compare(Path(args.from_compare))
         return _judge_and_write(args, per_process, record)
+    if args.extra_rounds < 0:
+        raise ABError(f"--extra-rounds must be >= 0, got {args.extra_rounds}")
     plan = _prepare(args, [("base", args.base), ("head", args.head)])
     try:
         _run_rounds(plan)
         per_process = collect(plan.work, plan.sides, plan.rounds)
-        record = _run_record(plan, _machine_of(per_process), args)
+        machine = _machine_of(per_process)
+        extra: list[str] = []
+        if args.extra_rounds:
+            floors = load_floors(Path(args.asv_dir), machine)
+            extra = leaning(judge_all(per_process, "base", "head", floors, args.confidence))
+        if extra:
+            print(f"\n{len(extra)} benchmark(s) with a figure that leans to a change but is undecided; "
+                  f"{args.extra_rounds} more rounds per side of those: {', '.join(extra)}")  # fmt: skip
+            end = plan.rounds + args.extra_rounds
+            _run_rounds(plan, range(plan.rounds, end), names_pattern(extra))
+            per_process = collect(plan.work, plan.sides, end)
+        record = {**_run_record(plan, machine, args), "extra_rounds": args.extra_rounds if extra else 0,
+                  "extra_bench": extra}  # fmt: skip
         return _judge_and_write(args, per_process, record)
     finally:
         _keep_or_clean(plan, args)
+
+
+def leaning(table: Any) -> list[str]:
+    """Benchmarks (function names) with a figure that is undecided while its estimate lies beyond its floor.
+
+    Such a figure's data point to a change that its interval cannot yet separate from the floor:
+    more rounds are where they can decide it. Figures judged, or undecided with an estimate inside
+    the floor, get none (in an A/A run that is nearly every figure).
+    """
+    ratio = table["ratio"].astype(float)
+    beyond = ratio.map(lambda r: abs(math.log(r)) if r > 0 else 0.0) > table["floor"].map(math.log1p)
+    return sorted(set(table.loc[(table["verdict"] == V.UNDECIDED) & beyond, "benchmark"]))
+
+
+def names_pattern(names: Sequence[str]) -> str:
+    """asv's ``--bench`` for exactly these benchmarks (each name whole, with any params)."""
+    return "^(?:" + "|".join(re.escape(n) for n in names) + ")(?:\\(|$)"
 
 
 def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[str, Any]) -> int:
@@ -460,9 +497,18 @@ def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[st
     base, head = record["sides"]["base"], record["sides"]["head"]
     title = f"devbench compare {base['rev']} ({base['sha'][:8]}) -> {head['rev']} ({head['sha'][:8]}) on {machine}"
     learned = sum(k in floors for k in _keys(table))
+    more = record.get("extra_rounds") or 0
     notes = [
         f"{record['rounds']} rounds per side, interleaved ABBA, each benchmark in a fresh process per round; "
         f"ratio = head / base, a {round(100 * args.confidence)}% distribution-free interval.",
+        *(
+            [
+                f"{more} more rounds per side for the benchmarks whose figures leaned to a change but were undecided "
+                f"after {record['rounds']}: {', '.join(record['extra_bench'])} (n_base, n_head: rounds per figure)."
+            ]
+            if more
+            else []
+        ),  # fmt: skip
         f"noise floors: learned by devbench calibrate on {machine} for {learned} of {len(table)} figures, "
         f"{100 * V.DEFAULT_FLOOR:.0f}% for the rest"
         if floors

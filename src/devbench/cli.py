@@ -139,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="judge a finished compare (its --out) again with this machine's current noise floors, measuring nothing",
     )
     ab.add_common(p, out=".asv/compare")
+    p.add_argument(
+        "--extra-rounds",
+        type=int,
+        default=ab.EXTRA_ROUNDS,
+        metavar="N",
+        help=f"after --rounds, N more rounds per side of only the benchmarks with a figure that leans to a change "
+        f"(estimate beyond its noise floor) but is undecided; 0: none (default {ab.EXTRA_ROUNDS})",
+    )
     p.set_defaults(func=ab.run)
 
     p = sub.add_parser(
