@@ -235,6 +235,25 @@ def env_legend(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _parsed_jsonl(
+    folder: str | os.PathLike[str],
+    parse: Callable[[dict[str, Any]], dict[str, Any]],
+    what: str,
+    columns: list[str],
+    problems: list[Problem] | None,
+) -> pd.DataFrame:
+    """``parse`` of every record in ``folder/*.jsonl``; records it cannot parse are counted and the folder named."""
+    rows, bad = [], 0
+    for rec in read_jsonl(Path(folder)):
+        try:
+            rows.append(parse(rec))
+        except (KeyError, TypeError, ValueError):
+            bad += 1
+    if problems is not None and bad:
+        problems.append(Problem(str(folder), f"{bad} record(s) skipped: not a {what} record"))
+    return pd.DataFrame(rows, columns=columns)
+
+
 ACHIEVABLE_COLUMNS = ["machine", "device", "dtype", "m", "k", "n", "shape", "search_tflops", "searched", "left",
                       "torch", "time"]  # fmt: skip
 
@@ -244,23 +263,18 @@ def load_achievable(folder: str | os.PathLike[str], problems: list[Problem] | No
 
     A line that is not a search record is skipped; a file with such lines is named in ``problems``.
     """
-    rows: list[dict[str, Any]] = []
-    bad = 0
-    for rec in read_jsonl(Path(folder)):
-        try:
-            best = rec["best"]
-            m, k, n = int(best["m"]), int(best["k"]), int(best["n"])
-            rows.append({
-                "machine": str(rec["machine"]), "device": str(rec["device"]), "dtype": str(rec["dtype"]),
-                "m": m, "k": k, "n": n, "shape": f"{m}x{k}x{n}", "search_tflops": float(best["tflops"]),
-                "searched": len(rec.get("searched", [])), "left": int(rec.get("left", 0)),
-                "torch": rec.get("torch"), "time": float(rec["time"]),
-            })  # fmt: skip
-        except (KeyError, TypeError, ValueError):
-            bad += 1
-    if problems is not None and bad:
-        problems.append(Problem(str(folder), f"{bad} record(s) skipped: not a shape-search record"))
-    out = pd.DataFrame(rows, columns=ACHIEVABLE_COLUMNS)
+
+    def parse(rec: dict[str, Any]) -> dict[str, Any]:
+        best = rec["best"]
+        m, k, n = int(best["m"]), int(best["k"]), int(best["n"])
+        return {
+            "machine": str(rec["machine"]), "device": str(rec["device"]), "dtype": str(rec["dtype"]),
+            "m": m, "k": k, "n": n, "shape": f"{m}x{k}x{n}", "search_tflops": float(best["tflops"]),
+            "searched": len(rec.get("searched", [])), "left": int(rec.get("left", 0)),
+            "torch": rec.get("torch"), "time": float(rec["time"]),
+        }  # fmt: skip
+
+    out = _parsed_jsonl(folder, parse, "shape-search", ACHIEVABLE_COLUMNS, problems)
     if out.empty:
         return out
     return out.sort_values("time").drop_duplicates(["machine", "device", "dtype"], keep="last").reset_index(drop=True)
@@ -317,20 +331,15 @@ def load_peers(folder: str | os.PathLike[str], problems: list[Problem] | None = 
 
     A line that is not a pair record is skipped; a folder with such lines is named in ``problems``.
     """
-    rows: list[dict[str, Any]] = []
-    bad = 0
-    for rec in read_jsonl(Path(folder)):
-        try:
-            rows.append({
-                "machine": str(rec["machine"]), "time": float(rec["time"]), "nbytes": int(rec["nbytes"]),
-                "src": int(rec["src"]), "dst": int(rec["dst"]), "gbps": float(rec["gbps"]),
-                "path": str(rec.get("path") or ""), "src_id": rec.get("src_id"), "dst_id": rec.get("dst_id"),
-            })  # fmt: skip
-        except (KeyError, TypeError, ValueError):
-            bad += 1
-    if problems is not None and bad:
-        problems.append(Problem(str(folder), f"{bad} record(s) skipped: not a GPU-pair record"))
-    out = pd.DataFrame(rows, columns=PEER_COLUMNS)
+
+    def parse(rec: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "machine": str(rec["machine"]), "time": float(rec["time"]), "nbytes": int(rec["nbytes"]),
+            "src": int(rec["src"]), "dst": int(rec["dst"]), "gbps": float(rec["gbps"]),
+            "path": str(rec.get("path") or ""), "src_id": rec.get("src_id"), "dst_id": rec.get("dst_id"),
+        }  # fmt: skip
+
+    out = _parsed_jsonl(folder, parse, "GPU-pair", PEER_COLUMNS, problems)
     if out.empty:
         return out
     newest = out.groupby(["machine", "nbytes"])["time"].transform("max")
