@@ -93,17 +93,6 @@ def _plan(args: argparse.Namespace) -> tuple[list[str], list[int]]:
     return ops, sizes
 
 
-def resolve_backend(choice: str, local_world: int) -> str:
-    """``auto``: NCCL when CUDA is there with a GPU for every local rank, else gloo."""
-    if choice != "auto":
-        return choice
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world:
-        return "nccl"
-    return "gloo"
-
-
 def _commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
@@ -159,24 +148,14 @@ def write_record(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _under_torchrun() -> bool:
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
-
-
 def _torchrun_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -> int:
     import torch.distributed as dist
 
     from devbench.machine import default_machine
     from devbench.workloads.collectives import HEADER, print_row, sweep
-    from devbench.world import rank_device
+    from devbench.world import join_torchrun
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ["LOCAL_RANK"])
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    backend = resolve_backend(args.backend, local_world)
-    device = rank_device(backend, local_rank)
-    kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(backend, timeout=_dt.timedelta(seconds=args.timeout), **kwargs)
+    backend, rank, world, device = join_torchrun(args.backend, args.timeout)
     try:
         hosts: list[Any] = [None] * world
         dist.all_gather_object(hosts, socket.gethostname())
@@ -202,7 +181,7 @@ def _torchrun_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -
 def _local_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -> int:
     from devbench.machine import default_machine
     from devbench.workloads.collectives import HEADER, sweep_rank
-    from devbench.world import RankFailed, WorldTimeout, backend_reason, spawn_world
+    from devbench.world import RankFailed, WorldTimeout, backend_reason, resolve_backend, spawn_world
 
     backend = resolve_backend(args.backend, args.nproc)
     reason = backend_reason(backend, args.nproc)
@@ -241,7 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
-    if _under_torchrun():
+    from devbench.world import under_torchrun
+
+    if under_torchrun():
         return _torchrun_main(args, ops, sizes)
     if args.nproc < 2:
         print(f"{parser.prog}: error: --nproc must be >= 2, got {args.nproc}", file=sys.stderr)

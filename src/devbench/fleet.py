@@ -347,18 +347,11 @@ def _finish(args: argparse.Namespace, ranks: list[dict[str, Any]], backend: str)
 
 
 def _torchrun_main(args: argparse.Namespace) -> int:
-    import torch
     import torch.distributed as dist
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_world else "gloo"
-    kwargs = {}
-    if backend == "nccl":
-        from devbench.world import rank_device
+    from devbench.world import join_torchrun
 
-        kwargs["device_id"] = rank_device(backend, int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(backend, timeout=_dt.timedelta(seconds=args.timeout), **kwargs)
+    backend, rank, world, _ = join_torchrun("auto", args.timeout)
     try:
         if rank == 0:
             print(f"# devbench fleet: {backend}, {world} ranks", flush=True)
@@ -376,10 +369,9 @@ def _torchrun_main(args: argparse.Namespace) -> int:
 
 
 def _local_main(args: argparse.Namespace) -> int:
-    from devbench.devices import num_gpus
-    from devbench.world import RankFailed, WorldTimeout, spawn_world
+    from devbench.world import RankFailed, WorldTimeout, resolve_backend, spawn_world
 
-    backend = "nccl" if num_gpus() >= args.nproc else "gloo"
+    backend = resolve_backend("auto", args.nproc)
     print(f"# devbench fleet: {backend}, {args.nproc} local ranks (spawned; no torchrun)", flush=True)
     try:
         ranks = spawn_world(rank_main, args.nproc, args=(backend, args.slow_rank, args.quick), backend=backend,
@@ -395,13 +387,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.threshold < 1:
         parser.error(f"--threshold must be between 0 and 1, got {args.threshold}")
-    under_torchrun = all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
-    if not under_torchrun and args.nproc < 2:
+    from devbench.world import under_torchrun
+
+    torchrun = under_torchrun()
+    if not torchrun and args.nproc < 2:
         parser.error(f"--nproc must be >= 2 (a fleet of one has no peers), got {args.nproc}")
-    world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nproc
+    world = int(os.environ["WORLD_SIZE"]) if torchrun else args.nproc
     if args.slow_rank is not None and not 0 <= args.slow_rank < world:
         parser.error(f"--slow-rank {args.slow_rank}: there are ranks 0 to {world - 1}")
-    return _torchrun_main(args) if under_torchrun else _local_main(args)
+    return _torchrun_main(args) if torchrun else _local_main(args)
 
 
 if __name__ == "__main__":

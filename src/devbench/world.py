@@ -21,7 +21,17 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["BACKENDS", "RankFailed", "WorldTimeout", "backend_reason", "rank_device", "spawn_world"]
+__all__ = [
+    "BACKENDS",
+    "RankFailed",
+    "WorldTimeout",
+    "backend_reason",
+    "join_torchrun",
+    "rank_device",
+    "resolve_backend",
+    "spawn_world",
+    "under_torchrun",
+]
 
 BACKENDS = ("gloo", "nccl")
 #: seconds a terminated rank gets before it is killed
@@ -83,6 +93,38 @@ def rank_device(backend: str, local_rank: int):
         torch.cuda.set_device(dev)
         return dev
     return torch.device("cpu")
+
+
+def resolve_backend(choice: str, local_world: int) -> str:
+    """``auto``: NCCL when CUDA is there with a GPU for every local rank, else gloo; any other choice as given."""
+    if choice != "auto":
+        return choice
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world:
+        return "nccl"
+    return "gloo"
+
+
+def under_torchrun() -> bool:
+    """Whether this process is a rank started by torchrun (its environment names rank, world and master)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
+
+
+def join_torchrun(choice: str, timeout_s: float) -> tuple[str, int, int, Any]:
+    """Join torchrun's process group: ``(backend, rank, world, device)``; the caller destroys the group.
+
+    ``choice`` goes through ``resolve_backend`` with this node's ranks (``LOCAL_WORLD_SIZE``);
+    an NCCL rank binds its GPU (``device_id``) when it joins.
+    """
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    backend = resolve_backend(choice, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    device = rank_device(backend, int(os.environ["LOCAL_RANK"]))
+    kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), **kwargs)
+    return backend, rank, world, device
 
 
 def _rank_main(
