@@ -164,3 +164,61 @@ def test_as_device_gives_cuda_an_index_and_leaves_others():
     assert devices.as_device("meta") == torch.device("meta")
     assert devices.as_device(1) == torch.device("cuda:1")
     assert devices.as_device("cuda:1") == torch.device("cuda", 1)
+
+
+class _FakePynvml:
+    """Three GPUs in NVML's order c, a, b; CUDA sees a and b (in that order). a<->b over NVLink."""
+
+    NVML_P2P_CAPS_INDEX_NVLINK, NVML_P2P_STATUS_OK = 6, 0
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlSystemGetDriverVersion(self):
+        return b"580.1"
+
+    def nvmlDeviceGetCount(self):
+        return 3
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return "cab"[i]
+
+    def nvmlDeviceGetIndex(self, h):
+        return "cab".index(h)
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-{h}"
+
+    def nvmlDeviceGetPciInfo(self, h):
+        raise RuntimeError("no PCI info")
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return {"a": 5, "b": 4, "c": 3}[h]
+
+    nvmlDeviceGetMaxPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return 16
+
+    nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth
+
+    def nvmlDeviceGetP2PStatus(self, a, b, cap):
+        if "c" in (a, b):
+            raise RuntimeError("not supported")
+        return 0
+
+
+def test_nvml_facts_follow_the_cuda_device_not_nvmls_index(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", _FakePynvml())
+    cuda = [{"uuid": "GPU-a", "pci_bus_id": None}, {"uuid": "GPU-b", "pci_bus_id": None}]
+    info = devices._nvml_info(cuda)
+    assert info["driver"] == "580.1"
+    assert [(g["nvml_index"], g["pcie_gen"]) for g in info["gpus"]] == [(1, 5), (2, 4)]
+    assert info["nvlink_peers"] == {"0->1": True, "1->0": True}
+    missing = devices._nvml_info([{"uuid": "GPU-z", "pci_bus_id": None}])
+    assert missing["gpus"] == [{"nvml_index": None}] and missing["nvlink_peers"] == {}

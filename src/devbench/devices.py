@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from devbench.gpustate import match_nvml, nvml_identity
+from devbench.gpustate import cuda_handles, nvlink_between
 
 __all__ = [
     "CrossDeviceError",
@@ -188,15 +188,14 @@ def _nvml_info(cuda: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {"nvml": "ok", "gpus": []}
         drv = pynvml.nvmlSystemGetDriverVersion()
         out["driver"] = drv.decode() if isinstance(drv, bytes) else drv
-        every = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        matched = match_nvml(cuda, [nvml_identity(pynvml, h) for h in every])
-        handles = [every[m] if m is not None else None for m in matched]
+        handles = cuda_handles(pynvml, cuda)
         for h in handles:
-            g: dict[str, Any] = {"nvml_index": every.index(h) if h is not None else None}
+            g: dict[str, Any] = {"nvml_index": None}
             if h is None:
                 out["gpus"].append(g)
                 continue
             for key, fn in (
+                ("nvml_index", pynvml.nvmlDeviceGetIndex),
                 ("pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
                 ("pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
                 ("pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
@@ -207,15 +206,12 @@ def _nvml_info(cuda: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 except Exception:
                     g[key] = None
             out["gpus"].append(g)
-        out["nvlink_peers"] = {}
-        for i, hi in enumerate(handles):
-            for j, hj in enumerate(handles):
-                if i != j and hi is not None and hj is not None:
-                    try:
-                        status = pynvml.nvmlDeviceGetP2PStatus(hi, hj, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
-                        out["nvlink_peers"][f"{i}->{j}"] = status == pynvml.NVML_P2P_STATUS_OK
-                    except Exception:
-                        out["nvlink_peers"][f"{i}->{j}"] = None
+        out["nvlink_peers"] = {
+            f"{i}->{j}": nvlink_between(pynvml, hi, hj)
+            for i, hi in enumerate(handles)
+            for j, hj in enumerate(handles)
+            if i != j and hi is not None and hj is not None
+        }
         return out
     except Exception as exc:
         return {"nvml": f"error: {exc}"}

@@ -330,21 +330,34 @@ def nvlink_sent_bytes(nv: Any, handle: Any) -> int | None:
     return int(value.value.ullVal) * 1024
 
 
-def _cuda_handles(indices: Sequence[int], nv: Any, cuda: Sequence[dict[str, Any]] | None = None) -> list[Any]:
-    """NVML handles of these CUDA devices (matched by UUID, else PCI bus id; None where none matches).
+def cuda_handles(nv: Any, cuda: Sequence[dict[str, Any]]) -> list[Any]:
+    """The NVML handle of each CUDA device in ``cuda`` (``devices.cuda_identities()``), matched by UUID,
+    else PCI bus id, never by index; None where NVML has no such GPU."""
+    try:
+        every = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+    except Exception:  # noqa: BLE001 - NVML without devices
+        return [None] * len(cuda)
+    return [every[m] if m is not None else None for m in match_nvml(cuda, [nvml_identity(nv, h) for h in every])]
 
-    ``cuda``: ``devices.cuda_identities()``, read here when not given (it initializes CUDA).
-    """
+
+def nvlink_between(nv: Any, src: Any, dst: Any) -> bool | None:
+    """Whether NVML reports NVLink peer-to-peer from handle ``src`` to ``dst`` (None: not known)."""
+    if src is None or dst is None:
+        return None
+    try:
+        return nv.nvmlDeviceGetP2PStatus(src, dst, nv.NVML_P2P_CAPS_INDEX_NVLINK) == nv.NVML_P2P_STATUS_OK
+    except Exception:  # noqa: BLE001 - the query is not supported here
+        return None
+
+
+def _cuda_handles(indices: Sequence[int], nv: Any, cuda: Sequence[dict[str, Any]] | None = None) -> list[Any]:
+    """``cuda_handles`` of these CUDA device indices; ``cuda`` is read here when not given (it initializes CUDA)."""
     if cuda is None:
         from devbench.devices import cuda_identities
 
         cuda = cuda_identities()
-    try:
-        every = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-    except Exception:  # noqa: BLE001 - NVML without devices
-        return [None] * len(indices)
-    matched = match_nvml(cuda, [nvml_identity(nv, h) for h in every])
-    return [every[m] if i < len(matched) and (m := matched[i]) is not None else None for i in indices]
+    handles = cuda_handles(nv, cuda)
+    return [handles[i] if i < len(handles) else None for i in indices]
 
 
 def nvlink_reader(cuda_index: int, nv: Any = None, cuda: Sequence[dict[str, Any]] | None = None) -> Any:
@@ -359,10 +372,4 @@ def nvlink_joined(src: int, dst: int, nv: Any = None, cuda: Sequence[dict[str, A
     nv = nv if nv is not None else _nvml()
     if nv is None:
         return None
-    hs, hd = _cuda_handles([src, dst], nv, cuda)
-    if hs is None or hd is None:
-        return None
-    try:
-        return nv.nvmlDeviceGetP2PStatus(hs, hd, nv.NVML_P2P_CAPS_INDEX_NVLINK) == nv.NVML_P2P_STATUS_OK
-    except Exception:  # noqa: BLE001 - the query is not supported here
-        return None
+    return nvlink_between(nv, *_cuda_handles([src, dst], nv, cuda))
