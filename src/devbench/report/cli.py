@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         _check_options(args, formats, writers.FORMATS)
         loaded = load_results(args.results, machines=args.machine, envs=args.env, benchmarks=args.benchmarks)
         _add_collectives(loaded, args)
-        _add_achievable(loaded, args)
+        _add_side_records(loaded, args)
         for p in loaded.problems:
             print(f"devbench report: warning: {p}", file=sys.stderr)
         loaded.frame = _select(loaded.frame, args)
@@ -201,7 +201,7 @@ def _judging(args: argparse.Namespace):
     return floors, table, str(path)
 
 
-def _add_achievable(loaded, args: argparse.Namespace) -> None:
+def _add_side_records(loaded, args: argparse.Namespace) -> None:
     """The shape searches of ``bench_achievable``, the ``devbench.fleet`` runs and ``PeerMatrix``'s pairs
     (``achievable/``, ``fleet/`` and ``peers/`` beside the results) of the chosen machines."""
     from devbench.report.records import load_achievable, load_fleet, load_peers
