@@ -10,12 +10,17 @@ each figure's samples are its blocks, each the mean over ranks of one block.
 Multi-node runs use ``python -m devbench.collectives`` under torchrun instead.
 """
 
+import functools
+
 from devbench.spec import bus_factor, gbps
-from devbench.suite import Benchmark, with_samples
+from devbench.suite import Benchmark, selected, with_samples
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
 from devbench.world import BACKENDS, backend_reason, spawn_world
 
 WORLDS = [2, 4]
+
+#: the figures read from one sweep row
+TRACKS = ("track_time", "track_algbw", "track_busbw")
 
 
 class Collectives(Benchmark):
@@ -37,7 +42,14 @@ class Collectives(Benchmark):
                 if reason:
                     worlds[f"{backend}/{world}"] = {"skip": reason}
                     continue
-                rows = spawn_world(sweep_rank, world, args=(backend,), backend=backend, timeout_s=900.0)[0]
+                # every row, unless this run selects fewer (devbench compare's extra rounds: suite.selected)
+                only = [(op, n) for op in OPS for n in SIZES if _read(backend, world, op, n)]
+                if not only:
+                    worlds[f"{backend}/{world}"] = {"skip": "no figure of this world selected in this run"}
+                    continue
+                every = len(only) == len(OPS) * len(SIZES)
+                fn = sweep_rank if every else functools.partial(sweep_rank, only=only)
+                rows = spawn_world(fn, world, args=(backend,), backend=backend, timeout_s=900.0)[0]
                 worlds[f"{backend}/{world}"] = {"rows": {f"{r['op']}/{r['nbytes']}": r for r in rows}}
         return worlds
 
@@ -45,7 +57,10 @@ class Collectives(Benchmark):
         entry = worlds[f"{backend}/{world}"]
         if "skip" in entry:
             raise NotImplementedError(entry["skip"])
-        self.row = entry["rows"][f"{op}/{nbytes}"]
+        row = entry["rows"].get(f"{op}/{nbytes}")
+        if row is None:
+            raise NotImplementedError(f"{op} {nbytes} B not measured in this run (not selected)")
+        self.row = row
 
     def _samples(self, per_second_of):
         return with_samples((per_second_of(t / 1e6) for t in self.row["block_us"]), self.row["iters"])
@@ -64,3 +79,9 @@ class Collectives(Benchmark):
         return self._samples(lambda s: gbps(nbytes, s) * bus_factor(op, world))
 
     track_busbw.unit = "GB/s"
+
+
+def _read(backend: str, world: int, op: str, nbytes: int) -> bool:
+    """Whether this run reads the sweep row of (op, nbytes) in this world (asv's --bench, suite.selected)."""
+    name = f"{__name__.rsplit('.', 1)[-1]}.{Collectives.__name__}"
+    return any(selected(f"{name}.{track}", (backend, world, op, nbytes)) for track in TRACKS)

@@ -43,6 +43,16 @@ def track_record():
 
 
 track_record.unit = "bool"
+
+
+def track_sized(n):
+    # a parameterized figure, the same on every commit (samples fixed, so its verdicts cannot vary)
+    return {{"samples": [n * f for f in (0.98, 1.0, 1.02)], "number": 1}}
+
+
+track_sized.unit = "GB/s"
+track_sized.params = [1, 2]
+track_sized.param_names = ["n"]
 """
 
 pytestmark = pytest.mark.slow
@@ -83,8 +93,9 @@ def _run(monkeypatch, project, *argv):
 
 
 def _rows(path: Path) -> dict[str, dict[str, str]]:
+    """compare.csv by figure: the benchmark, with its params when it has any"""
     with open(path, newline="") as f:
-        return {r["benchmark"]: r for r in csv.DictReader(f)}
+        return {r["benchmark"] + (f"({r['params']})" if r["params"] else ""): r for r in csv.DictReader(f)}
 
 
 def test_track_figures_with_samples_keep_them_in_asv(project, tmp_path):
@@ -125,7 +136,12 @@ def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project
     # calibrate learns floors from the A/A compare, refuses the planted one
     assert _run(monkeypatch, project, "calibrate", "--from", str(same), "--out", str(tmp_path / "cal")) == 0
     noise = json.loads((project[0] / ".asv" / "noise" / "alpha.json").read_text())
-    assert set(noise["figures"]) == {"bench_ab.time_sleep", "bench_ab.track_rate"}
+    assert set(noise["figures"]) == {
+        "bench_ab.time_sleep",
+        "bench_ab.track_rate",
+        "bench_ab.track_sized [n=1]",
+        "bench_ab.track_sized [n=2]",
+    }
     assert noise["false_positives_at_default"] == 0 and noise["rounds"] == 4
     assert _run(monkeypatch, project, "calibrate", "--from", str(planted), "--out", str(tmp_path / "x")) == 2
     assert "different benchmark code" in capsys.readouterr().err
@@ -133,7 +149,7 @@ def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project
     # a finished compare judged again with the learned floors, measuring nothing, says so
     again = tmp_path / "again"
     assert _run(monkeypatch, project, "compare", "--from", str(planted), "--out", str(again)) == 1
-    assert "learned by devbench calibrate on alpha for 2 of 2 figures" in (again / "compare.md").read_text()
+    assert "learned by devbench calibrate on alpha for 4 of 4 figures" in (again / "compare.md").read_text()
     assert _rows(again / "compare.csv")["bench_ab.time_sleep"]["verdict"] == "slower"
 
 
@@ -179,13 +195,17 @@ def test_compare_leaves_the_time_twins_out_unless_asked():
     assert chosen("MatmulSquare|DeviceCopy", False) == ["track_tflops", "track_gbps_copied"]
     assert chosen("MatmulSquare", True) == ["time_matmul", "track_tflops"]
     assert chosen(None, True) == [n.split("(")[0].rsplit(".", 1)[-1] for n in names]
-    assert all(t.rsplit(".", 1)[-1].startswith("time_") and v.rsplit(".", 1)[-1].startswith("track_")
-               for t, v in TWINS.items())  # fmt: skip
+    # a twin and the figure judged instead are of one benchmark class, and that figure is judged
+    assert all(t.rsplit(".", 1)[0] == v.rsplit(".", 1)[0] and v not in TWINS for t, v in TWINS.items())
+    collectives = [f"bench_collectives.Collectives.{t}('gloo', 2, 'all_reduce', 4096)"
+                   for t in ("track_time", "track_algbw", "track_busbw")]  # fmt: skip
+    assert [n for n in collectives if re.search(bench_pattern("Collectives", False), n)] == collectives[:1]
 
 
-def test_extra_rounds_go_to_the_benchmarks_that_lean_and_only_those(project, tmp_path, monkeypatch, capsys):
-    """The plumbing of --extra-rounds with asv itself: which benchmarks lean is decided by ``ab.leaning``
-    (tested on its own below), stubbed here so that the test does not depend on timings."""
+def test_extra_rounds_go_to_the_figures_that_lean_and_only_those(project, tmp_path, monkeypatch, capsys):
+    """The plumbing of --extra-rounds with asv itself: which figures lean is decided by ``ab.leaning``
+    (tested on its own below), stubbed here so that the test does not depend on timings. One
+    parameter combination of a benchmark gets the extra rounds, its other combination none."""
     from devbench import ab
 
     _, _, (c1, c2, _) = project
@@ -193,17 +213,20 @@ def test_extra_rounds_go_to_the_benchmarks_that_lean_and_only_those(project, tmp
 
     def lean(table):
         asked.append(sorted(table["benchmark"]))
-        return ["bench_ab.time_sleep"]
+        return ["bench_ab.time_sleep", "bench_ab.track_sized(2)"]
 
     monkeypatch.setattr(ab, "leaning", lean)
     out = tmp_path / "extra"
     assert _run(monkeypatch, project, "compare", c1, c2, "--out", str(out), "--extra-rounds", "2") == 0
-    assert asked == [["bench_ab.time_sleep", "bench_ab.track_rate"]]  # judged once, after the first 4 rounds
+    # judged once, after the first 4 rounds
+    assert asked == [["bench_ab.time_sleep", "bench_ab.track_rate", "bench_ab.track_sized", "bench_ab.track_sized"]]
     counts = {b: (r["n_base"], r["n_head"]) for b, r in _rows(out / "compare.csv").items()}
-    assert counts == {"bench_ab.time_sleep": ("6", "6"), "bench_ab.track_rate": ("4", "4")}
+    assert counts == {"bench_ab.time_sleep": ("6", "6"), "bench_ab.track_rate": ("4", "4"),
+                      "bench_ab.track_sized(n=1)": ("4", "4"), "bench_ab.track_sized(n=2)": ("6", "6")}  # fmt: skip
     run = json.loads((out / "run.json").read_text())
-    assert run["rounds"] == 4 and run["extra_rounds"] == 2 and run["extra_bench"] == ["bench_ab.time_sleep"]
-    assert "2 more rounds per side for the benchmarks" in (out / "compare.md").read_text()
+    assert run["rounds"] == 4 and run["extra_rounds"] == 2
+    assert run["extra_bench"] == ["bench_ab.time_sleep", "bench_ab.track_sized(2)"]
+    assert "2 more rounds per side for the figures" in (out / "compare.md").read_text()
     assert "round 6/6" in capsys.readouterr().out
 
 
@@ -219,7 +242,28 @@ def test_a_figure_leans_when_undecided_with_its_estimate_beyond_the_floor():
         "floor": [0.5, 0.1, 0.1, 0.5, 0.5, 0.1],
     })  # fmt: skip
     # a.x: 1.8 beyond a 50% floor; a.y inside 10%; b.z decided; c.w: 0.6 is 1/1.67, beyond 50%; d.v: no estimate
-    assert leaning(table) == ["a.x", "c.w"]
-    pattern = names_pattern(["a.x", "c.w"])
-    names = ["a.x", "a.x('cpu', 16)", "a.xy", "b.a.x", "c.w(1)", "a.y"]
-    assert [n for n in names if re.search(pattern, n)] == ["a.x", "a.x('cpu', 16)", "c.w(1)"]
+    assert leaning(table.assign(params="")) == ["a.x", "c.w"]
+    params = ["device=cpu, n=16", "n=1", "n=2", "n=1", "n=2", "n=1"]
+    assert leaning(table.assign(params=params)) == ["a.x(cpu, 16)", "c.w(1)"]
+    # asv's names: name(repr(param), ...); a bare name selects every combination, a figure only its own
+    pattern = names_pattern(["a.x(cpu, 16)", "c.w(1)", "e"])
+    names = ["a.x('cpu', 16)", "a.x('cpu', 160)", "a.x('gpu', 16)", "a.xy('cpu', 16)", "b.a.x('cpu', 16)",
+             "c.w(1)", "c.w(1, 2)", "c.w(11)", "e", "e(3)", "ee"]  # fmt: skip
+    assert [n for n in names if re.search(pattern, n)] == ["a.x('cpu', 16)", "c.w(1)", "e", "e(3)"]
+
+
+def test_a_run_that_selects_some_collectives_sweeps_only_those(monkeypatch):
+    """suite.selected reads the --bench pattern compare gives each round, as asv matches it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks import bench_collectives
+
+    from devbench.ab import names_pattern
+    from devbench.suite import SELECT_ENV
+
+    monkeypatch.delenv(SELECT_ENV, raising=False)
+    assert bench_collectives._read("gloo", 2, "broadcast", 4096)
+    name = "bench_collectives.Collectives.track_time"
+    monkeypatch.setenv(SELECT_ENV, names_pattern([f"{name}(gloo, 2, all_reduce, 16777216)"]))
+    chosen = [(b, w, op, n) for b in ("gloo", "nccl") for w in (2, 4) for op in bench_collectives.OPS
+              for n in bench_collectives.SIZES if bench_collectives._read(b, w, op, n)]  # fmt: skip
+    assert chosen == [("gloo", 2, "all_reduce", 16777216)]

@@ -133,6 +133,15 @@ def test_sweep_is_checked_and_formulas_hold_on_both_ranks():
         assert r["count"] == r["nbytes"] // 4 and r["backend"] == "gloo"
 
 
+def test_a_sweep_measures_only_the_pairs_asked_for():
+    import functools
+
+    only = [("broadcast", SMALL[-1]), ("all_reduce", SMALL[0])]
+    rows0, rows1 = spawn_world(functools.partial(C.sweep_rank, only=only), 2, args=("gloo", C.OPS, SMALL, 0.002, 1))
+    assert rows0 == rows1
+    assert [(r["op"], r["nbytes"]) for r in rows0] == [("all_reduce", SMALL[0]), ("broadcast", SMALL[-1])]
+
+
 @pytest.mark.parametrize("op", C.OPS)
 def test_a_collective_that_moves_nothing_fails_its_check(op):
     with pytest.raises(RankFailed, match=rf"rank \d failed: AssertionError: rank \d: {op} of 4096 B"):
@@ -232,6 +241,8 @@ def test_benchmark_skips_with_the_reason_and_reads_the_sweep():
     assert time["number"] == 8 and time["samples"] == pytest.approx([250e-6, 200e-6, 300e-6])
     busbw = b.track_busbw(worlds, "gloo", 2, "all_reduce", 4096)["samples"]
     assert busbw == pytest.approx([C.busbw("all_reduce", 2, 4096, t * 1e-6) for t in (250.0, 200.0, 300.0)])
+    with pytest.raises(NotImplementedError, match="broadcast 4096 B not measured in this run"):
+        b.setup(worlds, "gloo", 2, "broadcast", 4096)  # a row the sweep was not asked for
 
 
 # --- the report picks the figures up

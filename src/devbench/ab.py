@@ -51,8 +51,8 @@ ROUNDS = 5
 REPEAT = "(2, 10, 0.5)"
 #: blocks per track_ figure inside each process (devbench.measure reads DEVBENCH_BLOCKS)
 BLOCKS = 5
-#: more rounds per side, after the first ``ROUNDS``, for the benchmarks with a figure that leans to a
-#: change (its estimate beyond the noise floor) but is undecided: the evidence goes where a change may be
+#: more rounds per side, after the first ``ROUNDS``, for the figures (parameter combinations) that lean to a
+#: change (estimate beyond the noise floor) but are undecided: the evidence goes where a change may be
 EXTRA_ROUNDS = 5
 #: asv compare's own 99%: across ~220 figures a 95% interval gave one false "faster" in three A/A runs on
 #: the 2-vCPU VM, 99% none (reports/compare-aa-twins/README.md); the price is power (benchmarks/README.md)
@@ -172,6 +172,11 @@ def run_round(
     if machine:
         cmd += ["--machine", machine]
     env = {**os.environ, "ASV_PYTHONPATH": str(side.tree / "src"), "DEVBENCH_BLOCKS": str(blocks)}
+    # asv does not tell a setup_cache which combinations --bench selected; one that measures many figures
+    # at once (the collectives' sweep) reads the pattern here and measures only those (suite.selected)
+    env.pop("DEVBENCH_BENCH", None)
+    if bench:
+        env["DEVBENCH_BENCH"] = bench
     with open(log, "ab") as out:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
         out.flush()
@@ -373,7 +378,7 @@ class Plan:
 
 
 def bench_pattern(bench: str | None, twins: bool) -> str | None:
-    """asv's ``--bench`` for a compare: ``bench`` (all when None) without the time_ twins of track_ figures
+    """asv's ``--bench`` for a compare: ``bench`` (all when None) without the twins
     (``spec.TWINS``) unless ``twins``. asv ORs several ``--bench``, so the two are one regular expression."""
     from devbench.spec import TWINS
 
@@ -460,7 +465,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             floors = load_floors(Path(args.asv_dir), machine)
             extra = leaning(judge_all(per_process, "base", "head", floors, args.confidence))
         if extra:
-            print(f"\n{len(extra)} benchmark(s) with a figure that leans to a change but is undecided; "
+            print(f"\n{len(extra)} figure(s) lean to a change but are undecided; "
                   f"{args.extra_rounds} more rounds per side of those: {', '.join(extra)}")  # fmt: skip
             end = plan.rounds + args.extra_rounds
             _run_rounds(plan, range(plan.rounds, end), names_pattern(extra))
@@ -473,7 +478,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def leaning(table: Any) -> list[str]:
-    """Benchmarks (function names) with a figure that is undecided while its estimate lies beyond its floor.
+    """Figures (asv's ``name(params)``, see ``figure_name``) that are undecided while their estimate lies
+    beyond their floor.
 
     Such a figure's data point to a change that its interval cannot yet separate from the floor:
     more rounds are where they can decide it. Figures judged, or undecided with an estimate inside
@@ -481,12 +487,35 @@ def leaning(table: Any) -> list[str]:
     """
     ratio = table["ratio"].astype(float)
     beyond = ratio.map(lambda r: abs(math.log(r)) if r > 0 else 0.0) > table["floor"].map(math.log1p)
-    return sorted(set(table.loc[(table["verdict"] == V.UNDECIDED) & beyond, "benchmark"]))
+    chosen = table.loc[(table["verdict"] == V.UNDECIDED) & beyond]
+    return sorted({figure_name(b, p) for b, p in zip(chosen["benchmark"], chosen["params"], strict=True)})
+
+
+def figure_name(benchmark: str, params: Any) -> str:
+    """``"bench.Cls.track_x(cpu, 16)"`` from the report's label ``"device=cpu, n=16"`` (the bare name when
+    there are no params): how the progress output and ``run.json`` name a figure."""
+    if not isinstance(params, str) or not params:
+        return benchmark
+    values = [part.split("=", 1)[-1] for part in params.split(", ")]
+    return f"{benchmark}({', '.join(values)})"
 
 
 def names_pattern(names: Sequence[str]) -> str:
-    """asv's ``--bench`` for exactly these benchmarks (each name whole, with any params)."""
-    return "^(?:" + "|".join(re.escape(n) for n in names) + ")(?:\\(|$)"
+    """asv's ``--bench`` for exactly these figures (``figure_name``s) and no others.
+
+    asv matches ``--bench`` against ``name(repr(param), ...)`` of every parameter combination, so a
+    figure is its name with each value matched with or without repr's quotes; a bare name selects
+    every combination.
+    """
+
+    def one(name: str) -> str:
+        if not name.endswith(")") or "(" not in name:
+            return re.escape(name) + "(?:\\(|$)"
+        bench, inner = name[:-1].split("(", 1)
+        values = ", ".join(f"'?{re.escape(v)}'?" for v in inner.split(", "))
+        return f"{re.escape(bench)}\\({values}\\)$"
+
+    return "^(?:" + "|".join(one(n) for n in names) + ")"
 
 
 def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[str, Any]) -> int:
@@ -503,7 +532,7 @@ def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[st
         f"ratio = head / base, a {round(100 * args.confidence)}% distribution-free interval.",
         *(
             [
-                f"{more} more rounds per side for the benchmarks whose figures leaned to a change but were undecided "
+                f"{more} more rounds per side for the figures that leaned to a change but were undecided "
                 f"after {record['rounds']}: {', '.join(record['extra_bench'])} (n_base, n_head: rounds per figure)."
             ]
             if more
@@ -669,7 +698,8 @@ def add_common(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument(
         "--twins",
         action="store_true",
-        help="also run the time_ twins of track_ figures (the same work timed by asv's loop; left out by default)",
+        help="also run the twins (spec.TWINS: time_ figures of a track_ figure's work, and track_ figures that "
+        "are another's in other units, e.g. a collective's bus bandwidth); left out by default",
     )
 
 

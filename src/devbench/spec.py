@@ -47,13 +47,19 @@ RECORDS = frozenset({
 })  # fmt: skip
 
 
-#: ``time_`` figures that time the very work of a ``track_`` figure (its twin), by benchmark key. asv keeps
-#: both; ``devbench compare`` judges the track_ figure (its samples are per block) and leaves the twin out
-#: unless asked (``--twins``): the same work measured twice costs twice and is judged twice.
+#: Figures that repeat another figure's evidence (its twin), by benchmark key -> the key judged instead.
+#: ``time_`` figures that time the very work of a ``track_`` figure, and ``track_`` figures that are
+#: another in other units (bandwidth of a collective's time, read+write bytes of a copy's, efficiency of
+#: a speedup). asv keeps both; ``devbench compare`` judges the twin's partner (per-block samples) and leaves
+#: the twin out unless asked (``--twins``): the same evidence measured twice costs twice and is judged twice.
 TWINS = {
     "bench_matmul.MatmulSquare.time_matmul": "bench_matmul.MatmulSquare.track_tflops",
     "bench_transfer.DeviceCopy.time_copy": "bench_transfer.DeviceCopy.track_gbps_copied",
+    "bench_transfer.DeviceCopy.track_gbps_read_write": "bench_transfer.DeviceCopy.track_gbps_copied",
     "bench_transfer.HostDevice.time_copy": "bench_transfer.HostDevice.track_gbps",
+    "bench_parallel.ParallelMatmul.track_efficiency": "bench_parallel.ParallelMatmul.track_speedup",
+    "bench_collectives.Collectives.track_algbw": "bench_collectives.Collectives.track_time",
+    "bench_collectives.Collectives.track_busbw": "bench_collectives.Collectives.track_time",
     "bench_transfer.PeerCopy.time_copy": "bench_transfer.PeerCopy.track_gbps",
 }
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -52,6 +54,24 @@ def require_device(name: str, index: int = 0) -> torch.device:
             raise NotImplementedError(f"needs GPU {index}, this machine has {num_gpus()}")
         return torch.device("cuda", index)
     raise ValueError(f"unknown device param {name!r}; expected one of {DEVICES}")
+
+
+#: asv's ``--bench`` pattern of this run, when ``devbench compare`` runs it. asv selects parameter
+#: combinations by matching ``name(repr(param), ...)`` but does not tell a ``setup_cache`` which it chose.
+SELECT_ENV = "DEVBENCH_BENCH"
+
+
+def selected(name: str, params: Iterable[object]) -> bool:
+    """Whether asv runs benchmark ``name`` ("module.Class.method") at ``params`` in this run.
+
+    ``True`` unless ``SELECT_ENV`` names a pattern that ``name(repr(p), ...)`` does not match, as
+    asv's ``--bench`` would not. A ``setup_cache`` that measures many figures in one go uses it
+    to measure only the figures that will be read (``devbench compare``'s extra rounds).
+    """
+    pattern = os.environ.get(SELECT_ENV)
+    if not pattern:
+        return True
+    return re.search(pattern, f"{name}({', '.join(repr(p) for p in params)})") is not None
 
 
 def require_gpus(count: int) -> list[torch.device]:

@@ -265,12 +265,15 @@ def sweep(
     samples: int = 3,
     progress: Any = None,
     in_place: bool = False,
+    only: Iterable[tuple[str, int]] | None = None,
 ) -> list[dict[str, Any]]:
     """Check and time every op at every size on this rank; every rank gets the same rows.
 
     ``progress`` (rank 0 only, if given) is called with each finished row. ``in_place`` adds,
-    after each of ``IN_PLACE_OPS``, its in-place form (op named ``"<op> in-place"``).
+    after each of ``IN_PLACE_OPS``, its in-place form (op named ``"<op> in-place"``). ``only``:
+    the (op, size) pairs to measure, of those ``ops`` and ``sizes`` give (all when ``None``).
     """
+    wanted = None if only is None else {(op, int(n)) for op, n in only}
     rows = []
     variants = [(op, False) for op in ops]
     if in_place:
@@ -278,6 +281,8 @@ def sweep(
     sizes = list(sizes)
     for op, placed in variants:
         for nbytes in sizes:
+            if wanted is not None and (op, nbytes) not in wanted:
+                continue
             coll = Collective(op, nbytes, device, in_place=placed)
             coll.check()
             row = measure(coll, target_s=target_s, samples=samples)
@@ -348,6 +353,7 @@ def sweep_rank(
     samples: int = 3,
     progress: bool = False,
     in_place: bool = False,
+    only: Sequence[tuple[str, int]] | None = None,
 ) -> list[dict[str, Any]]:
     """``sweep`` on this rank's device; the function ``spawn_world`` runs on every rank.
 
@@ -356,7 +362,7 @@ def sweep_rank(
     from devbench.world import rank_device
 
     rows = sweep(rank_device(backend, rank), ops, sizes, target_s=target_s, samples=samples,
-                 progress=print_row if progress else None, in_place=in_place)  # fmt: skip
+                 progress=print_row if progress else None, in_place=in_place, only=only)  # fmt: skip
     for row in rows:
         row["backend"] = backend
     return rows
