@@ -267,3 +267,26 @@ def test_a_run_that_selects_some_collectives_sweeps_only_those(monkeypatch):
     chosen = [(b, w, op, n) for b in ("gloo", "nccl") for w in (2, 4) for op in bench_collectives.OPS
               for n in bench_collectives.SIZES if bench_collectives._read(b, w, op, n)]  # fmt: skip
     assert chosen == [("gloo", 2, "all_reduce", 16777216)]
+
+
+def test_rounds_after_the_first_run_only_the_figures_that_measured(monkeypatch, tmp_path, capsys):
+    """A figure that skipped (or failed) on both sides in the first round is not run again."""
+    import pandas as pd
+
+    from devbench import ab
+
+    ran = []
+    monkeypatch.setattr(ab, "run_round", lambda side, results, python, bench, *a, **k: ran.append((side.name, bench)))
+    first = pd.DataFrame({"benchmark": ["m.a", "m.b", "m.c"], "params": ["n=1", "n=2", ""]})
+    monkeypatch.setattr(ab, "collect", lambda work, sides, rounds: first)
+    sides = [ab.Side(n, n, "0" * 40, tmp_path, tmp_path) for n in ("base", "head")]
+    plan = ab.Plan(tmp_path, tmp_path, sides, 3, sys.executable, "^m\\.", None, ab.REPEAT, ab.BLOCKS, tmp_path / "log")
+    ab._run_rounds(plan)
+    assert [name for name, _ in ran] == ["base", "head", "head", "base", "base", "head"]  # ABBA
+    assert {bench for _, bench in ran[:2]} == {"^m\\."}
+    later = {bench for _, bench in ran[2:]}
+    assert len(later) == 1
+    (pattern,) = later
+    names = ["m.a(1)", "m.a(2)", "m.b(2)", "m.b(1)", "m.c", "m.d", "m.d(1)"]
+    assert [n for n in names if re.search(pattern, n)] == ["m.a(1)", "m.b(2)", "m.c"]
+    assert "3 figures measured in the first round" in capsys.readouterr().out

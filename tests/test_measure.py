@@ -227,3 +227,26 @@ def test_held_block_times_device_work_on_a_gpu():
     t = M.time_block(lambda: torch.add(x, x, out=out), dev, 64, hold=True)
     assert t.calls == 64 and t.seconds > 0
     assert out.eq(2).all()
+
+
+class _FakeClock:
+    """A call "takes" ``call_s`` by construction: the test never reads a live timing."""
+
+    def __init__(self, call_s: float) -> None:
+        self.now, self.call_s, self.calls = 0.0, call_s, 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+        self.now += self.call_s
+
+
+def test_warm_up_stops_after_one_call_that_took_long_enough(monkeypatch):
+    cpu = torch.device("cpu")
+    for call_s, want in ((1.0, 1), (0.001, 3)):
+        fn = _FakeClock(call_s)
+        monkeypatch.setattr(M.time, "perf_counter", lambda fn=fn: fn.now)
+        M.warm_up(fn, cpu, repeats=3, enough_s=0.1)
+        assert fn.calls == want
+    fn = _FakeClock(1.0)
+    M.warm_up(fn, cpu, repeats=2)  # without enough_s: every repeat
+    assert fn.calls == 2

@@ -48,9 +48,9 @@ from devbench.spec import direction
 ROUNDS = 5
 #: asv sampling inside each process of a comparison: fewer samples than a full run's (the
 #: rounds carry the evidence); a user trades rounds for time in benchmarks/README.md
-REPEAT = "(2, 10, 0.5)"
+REPEAT = "(2, 10, 0.25)"
 #: blocks per track_ figure inside each process (devbench.measure reads DEVBENCH_BLOCKS)
-BLOCKS = 5
+BLOCKS = 3
 #: more rounds per side, after the first ``ROUNDS``, for the figures (parameter combinations) that lean to a
 #: change (estimate beyond the noise floor) but are undecided: the evidence goes where a change may be
 EXTRA_ROUNDS = 5
@@ -423,7 +423,12 @@ def _prepare(args: argparse.Namespace, revs: Sequence[tuple[str, str]]) -> Plan:
 
 
 def _run_rounds(plan: Plan, rounds: range | None = None, bench: str | None = None) -> None:
-    """Rounds ``rounds`` (default: the plan's first ones) of every side, ABBA, of ``bench`` (default the plan's)."""
+    """Rounds ``rounds`` (default: the plan's first ones) of every side, ABBA, of ``bench`` (default the plan's).
+
+    The first rounds (``rounds`` from 0) run every selected figure once per side, then only those that
+    measured on either side: a figure that skipped (no GPU here) or failed on both is not run again.
+    On a CPU machine that is most of the suite's parameter combinations; each costs a forked process.
+    """
     rounds = rounds if rounds is not None else range(plan.rounds)
     bench = bench if bench is not None else plan.bench
     t0 = time.monotonic()
@@ -440,6 +445,16 @@ def _run_rounds(plan: Plan, rounds: range | None = None, bench: str | None = Non
             elapsed = time.monotonic() - t0
             left = elapsed / done * (total - done)
             print(f" {time.monotonic() - started:.0f} s (about {left / 60:.0f} min left)", flush=True)
+        if r == 0 and len(rounds) > 1:
+            measured = measured_figures(collect(plan.work, plan.sides, 1))
+            print(f"{len(measured)} figures measured in the first round; the next rounds run those", flush=True)
+            bench = names_pattern(measured)
+
+
+def measured_figures(per_process: Any) -> list[str]:
+    """The figures (``figure_name``) with a value on some side: what later rounds need to run."""
+    pairs = per_process[["benchmark", "params"]].drop_duplicates()
+    return sorted({figure_name(b, p) for b, p in zip(pairs["benchmark"], pairs["params"], strict=True)})
 
 
 def _machine_of(per_process: Any) -> str:

@@ -133,8 +133,19 @@ def threads_pinned(threads: int | None = None) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
-def warm_up(fn: Callable[[], object], device: torch.device, repeats: int = 3) -> None:
-    """Run ``fn`` a few times and wait for it: context, handles, allocator, autotuning."""
+def warm_up(fn: Callable[[], object], device: torch.device, repeats: int = 3, enough_s: float | None = None) -> None:
+    """Run ``fn`` a few times and wait for it: context, handles, allocator, autotuning.
+
+    ``enough_s``: stop after the first call when it alone took that long (a 4096 matmul on two
+    CPU cores, about a second): one such call has warmed what the next will use.
+    """
+    if enough_s is not None and repeats > 0:
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        if time.perf_counter() - start >= enough_s:
+            return
+        repeats -= 1
     for _ in range(repeats):
         fn()
     synchronize(device)

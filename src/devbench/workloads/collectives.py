@@ -92,6 +92,7 @@ class Collective:
     rank: int = field(init=False)
     world: int = field(init=False)
     count: int = field(init=False)
+    _fresh: bool = field(init=False, default=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -120,6 +121,7 @@ class Collective:
         return self.op == "all_reduce" or (self.op == "reduce_scatter" and self.in_place)
 
     def _fill(self) -> None:
+        self._fresh = True
         n, r, dev = self.count, self.rank, self.device
         mine = slice(r * self.chunk, (r + 1) * self.chunk)
         if self.op == "all_gather":
@@ -143,6 +145,7 @@ class Collective:
             self.out = self.inp
 
     def __call__(self) -> None:
+        self._fresh = False
         if self.op == "all_reduce":
             dist.all_reduce(self.inp, op=dist.ReduceOp.SUM)
         elif self.op == "all_gather":
@@ -173,8 +176,14 @@ class Collective:
         return _values(n, (self.rank - 1) % w, dev)
 
     def check(self) -> None:
-        """Run once on fresh data; raise naming the rank, op and size unless every element is right."""
-        self._fill()
+        """Run once on fresh data; raise naming the rank, op and size unless every element is right.
+
+        The buffers then hold that call's result, which the timed calls overwrite with the same
+        bytes (a summing op's are zeroed, see the class): no second fill. At 256 MiB on a 2-vCPU
+        host each fill is a few tenths of a second of page faults and writes.
+        """
+        if not self._fresh:
+            self._fill()
         self()
         synchronize(self.device)
         want = self.expected()
@@ -184,7 +193,7 @@ class Collective:
                 f"rank {self.rank}: {self.op} of {self.nbytes} B over {self.world} ranks: "
                 f"{wrong} of {want.numel()} elements wrong"
             )
-        self._fill()
+        del want
         if self.accumulates:
             self.inp.zero_()
 
@@ -225,16 +234,21 @@ def measure(
     warmup: int = 2,
     max_iters: int = 1000,
 ) -> dict[str, Any]:
-    """Time ``coll`` on every rank and return one nccl-tests row (the same on every rank).
+    """Time ``coll`` (after its ``check()``) on every rank and return one nccl-tests row (the same on every rank).
 
     The number of calls per block is chosen from one timed call so that a block lasts
     about ``target_s`` (at least one call), and all ranks agree on it. Each rank keeps the
     median of ``samples`` blocks; the row's time is the mean over ranks, ``time_max``
     the slowest rank.
     """
-    for _ in range(warmup):
-        coll()
+    # the check ran one call; a call that fills a block on its own is warm after a second one, the
+    # sizing call (at 256 MiB on a 2-vCPU host, 2 more calls would cost a second). Every rank agrees
+    # on ``one``, so every rank makes the same calls.
     one = _agree(_block(coll, 1), dist.ReduceOp.MAX, coll.device)
+    if one < target_s:
+        for _ in range(warmup):
+            coll()
+        one = _agree(_block(coll, 1), dist.ReduceOp.MAX, coll.device)
     iters = block_calls(one, target_s, max_calls=max_iters)
     blocks = Measurement(tuple(_block(coll, iters) for _ in range(samples)), iters)
     world = coll.world

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from devbench.measure import SEED, randn, warm_up
+from devbench.measure import MATMUL_BLOCK_S, SEED, randn, warm_up
 
 #: Param value -> (storage dtype, TF32 allowed for float32 matmul).
 DTYPES: dict[str, tuple[torch.dtype, bool]] = {
@@ -156,7 +156,7 @@ def checked(mm: Matmul) -> Matmul:
     """``mm`` checked against float64 and warm, both under its TF32 setting: ready to be timed."""
     with tf32(mm.allow_tf32):
         mm.check()
-        warm_up(mm, mm.device, repeats=2)
+        warm_up(mm, mm.device, repeats=2, enough_s=MATMUL_BLOCK_S)  # the check's calls were the first
     return mm
 
 
