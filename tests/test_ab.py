@@ -290,3 +290,18 @@ def test_rounds_after_the_first_run_only_the_figures_that_measured(monkeypatch, 
     names = ["m.a(1)", "m.a(2)", "m.b(2)", "m.b(1)", "m.c", "m.d", "m.d(1)"]
     assert [n for n in names if re.search(pattern, n)] == ["m.a(1)", "m.b(2)", "m.c"]
     assert "3 figures measured in the first round" in capsys.readouterr().out
+
+
+def test_a_twin_gets_the_floor_of_the_figure_judged_in_its_place():
+    import pandas as pd
+
+    from devbench.ab import _with_twins
+
+    time = "bench_collectives.Collectives.track_time"
+    learned = pd.DataFrame({"benchmark": [time, "m.other"], "params": ["op=all_reduce", ""]})
+    figures = {f"{time} [op=all_reduce]": {"floor": 0.3}, "m.other": {"floor": 0.1}}
+    out = _with_twins(figures, learned)
+    for twin in ("track_algbw", "track_busbw"):
+        key = f"bench_collectives.Collectives.{twin} [op=all_reduce]"
+        assert out[key] == {"floor": 0.3, "twin_of": f"{time} [op=all_reduce]"}
+    assert len(out) == 4 and out["m.other"] == {"floor": 0.1}

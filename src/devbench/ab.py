@@ -636,6 +636,26 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_twins(figures: dict[str, dict[str, Any]], learned: Any) -> dict[str, dict[str, Any]]:
+    """``figures`` and, for each twin left out of the rounds (``spec.TWINS``), its partner's floor.
+
+    A twin is the partner's evidence in other units (or its work timed by asv's loop), so its
+    relative noise is the partner's: the report's step detection then judges the twin's history
+    against the same floor. Each copied entry names the figure it comes from (``twin_of``).
+    """
+    from devbench.spec import TWINS
+
+    partners: dict[str, list[str]] = {}
+    for twin, partner in TWINS.items():
+        partners.setdefault(partner, []).append(twin)
+    out = dict(figures)
+    for r in learned.itertuples():
+        key = V.figure_key(r.benchmark, r.params)
+        for twin in partners.get(r.benchmark, []):
+            out.setdefault(V.figure_key(twin, r.params), {**figures[key], "twin_of": key})
+    return out
+
+
 def _learn_and_store(args: argparse.Namespace, per_process: Any, sha: str, rounds: int, what: str) -> None:
     machine = _machine_of(per_process)
     learned = learn(per_process, args.confidence)
@@ -650,14 +670,17 @@ def _learn_and_store(args: argparse.Namespace, per_process: Any, sha: str, round
         "default_floor": V.DEFAULT_FLOOR,
         "false_positives_at_default": int(false.sum()),
         "figures_judged": len(at_default),
-        "figures": {
-            V.figure_key(r.benchmark, r.params): {
-                "floor": round(r.floor, 5),
-                "sigma": round(r.sigma, 5),
-                "detectable": None if not math.isfinite(r.detectable) else round(r.detectable, 5),
-            }
-            for r in learned.itertuples()
-        },
+        "figures": _with_twins(
+            {
+                V.figure_key(r.benchmark, r.params): {
+                    "floor": round(r.floor, 5),
+                    "sigma": round(r.sigma, 5),
+                    "detectable": None if not math.isfinite(r.detectable) else round(r.detectable, 5),
+                }
+                for r in learned.itertuples()
+            },
+            learned,
+        ),
     }
     write_atomic(noise_path(Path(args.asv_dir), machine), json.dumps(record, indent=1, sort_keys=True))
     det = learned["detectable"].replace(math.inf, float("nan"))
