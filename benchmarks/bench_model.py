@@ -8,7 +8,7 @@ import torch
 
 from devbench.devices import synchronize
 from devbench.measure import pin_threads, randn, warm_up
-from devbench.suite import DEVICES, Benchmark, require_device
+from devbench.suite import DEVICES, Benchmark, once, require_device
 from devbench.workloads.model import (
     BATCH,
     MODEL_INPUTS,
@@ -35,10 +35,16 @@ class Forward(Benchmark):
     def setup(self, device, model):
         pin_threads()
         self.device = require_device(device)
-        self.net = build_model(model, self.device)
-        self.x = randn((BATCH, MODEL_INPUTS[model]), device=self.device)
-        check_forward(self.net, self.x)
+        # asv runs setup again before every sample: built, checked and warmed once per process
+        self.net, self.x = once(("Forward", device, model), lambda: self._built(model))
+
+    def _built(self, model):
+        net = build_model(model, self.device)
+        x = randn((BATCH, MODEL_INPUTS[model]), device=self.device)
+        check_forward(net, x)
+        self.net, self.x = net, x
         warm_up(self._forward, self.device)
+        return net, x
 
     def _forward(self):
         with torch.no_grad():
@@ -65,12 +71,17 @@ class TrainingStep(Benchmark):
         pinned = batch_transfer != "plain"
         if pinned and self.device.type != "cuda":
             raise NotImplementedError("pinned memory and non_blocking copies need a CUDA device")
+        self.step = once(("TrainingStep", device, model, batch_transfer), lambda: self._built(model, batch_transfer))
+
+    def _built(self, model, batch_transfer):
+        """The step, checked and warm: once per process (asv runs setup again before every sample)."""
         if batch_transfer == "pinned_prefetch":
-            self.step = PrefetchedTrainStep(model, self.device)
+            step = PrefetchedTrainStep(model, self.device)
         else:
-            self.step = TrainStep(model, self.device, pinned)
-        self.step.check()
-        warm_up(self.step, self.device)
+            step = TrainStep(model, self.device, batch_transfer != "plain")
+        step.check()
+        warm_up(step, self.device)
+        return step
 
     def time_train_step(self, device, model, batch_transfer):
         self.step()
@@ -90,11 +101,17 @@ class StateDict(Benchmark):
     def setup(self, device, parameters):
         pin_threads()
         self.device = require_device(device)
+        # asv runs setup (and teardown, which removes the file) again before every sample: the
+        # model is built once per process and the round trip checked once, the file written each time
+        self.model = once(("StateDict", device, parameters), lambda: parameter_model(parameters).to(self.device))
         self.dir = Path(tempfile.mkdtemp(prefix="devbench-state-"))
         self.path = self.dir / "model.pt"
-        self.model = parameter_model(parameters).to(self.device)
         save_state(self.model, self.path)
+        once(("StateDict checked", device, parameters), self._check)
+
+    def _check(self):
         check_state(load_state(self.path, self.device), self.model, self.device)
+        return True
 
     def teardown(self, device, parameters):
         if hasattr(self, "dir"):

@@ -4,7 +4,7 @@ import torch
 
 from devbench.devices import num_gpus
 from devbench.measure import pin_threads
-from devbench.suite import Benchmark, require_device, require_gpus, with_samples
+from devbench.suite import Benchmark, once, require_device, require_gpus, with_samples
 from devbench.workloads.parallel import ParallelPair
 
 MODES = ["gpus", "streams", "cpu_threads"]
@@ -28,17 +28,19 @@ class ParallelMatmul(Benchmark):
     def setup(self, mode, n):
         pin_threads()
         if mode == "gpus":
-            self.pair = ParallelPair(n, require_gpus(max(2, num_gpus())))
+            devices = require_gpus(max(2, num_gpus()))
         elif mode == "streams":
             dev = require_device("cuda")
-            self.pair = ParallelPair(n, [dev, dev])
+            devices = [dev, dev]
         elif mode == "cpu_threads":
             if n > 1024:
                 raise NotImplementedError(f"n={n} takes seconds per product on one core; the CPU analog runs at 1024")
             pin_threads(1)
-            self.pair = ParallelPair(n, [torch.device("cpu")] * 2)
+            devices = [torch.device("cpu")] * 2
         else:
             raise ValueError(f"unknown mode {mode!r}")
+        # sized and checked once per process: asv runs setup again before every sample
+        self.pair = once(("ParallelMatmul", mode, n), lambda: ParallelPair(n, devices))
 
     def time_parallel(self, mode, n):
         self.pair.run_parallel()

@@ -74,6 +74,43 @@ def test_set_up_again_reuses_the_checked_workload(monkeypatch):
     assert len(checks) == 2
 
 
+def test_set_up_again_builds_and_checks_models_once_and_still_writes_the_file(monkeypatch):
+    """The same for the model and parallel benchmarks; StateDict's file is written again each time
+    (teardown removes it) while the model and the round-trip check are built once."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import benchmarks.bench_model as bmo
+    import benchmarks.bench_parallel as bp
+
+    monkeypatch.setattr(suite, "_BUILT", {})
+    counts = {"step": 0, "forward": 0, "state": 0, "pair": 0}
+
+    def counting(name, real):
+        def wrapped(*a, **k):
+            counts[name] += 1
+            return real(*a, **k)
+
+        return wrapped
+
+    monkeypatch.setattr(bmo.TrainStep, "check", counting("step", bmo.TrainStep.check))
+    monkeypatch.setattr(bmo, "check_forward", counting("forward", bmo.check_forward))
+    monkeypatch.setattr(bmo, "check_state", counting("state", bmo.check_state))
+    monkeypatch.setattr(bp, "ParallelPair", counting("pair", bp.ParallelPair))
+    cases = [(bmo.TrainingStep(), "time_train_step", ("cpu", "lazy_linear", "plain")),
+             (bmo.Forward(), "time_forward", ("cpu", "lazy_linear")),
+             (bmo.StateDict(), "time_load", ("cpu", "1M")),
+             (bp.ParallelMatmul(), "time_parallel", ("cpu_threads", 64))]  # fmt: skip
+    for bench, method, params in cases:
+        for _ in range(3):
+            bench.setup(*params)
+            getattr(bench, method)(*params)
+            if isinstance(bench, bmo.StateDict):
+                assert bench.path.is_file()  # the file time_load reads is there every time
+            bench.teardown(*params)
+    assert counts == {"step": 1, "forward": 1, "state": 1, "pair": 1}
+
+
 def test_with_samples_checks_its_input():
     assert suite.with_samples([1, 2.5], 3) == {"samples": [1.0, 2.5], "number": 3}
     with pytest.raises(ValueError, match="at least one"):
