@@ -202,6 +202,31 @@ def test_compare_leaves_the_time_twins_out_unless_asked():
     assert [n for n in collectives if re.search(bench_pattern("Collectives", False), n)] == collectives[:1]
 
 
+def test_compare_leaves_out_records_and_without_cuda_the_gpu_combinations():
+    """Records are never judged; on a machine without CUDA a 'cuda' or 'nccl' combination would only skip."""
+    import re
+
+    from devbench.ab import bench_pattern
+
+    names = [
+        "bench_matmul.MatmulSquare.track_tflops('cpu', 'float32', 16)",
+        "bench_matmul.MatmulSquare.track_tflops('cuda', 'float32', 16)",
+        "bench_collectives.Collectives.track_time('gloo', 2, 'all_reduce', 4096)",
+        "bench_collectives.Collectives.track_time('nccl', 2, 'all_reduce', 4096)",
+        "bench_devices.RunInfo.track_gpu_count",
+        "bench_transfer.PeerCopy.track_peer_access('0->1', 4096)",
+        "bench_devices.TryGpu.time_try_gpu",
+    ]
+
+    def chosen(pattern):
+        return [n for n in names if re.search(pattern, n)]
+
+    cpu, gloo, nothing_cuda = names[0], names[2], names[6]
+    assert chosen(bench_pattern(None, False, gpu=False)) == [cpu, gloo, nothing_cuda]
+    assert chosen(bench_pattern(None, True, gpu=True)) == [cpu, names[1], gloo, names[3], nothing_cuda]
+    assert chosen(bench_pattern("Collectives", False, gpu=False)) == [gloo]
+
+
 def test_extra_rounds_go_to_the_figures_that_lean_and_only_those(project, tmp_path, monkeypatch, capsys):
     """The plumbing of --extra-rounds with asv itself: which figures lean is decided by ``ab.leaning``
     (tested on its own below), stubbed here so that the test does not depend on timings. One

@@ -155,6 +155,20 @@ def test_expected_values_are_exact_sums():
     assert (want == got).all() and want[250] == 6 * 251 and want[251] == 6
 
 
+def test_the_check_compares_every_element_a_slice_at_a_time(monkeypatch):
+    """``_holds_cycle`` compares against one reference slice; every position still counts (several slices
+    and a short last one here), and an offset shifts the pattern as reduce_scatter's chunk of the sum."""
+    monkeypatch.setattr(C, "_CHECK_STEP", 2 * C._PERIOD)
+    whole = C._sum_of_ranks(5 * C._PERIOD + 17, 2, "cpu")
+    assert C._holds_cycle(whole, 3) and not C._holds_cycle(whole, 1)
+    tail = whole[300:]
+    assert C._holds_cycle(tail, 3, offset=300) and not C._holds_cycle(tail, 3, offset=0)
+    for wrong_at in (0, 2 * C._PERIOD + 5, whole.numel() - 1):
+        bad = whole.clone()
+        bad[wrong_at] += 1
+        assert not C._holds_cycle(bad, 3)
+
+
 def test_a_failed_rank_is_named_and_the_others_are_stopped(tmp_path):
     with pytest.raises(RankFailed, match="rank 1 failed: ValueError: rank one gives up") as err:
         spawn_world(_fail_on_one, 2, args=(str(tmp_path),), timeout_s=120)

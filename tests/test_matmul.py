@@ -95,3 +95,17 @@ def test_gpu_peaks(name, dtype, peak):
 def test_matmul_is_right_on_gpu(dtype):
     mm = Matmul(512, dtype, torch.device("cuda"))
     assert mm.check() < matmul.TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("block_s, warm_ups, kept", [(0.0, 0, True), (float("inf"), 1, False)])
+def test_a_check_call_as_long_as_a_block_is_the_warm_call(monkeypatch, block_s, warm_ups, kept):
+    """The check's last call fills a block (block_s 0: by construction, no live timing): it is kept as the warm
+    call and no warm-up is spent; otherwise the product is warmed up and block sizing times a call itself."""
+    monkeypatch.setattr(matmul, "MATMUL_BLOCK_S", block_s)
+    warmed = []
+    monkeypatch.setattr(matmul, "warm_up", lambda fn, device, repeats, enough_s: warmed.append(enough_s))
+    mm = matmul.checked(Matmul(32, "float32", torch.device("cpu")))
+    assert len(warmed) == warm_ups and len(mm._check_call_s) == mm.sets
+    assert (mm.warm_call_s == mm._check_call_s[-1]) if kept else mm.warm_call_s is None
+    single = matmul.checked(Matmul(32, "float32", torch.device("cpu"), sets=1))  # one call: cold, never kept
+    assert single.warm_call_s is None

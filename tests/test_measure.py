@@ -250,3 +250,10 @@ def test_warm_up_stops_after_one_call_that_took_long_enough(monkeypatch):
     fn = _FakeClock(1.0)
     M.warm_up(fn, cpu, repeats=2)  # without enough_s: every repeat
     assert fn.calls == 2
+
+
+def test_plan_blocks_spends_no_call_when_one_warm_call_is_known():
+    fn = _FakeClock(0.5)
+    assert M.plan_blocks(fn, torch.device("cpu"), target_s=0.1, one_s=0.5) == M.BlockPlan(1)
+    assert M.plan_blocks(fn, torch.device("cpu"), target_s=0.1, one_s=0.01) == M.BlockPlan(10)
+    assert fn.calls == 0

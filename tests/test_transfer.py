@@ -54,6 +54,13 @@ def test_pattern_rejects_empty():
         T.pattern(0)
 
 
+def test_pattern_written_in_place_is_the_same_pattern():
+    buf = torch.zeros(T.MiB + 3, dtype=torch.uint8)
+    assert T.pattern(buf.numel(), seed=5, out=buf) is buf and torch.equal(buf, T.pattern(buf.numel(), seed=5))
+    with pytest.raises(ValueError, match="contiguous uint8 CPU tensor of 16 bytes"):
+        T.pattern(16, out=torch.zeros(8, dtype=torch.uint8))
+
+
 @pytest.mark.parametrize("nbytes", [4 * T.KiB, T.MiB + 8])
 def test_copy_on_the_cpu_is_exact_and_rotates(nbytes):
     c = T.Copy(nbytes, CPU, CPU)

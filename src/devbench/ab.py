@@ -377,16 +377,37 @@ class Plan:
     log: Path
 
 
-def bench_pattern(bench: str | None, twins: bool) -> str | None:
-    """asv's ``--bench`` for a compare: ``bench`` (all when None) without the twins
-    (``spec.TWINS``) unless ``twins``. asv ORs several ``--bench``, so the two are one regular expression."""
-    from devbench.spec import TWINS
+#: parameter values that need CUDA (a device, a backend): on a machine without it every such combination skips
+GPU_VALUES = ("cuda", "nccl")
 
-    if twins:
-        return bench
-    skip = "|".join(re.escape(k) for k in sorted(TWINS))
+
+def bench_pattern(bench: str | None, twins: bool, gpu: bool = True) -> str:
+    """asv's ``--bench`` for a compare: ``bench`` (all when None), without what a compare never judges.
+
+    Left out: the twins (``spec.TWINS``) unless ``twins``; the records of the machine
+    (``spec.RECORDS``: never judged, and one of them is a ``setup_cache``, a fresh interpreter
+    a round); and, when ``gpu`` is false (no CUDA device for the benchmarks' Python), every
+    parameter combination with a value of ``GPU_VALUES``, each of which would cost a forked
+    process to skip. asv matches ``--bench`` against ``name('value', ...)`` and ORs several
+    ``--bench``, so all of it is one regular expression.
+    """
+    from devbench.spec import RECORDS, TWINS
+
+    left_out = set(RECORDS) | (set() if twins else set(TWINS))
+    skip = "|".join(re.escape(k) for k in sorted(left_out))
     keep = f"(?=.*(?:{bench}))" if bench else ""
-    return f"^{keep}(?!(?:{skip})(?:\\(|$))"
+    no_gpu = "" if gpu else "(?!.*'(?:" + "|".join(GPU_VALUES) + ")')"
+    return f"^{keep}{no_gpu}(?!(?:{skip})(?:\\(|$))"
+
+
+def has_cuda(python: str) -> bool:
+    """Whether ``python``'s torch sees a CUDA device (True when that cannot be told: nothing is left out)."""
+    probe = "import torch; print(torch.cuda.device_count())"
+    try:
+        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
+        return out.returncode != 0 or int(out.stdout.strip().splitlines()[-1]) > 0
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return True
 
 
 def _prepare(args: argparse.Namespace, revs: Sequence[tuple[str, str]]) -> Plan:
@@ -418,7 +439,11 @@ def _prepare(args: argparse.Namespace, revs: Sequence[tuple[str, str]]) -> Plan:
         tree = work / name / "tree"
         export(repo, sha, tree)
         sides.append(Side(name, rev, sha, tree, write_config(repo, tree, work)))
-    bench = bench_pattern(args.bench, getattr(args, "twins", False))
+    gpu = has_cuda(python)
+    if not gpu:
+        print(f"no CUDA device for {python}: parameter combinations on {' or '.join(GPU_VALUES)} are left out "
+              "(each would skip)", flush=True)  # fmt: skip
+    bench = bench_pattern(args.bench, getattr(args, "twins", False), gpu)
     return Plan(repo, work, sides, args.rounds, python, bench, args.machine, args.repeat, args.blocks, work / "asv.log")
 
 

@@ -349,6 +349,7 @@ def plan_blocks(
     min_calls: int = 1,
     max_calls: int = MAX_CALLS,
     may_hold: bool = True,
+    one_s: float | None = None,
 ) -> BlockPlan:
     """``calls_for``, and on CUDA a held stream when one call is shorter than ``HOLD_BELOW_S``.
 
@@ -356,9 +357,10 @@ def plan_blocks(
     the target with more is timed in shorter blocks (still thousands of times the
     events' 0.5 us resolution). ``may_hold=False`` for work the host waits for (a
     blocking or pageable copy): queued behind a spin it would wait for the spin itself.
-    Call it after warm-up.
+    Call it after warm-up. ``one_s``: one warm call's seconds when already known (a check's
+    warm call, ``Matmul.warm_call_s``); then no call is spent timing it.
     """
-    one = time_block(fn, device, 1).seconds
+    one = time_block(fn, device, 1).seconds if one_s is None else one_s
     calls = block_calls(one, target_s, min_calls, max_calls)
     if may_hold and hold_reason(device) is None and one < HOLD_BELOW_S and min_calls <= HELD_MAX_CALLS:
         return BlockPlan(min(calls, HELD_MAX_CALLS), hold=True)

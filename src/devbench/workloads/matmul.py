@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from devbench.devices import synchronize
 from devbench.measure import MATMUL_BLOCK_S, SEED, randn, warm_up
 
 #: Param value -> (storage dtype, TF32 allowed for float32 matmul).
@@ -80,6 +82,9 @@ class Matmul:
     sets: int = 2
     m: int | None = None
     k: int | None = None
+    #: seconds of one warm call when ``checked`` learned it from the check (a call long enough to
+    #: fill a block on its own), else ``None``: what block sizing can start from without a call
+    warm_call_s: float | None = field(default=None, init=False, repr=False)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -134,11 +139,16 @@ class Matmul:
         gen = torch.Generator().manual_seed(SEED)
         m = self.shape[0]
         rows = torch.randperm(m, generator=gen)[: min(m, CHECK_ROWS)].sort().values
+        self._check_call_s = []
         with tf32(self.allow_tf32):
             for _ in range(self.sets):
                 i = self._next
                 # The very call that is timed, checked on a sample of its output rows.
-                got = self()[rows.to(self.device)].double().cpu()
+                start = time.perf_counter()
+                out = self()
+                synchronize(self.device)
+                self._check_call_s.append(time.perf_counter() - start)
+                got = out[rows.to(self.device)].double().cpu()
                 a, b = self.inputs[i]
                 want = a.cpu()[rows].double() @ b.cpu().double()
                 if not torch.isfinite(got).all():
@@ -153,10 +163,20 @@ class Matmul:
 
 
 def checked(mm: Matmul) -> Matmul:
-    """``mm`` checked against float64 and warm, both under its TF32 setting: ready to be timed."""
+    """``mm`` checked against float64 and warm, both under its TF32 setting: ready to be timed.
+
+    The check's calls are the first. When its last call (after at least one other) alone took a
+    block's time (a 4096 product on two CPU cores, about a second), that call was warm: it is kept
+    as ``warm_call_s`` and no more calls are spent warming up or sizing blocks. Otherwise ``mm``
+    is warmed up as any timed function is.
+    """
     with tf32(mm.allow_tf32):
         mm.check()
-        warm_up(mm, mm.device, repeats=2, enough_s=MATMUL_BLOCK_S)  # the check's calls were the first
+        last = mm._check_call_s[-1]
+        if mm.sets > 1 and last >= MATMUL_BLOCK_S:
+            mm.warm_call_s = last
+        else:
+            warm_up(mm, mm.device, repeats=2, enough_s=MATMUL_BLOCK_S)
     return mm
 
 

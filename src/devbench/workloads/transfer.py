@@ -72,18 +72,23 @@ def sets_for(nbytes: int, cache: int = 0) -> int:
     return min(MAX_SETS, max(2, -(-CACHE_MULTIPLE * cache // nbytes)))
 
 
-def pattern(nbytes: int, seed: int = SEED) -> torch.Tensor:
+def pattern(nbytes: int, seed: int = SEED, out: torch.Tensor | None = None) -> torch.Tensor:
     """``nbytes`` bytes of seeded, non-repeating data as a flat uint8 CPU tensor.
 
     Every 8-byte word differs from every other (a Weyl sequence mixed with a random
     64 KiB block), so a copy that drops, repeats or shifts any part fails the check.
     Random bytes from ``torch.randint`` would take ~4 s per GiB; this takes a fraction.
+    ``out``: a flat uint8 CPU tensor of ``nbytes`` to write into (a host buffer filled in
+    place: no second buffer of the size, whose fresh pages cost seconds per GiB on a VM).
     """
     if nbytes < 1:
         raise ValueError(f"nbytes must be >= 1, got {nbytes}")
     gen = torch.Generator().manual_seed(seed)
     words = nbytes // 8
-    out = torch.empty(nbytes, dtype=torch.uint8)
+    if out is None:
+        out = torch.empty(nbytes, dtype=torch.uint8)
+    elif out.dtype != torch.uint8 or out.device.type != "cpu" or out.numel() != nbytes or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous uint8 CPU tensor of {nbytes} bytes")
     if words:
         w = out[: words * 8].view(torch.int64)
         start = int(torch.randint(0, 1 << 62, (1,), generator=gen))
@@ -181,7 +186,10 @@ class Copy:
         self.srcs, self.dsts = [], []
         for i in range(self.sets):
             src = _buffer(self.nbytes, self.src_device, self.memory)
-            src.copy_(pattern(self.nbytes, self.seed + i))
+            if src.device.type == "cpu":
+                pattern(self.nbytes, self.seed + i, out=src)
+            else:
+                src.copy_(pattern(self.nbytes, self.seed + i))
             self.srcs.append(src)
             self.dsts.append(_buffer(self.nbytes, self.dst_device, self.memory))
         self._next = 0
