@@ -152,6 +152,24 @@ def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project
     assert "learned by devbench calibrate on alpha for 4 of 4 figures" in (again / "compare.md").read_text()
     assert _rows(again / "compare.csv")["bench_ab.time_sleep"]["verdict"] == "slower"
 
+    # a figure that measured on base only (it failed on head) is not judged, and says so
+    import pandas as pd
+
+    one_side = tmp_path / "one-side"
+    one_side.mkdir()
+    (one_side / "run.json").write_text((planted / "run.json").read_text())
+    pp = pd.read_csv(planted / "per-process.csv", keep_default_na=False)
+    pp = pp[~((pp["benchmark"] == "bench_ab.track_rate") & (pp["side"] == "head"))]
+    pp.to_csv(one_side / "per-process.csv", index=False)
+    capsys.readouterr()
+    judged = tmp_path / "judged"
+    assert _run(monkeypatch, project, "compare", "--from", str(one_side), "--out", str(judged)) == 1
+    row = _rows(judged / "compare.csv")["bench_ab.track_rate"]
+    assert row["verdict"] == "undecided" and row["n_head"] == "0" and row["note"].startswith("no result on head")
+    assert "measured on one side only (1):" in capsys.readouterr().out
+    md = (judged / "compare.md").read_text()
+    assert "**Measured on one side only (1)**" in md and "- bench_ab.track_rate: no result on head" in md
+
 
 @pytest.mark.parametrize(
     ("argv", "message"),
@@ -225,6 +243,19 @@ def test_compare_leaves_out_records_and_without_cuda_the_gpu_combinations():
     assert chosen(bench_pattern(None, False, gpu=False)) == [cpu, gloo, nothing_cuda]
     assert chosen(bench_pattern(None, True, gpu=True)) == [cpu, names[1], gloo, names[3], nothing_cuda]
     assert chosen(bench_pattern("Collectives", False, gpu=False)) == [gloo]
+
+
+def test_cuda_is_asked_of_the_benchmarks_python_and_unknown_leaves_nothing_out(tmp_path):
+    import torch
+
+    from devbench.ab import has_cuda
+
+    assert has_cuda(sys.executable) == (torch.cuda.device_count() > 0)
+    assert has_cuda(str(tmp_path / "no-such-python")) is True
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\nexit 1\n")
+    broken.chmod(0o755)
+    assert has_cuda(str(broken)) is True
 
 
 def test_extra_rounds_go_to_the_figures_that_lean_and_only_those(project, tmp_path, monkeypatch, capsys):

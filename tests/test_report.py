@@ -476,3 +476,20 @@ def test_default_pair_skips_a_newer_commit_from_another_machine():
     f.loc[len(f)] = ["a", "h200", "e", day]
     assert C.default_pair(f) == ("a", "c")
     assert C.default_pair(f[f["commit"] == "a"]) is None
+
+
+def test_ab_verdicts_say_when_a_figure_was_measured_on_one_side_only():
+    """A compare.csv row with a note (no result on one side) shows that instead of a change; older
+    compare folders, without the column, still load."""
+    from devbench.report import sections
+
+    rows = {
+        "benchmark": ["b.track_x", "b.track_y"], "params": ["n=1", "n=2"], "unit": ["GB/s", "GB/s"],
+        "verdict": ["undecided", "undecided"], "ratio": [1.2, float("nan")], "ratio_lo": [0.9, float("nan")],
+        "ratio_hi": [1.6, float("nan")], "base": [1.0, 2.0], "head": [1.2, float("nan")], "floor": [0.1, 0.1],
+        "note": [float("nan"), "no result on head: failed or skipped there (see the log), or the benchmark is gone"],
+    }  # fmt: skip
+    sec = sections._verdicts(pd.DataFrame(rows), "cmp")
+    assert list(sec.folded["change"]) == ["+20.0%", "no result on head"]
+    older = sections._verdicts(pd.DataFrame(rows).drop(columns="note").iloc[:1], "cmp")
+    assert list(older.folded["change"]) == ["+20.0%"]

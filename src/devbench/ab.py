@@ -227,9 +227,20 @@ def judge_all(per_process: Any, a: str, b: str, floors: dict[str, float], confid
                 "benchmark": bench, "params": params, "unit": unit, "better": way,
                 "base": v.base, "head": v.head, "ratio": v.ratio, "ratio_lo": v.ratio_lo, "ratio_hi": v.ratio_hi,
                 "floor": floor, "verdict": v.verdict, "n_base": v.n_base, "n_head": v.n_head,
+                "note": one_side_note(v.n_base, v.n_head, a, b),
             }
         )  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def one_side_note(n_a: int, n_b: int, a: str = "base", b: str = "head") -> str:
+    """Why a figure cannot be judged when one side has no result: it failed or skipped there (the log says
+    which), or it is new or gone; empty when both sides measured it."""
+    if n_a and not n_b:
+        return f"no result on {b}: failed or skipped there (see the log), or the benchmark is gone"
+    if n_b and not n_a:
+        return f"no result on {a}: failed or skipped there (see the log), or the benchmark is new"
+    return ""
 
 
 # --- noise floors stored beside the results ---------------------------------------------------------------
@@ -302,11 +313,17 @@ def to_text(table: Any, title: str) -> str:
     )
     shown = shown.sort_values(["o", "size"], ascending=[True, False])
     width = min(70, max((len(f"{r.benchmark} {r.params}") for r in shown.itertuples()), default=10))
+    one_side = []
     for r in shown.itertuples():
         if r.verdict == V.SAME:
             continue
         name = f"{r.benchmark} {r.params}"[:width]
+        if getattr(r, "note", ""):
+            one_side.append(f"{r.verdict:>9}  {name}: {r.note}")
+            continue
         lines.append(f"{r.verdict:>9}  {_pct(r.ratio):>8} {_interval(r):>20}  floor {100 * r.floor:4.1f}%  {name}")
+    if one_side:
+        lines += ["", f"measured on one side only ({len(one_side)}):", *one_side]
     if counts[V.SAME]:
         lines.append(f"     same  {counts[V.SAME]} figures within their noise floor")
     return "\n".join(lines) + "\n"
@@ -332,8 +349,14 @@ def to_markdown(table: Any, title: str, notes: Sequence[str], confidence: float 
         out += [head, rule, *rows(flagged), ""]
     else:
         out += ["No figure is faster or slower beyond its noise floor.", ""]
+    noted = table["note"].astype(bool) if "note" in table else table["verdict"].map(lambda _: False)
+    if noted.any():
+        out += [f"**Measured on one side only ({int(noted.sum())})**: not judged.", ""]
+        out += [f"- {_md_escape(V.figure_key(r.benchmark, r.params))}: {_md_escape(r.note)}"
+                for r in table[noted].itertuples()]  # fmt: skip
+        out += [""]
     for verdict, what in ((V.UNDECIDED, "the data cannot tell"), (V.SAME, "within the noise floor")):
-        sel = table[table["verdict"] == verdict]
+        sel = table[(table["verdict"] == verdict) & ~noted]
         if len(sel):
             out += [
                 f"<details><summary>{len(sel)} {verdict} ({what})</summary>",

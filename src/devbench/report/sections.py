@@ -374,8 +374,10 @@ def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
         sel = sel.reindex(
             sel["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0).sort_values(ascending=False).index
         )
+        # a figure measured on one side only (compare.csv's note, absent in older folders) has no change
+        notes = sel["note"].fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
         return sel.assign(
-            change=[_pct(r) for r in sel["ratio"]],
+            change=[n.split(":")[0] if n else _pct(r) for r, n in zip(sel["ratio"], notes, strict=True)],
             interval=[f"[{_pct(a)}, {_pct(b)}]" for a, b in zip(sel["ratio_lo"], sel["ratio_hi"], strict=True)],
             base=[_human(v, u) for v, u in zip(sel["base"], sel["unit"], strict=True)],
             head=[_human(v, u) for v, u in zip(sel["head"], sel["unit"], strict=True)],
