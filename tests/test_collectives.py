@@ -161,6 +161,7 @@ def test_the_check_compares_every_element_a_slice_at_a_time(monkeypatch):
     monkeypatch.setattr(C, "_CHECK_STEP", 2 * C._PERIOD)
     whole = C._sum_of_ranks(5 * C._PERIOD + 17, 2, "cpu")
     assert C._holds_cycle(whole, 3) and not C._holds_cycle(whole, 1)
+    assert C._holds_cycle(whole[:0], 3)  # nothing to compare
     tail = whole[300:]
     assert C._holds_cycle(tail, 3, offset=300) and not C._holds_cycle(tail, 3, offset=0)
     for wrong_at in (0, 2 * C._PERIOD + 5, whole.numel() - 1):
