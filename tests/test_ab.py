@@ -281,6 +281,9 @@ def test_extra_rounds_go_to_the_figures_that_lean_and_only_those(project, tmp_pa
                       "bench_ab.track_sized(n=1)": ("4", "4"), "bench_ab.track_sized(n=2)": ("6", "6")}  # fmt: skip
     run = json.loads((out / "run.json").read_text())
     assert run["rounds"] == 4 and run["extra_rounds"] == 2
+    import torch
+
+    assert run["cuda"] is (torch.cuda.device_count() > 0)  # without CUDA, the GPU combinations were left out
     assert run["extra_bench"] == ["bench_ab.time_sleep", "bench_ab.track_sized(2)"]
     assert "2 more rounds per side for the figures" in (out / "compare.md").read_text()
     assert "round 6/6" in capsys.readouterr().out

@@ -398,6 +398,8 @@ class Plan:
     repeat: str
     blocks: int
     log: Path
+    #: whether the benchmarks' Python sees a CUDA device (False: GPU combinations were left out)
+    cuda: bool = True
 
 
 #: parameter values that need CUDA (a device, a backend): on a machine without it every such combination skips
@@ -467,7 +469,8 @@ def _prepare(args: argparse.Namespace, revs: Sequence[tuple[str, str]]) -> Plan:
         print(f"no CUDA device for {python}: parameter combinations on {' or '.join(GPU_VALUES)} are left out "
               "(each would skip)", flush=True)  # fmt: skip
     bench = bench_pattern(args.bench, getattr(args, "twins", False), gpu)
-    return Plan(repo, work, sides, args.rounds, python, bench, args.machine, args.repeat, args.blocks, work / "asv.log")
+    return Plan(repo, work, sides, args.rounds, python, bench, args.machine, args.repeat, args.blocks, work / "asv.log",
+                gpu)  # fmt: skip
 
 
 def _run_rounds(plan: Plan, rounds: range | None = None, bench: str | None = None) -> None:
@@ -649,6 +652,7 @@ def _run_record(plan: Plan, machine: str, args: argparse.Namespace) -> dict[str,
         "repeat": plan.repeat,
         "blocks": plan.blocks,
         "bench": plan.bench,
+        "cuda": plan.cuda,
     }
 
 
