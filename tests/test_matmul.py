@@ -105,7 +105,7 @@ def test_a_check_call_as_long_as_a_block_is_the_warm_call(monkeypatch, block_s, 
     warmed = []
     monkeypatch.setattr(matmul, "warm_up", lambda fn, device, repeats, enough_s: warmed.append(enough_s))
     mm = matmul.checked(Matmul(32, "float32", torch.device("cpu")))
-    assert len(warmed) == warm_ups and len(mm._check_call_s) == mm.sets
-    assert (mm.warm_call_s == mm._check_call_s[-1]) if kept else mm.warm_call_s is None
+    assert len(warmed) == warm_ups and len(mm.check_call_s) == mm.sets
+    assert (mm.warm_call_s == mm.check_call_s[-1]) if kept else mm.warm_call_s is None
     single = matmul.checked(Matmul(32, "float32", torch.device("cpu"), sets=1))  # one call: cold, never kept
     assert single.warm_call_s is None

@@ -85,6 +85,8 @@ class Matmul:
     #: seconds of one warm call when ``checked`` learned it from the check (a call long enough to
     #: fill a block on its own), else ``None``: what block sizing can start from without a call
     warm_call_s: float | None = field(default=None, init=False, repr=False)
+    #: seconds of each call the last ``check`` made, in order (the first is cold)
+    check_call_s: list[float] = field(default_factory=list, init=False, repr=False)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -139,7 +141,7 @@ class Matmul:
         gen = torch.Generator().manual_seed(SEED)
         m = self.shape[0]
         rows = torch.randperm(m, generator=gen)[: min(m, CHECK_ROWS)].sort().values
-        self._check_call_s = []
+        self.check_call_s = []
         with tf32(self.allow_tf32):
             for _ in range(self.sets):
                 i = self._next
@@ -147,7 +149,7 @@ class Matmul:
                 start = time.perf_counter()
                 out = self()
                 synchronize(self.device)
-                self._check_call_s.append(time.perf_counter() - start)
+                self.check_call_s.append(time.perf_counter() - start)
                 got = out[rows.to(self.device)].double().cpu()
                 a, b = self.inputs[i]
                 want = a.cpu()[rows].double() @ b.cpu().double()
@@ -172,7 +174,7 @@ def checked(mm: Matmul) -> Matmul:
     """
     with tf32(mm.allow_tf32):
         mm.check()
-        last = mm._check_call_s[-1]
+        last = mm.check_call_s[-1]
         if mm.sets > 1 and last >= MATMUL_BLOCK_S:
             mm.warm_call_s = last
         else:
