@@ -130,7 +130,8 @@ def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project
     assert "round 4/4" in out and "2 slower" in out
 
     same = tmp_path / "aa"
-    assert _run(monkeypatch, project, "compare", c1, c2, "--out", str(same)) == 0
+    # every round of every figure: calibrate --from learns floors from it (below)
+    assert _run(monkeypatch, project, "compare", c1, c2, "--out", str(same), "--all-rounds") == 0
     assert {r["verdict"] for r in _rows(same / "compare.csv").values()} <= {"same", "undecided"}
 
     # calibrate learns floors from the A/A compare, refuses the planted one
@@ -272,6 +273,7 @@ def test_extra_rounds_go_to_the_figures_that_lean_and_only_those(project, tmp_pa
         return ["bench_ab.time_sleep", "bench_ab.track_sized(2)"]
 
     monkeypatch.setattr(ab, "leaning", lean)
+    monkeypatch.setattr(ab, "settled_figures", lambda *a, **k: {})  # no figure stops early here (see below)
     out = tmp_path / "extra"
     assert _run(monkeypatch, project, "compare", c1, c2, "--out", str(out), "--extra-rounds", "2") == 0
     # judged once, after the first 4 rounds
@@ -287,6 +289,89 @@ def test_extra_rounds_go_to_the_figures_that_lean_and_only_those(project, tmp_pa
     assert run["extra_bench"] == ["bench_ab.time_sleep", "bench_ab.track_sized(2)"]
     assert "2 more rounds per side for the figures" in (out / "compare.md").read_text()
     assert "round 6/6" in capsys.readouterr().out
+
+
+def test_settled_figures_run_no_more_rounds_and_say_so(project, tmp_path, monkeypatch, capsys):
+    """The plumbing of stopping early with asv itself: which figures are settled is decided by
+    ``ab.settled_figures`` (tested on its own below and in test_verdict), stubbed here so that the test
+    does not depend on timings. One figure settles after 2 rounds per side, one more in the extra rounds."""
+    from devbench import ab
+
+    _, _, (c1, c2, _) = project
+    calls = []
+
+    def settled(per_process, a, b, floors, confidence, left, lean):
+        done = int(per_process["round"].max()) + 1
+        calls.append((done, left, lean))
+        out = {"bench_ab.track_sized(1)": 2} if done >= 2 else {}
+        return {**out, "bench_ab.time_sleep": 5} if done >= 5 else out
+
+    monkeypatch.setattr(ab, "settled_figures", settled)
+    monkeypatch.setattr(ab, "leaning", lambda table: ["bench_ab.time_sleep", "bench_ab.track_sized(2)"])
+    out = tmp_path / "stopped"
+    assert _run(monkeypatch, project, "compare", c1, c2, "--out", str(out), "--extra-rounds", "2") == 0
+    # asked after rounds 2 and 3 of the first 4 (the second may keep what leans), then after round 5 of 6
+    assert calls == [(2, 2, True), (3, 1, True), (5, 1, False)]
+    rows = _rows(out / "compare.csv")
+    counts = {b: (r["n_base"], r["n_head"], r["stopped_after"]) for b, r in rows.items()}
+    assert counts == {
+        "bench_ab.time_sleep": ("5", "5", "5"),
+        "bench_ab.track_rate": ("4", "4", ""),
+        "bench_ab.track_sized(n=1)": ("2", "2", "2"),
+        "bench_ab.track_sized(n=2)": ("6", "6", ""),
+    }
+    assert rows["bench_ab.track_sized(n=1)"]["verdict"] == "undecided"  # two rounds give no 95% interval
+    run = json.loads((out / "run.json").read_text())
+    assert run["stopped"] == {"bench_ab.track_sized(1)": 2, "bench_ab.time_sleep": 5} and not run["all_rounds"]
+    assert "2 figure(s) stopped early" in (out / "compare.md").read_text()
+    text = capsys.readouterr().out
+    assert "1 figure(s) settled after 2 rounds per side" in text and "stopped after 2" in text
+    # such a compare lacks rounds a floor is learned from
+    assert _run(monkeypatch, project, "calibrate", "--from", str(out), "--out", str(tmp_path / "cal")) == 2
+    assert "stopped 2 figures early" in capsys.readouterr().err
+
+
+def test_every_figure_settled_ends_the_rounds(project, tmp_path, monkeypatch, capsys):
+    from devbench import ab
+
+    _, _, (c1, c2, _) = project
+    monkeypatch.setattr(ab, "settled_figures", lambda per_process, *a, **k: {
+        ab.figure_name(b, p): 2 for b, p in zip(per_process["benchmark"], per_process["params"], strict=True)
+    })  # fmt: skip
+    out = tmp_path / "all-settled"
+    assert _run(monkeypatch, project, "compare", c1, c2, "--out", str(out), "--extra-rounds", "0") == 0
+    text = capsys.readouterr().out
+    assert "every figure is settled: no more rounds" in text and "round 3/4" not in text
+    assert {r["n_base"] for r in _rows(out / "compare.csv").values()} == {"2"}
+
+
+def test_settled_figures_keep_what_leans_unless_told():
+    import pandas as pd
+
+    from devbench.ab import settled_figures
+
+    def frame(figures):
+        rows = []
+        for (bench, params), (base, head) in figures.items():
+            rows += [{"side": "base", "round": i, "benchmark": bench, "params": params, "unit": "seconds",
+                      "value": v} for i, v in enumerate(base)]  # fmt: skip
+            rows += [{"side": "head", "round": i, "benchmark": bench, "params": params, "unit": "seconds",
+                      "value": v} for i, v in enumerate(head)]  # fmt: skip
+        return pd.DataFrame(rows)
+
+    pp = frame({
+        ("a.time_x", ""): ([1.0, 1.3, 1.1], [1.05, 1.25, 0.85]),  # straddles a 10% floor, estimate inside it
+        ("a.time_y", "n=1"): ([1.0, 1.01, 0.99], [1.0, 1.02, 1.0]),  # inside: may end same
+        ("a.time_z", ""): ([1.0, 1.5, 1.1], [1.8, 1.7, 1.4]),  # straddles, estimate beyond: leans
+        ("a.time_w", ""): ([1.0, 1.02, 1.01], [2.0, 2.1, 2.05]),  # beyond: may end slower
+        ("a.track_rec", ""): ([1.0, 2.0, 1.0], [2.0, 1.0, 2.0]),  # no direction: a record, never judged
+    })  # fmt: skip
+    pp.loc[pp["benchmark"] == "a.track_rec", "unit"] = "bool"
+    floors = {"a.time_x": 0.1, "a.time_y [n=1]": 0.1, "a.time_z": 0.1, "a.time_w": 0.1}
+    assert settled_figures(pp, "base", "head", floors, 0.99, 2, lean=True) == {"a.time_x": 3}
+    assert settled_figures(pp, "base", "head", floors, 0.99, 2, lean=False) == {"a.time_x": 3, "a.time_z": 3}
+    # a wider floor holds a.time_x's differences: it may still end the same
+    assert settled_figures(pp, "base", "head", {**floors, "a.time_x": 0.6}, 0.99, 2, lean=True) == {}
 
 
 def test_a_figure_leans_when_undecided_with_its_estimate_beyond_the_floor():

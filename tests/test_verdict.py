@@ -124,3 +124,41 @@ def test_a_large_change_of_a_wild_figure_is_never_same():
     assert V.judge(base, head, higher_is_better=False, floor=V.MAX_FLOOR).verdict == V.SLOWER
     head = [1.45 * v for v in [1.0, 1.3, 0.8, 1.1, 0.9]]
     assert V.judge(base, head, higher_is_better=False, floor=V.MAX_FLOOR).verdict == V.UNDECIDED
+
+
+def test_settled_only_when_no_remaining_rounds_can_give_a_verdict():
+    # 2 rounds per side, 5 at the end (99%: the interval is the smallest and largest difference)
+    assert V.settled([1.0, 1.3], [1.25, 0.9], 0.1, 5, 5)  # differences reach past +10% and inside it
+    assert not V.settled([1.0, 1.01], [1.02, 1.0], 0.1, 5, 5)  # all inside: may end the same
+    assert not V.settled([1.0, 1.01], [2.0, 2.1], 0.1, 5, 5)  # all beyond: may end slower
+    # up by 15% on the median, but one difference (+3.9%) already lies inside the floor: never slower
+    assert V.settled([1.0, 1.01], [1.05, 1.3], 0.1, 5, 5)
+    assert not V.settled([1.0], [], 0.1, 5, 5)  # nothing to bound
+    assert V.settled([1.0, 1.0], [1.0, 1.0], 0.1, 2, 2)  # 2 x 2 rounds give no 99% interval at all
+    # at 10 rounds per side the 99% interval drops the most extreme differences: a single wild one
+    # settles nothing, since later rounds may outnumber it
+    assert V.order_statistic_k(10, 10) > 1
+    assert not V.settled([1.0, 1.0, 1.0], [1.0, 1.0, 1.6], 0.1, 10, 10)
+
+
+@pytest.mark.parametrize(("final", "confidence"), [(5, 0.99), (7, 0.95), (10, 0.99)])
+def test_a_settled_figure_ends_undecided_whatever_comes(final, confidence):
+    """The guarantee stopping early rests on, tried on random data: whatever the later rounds bring
+    (extreme values included), the final verdict of a settled figure is undecided."""
+    rng = random.Random(7)
+    seen = 0
+    for _ in range(300):
+        now = rng.randint(2, final - 1)
+        sigma, shift, floor = rng.choice([0.05, 0.2, 0.5]), rng.choice([0.0, 0.1, 0.3]), rng.choice([0.05, 0.2])
+        base = [math.exp(rng.gauss(0, sigma)) for _ in range(now)]
+        head = [math.exp(rng.gauss(shift, sigma)) for _ in range(now)]
+        if not V.settled(base, head, floor, final, final, confidence):
+            continue
+        seen += 1
+        for _ in range(20):
+            more = final - now
+            pick = [0.1, 1.0, 10.0, math.exp(rng.gauss(shift, sigma))]
+            b = base + [rng.choice(pick) for _ in range(more)]
+            h = head + [rng.choice(pick) for _ in range(more)]
+            assert V.judge(b, h, higher_is_better=True, floor=floor, confidence=confidence).verdict == V.UNDECIDED
+    assert seen > 20  # the property was tried, not skipped

@@ -23,6 +23,7 @@ and each figure's minimum detectable change. ``compare`` and the report use the 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -34,7 +35,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,11 @@ def _pct(x: float) -> str:
 
 
 def _interval(row: Any) -> str:
+    after = getattr(row, "stopped_after", "")
+    if after not in ("", None) and not (isinstance(after, float) and math.isnan(after)):
+        return f"stopped after {int(after)}"
+    if not (row.ratio_lo > 0 and math.isfinite(row.ratio_hi)):
+        return "unbounded"  # too few rounds for the confidence
     return f"[{_pct(row.ratio_lo)}, {_pct(row.ratio_hi)}]"
 
 
@@ -473,17 +479,28 @@ def _prepare(args: argparse.Namespace, revs: Sequence[tuple[str, str]]) -> Plan:
                 gpu)  # fmt: skip
 
 
-def _run_rounds(plan: Plan, rounds: range | None = None, bench: str | None = None) -> None:
-    """Rounds ``rounds`` (default: the plan's first ones) of every side, ABBA, of ``bench`` (default the plan's).
+def _run_rounds(
+    plan: Plan,
+    rounds: range | None = None,
+    figures: Sequence[str] | None = None,
+    stop: Callable[[Any, int], dict[str, int]] | None = None,
+) -> dict[str, int]:
+    """Rounds ``rounds`` (default: the plan's first ones) of every side, ABBA, of ``figures`` (names, see
+    ``figure_name``; default every figure of the plan's pattern).
 
     The first rounds (``rounds`` from 0) run every selected figure once per side, then only those that
     measured on either side: a figure that skipped (no GPU here) or failed on both is not run again.
     On a CPU machine that is most of the suite's parameter combinations; each costs a forked process.
+    ``stop(per_process, left)``, after each round of both sides from the second on, names the figures
+    settled with ``left`` rounds to go (``settled_figures``); they are not run again. Returns those,
+    with the rounds per side each had.
     """
     rounds = rounds if rounds is not None else range(plan.rounds)
-    bench = bench if bench is not None else plan.bench
+    running = list(figures) if figures is not None else None
+    bench = names_pattern(running) if running is not None else plan.bench
+    stopped: dict[str, int] = {}
     t0 = time.monotonic()
-    total = len(rounds) * len(plan.sides)
+    planned = len(rounds) * len(plan.sides)
     done = 0
     for r in rounds:
         order = plan.sides if r % 2 == 0 else plan.sides[::-1]  # ABBA: drift over minutes favours neither
@@ -494,12 +511,26 @@ def _run_rounds(plan: Plan, rounds: range | None = None, bench: str | None = Non
             run_round(side, plan.work / side.name / f"r{r}", plan.python, bench, plan.machine, plan.log,
                       plan.repeat, plan.blocks)  # fmt: skip
             elapsed = time.monotonic() - t0
-            left = elapsed / done * (total - done)
-            print(f" {time.monotonic() - started:.0f} s (about {left / 60:.0f} min left)", flush=True)
-        if r == 0 and len(rounds) > 1:
-            measured = measured_figures(collect(plan.work, plan.sides, 1))
-            print(f"{len(measured)} figures measured in the first round; the next rounds run those", flush=True)
-            bench = names_pattern(measured)
+            left = elapsed / done * (planned - done)  # an upper bound once figures stop early
+            print(f" {time.monotonic() - started:.0f} s (about {left / 60:.0f} min left at most)", flush=True)
+        if r == rounds.stop - 1:
+            break
+        if running is None:
+            running = measured_figures(collect(plan.work, plan.sides, r + 1))
+            print(f"{len(running)} figures measured in the first round; the next rounds run those", flush=True)
+        elif stop is not None:
+            now = stop(collect(plan.work, plan.sides, r + 1), rounds.stop - r - 1)
+            new = {name: n for name, n in now.items() if name in running and name not in stopped}
+            if new:
+                stopped.update(new)
+                running = [name for name in running if name not in new]
+                print(f"{len(new)} figure(s) settled after {r + 1} rounds per side (undecided whatever the "
+                      f"{rounds.stop - r - 1} rounds left bring); {len(running)} run on", flush=True)  # fmt: skip
+        if not running:
+            print("every figure is settled: no more rounds", flush=True)
+            break
+        bench = names_pattern(running)
+    return stopped
 
 
 def measured_figures(per_process: Any) -> list[str]:
@@ -523,7 +554,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ABError(f"--extra-rounds must be >= 0, got {args.extra_rounds}")
     plan = _prepare(args, [("base", args.base), ("head", args.head)])
     try:
-        _run_rounds(plan)
+        stop = None
+        if not args.all_rounds:
+
+            def stop(per_process: Any, left: int, lean: bool = args.extra_rounds > 0) -> dict[str, int]:
+                floors = load_floors(Path(args.asv_dir), _machine_of(per_process))
+                return settled_figures(per_process, "base", "head", floors, args.confidence, left, lean)
+
+        stopped = _run_rounds(plan, stop=stop)
         per_process = collect(plan.work, plan.sides, plan.rounds)
         machine = _machine_of(per_process)
         extra: list[str] = []
@@ -534,10 +572,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"\n{len(extra)} figure(s) lean to a change but are undecided; "
                   f"{args.extra_rounds} more rounds per side of those: {', '.join(extra)}")  # fmt: skip
             end = plan.rounds + args.extra_rounds
-            _run_rounds(plan, range(plan.rounds, end), names_pattern(extra))
+            # nothing follows the extra rounds: a settled figure stops whatever its estimate
+            last = functools.partial(stop, lean=False) if stop is not None else None
+            stopped.update(_run_rounds(plan, range(plan.rounds, end), extra, last))
             per_process = collect(plan.work, plan.sides, end)
         record = {**_run_record(plan, machine, args), "extra_rounds": args.extra_rounds if extra else 0,
-                  "extra_bench": extra}  # fmt: skip
+                  "extra_bench": extra, "all_rounds": bool(args.all_rounds), "stopped": stopped}  # fmt: skip
         return _judge_and_write(args, per_process, record)
     finally:
         _keep_or_clean(plan, args)
@@ -555,6 +595,30 @@ def leaning(table: Any) -> list[str]:
     beyond = ratio.map(lambda r: abs(math.log(r)) if r > 0 else 0.0) > table["floor"].map(math.log1p)
     chosen = table.loc[(table["verdict"] == V.UNDECIDED) & beyond]
     return sorted({figure_name(b, p) for b, p in zip(chosen["benchmark"], chosen["params"], strict=True)})
+
+
+def settled_figures(
+    per_process: Any, a: str, b: str, floors: dict[str, float], confidence: float, left: int, lean: bool
+) -> dict[str, int]:
+    """Figures whose verdict is certain to be undecided after ``left`` more rounds per side (``V.settled``),
+    each with the rounds per side it has: later rounds need not run them.
+
+    ``lean``: keep a figure whose estimate lies beyond its floor even so, since it leans to a change
+    and extra rounds (``leaning``), which judge on more rounds, may still decide it.
+    """
+    out: dict[str, int] = {}
+    for (bench, params, unit), g in per_process.groupby(["benchmark", "params", "unit"], sort=True, dropna=False):
+        if not direction(bench, unit):
+            continue
+        floor = floors.get(V.figure_key(bench, params), V.DEFAULT_FLOOR)
+        base = V.positive(g.loc[g["side"] == a, "value"].tolist())
+        head = V.positive(g.loc[g["side"] == b, "value"].tolist())
+        if not V.settled(base, head, floor, len(base) + left, len(head) + left, confidence):
+            continue
+        if lean and abs(V.shift_interval(base, head, confidence)[0]) > math.log1p(floor):
+            continue
+        out[figure_name(bench, params)] = min(len(base), len(head))
+    return out
 
 
 def figure_name(benchmark: str, params: Any) -> str:
@@ -589,6 +653,9 @@ def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[st
     machine = record["machine"]
     floors = load_floors(Path(args.asv_dir), machine)
     table = judge_all(per_process, "base", "head", floors, args.confidence)
+    stopped = record.get("stopped") or {}
+    names = [figure_name(b, p) for b, p in zip(table["benchmark"], table["params"], strict=True)]
+    table["stopped_after"] = [stopped.get(n, "") for n in names]
     base, head = record["sides"]["base"], record["sides"]["head"]
     title = f"devbench compare {base['rev']} ({base['sha'][:8]}) -> {head['rev']} ({head['sha'][:8]}) on {machine}"
     learned = sum(k in floors for k in _keys(table))
@@ -602,6 +669,15 @@ def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[st
                 f"after {record['rounds']}: {', '.join(record['extra_bench'])} (n_base, n_head: rounds per figure)."
             ]
             if more
+            else []
+        ),  # fmt: skip
+        *(
+            [
+                f"{len(stopped)} figure(s) stopped early (stopped_after: rounds per side): each was certain to end "
+                "undecided whatever the remaining rounds brought, its interval already reaching past its noise "
+                "floor on one side and inside it on the other (--all-rounds runs every round)."
+            ]
+            if stopped
             else []
         ),  # fmt: skip
         f"noise floors: learned by devbench calibrate on {machine} for {learned} of {len(table)} figures, "
@@ -668,6 +744,11 @@ def _from_compare(folder: Path) -> tuple[Any, str, int]:
         raise ABError(
             f"--from {folder}: {base['sha'][:8]} and {head['sha'][:8]} run different benchmark code; "
             "only an A/A comparison (identical code) measures noise"
+        )
+    if run.get("stopped"):
+        raise ABError(
+            f"--from {folder}: that compare stopped {len(run['stopped'])} figures early, so they lack rounds a "
+            "noise floor is learned from; run the A/A compare with --all-rounds, or devbench calibrate"
         )
     frame["side"] = frame["side"].map({"base": "A", "head": "B"})
     return frame, head["sha"], int(run["rounds"])

@@ -147,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"after --rounds, N more rounds per side of only the benchmarks with a figure that leans to a change "
         f"(estimate beyond its noise floor) but is undecided; 0: none (default {ab.EXTRA_ROUNDS})",
     )
+    p.add_argument(
+        "--all-rounds",
+        action="store_true",
+        help="run every figure in every round; by default a figure stops once it is certain to end undecided "
+        "whatever the remaining rounds bring (its interval already reaches past its noise floor on one side "
+        "and inside it on the other: no verdict is lost). An A/A compare meant for 'calibrate --from' needs it",
+    )
     p.set_defaults(func=ab.run)
 
     p = sub.add_parser(

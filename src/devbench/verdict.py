@@ -164,6 +164,39 @@ def judge(
     )
 
 
+def settled(
+    base: Sequence[float],
+    head: Sequence[float],
+    floor: float,
+    final_base: int,
+    final_head: int,
+    confidence: float = CONFIDENCE,
+) -> bool:
+    """Whether ``judge`` on ``final_base`` x ``final_head`` values is certain to be undecided, whatever
+    the values still to come (``base`` and ``head`` are the first of them).
+
+    The interval of the final judgement is ``[D_(k), D_(N+1-k)]`` of all N differences, with k from
+    the final counts. Differences only ever join the sorted list, so the final k-th smallest is at
+    most the k-th smallest of the differences already there, and the final k-th largest at least
+    their k-th largest. When the first already reaches down to the floor's upper edge, the interval
+    can never clear the floor upwards; when the second reaches up to its lower edge, never
+    downwards; and when either lies outside the floor, the interval can never fit inside it.
+    Sequential analysis calls stopping on such a figure stopping for futility: no verdict is lost.
+    """
+    b, h = positive(base), positive(head)
+    if not b or not h:
+        return False  # cannot be judged now: nothing to bound
+    k = order_statistic_k(final_base, final_head, confidence)
+    if k == 0:
+        return True  # the final interval is unbounded: undecided whatever comes
+    diffs = sorted(math.log(y) - math.log(x) for y in h for x in b)
+    if len(diffs) < k:
+        return False
+    low, high = diffs[k - 1], diffs[len(diffs) - k]
+    up, down = math.log1p(floor), -math.log1p(floor)
+    return low <= up and high >= down and (low < down or high > up)
+
+
 def process_sigma(values: Sequence[float]) -> float:
     """Robust standard deviation of log values between processes (1.4826 MAD), 0 for < 2."""
     logs = [math.log(v) for v in positive(values)]
