@@ -360,16 +360,18 @@ def test_settled_figures_keep_what_leans_unless_told():
         return pd.DataFrame(rows)
 
     pp = frame({
-        ("a.time_x", ""): ([1.0, 1.3, 1.1], [1.05, 1.25, 0.85]),  # straddles a 10% floor, estimate inside it
+        ("a.time_x", ""): ([1.0, 1.3, 1.1], [1.2, 1.3, 0.9]),  # straddles a 10% floor, estimate 0
+        ("a.time_v", ""): ([1.0, 1.2, 1.0], [1.07, 1.3, 0.9]),  # straddles, estimate +7%: beyond half the floor
         ("a.time_y", "n=1"): ([1.0, 1.01, 0.99], [1.0, 1.02, 1.0]),  # inside: may end same
         ("a.time_z", ""): ([1.0, 1.5, 1.1], [1.8, 1.7, 1.4]),  # straddles, estimate beyond: leans
         ("a.time_w", ""): ([1.0, 1.02, 1.01], [2.0, 2.1, 2.05]),  # beyond: may end slower
         ("a.track_rec", ""): ([1.0, 2.0, 1.0], [2.0, 1.0, 2.0]),  # no direction: a record, never judged
     })  # fmt: skip
     pp.loc[pp["benchmark"] == "a.track_rec", "unit"] = "bool"
-    floors = {"a.time_x": 0.1, "a.time_y [n=1]": 0.1, "a.time_z": 0.1, "a.time_w": 0.1}
+    floors = {"a.time_x": 0.1, "a.time_v": 0.1, "a.time_y [n=1]": 0.1, "a.time_z": 0.1, "a.time_w": 0.1}
     assert settled_figures(pp, "base", "head", floors, 0.99, 2, lean=True) == {"a.time_x": 3}
-    assert settled_figures(pp, "base", "head", floors, 0.99, 2, lean=False) == {"a.time_x": 3, "a.time_z": 3}
+    everything = {"a.time_x": 3, "a.time_v": 3, "a.time_z": 3}
+    assert settled_figures(pp, "base", "head", floors, 0.99, 2, lean=False) == everything
     # a wider floor holds a.time_x's differences: it may still end the same
     assert settled_figures(pp, "base", "head", {**floors, "a.time_x": 0.6}, 0.99, 2, lean=True) == {}
 

@@ -597,14 +597,22 @@ def leaning(table: Any) -> list[str]:
     return sorted({figure_name(b, p) for b, p in zip(chosen["benchmark"], chosen["params"], strict=True)})
 
 
+#: In the first rounds (when extra rounds follow), a settled figure runs on while its estimate lies
+#: beyond this share of its floor (log scale): it may yet lean (``settled_figures``).
+LEAN_SHARE = 0.5
+
+
 def settled_figures(
     per_process: Any, a: str, b: str, floors: dict[str, float], confidence: float, left: int, lean: bool
 ) -> dict[str, int]:
     """Figures whose verdict is certain to be undecided after ``left`` more rounds per side (``V.settled``),
     each with the rounds per side it has: later rounds need not run them.
 
-    ``lean``: keep a figure whose estimate lies beyond its floor even so, since it leans to a change
-    and extra rounds (``leaning``), which judge on more rounds, may still decide it.
+    ``lean``: keep a figure even so while its estimate lies beyond ``LEAN_SHARE`` of its floor: it may
+    lean to a change after the first rounds, and extra rounds (``leaning``), which judge on more
+    rounds, may still decide it. Only half the floor, because an estimate from two or three rounds
+    is itself noisy: with the whole floor, a planted 2x change in a small CPU product whose first
+    rounds happened to look like +34% against a 36% floor stopped there (session 19).
     """
     out: dict[str, int] = {}
     for (bench, params, unit), g in per_process.groupby(["benchmark", "params", "unit"], sort=True, dropna=False):
@@ -615,7 +623,7 @@ def settled_figures(
         head = V.positive(g.loc[g["side"] == b, "value"].tolist())
         if not V.settled(base, head, floor, len(base) + left, len(head) + left, confidence):
             continue
-        if lean and abs(V.shift_interval(base, head, confidence)[0]) > math.log1p(floor):
+        if lean and abs(V.shift_interval(base, head, confidence)[0]) > LEAN_SHARE * math.log1p(floor):
             continue
         out[figure_name(bench, params)] = min(len(base), len(head))
     return out
