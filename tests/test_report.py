@@ -478,6 +478,24 @@ def test_default_pair_skips_a_newer_commit_from_another_machine():
     assert C.default_pair(f[f["commit"] == "a"]) is None
 
 
+def test_ab_verdicts_say_when_a_figure_stopped_early_or_has_no_interval():
+    """compare.csv as the report reads it (empty cells are NaN): a figure compare stopped once it was
+    settled shows after how many rounds, one with too few rounds for an interval says so."""
+    import io
+
+    from devbench.report import sections
+
+    text = (
+        "benchmark,params,unit,verdict,ratio,ratio_lo,ratio_hi,base,head,floor,note,stopped_after\n"
+        "b.track_x,n=1,GB/s,undecided,1.3,0.0,inf,1.0,1.3,0.1,,3\n"
+        "b.track_y,n=2,GB/s,undecided,1.2,0.0,inf,1.0,1.2,0.1,,\n"
+        "b.track_z,n=3,GB/s,undecided,1.1,0.9,1.4,1.0,1.1,0.1,,\n"
+    )
+    table = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=["", "nan"], dtype={"params": str})
+    sec = sections._verdicts(table, "cmp")
+    assert list(sec.folded["interval"]) == ["stopped after 3", "unbounded", "[-10.0%, +40.0%]"]
+
+
 def test_ab_verdicts_say_when_a_figure_was_measured_on_one_side_only():
     """A compare.csv row with a note (no result on one side) shows that instead of a change; older
     compare folders, without the column, still load."""

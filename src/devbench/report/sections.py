@@ -359,6 +359,23 @@ def _changes(frame: pd.DataFrame, base: str, head: str, floors: dict) -> Section
     )
 
 
+def _intervals(sel: pd.DataFrame) -> list[str]:
+    """Each figure's interval; "stopped after N" for a figure compare stopped once it was settled
+    (compare.csv's ``stopped_after``, absent in older folders), "unbounded" with too few rounds."""
+    after = sel["stopped_after"] if "stopped_after" in sel else pd.Series("", index=sel.index)
+    out = []
+    for lo, hi, n in zip(sel["ratio_lo"], sel["ratio_hi"], after, strict=True):
+        if n not in ("", None) and not (isinstance(n, float) and math.isnan(n)):
+            out.append(f"stopped after {int(float(n))}")
+        elif math.isnan(lo) or math.isnan(hi):
+            out.append("n/a")
+        elif not (lo > 0 and math.isfinite(hi)):
+            out.append("unbounded")
+        else:
+            out.append(f"[{_pct(lo)}, {_pct(hi)}]")
+    return out
+
+
 def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
     """A/B verdicts of ``devbench compare`` (its compare.csv)."""
     if table is None or table.empty:
@@ -378,7 +395,7 @@ def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
         notes = sel["note"].fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
         return sel.assign(
             change=[n.split(":")[0] if n else _pct(r) for r, n in zip(sel["ratio"], notes, strict=True)],
-            interval=[f"[{_pct(a)}, {_pct(b)}]" for a, b in zip(sel["ratio_lo"], sel["ratio_hi"], strict=True)],
+            interval=_intervals(sel),
             base=[_human(v, u) for v, u in zip(sel["base"], sel["unit"], strict=True)],
             head=[_human(v, u) for v, u in zip(sel["head"], sel["unit"], strict=True)],
             floor=[f"{100 * f:.0f}%" for f in sel["floor"]],
