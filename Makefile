@@ -64,7 +64,7 @@ report: venv
 # reports/compare-aa-v5/) are committed, so anyone can rebuild it. `make report` writes the
 # user's own report to reports/latest/, which git ignores.
 sample-report: venv
-	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-aa-v5 --out reports/sample
+	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-aa-v7 --out reports/sample
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'

@@ -494,6 +494,9 @@ def test_ab_verdicts_say_when_a_figure_stopped_early_or_has_no_interval():
     table = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=["", "nan"], dtype={"params": str})
     sec = sections._verdicts(table, "cmp")
     assert list(sec.folded["interval"]) == ["stopped after 3", "unbounded", "[-10.0%, +40.0%]"]
+    assert "certain to end undecided" in sec.text
+    none_stopped = sections._verdicts(table.iloc[1:], "cmp")
+    assert "certain to end undecided" not in none_stopped.text
 
 
 def test_ab_verdicts_say_when_a_figure_was_measured_on_one_side_only():

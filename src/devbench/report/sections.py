@@ -385,6 +385,12 @@ def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
         f"From `{source}`: both commits measured interleaved, one figure per process. "
         + ", ".join(f"**{counts.get(v, 0)}** {v}" for v in V.VERDICTS)
         + ". Change is head / base of the figure; the interval is the comparison's."
+        + (
+            ' "stopped after N": after N rounds per side the figure was certain to end undecided, so compare '
+            "ran it no more."
+            if "stopped_after" in table and table["stopped_after"].notna().any()
+            else ""
+        )
     )
 
     def shown(sel: pd.DataFrame) -> pd.DataFrame:
@@ -392,7 +398,7 @@ def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
             sel["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0).sort_values(ascending=False).index
         )
         # a figure measured on one side only (compare.csv's note, absent in older folders) has no change
-        notes = sel["note"].fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
+        notes = sel["note"].astype(object).fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
         return sel.assign(
             change=[n.split(":")[0] if n else _pct(r) for r, n in zip(sel["ratio"], notes, strict=True)],
             interval=_intervals(sel),
