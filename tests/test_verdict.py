@@ -162,3 +162,15 @@ def test_a_settled_figure_ends_undecided_whatever_comes(final, confidence):
             h = head + [rng.choice(pick) for _ in range(more)]
             assert V.judge(b, h, higher_is_better=True, floor=floor, confidence=confidence).verdict == V.UNDECIDED
     assert seen > 20  # the property was tried, not skipped
+
+
+def test_interval_text_names_stopped_one_sided_and_unbounded_intervals():
+    assert V.interval_text(0.9, 1.4) == "[-10.0%, +40.0%]"
+    assert V.interval_text(0.0, math.inf) == "unbounded"
+    assert V.interval_text(math.nan, math.nan) == "n/a"
+    # compare.csv's stopped_after as its readers give it: "3", 3.0, and an empty cell as "", None or NaN
+    for cell in ("3", 3.0, 3):
+        assert V.interval_text(0.0, math.inf, cell) == "stopped after 3"
+    for empty in ("", None, math.nan):
+        assert V.stopped_rounds(empty) is None
+        assert V.interval_text(0.9, 1.4, empty) == "[-10.0%, +40.0%]"

@@ -292,14 +292,7 @@ def _pct(x: float) -> str:
 
 
 def _interval(row: Any) -> str:
-    after = getattr(row, "stopped_after", "")
-    if after not in ("", None) and not (isinstance(after, float) and math.isnan(after)):
-        return f"stopped after {int(after)}"
-    if math.isnan(row.ratio_lo) or math.isnan(row.ratio_hi):
-        return "n/a"  # no value on one side
-    if not (row.ratio_lo > 0 and math.isfinite(row.ratio_hi)):
-        return "unbounded"  # too few rounds for the confidence
-    return f"[{_pct(row.ratio_lo)}, {_pct(row.ratio_hi)}]"
+    return V.interval_text(row.ratio_lo, row.ratio_hi, getattr(row, "stopped_after", None))
 
 
 def _md_escape(text: str) -> str:

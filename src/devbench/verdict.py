@@ -233,3 +233,29 @@ def detectable_change(floor: float, a: Sequence[float], b: Sequence[float], conf
     if not math.isfinite(lo) or not math.isfinite(hi):
         return math.inf
     return math.expm1(math.log1p(floor) + (hi - lo) / 2)
+
+
+def stopped_rounds(value: object) -> int | None:
+    """A compare.csv ``stopped_after`` cell as rounds per side, ``None`` when the figure ran every round
+    (an empty cell, read as ``""``, ``None`` or NaN depending on the reader)."""
+    if value is None or value == "":
+        return None
+    try:
+        n = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(n) else int(n)
+
+
+def interval_text(ratio_lo: float, ratio_hi: float, stopped_after: object = None) -> str:
+    """A figure's interval as compare's table, Markdown and the report show it: ``[-12.0%, +30.5%]``;
+    "stopped after N" for a figure stopped once settled; "n/a" with no value on one side; "unbounded"
+    when its rounds are too few for the confidence."""
+    n = stopped_rounds(stopped_after)
+    if n is not None:
+        return f"stopped after {n}"
+    if math.isnan(ratio_lo) or math.isnan(ratio_hi):
+        return "n/a"
+    if not (ratio_lo > 0 and math.isfinite(ratio_hi)):
+        return "unbounded"
+    return f"[{100 * (ratio_lo - 1):+.1f}%, {100 * (ratio_hi - 1):+.1f}%]"

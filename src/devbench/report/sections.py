@@ -359,21 +359,9 @@ def _changes(frame: pd.DataFrame, base: str, head: str, floors: dict) -> Section
     )
 
 
-def _intervals(sel: pd.DataFrame) -> list[str]:
-    """Each figure's interval; "stopped after N" for a figure compare stopped once it was settled
-    (compare.csv's ``stopped_after``, absent in older folders), "unbounded" with too few rounds."""
-    after = sel["stopped_after"] if "stopped_after" in sel else pd.Series("", index=sel.index)
-    out = []
-    for lo, hi, n in zip(sel["ratio_lo"], sel["ratio_hi"], after, strict=True):
-        if n not in ("", None) and not (isinstance(n, float) and math.isnan(n)):
-            out.append(f"stopped after {int(float(n))}")
-        elif math.isnan(lo) or math.isnan(hi):
-            out.append("n/a")
-        elif not (lo > 0 and math.isfinite(hi)):
-            out.append("unbounded")
-        else:
-            out.append(f"[{_pct(lo)}, {_pct(hi)}]")
-    return out
+def _stopped(table: pd.DataFrame) -> list[object]:
+    """compare.csv's ``stopped_after`` per row (absent in older folders)."""
+    return list(table["stopped_after"]) if "stopped_after" in table else [None] * len(table)
 
 
 def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
@@ -388,7 +376,7 @@ def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
         + (
             ' "stopped after N": after N rounds per side the figure was certain to end undecided, so compare '
             "ran it no more."
-            if "stopped_after" in table and table["stopped_after"].notna().any()
+            if any(V.stopped_rounds(n) is not None for n in _stopped(table))
             else ""
         )
     )
@@ -401,7 +389,10 @@ def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
         notes = sel["note"].astype(object).fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
         return sel.assign(
             change=[n.split(":")[0] if n else _pct(r) for r, n in zip(sel["ratio"], notes, strict=True)],
-            interval=_intervals(sel),
+            interval=[
+                V.interval_text(a, b, n)
+                for a, b, n in zip(sel["ratio_lo"], sel["ratio_hi"], _stopped(sel), strict=True)
+            ],  # fmt: skip
             base=[_human(v, u) for v, u in zip(sel["base"], sel["unit"], strict=True)],
             head=[_human(v, u) for v, u in zip(sel["head"], sel["unit"], strict=True)],
             floor=[f"{100 * f:.0f}%" for f in sel["floor"]],
