@@ -51,6 +51,7 @@ def test_time_block_counts_calls():
     ("one", "target", "min_calls", "max_calls", "want"),
     [
         (0.001, 0.05, 1, 10_000, 50),  # fills the target
+        (1.5e-6, 0.1, 1, M.MAX_CALLS, 66_666),  # a 1.5 us call fills its block too (not cut to 15 ms)
         (0.06, 0.05, 1, 10_000, 1),  # one call is already a block
         (0.06, 0.05, 2, 10_000, 2),  # unless at least two are asked for
         (1e-9, 0.05, 1, 3, 3),  # capped
@@ -164,12 +165,14 @@ def test_sequential_runs_each_function_in_turn():
 # --- Held stream (CUDA's spin kernel): the logic on fakes, the CUDA path where a GPU is ----------------------
 
 
-def test_hold_is_refused_on_the_cpu_with_a_reason():
+def test_hold_is_refused_on_the_cpu_with_a_reason(monkeypatch):
     reason = M.hold_reason(CPU)
     assert reason and "cpu" in reason and "dispatch" in reason
     with pytest.raises(ValueError, match="dispatch"):
         M.time_block(lambda: None, CPU, 3, hold=True)
-    assert M.plan_blocks(lambda: None, CPU) == M.BlockPlan(M.block_calls(1e-9, M.COPY_BLOCK_S), hold=False)
+    # a call far below HOLD_BELOW_S, which a GPU would hold: the CPU times it plainly
+    monkeypatch.setattr(M, "time_block", lambda fn, device, calls, stream=None, hold=False: M.BlockTiming(1e-6, 1))
+    assert M.plan_blocks(lambda: None, CPU) == M.BlockPlan(M.block_calls(1e-6, M.COPY_BLOCK_S), hold=False)
 
 
 def test_hold_retries_with_longer_spins_until_the_spin_outlasts_the_queueing():

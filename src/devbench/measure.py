@@ -62,8 +62,12 @@ SAMPLES = _blocks()
 MATMUL_BLOCK_S = 0.1
 COPY_BLOCK_S = 0.05
 
-#: Most calls in one block (a call that is a no-op must not make a block endless).
-MAX_CALLS = 10_000
+#: Most calls in one block: only a guard against a clock that saw nothing (a no-op call must not
+#: make a block endless). It is high enough that a 1 us call still fills its block: on the 2-vCPU VM
+#: the host slows a process for 50-100 ms at a time, and three 15 ms blocks (the old cap of 10,000
+#: calls of a 1.5 us product) fit inside one such burst, so one process in three or four came out
+#: 1.5-2x slow as a whole (docs/design.md, "Block sizing").
+MAX_CALLS = 1_000_000
 
 #: torch.utils.benchmark warns when IQR / median passes this; so does devbench.
 SPREAD_WARN = 0.1
