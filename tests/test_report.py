@@ -497,6 +497,12 @@ def test_ab_verdicts_say_when_a_figure_stopped_early_or_has_no_interval():
     assert "certain to end undecided" in sec.text
     none_stopped = sections._verdicts(table.iloc[1:], "cmp")
     assert "certain to end undecided" not in none_stopped.text
+    # base and head carry their unit (a bare "1.3" could be GB/s, us or a ratio); seconds are scaled
+    assert list(sec.folded["base"]) == ["1 GB/s"] * 3
+    assert list(sec.folded["head"]) == ["1.3 GB/s", "1.2 GB/s", "1.1 GB/s"]
+    assert sections._human(2.5e-6, "seconds") == human_value(2.5e-6, "seconds")
+    assert sections._human(12.5, "us") == "12.5 us" and sections._human(12.5, "us", with_unit=False) == "12.5"
+    assert sections._human(float("nan"), "us") == "n/a"
 
 
 def test_ab_verdicts_say_when_a_figure_was_measured_on_one_side_only():

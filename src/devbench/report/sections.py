@@ -50,12 +50,15 @@ class Report:
 # --- Helpers --------------------------------------------------------------------------------------------
 
 
-def _human(value: float, unit: str | None) -> str:
+def _human(value: float, unit: str | None, with_unit: bool = True) -> str:
+    """A figure as people read it: seconds scaled (asv's ``human_value``), others with their unit
+    (``with_unit=False`` where the table has a unit column)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     if unit == "seconds":
         return human_value(value, "seconds")
-    return f"{value:.4g}"
+    number = f"{value:.4g}"
+    return f"{number} {unit}" if with_unit and isinstance(unit, str) and unit else number
 
 
 def _clip(table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -474,7 +477,7 @@ def _all_latest(frame: pd.DataFrame) -> Section:
     lat = latest(frame)
     ok = lat[lat["status"] == "ok"]
     table = ok[["machine", "env", "benchmark", "params", "value", "unit"]].astype({"unit": object})
-    table["value"] = [_human(v, u) for v, u in zip(table["value"], table["unit"], strict=True)]
+    table["value"] = [_human(v, u, with_unit=False) for v, u in zip(table["value"], table["unit"], strict=True)]
     table.loc[table["unit"] == "seconds", "unit"] = ""
     counts = lat["status"].value_counts()
     text = (
