@@ -451,3 +451,35 @@ def test_a_twin_gets_the_floor_of_the_figure_judged_in_its_place():
         key = f"bench_collectives.Collectives.{twin} [op=all_reduce]"
         assert out[key] == {"floor": 0.3, "twin_of": f"{time} [op=all_reduce]"}
     assert len(out) == 4 and out["m.other"] == {"floor": 0.1}
+
+
+def test_sigterm_stops_the_run_kills_asv_and_leaves_nothing(project, tmp_path, monkeypatch, capsys):
+    """A kill (or a CI timeout) mid-round: exit 143, the running asv is stopped, the work folder is
+    removed and no output is written, as on Ctrl-C; the previous SIGTERM handler is back afterwards."""
+    import os
+    import signal
+    import tempfile
+    import threading
+
+    from devbench import ab
+
+    _, _, (c1, c2, _) = project
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the work folder is made
+    real, calls = ab.run_round, []
+
+    def second_round_killed(*args, **kwargs):
+        calls.append(args[0].name)
+        if len(calls) == 2:  # the head's first round: the signal lands while asv runs
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ab, "run_round", second_round_killed)
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "killed"
+    assert _run(monkeypatch, project, "compare", c1, c2, "--out", str(out)) == 143
+    assert "terminated; nothing written" in capsys.readouterr().err
+    assert len(calls) == 2 and not out.exists()
+    assert not list(scratch.glob("devbench-ab-*")), "the work folder was left behind"
+    assert signal.getsignal(signal.SIGTERM) is before

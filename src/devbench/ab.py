@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,6 +64,14 @@ NOISE_DIR = Path(".asv") / "noise"
 
 class ABError(Exception):
     """Bad input or a failed step, with a one-line reason (exit 2)."""
+
+
+class Terminated(Exception):
+    """SIGTERM (``kill``, a CI job's timeout): the run stops and cleans up as on Ctrl-C (exit 143)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 @dataclass
@@ -878,13 +887,17 @@ def add_common(p: argparse.ArgumentParser, out: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed ``compare``/``calibrate``: exit 2 with a reason on bad input, 130 on Ctrl-C."""
+    """Run a parsed ``compare``/``calibrate``: exit 2 with a reason on bad input, 130 on Ctrl-C, 143 on SIGTERM."""
     if not 0 < args.confidence < 1:
         print(f"devbench {args.command}: --confidence must be in (0, 1), got {args.confidence}", file=sys.stderr)
         return 2
     if args.command == "compare" and not args.base and not args.from_compare:
         print("devbench compare: name the BASE commit (or --from DIR of a finished compare)", file=sys.stderr)
         return 2
+    # a plain kill would end the process without its finally blocks: the work folder and the
+    # running asv would be left behind; raised as an exception, both go as they do on Ctrl-C
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
         return cmd_compare(args) if args.command == "compare" else cmd_calibrate(args)
     except ABError as exc:
@@ -894,3 +907,9 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         print(f"\ndevbench {args.command}: interrupted; nothing written", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"\ndevbench {args.command}: terminated; nothing written", file=sys.stderr)
+        return 143
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)

@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure BASE and HEAD in alternating rounds (ABBA), each benchmark in a fresh process per "
         "round, offline in this Python's environment; judge every figure with a distribution-free interval "
         "against its noise floor (devbench calibrate learns the floors). Exit 0: nothing slower; 1: a figure is "
-        "slower; 2: bad input; 130: interrupted.",
+        "slower; 2: bad input; 130: interrupted (Ctrl-C); 143: terminated (kill).",
         epilog="examples:\n  devbench compare main HEAD\n  devbench compare v0.1 HEAD --bench MatmulSquare --rounds 7"
         "\n  devbench compare --from .asv/compare --out /tmp/again   # judged again after devbench calibrate"
         "\n  make compare BASE=main",
