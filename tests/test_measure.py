@@ -62,6 +62,31 @@ def test_block_calls_rule(one, target, min_calls, max_calls, want):
     assert M.block_calls(one, target, min_calls, max_calls) == want
 
 
+def test_one_call_is_timed_in_batches_until_one_lasts_long_enough(monkeypatch):
+    """A short call is timed in batches of 1, 10, 100, ... (a lone call of a 1.5 us op reads several times
+    its time); a long call costs one call; a call the clock hardly sees stops at the batch limit."""
+    batches = []
+
+    def fake(per_call, first):  # a lone call reads `first`, a batch `per_call` a call
+        def time_block(fn, device, calls, stream=None, hold=False):
+            batches.append(calls)
+            return M.BlockTiming(first if calls == 1 else per_call * calls, calls)
+
+        return time_block
+
+    monkeypatch.setattr(M, "time_block", fake(1.5e-6, 12e-6))
+    assert M.one_call_s(lambda: None, CPU) == pytest.approx(1.5e-6)
+    assert batches == [1, 10, 100, 1000, 10_000]  # 1,000 calls: 1.5 ms < 2 ms; 10,000: 15 ms
+    # and the block it sizes fills its target, where the lone call would have made it 1/8 as long
+    assert M.plan_blocks(lambda: None, CPU, target_s=0.1) == M.BlockPlan(66_666)
+    batches.clear()
+    monkeypatch.setattr(M, "time_block", fake(0.3, 0.3))
+    assert M.one_call_s(lambda: None, CPU) == 0.3 and batches == [1]
+    batches.clear()
+    monkeypatch.setattr(M, "time_block", fake(0.0, 0.0))
+    assert M.one_call_s(lambda: None, CPU) == 0.0 and batches[-1] == M.SIZING_MAX_CALLS
+
+
 def test_block_calls_refuses_bad_bounds():
     with pytest.raises(ValueError, match="min_calls"):
         M.block_calls(0.1, 0.05, min_calls=0)

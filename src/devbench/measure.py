@@ -63,11 +63,16 @@ MATMUL_BLOCK_S = 0.1
 COPY_BLOCK_S = 0.05
 
 #: Most calls in one block: only a guard against a clock that saw nothing (a no-op call must not
-#: make a block endless). It is high enough that a 1 us call still fills its block: on the 2-vCPU VM
-#: the host slows a process for 50-100 ms at a time, and three 15 ms blocks (the old cap of 10,000
-#: calls of a 1.5 us product) fit inside one such burst, so one process in three or four came out
-#: 1.5-2x slow as a whole (docs/design.md, "Block sizing").
+#: make a block endless), high enough that a 1 us call still fills its block. With the sizing of
+#: ``one_call_s`` it is what lets a short call's blocks last their target (docs/design.md, "Block
+#: sizing"): on the 2-vCPU VM the host slows a process for 50-100 ms at a time, and blocks of a few
+#: milliseconds let one such stretch set a whole process's figure.
 MAX_CALLS = 1_000_000
+
+#: Block sizing times a short call in batches until one lasts this long (``one_call_s``), and
+#: stops at this many calls (a no-op that the clock hardly sees).
+SIZING_S = 2e-3
+SIZING_MAX_CALLS = 100_000
 
 #: torch.utils.benchmark warns when IQR / median passes this; so does devbench.
 SPREAD_WARN = 0.1
@@ -304,9 +309,21 @@ def _held_block(
     return BlockTiming(hold_until_queued(attempt, calls), calls)
 
 
-def one_call_s(fn: Callable[[], object], device: torch.device) -> float:
-    """Seconds of one call of ``fn`` (warm it first): what block sizes and burst lengths start from."""
-    return time_block(fn, device, 1).seconds
+def one_call_s(fn: Callable[[], object], device: torch.device, at_least_s: float = SIZING_S) -> float:
+    """Seconds per call of ``fn`` (warm it first): what block sizes and burst lengths start from.
+
+    Calls are timed in batches of 1, 10, 100, ... until a batch lasts ``at_least_s`` (timeit's
+    autorange), and its time per call is the answer. One microsecond-scale call timed alone reads
+    3-14x its time (the clock read, a cold cache line, Python's call: session 20, on the VM), which
+    made the blocks of a 1.5 us product or a 4 KiB copy a third to a fourteenth of their target.
+    A call that lasts ``at_least_s`` alone costs no more than before: one call.
+    """
+    calls = 1
+    while True:
+        timing = time_block(fn, device, calls)
+        if timing.seconds >= at_least_s or calls >= SIZING_MAX_CALLS:
+            return timing.per_call
+        calls *= 10
 
 
 def block_calls(one_call_s: float, target_s: float, min_calls: int = 1, max_calls: int = MAX_CALLS) -> int:
@@ -330,12 +347,12 @@ def calls_for(
     max_calls: int = MAX_CALLS,
     min_calls: int = 1,
 ) -> int:
-    """How many calls of ``fn`` fill about ``target_s`` seconds (``block_calls`` on one timed call).
+    """How many calls of ``fn`` fill about ``target_s`` seconds (``block_calls`` on ``one_call_s``).
 
     Call it after warm-up: a cold first call (context, handles, workspaces) would make
     the blocks far too short.
     """
-    return block_calls(time_block(fn, device, 1).seconds, target_s, min_calls, max_calls)
+    return block_calls(one_call_s(fn, device), target_s, min_calls, max_calls)
 
 
 @dataclass(frozen=True)
@@ -364,7 +381,7 @@ def plan_blocks(
     Call it after warm-up. ``one_s``: one warm call's seconds when already known (a check's
     warm call, ``Matmul.warm_call_s``); then no call is spent timing it.
     """
-    one = time_block(fn, device, 1).seconds if one_s is None else one_s
+    one = one_call_s(fn, device) if one_s is None else one_s
     calls = block_calls(one, target_s, min_calls, max_calls)
     if may_hold and hold_reason(device) is None and one < HOLD_BELOW_S and min_calls <= HELD_MAX_CALLS:
         return BlockPlan(min(calls, HELD_MAX_CALLS), hold=True)
