@@ -471,8 +471,8 @@ def test_sigterm_stops_the_run_kills_asv_and_leaves_nothing(project, tmp_path, m
 
     def second_round_killed(*args, **kwargs):
         calls.append(args[0].name)
-        if len(calls) == 2:  # the head's first round: the signal lands while asv runs
-            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        if len(calls) == 2:  # the head's first round: the signal lands while its asv runs (far over 0.1 s)
+            threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGTERM)).start()
         return real(*args, **kwargs)
 
     monkeypatch.setattr(ab, "run_round", second_round_killed)

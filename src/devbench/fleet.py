@@ -146,7 +146,7 @@ def measure_rank(
     by construction, to see the flagging work. Returns ``{"figures": {...}, "clocks": {...}}``.
     """
     from devbench.gpustate import Sampler
-    from devbench.measure import burst, measure, plan_blocks, sustained, time_block, warm_up
+    from devbench.measure import burst, measure, one_call_s, plan_blocks, sustained, warm_up
     from devbench.spec import gbps
     from devbench.workloads.matmul import Matmul, tf32
     from devbench.workloads.transfer import Copy, host_device_copy, pinned_reason
@@ -160,7 +160,7 @@ def measure_rank(
         mm.check()
         fn = _twice(mm) if slow else mm
         warm_up(fn, device, repeats=2)
-        one = time_block(fn, device, 1).seconds
+        one = one_call_s(fn, device)
         sampler = Sampler if device.type == "cuda" else None
         barrier()
         say("matmul burst")
