@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devbench import hostprobe
 from devbench import verdict as V
 from devbench.files import write_atomic
 from devbench.spec import direction
@@ -187,6 +188,8 @@ def run_round(
     env.pop("DEVBENCH_BENCH", None)
     if bench:
         env["DEVBENCH_BENCH"] = bench
+    # every benchmark process probes the host before and after its timed work (devbench.hostprobe)
+    env[hostprobe.ENV] = str(probe_file(results))
     with open(log, "ab") as out:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
         out.flush()
@@ -196,8 +199,21 @@ def run_round(
         raise ABError(f"asv run of {side.name} ({side.sha[:8]}) failed with exit {rc}; see {log}")
 
 
+def probe_file(results: Path) -> Path:
+    """Where the benchmark processes of the round writing ``results`` append their host probes."""
+    return results.parent / f"{results.name}.hostprobe.jsonl"
+
+
+def with_probes(frame: Any, lines: Sequence[dict]) -> Any:
+    """``frame`` (one round of one side) with ``host_probe_us``: the slowest host probe around each
+    figure's process (NaN where the process recorded none: a benchmark outside ``suite.Benchmark``)."""
+    worst = hostprobe.worst_by_figure(lines)
+    keys = zip(frame["benchmark"].astype(str), frame["params"].astype(str), strict=True)
+    return frame.assign(host_probe_us=[worst.get(k, math.nan) for k in keys])
+
+
 def collect(work: Path, sides: Sequence[Side], rounds: int) -> Any:
-    """One row per (side, round, figure): the figure of that process (pandas frame)."""
+    """One row per (side, round, figure): the figure of that process and the host probe around it (pandas frame)."""
     import pandas as pd
 
     from devbench.report.load import load_results
@@ -211,9 +227,8 @@ def collect(work: Path, sides: Sequence[Side], rounds: int) -> Any:
             loaded = load_results(root)
             f = loaded.frame
             f = f[(f["status"] == "ok") & f["value"].notna()]
-            frames.append(
-                f.assign(side=side.name, round=r)[["side", "round", "machine", "benchmark", "params", "unit", "value"]]
-            )
+            f = f.assign(side=side.name, round=r)[["side", "round", "machine", "benchmark", "params", "unit", "value"]]
+            frames.append(with_probes(f, hostprobe.read([probe_file(root)])))
     if not frames:
         raise ABError("no results: every round failed (see the log)")
     return pd.concat(frames, ignore_index=True)  # asv's --bench already selected
@@ -660,6 +675,15 @@ def names_pattern(names: Sequence[str]) -> str:
     return "^(?:" + "|".join(one(n) for n in names) + ")"
 
 
+def host_note(host: dict[str, Any]) -> str:
+    """One line on how the host ran: the probe's typical time and the processes that ran slowed."""
+    return (
+        f"host: a {hostprobe.N}x{hostprobe.N} float32 product took {host['typical_us']:.1f} us typically "
+        f"(10th percentile); {host['slow']} of {host['processes']} benchmark processes ran while it took "
+        f"{host['slow_factor']:g}x that or more (host_probe_us in per-process.csv)."
+    )
+
+
 def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[str, Any]) -> int:
     """Verdicts with this machine's floors; the table on stdout, the files in ``--out``; exit 1 if slower."""
     machine = record["machine"]
@@ -697,8 +721,14 @@ def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[st
         if floors
         else f"noise floors: {100 * V.DEFAULT_FLOOR:.0f}% (run devbench calibrate on {machine} to learn them)",
     ]
+    host = hostprobe.summary(per_process["host_probe_us"].tolist()) if "host_probe_us" in per_process else None
+    if host:
+        notes.append(host_note(host))
+        record = {**record, "host_probe": host}
     print()
     print(to_text(table, title))
+    if host:
+        print(host_note(host))
     publish(
         Path(args.out),
         {
@@ -724,6 +754,8 @@ def _read_compare(folder: Path) -> tuple[Any, dict[str, Any]]:
         record["sides"]["base"]["sha"], record["sides"]["head"]["benchmark_code"], record["machine"]  # noqa: B018
         frame = pd.read_csv(data, keep_default_na=False, dtype={"params": str})
         frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+        if "host_probe_us" in frame:  # compares before session 21 have no probes
+            frame["host_probe_us"] = pd.to_numeric(frame["host_probe_us"], errors="coerce")
     except (ValueError, KeyError, TypeError) as exc:
         raise ABError(f"--from {folder}: not a devbench compare record ({exc})") from None
     return frame, record
@@ -838,6 +870,9 @@ def _learn_and_store(args: argparse.Namespace, per_process: Any, sha: str, round
         f"{int((det < 0.2).sum())} of {len(det)} figures below 20%",
         f"stored in {noise_path(Path(args.asv_dir), machine)}",
     ]
+    host = hostprobe.summary(per_process["host_probe_us"].tolist()) if "host_probe_us" in per_process else None
+    if host:
+        lines.append(host_note(host))
     print()
     print("\n".join(lines))
     worst = learned.sort_values("floor", ascending=False).head(10)

@@ -1,0 +1,150 @@
+"""The host's state around each benchmark process: how long a small parallel product takes.
+
+On a shared machine the host sometimes slows parallel work for seconds to a minute at a
+time. Measured on the 2-vCPU VM (session 21, benchmarks/README.md): in such a stretch a
+two-thread 64x64 float32 product takes 12-15 us instead of 6.4-7.1, a one-thread product
+and a two-thread 1M-element add do not change, and every figure that is a small
+two-thread product reads up to 2.5x slow for the whole process. Which processes of an A/B
+run fell into such a stretch is a fact about the host, not about either commit, in the way
+a throttled GPU is; so ``devbench compare`` and ``calibrate`` ask every benchmark process
+to record it.
+
+``probe_us`` times a 64x64 float32 product of its own tensors (torch only, no devbench
+workload: a change under test cannot change it) on the thread count the benchmarks pin.
+When ``DEVBENCH_HOSTPROBE`` names a file, ``record`` appends one JSON line per probe with
+the asv benchmark and parameters of the process, and ``devbench.ab`` joins them to that
+process's figure (``host_probe_us`` in per-process.csv). Without the variable (a plain
+``asv run``) nothing is probed or written.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+#: the JSON-lines file a probe is appended to; unset, nothing is probed
+ENV = "DEVBENCH_HOSTPROBE"
+#: the probe's product: n x n float32
+N = 64
+#: calls per timed batch (about 1.4 ms at 7 us) and batches; the probe is their median
+CALLS, BATCHES = 200, 3
+
+
+@functools.cache
+def _operands() -> tuple[Any, Any, Any]:
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(N, N, generator=gen)
+    b = torch.randn(N, N, generator=gen)
+    return a, b, torch.empty(N, N)
+
+
+def probe_us() -> float:
+    """Microseconds per 64x64 float32 product on this process's torch thread count (median of batches)."""
+    import torch
+
+    a, b, out = _operands()
+    for _ in range(20):
+        torch.mm(a, b, out=out)
+    times = []
+    for _ in range(BATCHES):
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            torch.mm(a, b, out=out)
+        times.append((time.perf_counter() - start) / CALLS * 1e6)
+    return statistics.median(times)
+
+
+def asv_benchmark_name(depth: int = 8) -> str | None:
+    """The full asv name (``module.Class.method``) of the benchmark whose set-up or tear-down is running.
+
+    asv_runner calls ``setup``/``teardown`` from its benchmark object's ``do_setup``/``do_teardown``;
+    that object (a local ``self`` with ``name`` and ``_current_params``) is found up the stack.
+    ``None`` when called from elsewhere.
+    """
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            break
+        owner = frame.f_locals.get("self")
+        name = getattr(owner, "name", None)
+        if isinstance(name, str) and hasattr(owner, "_current_params"):
+            return name
+        frame = frame.f_back
+    return None
+
+
+def record(benchmark: str, params: str, phase: str, path: str | os.PathLike[str] | None = None) -> dict | None:
+    """Probe and append one line to ``path`` (default: the file ``DEVBENCH_HOSTPROBE`` names); ``None`` when unset."""
+    target = path if path is not None else os.environ.get(ENV)
+    if not target:
+        return None
+    import torch
+
+    line = {
+        "benchmark": benchmark,
+        "params": params,
+        "phase": phase,
+        "probe_us": round(probe_us(), 3),
+        "threads": torch.get_num_threads(),
+        "pid": os.getpid(),
+        "time": time.time(),
+    }
+    with open(target, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+    return line
+
+
+def read(paths: Sequence[str | os.PathLike[str]]) -> list[dict]:
+    """Every well-formed probe line of ``paths`` (missing files and torn lines are skipped)."""
+    lines: list[dict] = []
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            continue
+        for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                item = json.loads(text)
+            except ValueError:
+                continue  # a process killed mid-write
+            if isinstance(item, dict) and isinstance(item.get("probe_us"), (int, float)):
+                lines.append(item)
+    return lines
+
+
+def worst_by_figure(lines: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
+    """The slowest probe of each (benchmark, params): the host at its worst around that process."""
+    worst: dict[tuple[str, str], float] = {}
+    for item in lines:
+        key = (str(item.get("benchmark")), str(item.get("params")))
+        worst[key] = max(worst.get(key, 0.0), float(item["probe_us"]))
+    return worst
+
+
+#: a probe this many times the run's typical one marks a process run while the host slowed parallel work
+#: (the two states measured on the VM are 6.4-7.1 us and 12-15 us)
+SLOW_FACTOR = 1.5
+
+
+def summary(values: Sequence[float]) -> dict | None:
+    """How the host ran during an A/B run: the typical probe (10th percentile of the processes', so that
+    a run spent mostly in a slow stretch still has its fast state as reference) and how many processes
+    ran with a probe of at least ``SLOW_FACTOR`` times it. ``None`` when no process probed."""
+    probes = sorted(float(v) for v in values if isinstance(v, (int, float)) and v > 0 and v != float("inf"))
+    if not probes:
+        return None
+    typical = probes[int(0.1 * (len(probes) - 1))]
+    return {
+        "typical_us": round(typical, 3),
+        "slow_factor": SLOW_FACTOR,
+        "slow": sum(v >= SLOW_FACTOR * typical for v in probes),
+        "processes": len(probes),
+    }

@@ -1,0 +1,146 @@
+"""The host probe: written only when compare asks, named as asv names the figure, joined to its process."""
+
+import json
+import math
+import sys
+
+import pandas as pd
+import pytest
+from asv_runner.benchmarks.track import TrackBenchmark
+
+from devbench import ab, hostprobe, suite
+
+
+class Probed(suite.Benchmark):
+    params = [["cpu"], [16, 64]]
+    param_names = ["device", "n"]
+
+    def setup(self, device, n):
+        self.n = n
+
+    def teardown(self, device, n):
+        pass
+
+    def track_n(self, device, n):
+        return self.n
+
+
+def _asv_benchmark(name="bench_probe.Probed.track_n"):
+    """The benchmark as asv_runner drives it: its own object calls setup and teardown."""
+    inst = Probed()
+    # what asv_runner's discovery passes: the bound method, its instance, its module
+    bench = TrackBenchmark(name, inst.track_n, [inst.track_n, inst, sys.modules[__name__]])
+    bench.set_param_idx(1)  # device=cpu, n=64
+    return bench
+
+
+@pytest.fixture
+def probe_file(tmp_path, monkeypatch):
+    path = tmp_path / "r0.hostprobe.jsonl"
+    monkeypatch.setenv(hostprobe.ENV, str(path))
+    monkeypatch.setattr(suite, "_last_host_probe", {})
+    return path
+
+
+def test_probe_times_a_small_product():
+    assert 0 < hostprobe.probe_us() < 1e6
+
+
+def test_nothing_is_probed_or_written_unless_compare_asks(tmp_path, monkeypatch):
+    monkeypatch.delenv(hostprobe.ENV, raising=False)
+    monkeypatch.setattr(suite, "_last_host_probe", {})
+    assert hostprobe.record("b", "p", "before") is None
+    bench = _asv_benchmark()
+    bench.do_setup()
+    bench.do_teardown()
+    assert suite._last_host_probe == {}
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_benchmark_process_records_before_and_after_under_asvs_name(probe_file, monkeypatch):
+    monkeypatch.setattr(hostprobe, "probe_us", lambda: 7.25)
+    bench = _asv_benchmark()
+    assert not bench.do_setup()
+    assert bench.do_run() == 64
+    bench.do_teardown()
+    lines = hostprobe.read([probe_file])
+    assert [(x["benchmark"], x["params"], x["phase"], x["probe_us"]) for x in lines] == [
+        ("bench_probe.Probed.track_n", "device=cpu, n=64", "before", 7.25),
+        ("bench_probe.Probed.track_n", "device=cpu, n=64", "after", 7.25),
+    ]
+    assert lines[0]["threads"] >= 1 and lines[0]["pid"] > 0
+
+
+def test_set_up_again_within_half_a_second_does_not_probe_again(probe_file, monkeypatch):
+    calls = []
+    monkeypatch.setattr(hostprobe, "probe_us", lambda: calls.append(1) or 7.0)
+    bench = _asv_benchmark()
+    for _ in range(5):  # asv re-runs setup and teardown around every sample
+        bench.do_setup()
+        bench.do_teardown()
+    assert len(calls) == 2
+    assert [x["phase"] for x in hostprobe.read([probe_file])] == ["before", "after"]
+
+
+def test_a_teardown_without_a_probed_setup_does_not_probe(probe_file, monkeypatch):
+    monkeypatch.setattr(hostprobe, "probe_us", lambda: pytest.fail("probed"))
+    _asv_benchmark().do_teardown()  # asv tears down a skipped combination too
+    assert not probe_file.exists()
+
+
+def test_outside_asv_the_class_names_the_figure(probe_file, monkeypatch):
+    monkeypatch.setattr(hostprobe, "probe_us", lambda: 9.0)
+    Probed().setup("cpu", 16)
+    (line,) = hostprobe.read([probe_file])
+    assert line["benchmark"].endswith("Probed") and line["params"] == "device=cpu, n=16"
+
+
+def test_asv_benchmark_name_is_none_off_asvs_stack():
+    assert hostprobe.asv_benchmark_name() is None
+
+
+def test_read_skips_missing_files_and_torn_lines(tmp_path):
+    good = {"benchmark": "b", "params": "p", "phase": "before", "probe_us": 7.0}
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps(good) + "\n" + '{"benchmark": "b", "probe_us": 1' + "\n" + '"text"\n')
+    assert hostprobe.read([path, tmp_path / "missing.jsonl"]) == [good]
+
+
+def test_worst_probe_per_figure():
+    lines = [
+        {"benchmark": "a", "params": "n=1", "probe_us": 7.0},
+        {"benchmark": "a", "params": "n=1", "probe_us": 13.0},
+        {"benchmark": "a", "params": "n=2", "probe_us": 6.5},
+    ]
+    assert hostprobe.worst_by_figure(lines) == {("a", "n=1"): 13.0, ("a", "n=2"): 6.5}
+
+
+def test_summary_takes_the_fast_state_as_typical_and_counts_slow_processes():
+    # 20 processes: 11 in a slow stretch (13 us), 9 fast (6.6-7.0 us): the 10th percentile is fast
+    values = [6.6, 6.7, 6.8, 6.9, 7.0, 6.6, 6.7, 6.8, 6.9] + [13.0] * 11 + [math.nan]
+    s = hostprobe.summary(values)
+    assert s == {"typical_us": 6.6, "slow_factor": 1.5, "slow": 11, "processes": 20}
+    assert hostprobe.summary([math.nan, -1.0]) is None
+    assert hostprobe.summary([]) is None
+
+
+def test_compare_joins_each_processes_probe_to_its_figure():
+    frame = pd.DataFrame(
+        {
+            "benchmark": ["bench_m.M.track_t", "bench_m.M.track_t", "bench_o.O.track_x"],
+            "params": ["n=16", "n=64", ""],
+            "value": [1.0, 2.0, 3.0],
+        }
+    )
+    lines = [
+        {"benchmark": "bench_m.M.track_t", "params": "n=64", "probe_us": 6.9},
+        {"benchmark": "bench_m.M.track_t", "params": "n=64", "probe_us": 14.1},
+        {"benchmark": "bench_m.M.track_t", "params": "n=16", "probe_us": 7.1},
+    ]
+    got = ab.with_probes(frame, lines)["host_probe_us"].tolist()
+    assert got[:2] == [7.1, 14.1] and math.isnan(got[2])
+
+
+def test_host_note_says_what_was_measured():
+    note = ab.host_note({"typical_us": 6.6, "slow_factor": 1.5, "slow": 11, "processes": 20})
+    assert "64x64" in note and "6.6 us" in note and "11 of 20" in note and "1.5x" in note
