@@ -26,6 +26,14 @@ import time
 SLEEP_MS = {sleep}
 
 
+def setup(*params):
+    # what devbench.suite.Benchmark does for the suite: probe the host when compare or calibrate asks
+    from devbench import hostprobe
+
+    if not params:
+        hostprobe.record(hostprobe.asv_benchmark_name() or "unknown", "", "before")
+
+
 def time_sleep():
     time.sleep(SLEEP_MS / 1e3)
 
@@ -134,6 +142,17 @@ def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project
     assert _run(monkeypatch, project, "compare", c1, c2, "--out", str(same), "--all-rounds") == 0
     assert {r["verdict"] for r in _rows(same / "compare.csv").values()} <= {"same", "undecided"}
 
+    # every process of a figure whose set-up probes has its probe beside its figure, the rest none
+    import pandas as pd
+
+    pp = pd.read_csv(same / "per-process.csv")
+    probed = pp.groupby("benchmark")["host_probe_us"].apply(lambda v: bool(v.notna().all() and (v > 0).all()))
+    assert probed["bench_ab.time_sleep"] and probed["bench_ab.track_rate"]
+    assert pp.loc[pp["benchmark"] == "bench_ab.track_sized", "host_probe_us"].isna().all()
+    assert "host: a 64x64 float32 product took" in (same / "compare.md").read_text()
+    host = json.loads((same / "run.json").read_text())["host_probe"]
+    assert host["processes"] == int(pp["host_probe_us"].notna().sum()) and set(host["sides"]) == {"base", "head"}
+
     # calibrate learns floors from the A/A compare, refuses the planted one
     assert _run(monkeypatch, project, "calibrate", "--from", str(same), "--out", str(tmp_path / "cal")) == 0
     noise = json.loads((project[0] / ".asv" / "noise" / "alpha.json").read_text())
@@ -154,8 +173,6 @@ def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project
     assert _rows(again / "compare.csv")["bench_ab.time_sleep"]["verdict"] == "slower"
 
     # a figure that measured on base only (it failed on head) is not judged, and says so
-    import pandas as pd
-
     one_side = tmp_path / "one-side"
     one_side.mkdir()
     (one_side / "run.json").write_text((planted / "run.json").read_text())
@@ -451,6 +468,30 @@ def test_a_twin_gets_the_floor_of_the_figure_judged_in_its_place():
         key = f"bench_collectives.Collectives.{twin} [op=all_reduce]"
         assert out[key] == {"floor": 0.3, "twin_of": f"{time} [op=all_reduce]"}
     assert len(out) == 4 and out["m.other"] == {"floor": 0.1}
+
+
+def test_calibrate_measures_twice_and_can_learn_again_from_its_own_output(project, tmp_path, monkeypatch, capsys):
+    _, _, (c1, _, _) = project
+    cal = tmp_path / "cal"
+    assert _run(monkeypatch, project, "calibrate", c1, "--bench", "time_sleep|track_rate", "--out", str(cal)) == 0
+    out = capsys.readouterr().out
+    assert "round 4/4: B" in out and "host: a 64x64 float32 product took" in out
+    run = json.loads((cal / "run.json").read_text())
+    assert run["calibrate"] and run["sides"]["base"] == run["sides"]["head"] and run["sides"]["base"]["sha"] == c1
+    noise_file = project[0] / ".asv" / "noise" / "alpha.json"
+    first = json.loads(noise_file.read_text())
+    assert set(first["figures"]) == {"bench_ab.time_sleep", "bench_ab.track_rate"}
+    assert first["host_probe"]["processes"] == 16 and first["rounds"] == 4
+
+    # learned again from the kept calibration, every process judged: the same processes, so the same
+    # floors when none was slowed, and never fewer processes behind them
+    again = tmp_path / "again"
+    assert _run(monkeypatch, project, "calibrate", "--from", str(cal), "--keep-slowed", "--out", str(again)) == 0
+    second = json.loads(noise_file.read_text())
+    assert second["source"] == "a calibration kept in cal/" and second["host_probe"]["left_out"] == 0
+    assert second["host_probe"]["kept_because"] == "--keep-slowed"
+    if first["host_probe"]["left_out"] == 0:
+        assert second["figures"] == first["figures"]
 
 
 def test_sigterm_stops_the_run_kills_asv_and_leaves_nothing(project, tmp_path, monkeypatch, capsys):

@@ -144,3 +144,87 @@ def test_compare_joins_each_processes_probe_to_its_figure():
 def test_host_note_says_what_was_measured():
     note = ab.host_note({"typical_us": 6.6, "slow_factor": 1.5, "slow": 11, "processes": 20})
     assert "64x64" in note and "6.6 us" in note and "11 of 20" in note and "1.5x" in note
+
+
+def _frame(base_probes, head_probes, base_values=None, head_values=None):
+    rows = []
+    for side, probes, values in (("base", base_probes, base_values), ("head", head_probes, head_values)):
+        for i, p in enumerate(probes):
+            v = values[i] if values else 1.0
+            rows.append({"side": side, "round": i, "benchmark": "b.M.track_t", "params": "n=64",
+                         "unit": "TFLOP/s", "value": v, "host_probe_us": p})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_processes_run_while_the_host_slowed_are_left_out():
+    frame = _frame([6.6, 6.8, 13.2, 7.0, math.nan], [6.7, 12.9, 6.9, 7.1, 6.8])
+    usable, info = ab.host_filter(frame)
+    assert len(usable) == 8 and usable["host_probe_us"].fillna(0).max() < 9.9  # the NaN row is kept
+    assert info["left_out"] == 2 and info["slow"] == 2 and info["processes"] == 9
+    assert info["sides"]["base"]["slowed"] == 1 and info["sides"]["head"]["slowed"] == 1
+    assert "those of every figure left out (2 processes)" in ab.host_note(info)
+
+
+def test_keep_slowed_judges_every_process():
+    frame = _frame([6.6, 6.8, 13.2, 7.0], [6.7, 12.9, 6.9, 7.1])
+    usable, info = ab.host_filter(frame, keep=True)
+    assert len(usable) == 8 and info["left_out"] == 0 and "--keep-slowed" in ab.host_note(info)
+
+
+def test_a_probe_the_code_under_test_changes_leaves_nothing_out():
+    # head's every probe is 40% slower: not the host's stretches but the code (a thread left spinning)
+    frame = _frame([6.6, 6.7, 6.8, 6.9, 13.5], [9.3, 9.4, 9.5, 9.6, 9.7])
+    usable, info = ab.host_filter(frame)
+    assert len(usable) == 10 and info["left_out"] == 0
+    assert "the code under test changes it" in info["kept_because"]
+
+
+def test_no_probes_means_nothing_to_filter():
+    frame = _frame([math.nan] * 3, [math.nan] * 3)
+    assert ab.host_filter(frame)[1] is None
+    assert ab.host_filter(frame.drop(columns="host_probe_us"))[1] is None
+
+
+def test_a_doubling_hidden_by_slowed_processes_is_judged_on_the_rest():
+    # a two-thread 64x64 product: 0.074 TFLOP/s, half that while the host is slow; head does twice the work
+    base_probe = [6.6, 13.0, 6.8, 13.1, 6.7, 6.9, 12.8, 6.7, 6.8, 6.6]
+    head_probe = [13.2, 6.7, 6.9, 6.8, 12.9, 6.6, 6.8, 13.0, 6.7, 6.9]
+    base = [0.037 if p > 10 else 0.074 for p in base_probe]
+    head = [0.0185 if p > 10 else 0.037 for p in head_probe]
+    frame = _frame(base_probe, head_probe, base, head)
+    kept = ab.judge_all(frame, "base", "head", {"b.M.track_t [n=64]": 0.5}, 0.99)
+    usable, _ = ab.host_filter(frame)
+    judged = ab.judge_all(usable, "base", "head", {"b.M.track_t [n=64]": 0.5}, 0.99)
+    assert judged["verdict"].tolist() == ["slower"] and judged["ratio"].tolist() == [pytest.approx(0.5)]
+    assert kept["verdict"].tolist() == ["undecided"]
+
+
+def test_a_benchmark_measured_in_setup_cache_does_not_probe(probe_file, monkeypatch):
+    monkeypatch.setattr(hostprobe, "probe_us", lambda: pytest.fail("probed"))
+    monkeypatch.setattr(Probed, "host_probe", False)
+    bench = _asv_benchmark()
+    bench.do_setup()
+    bench.do_teardown()
+    assert not probe_file.exists()
+
+
+def test_only_the_figures_the_host_moves_lose_their_slowed_processes():
+    one = _frame([6.6, 13.2, 6.8], [6.7, 12.9, 6.9])
+    frame = pd.concat([one, one.assign(params="n=16")], ignore_index=True)
+    usable, info = ab.host_filter(frame, only={"b.M.track_t [n=64]"})
+    assert usable.groupby("params").size().to_dict() == {"n=16": 6, "n=64": 4}
+    assert info["left_out"] == 2 and info["sensitive_figures"] == 1
+    assert "those of the 1 figures calibrate found" in ab.host_note(info)
+    assert ab.host_filter(frame, only=set())[1]["left_out"] == 0
+
+
+def test_a_figure_is_sensitive_when_its_slowed_processes_read_apart():
+    # MatmulSquare float32 n=64 in the session 21 calibration: 0.47x in slowed processes
+    base_probe, head_probe = [6.6, 13.0, 6.8, 13.1, 6.7], [13.2, 6.7, 6.9, 6.8, 6.9]
+    values = [0.037 if p > 10 else 0.074 for p in base_probe + head_probe]
+    frame = _frame(base_probe, head_probe, values[:5], values[5:])
+    ratios = ab.host_ratios(frame)
+    assert ratios == {"b.M.track_t [n=64]": pytest.approx(0.5)} and hostprobe.sensitive(ratios["b.M.track_t [n=64]"])
+    assert not hostprobe.sensitive(1.15) and not hostprobe.sensitive(None) and hostprobe.sensitive(1.3)
+    assert hostprobe.slowed_ratio([2.0], [1.0, 1.0]) == pytest.approx(2.0)  # one slowed process is asked
+    assert hostprobe.slowed_ratio([], [1.0, 1.1]) is None and hostprobe.slowed_ratio([2.0], [1.0]) is None

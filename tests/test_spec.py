@@ -100,6 +100,7 @@ LAYERS = [
     ("devbench.spec", ["torch", "asv", "pandas"]),
     ("devbench.verdict", ["torch", "asv", "pandas", "numpy"]),
     ("devbench.ab", ["torch"]),
+    ("devbench.hostprobe", ["torch", "asv", "pandas"]),  # torch only when a probe runs
     ("devbench.report.cli", ["torch"]),
     ("devbench.report.sections", ["torch"]),
     ("devbench.measure", ["asv", "devbench.suite", "benchmarks"]),

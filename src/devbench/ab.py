@@ -287,6 +287,17 @@ def load_floors(asv_dir: Path, machine: str) -> dict[str, float]:
         raise ABError(f"{path}: not a devbench noise file ({exc}); run devbench calibrate again") from None
 
 
+def load_sensitive(asv_dir: Path, machine: str) -> set[str]:
+    """The figures ``calibrate`` found the host's slow stretches move on ``machine`` (``hostprobe.sensitive``)."""
+    path = noise_path(asv_dir, machine)
+    if not path.is_file():
+        return set()
+    try:
+        return {k for k, v in json.loads(path.read_text())["figures"].items() if v.get("host_sensitive")}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ABError(f"{path}: not a devbench noise file ({exc}); run devbench calibrate again") from None
+
+
 def learn(per_process: Any, confidence: float) -> Any:
     """Per figure: the learned floor and the minimum detectable change from an A/A run."""
     import pandas as pd
@@ -577,8 +588,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not args.all_rounds:
 
             def stop(per_process: Any, left: int, lean: bool = args.extra_rounds > 0) -> dict[str, int]:
-                floors = load_floors(Path(args.asv_dir), _machine_of(per_process))
-                return settled_figures(per_process, "base", "head", floors, args.confidence, left, lean)
+                machine = _machine_of(per_process)
+                floors = load_floors(Path(args.asv_dir), machine)
+                usable = host_filter(per_process, args.keep_slowed, load_sensitive(Path(args.asv_dir), machine))[0]
+                return settled_figures(usable, "base", "head", floors, args.confidence, left, lean)
 
         stopped = _run_rounds(plan, stop=stop)
         per_process = collect(plan.work, plan.sides, plan.rounds)
@@ -586,7 +599,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         extra: list[str] = []
         if args.extra_rounds:
             floors = load_floors(Path(args.asv_dir), machine)
-            extra = leaning(judge_all(per_process, "base", "head", floors, args.confidence))
+            usable = host_filter(per_process, args.keep_slowed, load_sensitive(Path(args.asv_dir), machine))[0]
+            extra = leaning(judge_all(usable, "base", "head", floors, args.confidence))
         if extra:
             print(f"\n{len(extra)} figure(s) lean to a change but are undecided; "
                   f"{args.extra_rounds} more rounds per side of those: {', '.join(extra)}")  # fmt: skip
@@ -675,12 +689,99 @@ def names_pattern(names: Sequence[str]) -> str:
     return "^(?:" + "|".join(one(n) for n in names) + ")"
 
 
+#: the host probe's median may differ this much between the sides before leaving slowed processes out
+#: stops: more means the code under test changes the probe itself (a thread left spinning), not the host
+SIDE_TOLERANCE = 0.2
+
+
+def slowed_mask(per_process: Any) -> tuple[Any, dict[str, Any] | None]:
+    """Which processes ran while the host slowed parallel work, and how the host ran.
+
+    A process is slowed when its host probe (``devbench.hostprobe``) took ``SLOW_FACTOR`` times the
+    run's typical probe or more (NaN, not probed, never is). ``None`` for the info when no process
+    probed (a run before session 21).
+    """
+    if "host_probe_us" not in per_process:
+        return None, None
+    probes = per_process["host_probe_us"].astype(float)
+    info = hostprobe.summary(probes.tolist())
+    if info is None:
+        return None, None
+    slowed = probes >= info["slow_factor"] * info["typical_us"]
+    info["sides"] = {
+        str(side): {"median_us": round(float(probes[rows].median()), 3), "slowed": int(slowed[rows].sum())}
+        for side, rows in per_process.groupby("side", sort=False).groups.items()
+    }
+    return slowed, info
+
+
+def host_ratios(per_process: Any) -> dict[str, float]:
+    """Per figure (``figure_key``): its slowed processes against the others (``hostprobe.slowed_ratio``)."""
+    slowed, _ = slowed_mask(per_process)
+    if slowed is None:
+        return {}
+    out = {}
+    for (bench, params), g in per_process.groupby(["benchmark", "params"], sort=True, dropna=False):
+        s = slowed.loc[g.index]
+        ratio = hostprobe.slowed_ratio(g.loc[s, "value"].tolist(), g.loc[~s, "value"].tolist())
+        if ratio is not None:
+            out[V.figure_key(bench, params)] = ratio
+    return out
+
+
+def host_filter(per_process: Any, keep: bool = False, only: Any = None) -> tuple[Any, dict[str, Any] | None]:
+    """``per_process`` without the processes of host-sensitive figures that ran while the host slowed
+    parallel work, and what was done.
+
+    ``only``: the figures (``figure_key``) whose slowed processes go, those ``calibrate`` found the host's
+    slow stretches move (``hostprobe.sensitive``); ``None``: every figure's. Which processes ran slowed
+    is the host's doing, not either commit's (the probe is torch's product, not a workload), so leaving
+    them out biases neither side; it costs evidence, which extra rounds may make up. Nothing is left
+    out when ``keep`` (``--keep-slowed``), when no process probed, or when the probe's median differs
+    between the sides by more than ``SIDE_TOLERANCE``: then the code under test changes the probe and
+    it no longer tells the host's state apart from the change.
+    """
+    slowed, info = slowed_mask(per_process)
+    if info is None:
+        return per_process, None
+    if only is not None:
+        import pandas as pd
+
+        keys = [V.figure_key(b, p) for b, p in zip(per_process["benchmark"], per_process["params"], strict=True)]
+        slowed = slowed & pd.Series([k in only for k in keys], index=per_process.index)
+        info["sensitive_figures"] = len(only)
+    medians = [v["median_us"] for v in info["sides"].values() if v["median_us"] > 0]
+    if keep:
+        info.update(left_out=0, kept_because="--keep-slowed")
+    elif len(medians) > 1 and max(medians) > (1 + SIDE_TOLERANCE) * min(medians):
+        info.update(left_out=0, kept_because="the probe's median differs between the sides by more than "
+                    f"{100 * SIDE_TOLERANCE:.0f}%: the code under test changes it")  # fmt: skip
+    else:
+        info.update(left_out=int(slowed.sum()), kept_because="")
+        per_process = per_process[~slowed]
+    return per_process, info
+
+
 def host_note(host: dict[str, Any]) -> str:
-    """One line on how the host ran: the probe's typical time and the processes that ran slowed."""
+    """How the host ran: the probe's typical time, the processes that ran slowed, and what became of them."""
+    sides = ", ".join(f"{side} {v['slowed']}" for side, v in host.get("sides", {}).items())
+    scope = (
+        f"the {host['sensitive_figures']} figures calibrate found the host's slow stretches move"
+        if "sensitive_figures" in host
+        else "every figure"
+    )
+    fate = (
+        f"those of {scope} left out ({host['left_out']} processes)"
+        if host.get("left_out")
+        else f"kept: {host['kept_because']}"
+        if host.get("kept_because")
+        else "none to leave out"
+    )
     return (
         f"host: a {hostprobe.N}x{hostprobe.N} float32 product took {host['typical_us']:.1f} us typically "
-        f"(10th percentile); {host['slow']} of {host['processes']} benchmark processes ran while it took "
-        f"{host['slow_factor']:g}x that or more (host_probe_us in per-process.csv)."
+        f"(10th percentile of the processes' probes); {host['slow']} of {host['processes']} benchmark "
+        f"processes ran while it took {host['slow_factor']:g}x that or more{f' ({sides})' if sides else ''}: "
+        f"{fate} (host_probe_us in per-process.csv)."
     )
 
 
@@ -688,7 +789,8 @@ def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[st
     """Verdicts with this machine's floors; the table on stdout, the files in ``--out``; exit 1 if slower."""
     machine = record["machine"]
     floors = load_floors(Path(args.asv_dir), machine)
-    table = judge_all(per_process, "base", "head", floors, args.confidence)
+    usable, host = host_filter(per_process, args.keep_slowed, load_sensitive(Path(args.asv_dir), machine))
+    table = judge_all(usable, "base", "head", floors, args.confidence)
     stopped = record.get("stopped") or {}
     names = [figure_name(b, p) for b, p in zip(table["benchmark"], table["params"], strict=True)]
     table["stopped_after"] = [stopped.get(n, "") for n in names]
@@ -721,7 +823,6 @@ def _judge_and_write(args: argparse.Namespace, per_process: Any, record: dict[st
         if floors
         else f"noise floors: {100 * V.DEFAULT_FLOOR:.0f}% (run devbench calibrate on {machine} to learn them)",
     ]
-    host = hostprobe.summary(per_process["host_probe_us"].tolist()) if "host_probe_us" in per_process else None
     if host:
         notes.append(host_note(host))
         record = {**record, "host_probe": host}
@@ -794,20 +895,28 @@ def _from_compare(folder: Path) -> tuple[Any, str, int]:
             f"--from {folder}: that compare stopped {len(run['stopped'])} figures early, so they lack rounds a "
             "noise floor is learned from; run the A/A compare with --all-rounds, or devbench calibrate"
         )
-    frame["side"] = frame["side"].map({"base": "A", "head": "B"})
+    frame["side"] = frame["side"].replace({"base": "A", "head": "B"})  # a calibration's are A and B already
     return frame, head["sha"], int(run["rounds"])
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.from_compare:
-        per_process, sha, rounds = _from_compare(Path(args.from_compare))
-        _learn_and_store(args, per_process, sha, rounds, f"an A/A compare kept in {Path(args.from_compare).name}/")
+        source = Path(args.from_compare)
+        per_process, sha, rounds = _from_compare(source)
+        run = json.loads((source / "run.json").read_text())
+        what = "a calibration" if run.get("calibrate") else "an A/A compare"
+        _learn_and_store(args, per_process, sha, rounds, f"{what} kept in {source.name}/", run)
         return 0
     plan = _prepare(args, [("A", args.commit), ("B", args.commit)])
     try:
         _run_rounds(plan)
         per_process = collect(plan.work, plan.sides, plan.rounds)
-        _learn_and_store(args, per_process, plan.sides[0].sha, plan.rounds, f"{args.commit} measured twice")
+        # run.json in compare's shape (base and head the one commit), so that calibrate --from can learn
+        # from this run again, e.g. with or without --keep-slowed
+        side = _run_record(plan, _machine_of(per_process), args)["sides"]["A"]
+        run = {**_run_record(plan, _machine_of(per_process), args), "sides": {"base": side, "head": side},
+               "all_rounds": True, "stopped": {}, "calibrate": True}  # fmt: skip
+        _learn_and_store(args, per_process, plan.sides[0].sha, plan.rounds, f"{args.commit} measured twice", run)
     finally:
         _keep_or_clean(plan, args)
     return 0
@@ -833,10 +942,20 @@ def _with_twins(figures: dict[str, dict[str, Any]], learned: Any) -> dict[str, d
     return out
 
 
-def _learn_and_store(args: argparse.Namespace, per_process: Any, sha: str, rounds: int, what: str) -> None:
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _learn_and_store(
+    args: argparse.Namespace, per_process: Any, sha: str, rounds: int, what: str, run: dict[str, Any]
+) -> None:
     machine = _machine_of(per_process)
-    learned = learn(per_process, args.confidence)
-    at_default = judge_all(per_process, "A", "B", {}, args.confidence)
+    # a figure the host's slow stretches move is learned (and judged) without its slowed processes
+    ratios = host_ratios(per_process)
+    sensitive = {k for k, r in ratios.items() if hostprobe.sensitive(r)}
+    usable, host = host_filter(per_process, args.keep_slowed, sensitive)
+    learned = learn(usable, args.confidence)
+    at_default = judge_all(usable, "A", "B", {}, args.confidence)
     false = at_default["verdict"].isin([V.FASTER, V.SLOWER])
     record = {
         "machine": machine,
@@ -847,12 +966,15 @@ def _learn_and_store(args: argparse.Namespace, per_process: Any, sha: str, round
         "default_floor": V.DEFAULT_FLOOR,
         "false_positives_at_default": int(false.sum()),
         "figures_judged": len(at_default),
+        "host_probe": host,
         "figures": _with_twins(
             {
                 V.figure_key(r.benchmark, r.params): {
                     "floor": round(r.floor, 5),
                     "sigma": round(r.sigma, 5),
                     "detectable": None if not math.isfinite(r.detectable) else round(r.detectable, 5),
+                    "host_ratio": _rounded(ratios.get(V.figure_key(r.benchmark, r.params))),
+                    "host_sensitive": V.figure_key(r.benchmark, r.params) in sensitive,
                 }
                 for r in learned.itertuples()
             },
@@ -870,9 +992,14 @@ def _learn_and_store(args: argparse.Namespace, per_process: Any, sha: str, round
         f"{int((det < 0.2).sum())} of {len(det)} figures below 20%",
         f"stored in {noise_path(Path(args.asv_dir), machine)}",
     ]
-    host = hostprobe.summary(per_process["host_probe_us"].tolist()) if "host_probe_us" in per_process else None
     if host:
         lines.append(host_note(host))
+        moved = sorted(sensitive)
+        lines.append(
+            f"figures the host's slow stretches move (slowed processes off by more than "
+            f"{100 * hostprobe.SENSITIVE:.0f}%; compare leaves their slowed processes out): {len(moved)}"
+            + "".join(f"\n  {ratios[k]:.2f}x  {k}" for k in moved)
+        )
     print()
     print("\n".join(lines))
     worst = learned.sort_values("floor", ascending=False).head(10)
@@ -887,9 +1014,10 @@ def _learn_and_store(args: argparse.Namespace, per_process: Any, sha: str, round
             "calibrate.txt": "\n".join(lines) + "\n",
             "aa-verdicts.csv": at_default.to_csv(index=False),
             "per-process.csv": per_process.to_csv(index=False),
+            "run.json": json.dumps({**run, "confidence": args.confidence, "keep_slowed": args.keep_slowed}, indent=1),
         },
     )
-    print(f"wrote {args.out}/calibrate.csv, calibrate.txt, aa-verdicts.csv, per-process.csv")
+    print(f"wrote {args.out}/calibrate.csv, calibrate.txt, aa-verdicts.csv, per-process.csv, run.json")
 
 
 def _keep_or_clean(plan: Plan, args: argparse.Namespace) -> None:
@@ -913,6 +1041,12 @@ def add_common(p: argparse.ArgumentParser, out: str) -> None:
         "--blocks", type=int, default=BLOCKS, help=f"blocks per track_ figure per process (default {BLOCKS})"
     )
     p.add_argument("--keep", action="store_true", help="keep the work folder (exported trees, per-round results, log)")
+    p.add_argument(
+        "--keep-slowed",
+        action="store_true",
+        help="judge every process, also those that ran while the host slowed parallel work (by default they are "
+        "left out: every benchmark process probes the host with a small two-thread product, see devbench.hostprobe)",
+    )
     p.add_argument(
         "--twins",
         action="store_true",

@@ -124,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure BASE and HEAD in alternating rounds (ABBA), each benchmark in a fresh process per "
         "round, offline in this Python's environment; judge every figure with a distribution-free interval "
         "against its noise floor (devbench calibrate learns the floors). Exit 0: nothing slower; 1: a figure is "
-        "slower; 2: bad input; 130: interrupted (Ctrl-C); 143: terminated (kill).",
+        "slower; 2: bad input; 130: interrupted (Ctrl-C); 143: terminated (kill). Every benchmark process probes "
+        "the host (a small two-thread product, before and after its timed work); processes that ran while the "
+        "host slowed parallel work are left out of the verdicts (--keep-slowed keeps them).",
         epilog="examples:\n  devbench compare main HEAD\n  devbench compare v0.1 HEAD --bench MatmulSquare --rounds 7"
         "\n  devbench compare --from .asv/compare --out /tmp/again   # judged again after devbench calibrate"
         "\n  make compare BASE=main",
@@ -162,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure one commit as A and as B in alternating rounds: every difference is noise. Learns "
         "each figure's noise floor (stored in .asv/noise/MACHINE.json, used by compare and report), and reports "
         "the false-positive rate at the default gate and each figure's minimum detectable change.",
-        epilog="examples:\n  devbench calibrate\n  devbench calibrate HEAD --bench 'Matmul|Copy'\n  make calibrate",
+        epilog="examples:\n  devbench calibrate\n  devbench calibrate HEAD --bench 'Matmul|Copy'"
+        "\n  devbench calibrate --from .asv/calibrate --keep-slowed   # learned again, every process judged"
+        "\n  make calibrate",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("commit", nargs="?", default="HEAD", help="the commit to measure twice (default HEAD)")
@@ -170,8 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--from",
         dest="from_compare",
         metavar="DIR",
-        help="learn from a finished compare of two commits with identical benchmark code (its --out) instead of "
-        "measuring again",
+        help="learn from a finished compare of two commits with identical benchmark code, or a calibration, "
+        "(its --out) instead of measuring again",
     )
     ab.add_common(p, out=".asv/calibrate")
     p.set_defaults(func=ab.run)

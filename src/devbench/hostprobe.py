@@ -148,3 +148,30 @@ def summary(values: Sequence[float]) -> dict | None:
         "slow": sum(v >= SLOW_FACTOR * typical for v in probes),
         "processes": len(probes),
     }
+
+
+#: a figure is host-sensitive when its slowed processes' median lies this far (relative) from its other
+#: processes' median in a calibration: on the VM 47-99% for small two-thread products and loops of them,
+#: within 15% for most figures (session 21); only a sensitive figure's slowed processes are left out
+SENSITIVE = 0.25
+
+
+def slowed_ratio(slowed: Sequence[float], clean: Sequence[float]) -> float | None:
+    """How a figure reads in processes the host slowed against the others: the ratio of their medians (of
+    the logs), or ``None`` without a slowed process or two others. One slowed process is enough to ask:
+    calling a figure sensitive by mistake costs it a few processes, calling it insensitive by mistake
+    keeps its slow processes in every verdict."""
+    import math
+
+    s = [math.log(v) for v in slowed if v > 0]
+    c = [math.log(v) for v in clean if v > 0]
+    if not s or len(c) < 2:
+        return None
+    return math.exp(statistics.median(s) - statistics.median(c))
+
+
+def sensitive(ratio: float | None) -> bool:
+    """Whether a figure with this ``slowed_ratio`` is moved by the host's slow stretches (``SENSITIVE``)."""
+    import math
+
+    return ratio is not None and abs(math.log(ratio)) > math.log1p(SENSITIVE)
