@@ -171,6 +171,15 @@ def test_keep_slowed_judges_every_process():
     assert len(usable) == 8 and info["left_out"] == 0 and "--keep-slowed" in ab.host_note(info)
 
 
+def test_more_slowed_processes_on_one_side_still_leave_them_out():
+    # the session 21 A/A run: 159 of base's processes and 103 of head's ran slowed; base's median
+    # probe fell in the slow state, its fast state is the same as head's
+    frame = _frame([6.6, 13.0, 13.1, 6.7, 13.3, 12.9, 6.8], [6.7, 6.6, 13.0, 6.8, 6.9, 12.8, 6.7])
+    usable, info = ab.host_filter(frame)
+    assert info["left_out"] == 6 and len(usable) == 8
+    assert info["sides"]["base"]["typical_us"] == 6.6 and info["sides"]["head"]["typical_us"] == 6.6
+
+
 def test_a_probe_the_code_under_test_changes_leaves_nothing_out():
     # head's every probe is 40% slower: not the host's stretches but the code (a thread left spinning)
     frame = _frame([6.6, 6.7, 6.8, 6.9, 13.5], [9.3, 9.4, 9.5, 9.6, 9.7])

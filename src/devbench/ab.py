@@ -689,8 +689,10 @@ def names_pattern(names: Sequence[str]) -> str:
     return "^(?:" + "|".join(one(n) for n in names) + ")"
 
 
-#: the host probe's median may differ this much between the sides before leaving slowed processes out
-#: stops: more means the code under test changes the probe itself (a thread left spinning), not the host
+#: the host probe's typical time (10th percentile) may differ this much between the sides before leaving
+#: slowed processes out stops: more means the code under test changes the probe itself (a thread left
+#: spinning slows every process of its side, the fastest too), not the host. Not the median: with a third
+#: of the processes slowed, one side's median can land in the slow state and the other's not (session 21)
 SIDE_TOLERANCE = 0.2
 
 
@@ -708,10 +710,10 @@ def slowed_mask(per_process: Any) -> tuple[Any, dict[str, Any] | None]:
     if info is None:
         return None, None
     slowed = probes >= info["slow_factor"] * info["typical_us"]
-    info["sides"] = {
-        str(side): {"median_us": round(float(probes[rows].median()), 3), "slowed": int(slowed[rows].sum())}
-        for side, rows in per_process.groupby("side", sort=False).groups.items()
-    }
+    info["sides"] = {}
+    for side, rows in per_process.groupby("side", sort=False).groups.items():
+        own = hostprobe.summary(probes[rows].tolist())
+        info["sides"][str(side)] = {"typical_us": own["typical_us"] if own else None, "slowed": int(slowed[rows].sum())}
     return slowed, info
 
 
@@ -737,9 +739,9 @@ def host_filter(per_process: Any, keep: bool = False, only: Any = None) -> tuple
     slow stretches move (``hostprobe.sensitive``); ``None``: every figure's. Which processes ran slowed
     is the host's doing, not either commit's (the probe is torch's product, not a workload), so leaving
     them out biases neither side; it costs evidence, which extra rounds may make up. Nothing is left
-    out when ``keep`` (``--keep-slowed``), when no process probed, or when the probe's median differs
-    between the sides by more than ``SIDE_TOLERANCE``: then the code under test changes the probe and
-    it no longer tells the host's state apart from the change.
+    out when ``keep`` (``--keep-slowed``), when no process probed, or when the probe's typical time
+    differs between the sides by more than ``SIDE_TOLERANCE``: then the code under test changes the
+    probe and it no longer tells the host's state apart from the change.
     """
     slowed, info = slowed_mask(per_process)
     if info is None:
@@ -750,11 +752,11 @@ def host_filter(per_process: Any, keep: bool = False, only: Any = None) -> tuple
         keys = [V.figure_key(b, p) for b, p in zip(per_process["benchmark"], per_process["params"], strict=True)]
         slowed = slowed & pd.Series([k in only for k in keys], index=per_process.index)
         info["sensitive_figures"] = len(only)
-    medians = [v["median_us"] for v in info["sides"].values() if v["median_us"] > 0]
+    typical = [v["typical_us"] for v in info["sides"].values() if v["typical_us"]]
     if keep:
         info.update(left_out=0, kept_because="--keep-slowed")
-    elif len(medians) > 1 and max(medians) > (1 + SIDE_TOLERANCE) * min(medians):
-        info.update(left_out=0, kept_because="the probe's median differs between the sides by more than "
+    elif len(typical) > 1 and max(typical) > (1 + SIDE_TOLERANCE) * min(typical):
+        info.update(left_out=0, kept_because="the probe's typical time differs between the sides by more than "
                     f"{100 * SIDE_TOLERANCE:.0f}%: the code under test changes it")  # fmt: skip
     else:
         info.update(left_out=int(slowed.sum()), kept_because="")
