@@ -61,10 +61,10 @@ report: venv
 
 # The committed sample report (reports/sample/): its inputs (asv results of the CPU VM and
 # of an H200, the VM's noise floors in reports/noise/ and an A/A devbench compare in
-# reports/compare-aa-v9/) are committed, so anyone can rebuild it. `make report` writes the
+# reports/compare-aa-v12/) are committed, so anyone can rebuild it. `make report` writes the
 # user's own report to reports/latest/, which git ignores.
 sample-report: venv
-	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-aa-v9 --out reports/sample
+	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-aa-v12 --out reports/sample
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'

@@ -2,9 +2,10 @@
 
 On a shared machine the host sometimes slows parallel work for seconds to a minute at a
 time. Measured on the 2-vCPU VM (session 21, benchmarks/README.md): in such a stretch a
-two-thread 64x64 float32 product takes 12-15 us instead of 6.4-7.1, a one-thread product
-and a two-thread 1M-element add do not change, and every figure that is a small
-two-thread product reads up to 2.5x slow for the whole process. Which processes of an A/B
+two-thread 64x64 float32 product takes 12-15 us instead of 6.4-7.1, a two-thread
+1M-element add does not change, and every figure that is a small two-thread product reads
+up to 2.5x slow for the whole process (a one-thread product was slow in 1 of 30 processes
+against 3 of 30 on two threads, interleaved). Which processes of an A/B
 run fell into such a stretch is a fact about the host, not about either commit, in the way
 a throttled GPU is; so ``devbench compare`` and ``calibrate`` ask every benchmark process
 to record it.
