@@ -751,7 +751,7 @@ def host_filter(per_process: Any, keep: bool = False, only: Any = None) -> tuple
 
         keys = [V.figure_key(b, p) for b, p in zip(per_process["benchmark"], per_process["params"], strict=True)]
         slowed = slowed & pd.Series([k in only for k in keys], index=per_process.index)
-        info["sensitive_figures"] = len(only)
+        info["sensitive_figures"] = len(set(keys) & set(only))  # of this run's (the noise file has twins too)
     typical = [v["typical_us"] for v in info["sides"].values() if v["typical_us"]]
     if keep:
         info.update(left_out=0, kept_because="--keep-slowed")
