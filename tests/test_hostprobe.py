@@ -42,8 +42,23 @@ def probe_file(tmp_path, monkeypatch):
     return path
 
 
-def test_probe_times_a_small_product():
-    assert 0 < hostprobe.probe_us() < 1e6
+def test_probe_times_a_checked_small_product_on_the_engine(monkeypatch):
+    import torch
+
+    from devbench import measure
+
+    product = hostprobe._product()
+    got = product()
+    assert got.shape == (64, 64) and got.dtype == torch.float32
+    seen = {}
+
+    def fake_median_block(fn, device, calls, samples):
+        seen.update(fn=fn, device=device.type, calls=calls, samples=samples)
+        return 7e-6
+
+    monkeypatch.setattr(measure, "median_block", fake_median_block)
+    assert hostprobe.probe_us() == pytest.approx(7.0)  # seconds per call -> microseconds
+    assert seen == {"fn": product, "device": "cpu", "calls": hostprobe.CALLS, "samples": hostprobe.BATCHES}
 
 
 def test_nothing_is_probed_or_written_unless_compare_asks(tmp_path, monkeypatch):
@@ -237,3 +252,16 @@ def test_a_figure_is_sensitive_when_its_slowed_processes_read_apart():
     assert not hostprobe.sensitive(1.15) and not hostprobe.sensitive(None) and hostprobe.sensitive(1.3)
     assert hostprobe.slowed_ratio([2.0], [1.0, 1.0]) == pytest.approx(2.0)  # one slowed process is asked
     assert hostprobe.slowed_ratio([], [1.0, 1.1]) is None and hostprobe.slowed_ratio([2.0], [1.0]) is None
+
+
+def test_a_broken_noise_file_is_named(tmp_path):
+    noise = tmp_path / "noise"
+    noise.mkdir()
+    (noise / "vm.json").write_text('{"figures": {"b.M.track_t [n=64]": 0.5}}')
+    for load in (ab.load_floors, ab.load_sensitive):
+        with pytest.raises(ab.ABError, match="vm.json: not a devbench noise file"):
+            load(tmp_path, "vm")
+    (noise / "vm.json").write_text('{"figures": {"b.M.track_t [n=64]": {"floor": 0.1, "host_sensitive": true}}}')
+    assert ab.load_floors(tmp_path, "vm") == {"b.M.track_t [n=64]": 0.1}
+    assert ab.load_sensitive(tmp_path, "vm") == {"b.M.track_t [n=64]"}
+    assert ab.load_sensitive(tmp_path, "other") == set()

@@ -275,27 +275,33 @@ def noise_path(asv_dir: Path, machine: str) -> Path:
     return asv_dir / "noise" / f"{machine}.json"
 
 
-def load_floors(asv_dir: Path, machine: str) -> dict[str, float]:
-    """The learned floors of ``machine`` ({} when it was never calibrated)."""
+def _noise_figures(asv_dir: Path, machine: str) -> dict[str, dict[str, Any]]:
+    """The per-figure entries of ``machine``'s noise file ({} when it was never calibrated)."""
     path = noise_path(asv_dir, machine)
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text())
-        return {k: float(v["floor"]) for k, v in data["figures"].items()}
+        figures = json.loads(path.read_text())["figures"]
+        if not all(isinstance(v, dict) for v in figures.values()):
+            raise TypeError("a figure's entry is not an object")
+        return figures
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ABError(f"{path}: not a devbench noise file ({exc}); run devbench calibrate again") from None
+
+
+def load_floors(asv_dir: Path, machine: str) -> dict[str, float]:
+    """The learned floors of ``machine`` ({} when it was never calibrated)."""
+    figures = _noise_figures(asv_dir, machine)
+    try:
+        return {k: float(v["floor"]) for k, v in figures.items()}
     except (ValueError, KeyError, TypeError) as exc:
+        path = noise_path(asv_dir, machine)
         raise ABError(f"{path}: not a devbench noise file ({exc}); run devbench calibrate again") from None
 
 
 def load_sensitive(asv_dir: Path, machine: str) -> set[str]:
     """The figures ``calibrate`` found the host's slow stretches move on ``machine`` (``hostprobe.sensitive``)."""
-    path = noise_path(asv_dir, machine)
-    if not path.is_file():
-        return set()
-    try:
-        return {k for k, v in json.loads(path.read_text())["figures"].items() if v.get("host_sensitive")}
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ABError(f"{path}: not a devbench noise file ({exc}); run devbench calibrate again") from None
+    return {k for k, v in _noise_figures(asv_dir, machine).items() if v.get("host_sensitive")}
 
 
 def learn(per_process: Any, confidence: float) -> Any:
@@ -772,13 +778,12 @@ def host_note(host: dict[str, Any]) -> str:
         if "sensitive_figures" in host
         else "every figure"
     )
-    fate = (
-        f"those of {scope} left out ({host['left_out']} processes)"
-        if host.get("left_out")
-        else f"kept: {host['kept_because']}"
-        if host.get("kept_because")
-        else "none to leave out"
-    )
+    if host.get("left_out"):
+        fate = f"those of {scope} left out ({host['left_out']} processes)"
+    elif host.get("kept_because"):
+        fate = f"kept: {host['kept_because']}"
+    else:
+        fate = "none to leave out"
     return (
         f"host: a {hostprobe.N}x{hostprobe.N} float32 product took {host['typical_us']:.1f} us typically "
         f"(10th percentile of the processes' probes); {host['slow']} of {host['processes']} benchmark "
@@ -883,7 +888,7 @@ def _keys(table: Any) -> list[str]:
     return [V.figure_key(b, p) for b, p in zip(table["benchmark"], table["params"], strict=True)]
 
 
-def _from_compare(folder: Path) -> tuple[Any, str, int]:
+def _from_compare(folder: Path) -> tuple[Any, str, int, dict[str, Any]]:
     """Per-process figures of a kept A/A ``compare`` (two commits, identical benchmark code) as A and B."""
     frame, run = _read_compare(folder)
     base, head = run["sides"]["base"], run["sides"]["head"]
@@ -898,14 +903,13 @@ def _from_compare(folder: Path) -> tuple[Any, str, int]:
             "noise floor is learned from; run the A/A compare with --all-rounds, or devbench calibrate"
         )
     frame["side"] = frame["side"].replace({"base": "A", "head": "B"})  # a calibration's are A and B already
-    return frame, head["sha"], int(run["rounds"])
+    return frame, head["sha"], int(run["rounds"]), run
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.from_compare:
         source = Path(args.from_compare)
-        per_process, sha, rounds = _from_compare(source)
-        run = json.loads((source / "run.json").read_text())
+        per_process, sha, rounds, run = _from_compare(source)
         what = "a calibration" if run.get("calibrate") else "an A/A compare"
         _learn_and_store(args, per_process, sha, rounds, f"{what} kept in {source.name}/", run)
         return 0
@@ -915,9 +919,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         per_process = collect(plan.work, plan.sides, plan.rounds)
         # run.json in compare's shape (base and head the one commit), so that calibrate --from can learn
         # from this run again, e.g. with or without --keep-slowed
-        side = _run_record(plan, _machine_of(per_process), args)["sides"]["A"]
-        run = {**_run_record(plan, _machine_of(per_process), args), "sides": {"base": side, "head": side},
-               "all_rounds": True, "stopped": {}, "calibrate": True}  # fmt: skip
+        run = _run_record(plan, _machine_of(per_process), args)
+        side = run["sides"]["A"]
+        run.update(sides={"base": side, "head": side}, all_rounds=True, stopped={}, calibrate=True)
         _learn_and_store(args, per_process, plan.sides[0].sha, plan.rounds, f"{args.commit} measured twice", run)
     finally:
         _keep_or_clean(plan, args)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import statistics
 import sys
@@ -39,29 +40,37 @@ CALLS, BATCHES = 200, 3
 
 
 @functools.cache
-def _operands() -> tuple[Any, Any, Any]:
+def _product() -> Any:
+    """The probe's product of its own seeded tensors, checked once against float64 (a probe that timed
+    a wrong product would say nothing of the host)."""
     import torch
 
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randn(N, N, generator=gen)
-    b = torch.randn(N, N, generator=gen)
-    return a, b, torch.empty(N, N)
+    from devbench.measure import randn
+
+    a, b = randn((N, N)), randn((N, N), seed=1)
+    out = torch.empty(N, N)
+
+    def product() -> Any:
+        return torch.mm(a, b, out=out)
+
+    want = a.double() @ b.double()
+    err = float((product().double() - want).norm() / want.norm())
+    if not err < 1e-5:
+        raise AssertionError(f"host probe: 64x64 float32 product off by {err:.1e} against float64")
+    return product
 
 
 def probe_us() -> float:
-    """Microseconds per 64x64 float32 product on this process's torch thread count (median of batches)."""
+    """Microseconds per 64x64 float32 product on this process's torch thread count: the median of
+    ``BATCHES`` blocks of ``CALLS`` calls, timed by the measuring engine (``devbench.measure``)."""
     import torch
 
-    a, b, out = _operands()
-    for _ in range(20):
-        torch.mm(a, b, out=out)
-    times = []
-    for _ in range(BATCHES):
-        start = time.perf_counter()
-        for _ in range(CALLS):
-            torch.mm(a, b, out=out)
-        times.append((time.perf_counter() - start) / CALLS * 1e6)
-    return statistics.median(times)
+    from devbench.measure import median_block, warm_up
+
+    cpu = torch.device("cpu")
+    product = _product()
+    warm_up(product, cpu, repeats=20)
+    return median_block(product, cpu, CALLS, samples=BATCHES) * 1e6
 
 
 def asv_benchmark_name(depth: int = 8) -> str | None:
@@ -139,7 +148,7 @@ def summary(values: Sequence[float]) -> dict | None:
     """How the host ran during an A/B run: the typical probe (10th percentile of the processes', so that
     a run spent mostly in a slow stretch still has its fast state as reference) and how many processes
     ran with a probe of at least ``SLOW_FACTOR`` times it. ``None`` when no process probed."""
-    probes = sorted(float(v) for v in values if isinstance(v, (int, float)) and v > 0 and v != float("inf"))
+    probes = sorted(float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0)
     if not probes:
         return None
     typical = probes[int(0.1 * (len(probes) - 1))]
@@ -162,8 +171,6 @@ def slowed_ratio(slowed: Sequence[float], clean: Sequence[float]) -> float | Non
     the logs), or ``None`` without a slowed process or two others. One slowed process is enough to ask:
     calling a figure sensitive by mistake costs it a few processes, calling it insensitive by mistake
     keeps its slow processes in every verdict."""
-    import math
-
     s = [math.log(v) for v in slowed if v > 0]
     c = [math.log(v) for v in clean if v > 0]
     if not s or len(c) < 2:
@@ -173,6 +180,4 @@ def slowed_ratio(slowed: Sequence[float], clean: Sequence[float]) -> float | Non
 
 def sensitive(ratio: float | None) -> bool:
     """Whether a figure with this ``slowed_ratio`` is moved by the host's slow stretches (``SENSITIVE``)."""
-    import math
-
     return ratio is not None and abs(math.log(ratio)) > math.log1p(SENSITIVE)
