@@ -12,7 +12,7 @@ BASE ?= main
 BENCH ?= .
 REPORT_DIR ?= reports/latest
 
-.PHONY: help venv test test-fast lint bench machine quick compare calibrate publish preview report sample-report clean
+.PHONY: help venv test test-fast lint bench machine quick compare calibrate publish preview report sample-report work-lock clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
@@ -25,6 +25,7 @@ help:
 	@echo "make report    devbench report: .asv/results -> reports/latest/ (Markdown, HTML, CSV, PNG)"
 	@echo "make preview   serve the HTML site on localhost"
 	@echo "make sample-report  rebuild the committed sample in reports/sample/ from reports/asv-results"
+	@echo "make work-lock     record benchmarks/work-lock.json after deciding each changed benchmark's work_version"
 
 venv: $(VENV)/.installed
 
@@ -45,6 +46,11 @@ test: machine
 	$(ASV) check $(ASV_ENV)
 	$(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '$(BENCH)'
 
+# A change to devbench.workloads or the engine fails make test until recorded here: raise the
+# work_version of every benchmark class whose work changed, then record (devbench.worklock).
+work-lock: venv
+	$(PY) -m devbench.worklock --write
+
 test-fast: venv
 	$(PY) -m pytest -m "not slow"
 
@@ -61,10 +67,10 @@ report: venv
 
 # The committed sample report (reports/sample/): its inputs (asv results of the CPU VM and
 # of an H200, the VM's noise floors in reports/noise/ and an A/A devbench compare in
-# reports/compare-aa-v12/) are committed, so anyone can rebuild it. `make report` writes the
+# reports/compare-aa-v12/rejudged/) are committed, so anyone can rebuild it. `make report` writes the
 # user's own report to reports/latest/, which git ignores.
 sample-report: venv
-	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-aa-v12 --out reports/sample
+	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-aa-v12/rejudged --out reports/sample
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'

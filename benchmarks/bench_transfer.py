@@ -311,6 +311,8 @@ class ManySmallCopies(Benchmark):
 
     params = [DEVICES, list(SMALL_KINDS)]
     param_names = ["device", "kind"]
+    #: 2: a CPU "device" copies each tensor (``copy=True``, 842dd2e); before, ``.to`` returned it as it was
+    work_version = 2
 
     def setup(self, device, kind):
         pin_threads()

@@ -184,9 +184,27 @@ def test_planted_slowdown_is_slower_and_a_a_is_not_then_calibrate_learns(project
     assert _run(monkeypatch, project, "compare", "--from", str(one_side), "--out", str(judged)) == 1
     row = _rows(judged / "compare.csv")["bench_ab.track_rate"]
     assert row["verdict"] == "undecided" and row["n_head"] == "0" and row["note"].startswith("no result on head")
-    assert "measured on one side only (1):" in capsys.readouterr().out
+    assert "not judged (1):" in capsys.readouterr().out
     md = (judged / "compare.md").read_text()
-    assert "**Measured on one side only (1)**" in md and "- bench_ab.track_rate: no result on head" in md
+    assert "**Not judged (1)**" in md and "- bench_ab.track_rate: no result on head" in md
+
+    # every process records its benchmark's asv version; where head's differs (its code or work_version
+    # changed), the sides timed different work: the planted 2x is then not judged, and nothing is slower
+    pp = pd.read_csv(planted / "per-process.csv", keep_default_na=False)
+    assert (pp["version"].str.len() == 64).all()
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    (changed / "run.json").write_text((planted / "run.json").read_text())
+    head_sleep = (pp["benchmark"] == "bench_ab.time_sleep") & (pp["side"] == "head")
+    pp.loc[head_sleep, "version"] = pp.loc[head_sleep, "version"] + "-work2"
+    pp.to_csv(changed / "per-process.csv", index=False)
+    rejudged = tmp_path / "rejudged"
+    assert _run(monkeypatch, project, "compare", "--from", str(changed), "--out", str(rejudged)) == 1
+    rows = _rows(rejudged / "compare.csv")
+    assert rows["bench_ab.time_sleep"]["verdict"] == "undecided"
+    assert rows["bench_ab.time_sleep"]["note"].startswith("benchmark changed: its asv version differs")
+    assert float(rows["bench_ab.time_sleep"]["ratio"]) > 1.5  # the figures are still shown
+    assert rows["bench_ab.track_rate"]["verdict"] == "slower"  # its version agrees: judged as before
 
 
 @pytest.mark.parametrize(
@@ -391,6 +409,11 @@ def test_settled_figures_keep_what_leans_unless_told():
     assert settled_figures(pp, "base", "head", floors, 0.99, 2, lean=False) == everything
     # a wider floor holds a.time_x's differences: it may still end the same
     assert settled_figures(pp, "base", "head", {**floors, "a.time_x": 0.6}, 0.99, 2, lean=True) == {}
+    # a figure whose benchmark changed between the sides is never judged: settled at once, even one
+    # that would end slower (a.time_w), while the rest are as before
+    pp["version"] = "v1"
+    pp.loc[(pp["benchmark"] == "a.time_w") & (pp["side"] == "head"), "version"] = "v1-work2"
+    assert settled_figures(pp, "base", "head", floors, 0.99, 2, lean=True) == {"a.time_x": 3, "a.time_w": 3}
 
 
 def test_a_figure_leans_when_undecided_with_its_estimate_beyond_the_floor():
@@ -406,6 +429,9 @@ def test_a_figure_leans_when_undecided_with_its_estimate_beyond_the_floor():
     })  # fmt: skip
     # a.x: 1.8 beyond a 50% floor; a.y inside 10%; b.z decided; c.w: 0.6 is 1/1.67, beyond 50%; d.v: no estimate
     assert leaning(table.assign(params="")) == ["a.x", "c.w"]
+    # a figure not judged (one side only, or its benchmark changed) gets no extra rounds however it leans
+    note = ["benchmark changed: its asv version differs", "", "", "", "", ""]
+    assert leaning(table.assign(params="", note=note)) == ["c.w"]
     params = ["device=cpu, n=16", "n=1", "n=2", "n=1", "n=2", "n=1"]
     assert leaning(table.assign(params=params)) == ["a.x(cpu, 16)", "c.w(1)"]
     # asv's names: name(repr(param), ...); a bare name selects every combination, a figure only its own

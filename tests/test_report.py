@@ -24,6 +24,8 @@ from devbench.report.load import ReportError, load_results, parse_param
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from asv_fixture import History, asv, make_history  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
+
 pytestmark = pytest.mark.slow
 
 
@@ -520,3 +522,26 @@ def test_ab_verdicts_say_when_a_figure_was_measured_on_one_side_only():
     assert list(sec.folded["change"]) == ["+20.0%", "no result on head"]
     older = sections._verdicts(pd.DataFrame(rows).drop(columns="note").iloc[:1], "cmp")
     assert list(older.folded["change"]) == ["+20.0%"]
+    changed = {**rows, "note": [float("nan"), "benchmark changed: its asv version differs between base and head"]}
+    changed["ratio"] = [1.2, 4.0]
+    assert list(sections._verdicts(pd.DataFrame(changed), "cmp").folded["change"]) == ["benchmark changed", "+20.0%"]
+
+
+def test_ab_verdicts_say_how_the_host_ran_from_the_compare_run_record(tmp_path):
+    """The A/B section carries compare's ``host:`` line (its run.json), so a reader sees how many processes
+    ran while the host was slowed and how many were left out; without the record it says nothing of it."""
+    from devbench.report import cli, sections
+
+    record = json.loads((REPO / "reports" / "compare-aa-v12" / "run.json").read_text())
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    line = cli._host_line(tmp_path / "run.json")
+    assert line.startswith("host: a 64x64 float32 product took 6.7 us typically")
+    assert "195 of 536 benchmark processes" in line and "(41 processes)" in line
+    rows = {"benchmark": ["b.track_x"], "params": ["n=1"], "unit": ["GB/s"], "verdict": ["same"], "ratio": [1.0],
+            "ratio_lo": [0.99], "ratio_hi": [1.01], "base": [1.0], "head": [1.0], "floor": [0.1]}  # fmt: skip
+    assert "Host: a 64x64 float32 product took 6.7 us" in sections._verdicts(pd.DataFrame(rows), "cmp", line).text
+    del record["host_probe"]
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    assert cli._host_line(tmp_path / "run.json") == "" and cli._host_line(tmp_path / "absent.json") == ""
+    (tmp_path / "run.json").write_text("{")
+    assert cli._host_line(tmp_path / "run.json") == ""

@@ -101,6 +101,7 @@ LAYERS = [
     ("devbench.verdict", ["torch", "asv", "pandas", "numpy"]),
     ("devbench.ab", ["torch"]),
     ("devbench.hostprobe", ["torch", "asv", "pandas"]),  # torch only when a probe runs
+    ("devbench.worklock", ["torch", "asv", "pandas", "devbench.suite", "benchmarks"]),  # parses, never imports
     ("devbench.report.cli", ["torch"]),
     ("devbench.report.sections", ["torch"]),
     ("devbench.measure", ["asv", "devbench.suite", "benchmarks"]),

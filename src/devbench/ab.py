@@ -227,7 +227,8 @@ def collect(work: Path, sides: Sequence[Side], rounds: int) -> Any:
             loaded = load_results(root)
             f = loaded.frame
             f = f[(f["status"] == "ok") & f["value"].notna()]
-            f = f.assign(side=side.name, round=r)[["side", "round", "machine", "benchmark", "params", "unit", "value"]]
+            keep = ["side", "round", "machine", "benchmark", "params", "unit", "value", "version"]
+            f = f.assign(side=side.name, round=r, version=f["version"].astype(object))[keep]
             frames.append(with_probes(f, hostprobe.read([probe_file(root)])))
     if not frames:
         raise ABError("no results: every round failed (see the log)")
@@ -247,12 +248,13 @@ def judge_all(per_process: Any, a: str, b: str, floors: dict[str, float], confid
         base = g.loc[g["side"] == a, "value"].tolist()
         head = g.loc[g["side"] == b, "value"].tolist()
         v = V.judge(base, head, higher_is_better=way == "higher", floor=floor, confidence=confidence)
+        note = one_side_note(v.n_base, v.n_head, a, b) or changed_note(g, a, b)
         rows.append(
             {
                 "benchmark": bench, "params": params, "unit": unit, "better": way,
                 "base": v.base, "head": v.head, "ratio": v.ratio, "ratio_lo": v.ratio_lo, "ratio_hi": v.ratio_hi,
-                "floor": floor, "verdict": v.verdict, "n_base": v.n_base, "n_head": v.n_head,
-                "note": one_side_note(v.n_base, v.n_head, a, b),
+                "floor": floor, "verdict": V.UNDECIDED if note else v.verdict, "n_base": v.n_base,
+                "n_head": v.n_head, "note": note,
             }
         )  # fmt: skip
     return pd.DataFrame(rows)
@@ -266,6 +268,19 @@ def one_side_note(n_a: int, n_b: int, a: str = "base", b: str = "head") -> str:
     if n_b and not n_a:
         return f"no result on {a}: failed or skipped there (see the log), or the benchmark is new"
     return ""
+
+
+def changed_note(g: Any, a: str = "base", b: str = "head") -> str:
+    """Why a figure measured on both sides is not judged: its benchmark's asv version differs between
+    them (its method, set-up or ``work_version`` changed), so the sides timed different work, as
+    ``asv compare`` marks with ``x``; empty when the versions agree or were not recorded."""
+    if "version" not in g:
+        return ""
+    seen = [set(g.loc[(g["side"] == s) & g["version"].notna() & (g["version"] != ""), "version"]) for s in (a, b)]
+    if not seen[0] or not seen[1] or seen[0] == seen[1]:
+        return ""
+    return (f"benchmark changed: its asv version differs between {a} and {b} (its code or work_version changed), "
+            "so the sides timed different work")  # fmt: skip
 
 
 # --- noise floors stored beside the results ---------------------------------------------------------------
@@ -365,7 +380,7 @@ def to_text(table: Any, title: str) -> str:
             continue
         lines.append(f"{r.verdict:>9}  {_pct(r.ratio):>8} {_interval(r):>20}  floor {100 * r.floor:4.1f}%  {name}")
     if one_side:
-        lines += ["", f"measured on one side only ({len(one_side)}):", *one_side]
+        lines += ["", f"not judged ({len(one_side)}):", *one_side]
     if counts[V.SAME]:
         lines.append(f"     same  {counts[V.SAME]} figures within their noise floor")
     return "\n".join(lines) + "\n"
@@ -393,7 +408,7 @@ def to_markdown(table: Any, title: str, notes: Sequence[str], confidence: float 
         out += ["No figure is faster or slower beyond its noise floor.", ""]
     noted = table["note"].astype(bool) if "note" in table else table["verdict"].map(lambda _: False)
     if noted.any():
-        out += [f"**Measured on one side only ({int(noted.sum())})**: not judged.", ""]
+        out += [f"**Not judged ({int(noted.sum())})**: measured on one side only, or the benchmark changed.", ""]
         out += [f"- {_md_escape(V.figure_key(r.benchmark, r.params))}: {_md_escape(r.note)}"
                 for r in table[noted].itertuples()]  # fmt: skip
         out += [""]
@@ -632,7 +647,8 @@ def leaning(table: Any) -> list[str]:
     """
     ratio = table["ratio"].astype(float)
     beyond = ratio.map(lambda r: abs(math.log(r)) if r > 0 else 0.0) > table["floor"].map(math.log1p)
-    chosen = table.loc[(table["verdict"] == V.UNDECIDED) & beyond]
+    noted = table["note"].astype(bool) if "note" in table else False
+    chosen = table.loc[(table["verdict"] == V.UNDECIDED) & beyond & ~noted]
     return sorted({figure_name(b, p) for b, p in zip(chosen["benchmark"], chosen["params"], strict=True)})
 
 
@@ -660,6 +676,9 @@ def settled_figures(
         floor = floors.get(V.figure_key(bench, params), V.DEFAULT_FLOOR)
         base = V.positive(g.loc[g["side"] == a, "value"].tolist())
         head = V.positive(g.loc[g["side"] == b, "value"].tolist())
+        if changed_note(g, a, b):  # never judged, however many rounds
+            out[figure_name(bench, params)] = min(len(base), len(head))
+            continue
         if not V.settled(base, head, floor, len(base) + left, len(head) + left, confidence):
             continue
         if lean and abs(V.shift_interval(base, head, confidence)[0]) > LEAN_SHARE * math.log1p(floor):

@@ -17,6 +17,8 @@ use it). Nothing here touches CUDA at import time (rule 2).
 from __future__ import annotations
 
 import functools
+import hashlib
+import inspect
 import math
 import os
 import re
@@ -253,6 +255,34 @@ def _before_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
     return wrapped
 
 
+#: asv_runner's benchmark kinds, by the prefix of the method's name
+BENCHMARK_PREFIXES = ("time_", "timeraw_", "track_", "mem_", "peakmem_")
+
+
+def _work_versions(cls: type, work: int) -> None:
+    """Give each benchmark method of ``cls`` an asv ``version`` that also names ``work``.
+
+    asv versions a benchmark by the source of its method, set-ups and ``setup_cache``
+    (asv_runner's default), so a change to the work in ``devbench.workloads`` or the
+    engine leaves it unchanged and the history runs on across it: a lane's work made 4x
+    longer shows as a 4x regression. ``work_version`` N > 1 makes the version that same
+    kind of hash of the source followed by ``-workN``: an edit of the benchmark still
+    starts a new series, as with asv's own, and raising N starts one too. asv compare,
+    ``asv publish``, ``devbench report`` and ``devbench compare`` keep the series apart.
+    ``benchmarks/work-lock.json`` makes the decision explicit (``devbench.worklock``).
+    """
+    if isinstance(work, bool) or not isinstance(work, int) or work < 1:
+        raise TypeError(f"{cls.__name__}.work_version must be an int >= 1, got {work!r}")
+    if work == 1:
+        return  # asv's own version: the history measured before work versions existed stays current
+    parts = [cls.__dict__.get("setup"), cls.__dict__.get("setup_cache")]
+    for name, func in list(cls.__dict__.items()):
+        if not name.startswith(BENCHMARK_PREFIXES) or not callable(func):
+            continue
+        code = "\n".join(inspect.getsource(f) for f in (func, *parts) if f is not None)
+        func.version = f"{hashlib.sha256(code.encode()).hexdigest()}-work{work}"
+
+
 class Benchmark:
     """asv settings the suite shares (the reasons are in benchmarks/README.md).
 
@@ -272,6 +302,10 @@ class Benchmark:
     #: probe the host around each process (``devbench.hostprobe``); off where the figures are measured in
     #: ``setup_cache``, in another process, so that a probe here says nothing about them
     host_probe = True
+    #: the version of the work this class times: raise it when that work changes (its sizes, durations,
+    #: what is computed or copied, how it is timed), so that asv keeps the figures from before apart
+    #: (``_work_versions``; ``benchmarks/work-lock.json`` records every class's)
+    work_version = 1
     warmup_time = 0.0
     sample_time = 0.05
     repeat = (3, 40, 2.0)
@@ -286,6 +320,8 @@ class Benchmark:
         teardown = cls.__dict__.get("teardown")
         if teardown is not None and not getattr(teardown, "devbench_gpu_state", False):
             cls.teardown = _before_teardown(teardown)
+        if "work_version" in cls.__dict__:
+            _work_versions(cls, cls.__dict__["work_version"])
 
     @_before_teardown
     def teardown(self, *args) -> None:

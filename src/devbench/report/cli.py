@@ -107,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
         loaded.frame = _select(loaded.frame, args)
         _hide_paths(loaded)
         pair = commit_pair(loaded.frame, args.base, args.head)
-        floors, verdicts, source = _judging(args)
+        floors, verdicts, source, host = _judging(args)
     except (ReportError, OutputError) as exc:
         return _fail(str(exc))
     out = Path(args.out)
@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
                 table = pool.submit(writers.write, None, loaded, tmp, tidy) if tidy else None
                 rep = sections.build(
                     loaded, pair=pair, factor=args.factor, plots=plots, floors=floors, verdicts=verdicts,
-                    verdicts_source=source, apart=apart.result,
+                    verdicts_source=source, verdicts_host=host, apart=apart.result,
                 )  # fmt: skip
                 written = writers.write(rep, loaded, tmp, [f for f in formats if f not in writers.TABLE_FORMATS])
                 if table is not None:
@@ -175,7 +175,8 @@ def _hide_paths(loaded) -> None:
 
 
 def _judging(args: argparse.Namespace):
-    """Learned noise floors (``noise/`` beside the results) and a compare table (``--compare``), if any."""
+    """Learned noise floors (``noise/`` beside the results), a compare table (``--compare``), if any, its
+    path, and how the host ran during that compare (the ``host:`` line of its run.json; empty without one)."""
     import pandas as pd
 
     from devbench.report.problems import ReportError
@@ -188,7 +189,7 @@ def _judging(args: argparse.Namespace):
     if not path.is_file():
         if args.compare:
             raise ReportError(f"--compare {args.compare}: no compare.csv there (the --out of devbench compare)")
-        return floors, None, ""
+        return floors, None, "", ""
     try:
         table = pd.read_csv(path, keep_default_na=False, na_values=["", "nan"], dtype={"params": str})
         missing = {"benchmark", "params", "unit", "verdict", "ratio", "ratio_lo", "ratio_hi", "base", "head", "floor"}
@@ -198,7 +199,21 @@ def _judging(args: argparse.Namespace):
     if missing:
         raise ReportError(f"{path}: not a devbench compare table (no {', '.join(sorted(missing))} column)")
     table["params"] = table["params"].fillna("")
-    return floors, table, str(path)
+    return floors, table, str(path), _host_line(folder / "run.json")
+
+
+def _host_line(path: Path) -> str:
+    """The ``host:`` line of a compare's run.json (``devbench.ab.host_note``); empty where it recorded none
+    (compares before session 21, ``--keep-slowed`` keeps the record) or the file is unreadable."""
+    import json
+
+    from devbench.ab import host_note
+
+    try:
+        host = json.loads(path.read_text()).get("host_probe")
+        return host_note(host) if isinstance(host, dict) else ""
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return ""
 
 
 def _add_side_records(loaded, args: argparse.Namespace) -> None:

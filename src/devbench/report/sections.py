@@ -367,8 +367,8 @@ def _stopped(table: pd.DataFrame) -> list[object]:
     return list(table["stopped_after"]) if "stopped_after" in table else [None] * len(table)
 
 
-def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
-    """A/B verdicts of ``devbench compare`` (its compare.csv)."""
+def _verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Section | None:
+    """A/B verdicts of ``devbench compare`` (its compare.csv), with how the host ran (``host``, its run.json's)."""
     if table is None or table.empty:
         return None
     counts = table["verdict"].value_counts()
@@ -382,13 +382,14 @@ def _verdicts(table: pd.DataFrame | None, source: str) -> Section | None:
             if any(V.stopped_rounds(n) is not None for n in _stopped(table))
             else ""
         )
+        + (f" {host[0].upper()}{host[1:]}" if host else "")
     )
 
     def shown(sel: pd.DataFrame) -> pd.DataFrame:
         sel = sel.reindex(
             sel["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0).sort_values(ascending=False).index
         )
-        # a figure measured on one side only (compare.csv's note, absent in older folders) has no change
+        # a figure not judged (one side only, or its benchmark changed: compare.csv's note) has no change
         notes = sel["note"].astype(object).fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
         return sel.assign(
             change=[n.split(":")[0] if n else _pct(r) for r, n in zip(sel["ratio"], notes, strict=True)],
@@ -500,6 +501,7 @@ def build(
     floors: dict | None = None,
     verdicts: pd.DataFrame | None = None,
     verdicts_source: str = "",
+    verdicts_host: str = "",
     apart: Callable[[], tuple[pd.DataFrame, dict[str, bytes] | None]] | None = None,
 ) -> Report:
     """Every section for this frame; suite-specific ones only where their benchmarks ran.
@@ -564,7 +566,7 @@ def build(
     ):
         if sec is not None:
             rep.sections.append(sec)
-    sec = _verdicts(verdicts, verdicts_source)
+    sec = _verdicts(verdicts, verdicts_source, verdicts_host)
     if sec is not None:
         rep.sections.append(sec)
     if pair is not None:

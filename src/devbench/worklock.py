@@ -1,0 +1,266 @@
+"""The work lock: a change to the work a benchmark times is a decision, recorded in the repository.
+
+asv versions a benchmark by the source of its own method and set-up. The work it times lives
+in ``devbench.workloads`` and the engine (``devbench.measure``), which asv does not hash, so a
+change there (a lane's work made 4x longer, a copy that was a no-op made real) runs the
+history on across it and shows as a regression. Hashing those modules into every version would
+cut every history at every refactor instead.
+
+So each ``suite.Benchmark`` class carries a ``work_version`` (1 unless raised), which
+``suite`` folds into its asv version, and ``benchmarks/work-lock.json`` records a fingerprint of
+every watched module (its syntax tree without docstrings: comments, layout and docs do not
+count) with every class's ``work_version``. When a watched module changes, ``check`` fails
+(``tests/test_worklock.py``, so ``make test``) and names the benchmark classes that use it: for
+each, raise ``work_version`` if the work it times changed, then ``make work-lock`` records the
+decision. Nothing here imports torch or the benchmarks: the files are parsed, not run.
+
+``python -m devbench.worklock`` checks (exit 1 with what changed); ``--write`` records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOCK = Path("benchmarks") / "work-lock.json"
+#: the work and the engine, relative to the repository root
+WATCHED = ("src/devbench/workloads/*.py", "src/devbench/measure.py")
+BENCHMARKS = "benchmarks/bench_*.py"
+PACKAGE = "devbench"
+ABOUT = (
+    "What the work of each benchmark was when last decided. A change to a watched module fails make test "
+    "until recorded: raise the work_version of every benchmark class whose work changed, then run make work-lock "
+    "(devbench.worklock)."
+)
+
+
+class LockError(Exception):
+    """A file the lock needs cannot be read or parsed; the message names it."""
+
+
+def fingerprint(source: str, name: str = "<source>") -> str:
+    """SHA-256 of ``source``'s syntax tree without docstrings: comments, layout and docs do not count."""
+    try:
+        tree = ast.parse(source, filename=name)
+    except SyntaxError as exc:
+        raise LockError(f"{name}: cannot parse line {exc.lineno}: {exc.msg}") from None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()
+
+
+def _read(path: Path, root: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(f"cannot read {path.relative_to(root)}: {exc}") from None
+
+
+def _module_of(rel: str) -> str:
+    """``src/devbench/workloads/x.py`` -> ``devbench.workloads.x``."""
+    return rel.removeprefix("src/").removesuffix(".py").replace("/", ".")
+
+
+def _imports(tree: ast.Module) -> dict[str, str]:
+    """Names bound by ``from devbench... import`` at module level -> the module they come from."""
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == PACKAGE or node.module.startswith(PACKAGE + "."):
+                for alias in node.names:
+                    # "from devbench import gpustate" binds a module; "from devbench.x import y" a name of x
+                    full = f"{node.module}.{alias.name}" if node.module == PACKAGE else node.module
+                    out[alias.asname or alias.name] = full
+    return out
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+@dataclass
+class Tree:
+    """What the lock records of a repository, and which benchmark classes use which watched module."""
+
+    sources: dict[str, str] = field(default_factory=dict)  # watched file -> fingerprint
+    work_versions: dict[str, int] = field(default_factory=dict)  # "bench_x.Class" -> work_version
+    users: dict[str, list[str]] = field(default_factory=dict)  # watched file -> benchmark classes using it
+
+    def as_lock(self) -> dict:
+        return {"about": ABOUT, "sources": dict(sorted(self.sources.items())),
+                "work_versions": dict(sorted(self.work_versions.items()))}  # fmt: skip
+
+
+def _work_version(cls: ast.ClassDef, where: str) -> int:
+    for node in cls.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "work_version" for t in targets):
+                value = node.value
+                if not (isinstance(value, ast.Constant) and type(value.value) is int and value.value >= 1):
+                    raise LockError(f"{where}: work_version must be a literal int >= 1")
+                return value.value
+    return 1
+
+
+def scan(root: Path) -> Tree:
+    """Fingerprints of the watched modules, and every benchmark class with its work_version and the
+    watched modules it uses (directly, or through a watched module that imports another)."""
+    tree = Tree()
+    watched = sorted({p for pattern in WATCHED for p in root.glob(pattern) if p.name != "__init__.py"})
+    by_module: dict[str, str] = {}
+    deps: dict[str, set[str]] = {}
+    for path in watched:
+        rel = path.relative_to(root).as_posix()
+        text = _read(path, root)
+        tree.sources[rel] = fingerprint(text, rel)
+        by_module[_module_of(rel)] = rel
+        deps[rel] = set(_imports(ast.parse(text, filename=rel)).values())
+    # a watched module depends on the watched modules it imports, transitively
+    closure: dict[str, set[str]] = {}
+    for rel in deps:
+        seen, todo = {rel}, [rel]
+        while todo:
+            for mod in deps[todo.pop()]:
+                dep = by_module.get(mod)
+                if dep and dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        closure[rel] = seen
+    users: dict[str, set[str]] = {rel: set() for rel in tree.sources}
+    for path in sorted(root.glob(BENCHMARKS)):
+        rel = path.relative_to(root).as_posix()
+        module = ast.parse(_read(path, root), filename=rel)
+        imported = _imports(module)
+        helpers = {n.name: n for n in module.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        for cls in (n for n in module.body if isinstance(n, ast.ClassDef)):
+            if "Benchmark" not in {b.id for b in cls.bases if isinstance(b, ast.Name)}:
+                continue
+            key = f"{path.stem}.{cls.name}"
+            tree.work_versions[key] = _work_version(cls, f"{rel}: {cls.name}")
+            # names the class uses, and those of the module's helper functions it calls (transitively)
+            used, todo = set(), [cls]
+            while todo:
+                for name in _names(todo.pop()) - used:
+                    used.add(name)
+                    if name in helpers:
+                        todo.append(helpers[name])
+            for name in used & imported.keys():
+                src = by_module.get(imported[name])
+                for dep in closure.get(src, ()):
+                    users[dep].add(key)
+    tree.users = {rel: sorted(u) for rel, u in users.items()}
+    return tree
+
+
+def read_lock(root: Path) -> dict:
+    path = root / LOCK
+    if not path.exists():
+        return {"sources": {}, "work_versions": {}}
+    try:
+        data = json.loads(_read(path, root))
+    except json.JSONDecodeError as exc:
+        raise LockError(f"{LOCK} is not valid JSON ({exc}); run make work-lock to write it again") from None
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("sources", "work_versions")):
+        raise LockError(f"{LOCK} lacks its 'sources' and 'work_versions' tables; run make work-lock")
+    return data
+
+
+def check(root: Path) -> list[str]:
+    """What changed since the lock was written, one line each (empty: the lock holds)."""
+    now, lock = scan(root), read_lock(root)
+    problems = []
+    was, is_ = lock["sources"], now.sources
+    for rel in sorted(was.keys() | is_.keys()):
+        if was.get(rel) == is_.get(rel):
+            continue
+        what = "is new" if rel not in was else "is gone" if rel not in is_ else "changed"
+        who = now.users.get(rel) or []
+        used = f"; the work of {', '.join(who)}" if who else "; no benchmark class uses it"
+        problems.append(f"{rel} {what}{used}")
+    was, is_ = lock["work_versions"], now.work_versions
+    for key in sorted(was.keys() | is_.keys()):
+        if key not in was:
+            problems.append(f"{key} is a new benchmark class (work_version {is_[key]})")
+        elif key not in is_:
+            problems.append(f"{key} is gone")
+        elif was[key] != is_[key]:
+            problems.append(f"{key}: work_version {was[key]} -> {is_[key]}")
+    return problems
+
+
+def advice(problems: list[str]) -> str:
+    lines = [f"{LOCK} is out of date:", *(f"  {p}" for p in problems)]
+    lines += [
+        "For each benchmark class named, decide whether the work it times changed (its sizes, durations,",
+        "what it computes or copies, how it is timed). Where it did, raise the class's work_version: asv then",
+        "keeps its figures from before apart, so the history shows no false step and devbench compare does",
+        "not judge across the change. Then record the decision: make work-lock",
+    ]
+    return "\n".join(lines)
+
+
+def write(root: Path) -> Path:
+    """Write the lock for the tree as it is, atomically."""
+    path = root / LOCK
+    text = json.dumps(scan(root).as_lock(), indent=1) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".work-lock.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m devbench.worklock",
+        description="Check (default) or record (--write) benchmarks/work-lock.json: the fingerprint of every "
+        "module that defines the work a benchmark times (devbench.workloads, devbench.measure) and every "
+        "benchmark class's work_version. Exit 0: the lock holds; 1: something changed (listed); 2: an error.",
+    )
+    parser.add_argument("--write", action="store_true", help="record the tree as it is (after deciding the versions)")
+    parser.add_argument("--root", default=".", help="the repository root (default: the current directory)")
+    args = parser.parse_args(argv)
+    root = Path(args.root).resolve()
+    try:
+        if not (root / "benchmarks").is_dir():
+            raise LockError(f"{root} has no benchmarks/ folder: pass the repository root with --root")
+        if args.write:
+            before = check(root)
+            path = write(root)
+            print(f"wrote {path.relative_to(root)}" + (f" ({len(before)} change(s) recorded)" if before else ""))
+            for p in before:
+                print(f"  {p}")
+            return 0
+        problems = check(root)
+    except LockError as exc:
+        print(f"devbench.worklock: {exc}", file=sys.stderr)
+        return 2
+    if problems:
+        print(advice(problems), file=sys.stderr)
+        return 1
+    print(f"{LOCK} holds: {len(scan(root).work_versions)} benchmark classes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

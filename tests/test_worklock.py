@@ -1,0 +1,233 @@
+"""Work versions: a change to the work a benchmark times is decided, recorded, and keeps its history apart."""
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from asv_runner.benchmarks.time import TimeBenchmark
+from asv_runner.benchmarks.track import TrackBenchmark
+
+from devbench import suite, worklock
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_committed_lock_holds():
+    """A change to devbench.workloads or the engine fails here until its work_versions are decided and recorded."""
+    problems = worklock.check(REPO)
+    assert not problems, worklock.advice(problems)
+
+
+def test_fingerprint_ignores_comments_layout_and_docstrings_but_not_code():
+    base = 'def f(n):\n    """Doc."""\n    return n * 2\n'
+    same = [
+        'def f(n):\n    """Another doc, longer."""\n    return n * 2  # a comment\n',
+        "def f(n):\n\n    return (n *\n            2)\n",
+    ]
+    assert {worklock.fingerprint(s) for s in same} == {worklock.fingerprint(base)}
+    for changed in ("def f(n):\n    return n * 4\n", "def f(m):\n    return m * 2\n", "LANE_S = 0.2\n" + base):
+        assert worklock.fingerprint(changed) != worklock.fingerprint(base)
+    with pytest.raises(worklock.LockError, match="x.py: cannot parse line 1"):
+        worklock.fingerprint("def f(:\n", "x.py")
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A repository with the suite's layout: two workloads, the engine, two benchmark modules."""
+    _write(tmp_path, "src/devbench/measure.py", "BLOCK_S = 0.1\n")
+    _write(tmp_path, "src/devbench/workloads/__init__.py", "")
+    _write(
+        tmp_path,
+        "src/devbench/workloads/lanes.py",
+        """
+        from devbench.measure import BLOCK_S
+
+        LANE_S = 0.05
+
+        class Pair:
+            pass
+        """,
+    )
+    _write(tmp_path, "src/devbench/workloads/copies.py", "class Copy:\n    pass\n")
+    _write(
+        tmp_path,
+        "benchmarks/bench_lanes.py",
+        """
+        from devbench.suite import Benchmark
+        from devbench.workloads.lanes import Pair
+
+        def build():
+            return Pair()
+
+        class Lanes(Benchmark):
+            def setup(self):
+                self.pair = build()  # uses the workload through a helper
+
+            def time_pair(self):
+                pass
+
+        class Plain:  # not a Benchmark: asv's own class, no work version
+            def time_x(self):
+                pass
+        """,
+    )
+    _write(
+        tmp_path,
+        "benchmarks/bench_copies.py",
+        """
+        from devbench.suite import Benchmark
+        from devbench.workloads.copies import Copy
+
+        class Copies(Benchmark):
+            work_version = 3
+
+            def setup(self):
+                self.copy = Copy()
+        """,
+    )
+    worklock.write(tmp_path)
+    return tmp_path
+
+
+def test_a_changed_workload_names_the_benchmarks_that_time_it_until_recorded(tree, capsys):
+    lock = json.loads((tree / worklock.LOCK).read_text())
+    assert lock["work_versions"] == {"bench_copies.Copies": 3, "bench_lanes.Lanes": 1}
+    assert set(lock["sources"]) == {"src/devbench/measure.py", "src/devbench/workloads/copies.py",
+                                    "src/devbench/workloads/lanes.py"}  # fmt: skip
+    assert worklock.check(tree) == [] and worklock.main(["--root", str(tree)]) == 0
+
+    # a comment or docstring is not a change of the work
+    lanes = tree / "src/devbench/workloads/lanes.py"
+    lanes.write_text('"""Lanes."""\n' + lanes.read_text() + "# the lanes\n")
+    assert worklock.check(tree) == []
+
+    # the work is: the benchmark that times it is named, through its helper, and no other
+    lanes.write_text(lanes.read_text().replace("LANE_S = 0.05", "LANE_S = 0.2"))
+    assert worklock.check(tree) == ["src/devbench/workloads/lanes.py changed; the work of bench_lanes.Lanes"]
+    assert worklock.main(["--root", str(tree)]) == 1
+    err = capsys.readouterr().err
+    assert "out of date" in err and "raise the class's work_version" in err and "make work-lock" in err
+
+    # the engine is the work of every benchmark that uses a workload built on it
+    (tree / "src/devbench/measure.py").write_text("BLOCK_S = 0.2\n")
+    assert "src/devbench/measure.py changed; the work of bench_lanes.Lanes" in worklock.check(tree)
+
+    # the decision: Lanes's work changed; recorded, the lock holds again
+    bench = tree / "benchmarks/bench_lanes.py"
+    bench.write_text(
+        bench.read_text().replace("class Lanes(Benchmark):\n", "class Lanes(Benchmark):\n    work_version = 2\n")
+    )
+    assert "bench_lanes.Lanes: work_version 1 -> 2" in worklock.check(tree)
+    assert worklock.main(["--root", str(tree), "--write"]) == 0
+    assert "3 change(s) recorded" in capsys.readouterr().out
+    assert worklock.check(tree) == []
+    assert json.loads((tree / worklock.LOCK).read_text())["work_versions"]["bench_lanes.Lanes"] == 2
+
+    # new and gone modules and classes are named too
+    (tree / "src/devbench/workloads/copies.py").unlink()
+    _write(tree, "benchmarks/bench_new.py", "from devbench.suite import Benchmark\n\nclass New(Benchmark):\n    pass\n")
+    assert worklock.check(tree) == [
+        "src/devbench/workloads/copies.py is gone; no benchmark class uses it",
+        "bench_new.New is a new benchmark class (work_version 1)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: (t / worklock.LOCK).write_text("{"), "work-lock.json is not valid JSON"),
+        (lambda t: (t / worklock.LOCK).write_text("[]"), "lacks its 'sources' and 'work_versions'"),
+        (
+            lambda t: _write(
+                t,
+                "benchmarks/bench_bad.py",
+                "from devbench.suite import Benchmark\n\nclass Bad(Benchmark):\n    work_version = '2'\n",
+            ),
+            "benchmarks/bench_bad.py: Bad: work_version must be a literal int >= 1",
+        ),
+        (lambda t: _write(t, "src/devbench/workloads/broken.py", "def f(:\n"), "broken.py: cannot parse line 1"),
+    ],
+)
+def test_a_bad_lock_or_source_exits_2_naming_it(tree, capsys, edit, message):
+    edit(tree)
+    assert worklock.main(["--root", str(tree)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_no_benchmarks_folder_exits_2(tmp_path, capsys):
+    assert worklock.main(["--root", str(tmp_path)]) == 2
+    assert "has no benchmarks/ folder" in capsys.readouterr().err
+
+
+class Versioned(suite.Benchmark):
+    work_version = 2
+
+    def setup(self):
+        self.x = 1
+
+    def time_x(self):
+        pass
+
+    def track_y(self):
+        return 1.0
+
+
+class Unversioned(suite.Benchmark):
+    def setup(self):
+        self.x = 1
+
+    def time_x(self):
+        pass
+
+
+def _asv_version(cls, method, kind=TimeBenchmark):
+    """The version asv_runner's discovery gives the benchmark (the bound method, its instance, its module)."""
+    inst = cls()
+    func = getattr(inst, method)
+    return kind(f"bench.{cls.__name__}.{method}", func, [func, inst, sys.modules[__name__]]).version
+
+
+def test_work_version_folds_into_the_version_asv_records():
+    plain = _asv_version(Unversioned, "time_x")
+    assert len(plain) == 64 and "-work" not in plain  # asv's own hash of the source: old histories stay current
+    versioned = _asv_version(Versioned, "time_x")
+    track = _asv_version(Versioned, "track_y", TrackBenchmark)
+    assert versioned.endswith("-work2") and track.endswith("-work2") and track != versioned  # each method its own
+
+    # an edit of the benchmark's own code still starts a new series, as asv's version does
+    class Edited(suite.Benchmark):
+        work_version = 2
+
+        def setup(self):
+            self.x = 2
+
+        def time_x(self):
+            pass
+
+    assert _asv_version(Edited, "time_x").endswith("-work2") and _asv_version(Edited, "time_x") != versioned
+
+    with pytest.raises(TypeError, match="Bad.work_version must be an int >= 1, got 0"):
+        type("Bad", (suite.Benchmark,), {"work_version": 0})
+
+
+def test_the_suite_keeps_the_changed_work_apart():
+    """ParallelMatmul's lanes went from 0.05 to 0.2 s and ManySmallCopies began to copy on the CPU:
+    both raised their work_version; the figures whose work never changed keep asv's own version."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.bench_parallel import ParallelMatmul
+        from benchmarks.bench_transfer import DeviceCopy, ManySmallCopies
+    finally:
+        sys.path.remove(str(REPO))
+    assert ParallelMatmul.time_parallel.version.endswith("-work2")
+    assert ManySmallCopies.time_batch.version.endswith("-work2")
+    assert not hasattr(DeviceCopy.track_gbps_read_write, "version")
