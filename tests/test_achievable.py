@@ -33,7 +33,7 @@ def test_the_budget_stops_the_search_between_shapes(monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(A.time, "perf_counter", lambda: clock[0])
 
-    def fake(shape, dtype, device):
+    def fake(shape, dtype, device, block_s=A.SEARCH_BLOCK_S, blocks=A.SEARCH_BLOCKS):
         clock[0] += 10.0  # every shape costs 10 s
         return A.ShapeResult(*shape, tflops=float(sum(shape)), error=0.0)
 
@@ -43,7 +43,7 @@ def test_the_budget_stops_the_search_between_shapes(monkeypatch):
     assert s.best.shape == (2, 2, 2)
     record = s.as_record()
     assert record["best"] == {"m": 2, "k": 2, "n": 2, "tflops": 6.0} and record["left"] == 2
-    assert len(record["searched"]) == 2
+    assert len(record["searched"]) == 2 and len(record["final"]) == 2  # the finalists run past the budget
     with pytest.raises(ValueError, match="budget"):
         A.search(CPU, "float32", shapes, budget_s=0)
     with pytest.raises(ValueError, match="no shape"):
@@ -56,9 +56,35 @@ def test_every_searched_product_is_checked_against_float64(monkeypatch):
     monkeypatch.setattr(Matmul, "check", lambda self: checked.append(self.shape) or real(self))
     shapes = [(32, 64, 16), (16, 16, 16), (64, 32, 48)]
     s = A.search(CPU, "float32", shapes, budget_s=60.0)
-    assert checked == shapes and [r.shape for r in s.results] == shapes
-    assert all(r.tflops > 0 and r.error < 1e-5 for r in s.results)
-    assert s.best.tflops == max(r.tflops for r in s.results)
+    # every shape, and every finalist again: each product is checked before each timing
+    assert checked[:3] == shapes and sorted(checked[3:]) == sorted(shapes) and [r.shape for r in s.results] == shapes
+    assert all(r.tflops > 0 and r.error < 1e-5 for r in s.results + s.final)
+    assert s.best.tflops == max(r.tflops for r in s.final)
+
+
+def test_the_best_is_the_fastest_finalist_on_its_second_longer_look():
+    """The grid's fastest of many brief figures reads high: its best few are timed again, longer, and
+    the best of that second look wins, whichever it was on the first."""
+    first = {(1, 1, 1): 1.0, (2, 2, 2): 5.0, (3, 3, 3): 4.0, (4, 4, 4): 4.5, (5, 5, 5): 3.0}
+    second = {(2, 2, 2): 3.0, (3, 3, 3): 3.9, (4, 4, 4): 3.5}  # the first look's winner was lucky
+    timed = []
+
+    def fake(shape, dtype, device, block_s=A.SEARCH_BLOCK_S, blocks=A.SEARCH_BLOCKS):
+        final = (block_s, blocks) == (A.FINAL_BLOCK_S, A.FINAL_BLOCKS)
+        timed.append((shape, final))
+        return A.ShapeResult(*shape, tflops=(second if final else first)[shape], error=0.0)
+
+    s = A.search(CPU, "bfloat16", list(first), budget_s=60.0, time_one=fake)
+    assert [sh for sh, final in timed if final] == [(2, 2, 2), (4, 4, 4), (3, 3, 3)]  # the top 3, fastest first
+    assert A.FINAL_BLOCK_S * A.FINAL_BLOCKS > A.SEARCH_BLOCK_S * A.SEARCH_BLOCKS
+    assert s.best.shape == (3, 3, 3) and s.best.tflops == 3.9
+    record = s.as_record()
+    assert record["best"] == {"m": 3, "k": 3, "n": 3, "tflops": 3.9}
+    assert [r["tflops"] for r in record["final"]] == [3.0, 3.5, 3.9] and len(record["searched"]) == 5
+    # one shape timed (a spent budget, or a grid of one): no second look, the grid's figure stands
+    one = A.search(CPU, "bfloat16", [(2, 2, 2)], budget_s=60.0, time_one=fake)
+    assert one.final == [] and one.best.tflops == 5.0
+    assert A.search(CPU, "bfloat16", list(first), budget_s=60.0, time_one=fake, finalists=0).best.tflops == 5.0
 
 
 def test_a_shape_that_computes_garbage_is_never_timed(monkeypatch):

@@ -117,8 +117,8 @@ def _peak(tp_frame: pd.DataFrame) -> Section | None:
         "Best measured square-matmul TFLOP/s against a peak: the achievable figure (the best shape "
         "bench_achievable found on that device and dtype, burst, sustained or search, whichever is highest) "
         "where a search ran, else a known GPU's datasheet dense figure (devbench.peaks). A CPU with no search "
-        "and unknown GPUs get no fraction. Above 100%: a square product beat the search's best, which times each "
-        "shape briefly (on a noisy host, low)."
+        "and unknown GPUs get no fraction. Above 100%: a square product beat the search's best on a noisy host "
+        "(the search times each shape briefly, then its finalists for half a second)."
     )
     return Section("Fraction of peak", text, table.round(4))
 
@@ -132,7 +132,9 @@ def _achievable(ach: pd.DataFrame) -> Section | None:
     text = (
         "The fastest matmul found by a bounded search over shapes (m x k x n around the sizes cuBLAS and MKL "
         "favour, every product checked against float64; mamf-finder's question), TFLOP/s, higher is better. "
-        "`search`: the best shape's figure during the search; `burst`: that shape after a second of idling, "
+        "`search`: the best shape's figure during the search (its 3 fastest shapes timed again for half a "
+        "second each, the fastest of those; searches before session 22 kept the fastest brief figure, which "
+        "reads high); `burst`: that shape after a second of idling, "
         "a quarter of a second of work; `sustained`: after five seconds of back-to-back work (power and heat "
         "settle). MHz and W: the median SM clock and board power sampled while the figure was timed (GPUs, "
         "NVML). `achievable / datasheet` uses the highest of the three. Searched on: "
