@@ -406,6 +406,11 @@ def test_achievable_search_is_the_peak_and_sits_beside_the_datasheet():
          "run": run, "value": v, "gpu_mhz": mhz, "gpu_watts": w}
         for run, v, mhz, w in (("burst", 790.0, 1980.0, 600.0), ("sustained", 700.0, 1755.0, 700.0))
     ]  # fmt: skip
+    rows += [
+        {"benchmark": "bench_achievable.MatmulAchievable.track_tflops", "device": "cpu", "dtype": "bfloat16",
+         "run": run, "value": v}
+        for run, v in (("burst", 0.35), ("sustained", 0.33))
+    ]  # fmt: skip
     f = _frame(rows)
     searches = pd.DataFrame([
         {"machine": "m", "device": "cpu", "dtype": "bfloat16", "shape": "2048x1024x2048", "search_tflops": 0.4},
@@ -420,6 +425,59 @@ def test_achievable_search_is_the_peak_and_sits_beside_the_datasheet():
     cpu, cuda = _row(peak, device="cpu"), _row(peak, device="cuda")
     assert cpu["peak"] == 0.4 and cpu["fraction"] == pytest.approx(0.75) and "2048x1024x2048" in cpu["peak_source"]
     assert cuda["peak"] == 790.0 and cuda["peak_source"] == "achievable (2048x13312x2048)"
+
+
+def test_a_search_of_another_commit_divides_nothing():
+    """Square products of one run over the achievable figure of another mix code and hours (the sample's VM
+    bf16 squares ran at a tenth of a search a day later: "9.9% of peak"): a CPU gets no fraction and its row
+    says where the latest search was; a GPU falls back to its datasheet."""
+    from devbench.report import sections
+
+    old = {"commit": "a" * 40, "commit_short": "aaaaaaaa"}
+    new = {"commit": "b" * 40, "commit_short": "bbbbbbbb", "date": pd.Timestamp("2026-01-02", tz="UTC")}
+    rows = [
+        {
+            "benchmark": "bench_matmul.MatmulSquare.track_tflops",
+            "device": d,
+            "dtype": "bfloat16",
+            "n": n,
+            "value": v,
+            **old,
+        }
+        for d, n, v in (("cpu", 1024, 0.04), ("cpu", 4096, 0.03), ("cuda", 4096, 600.0))
+    ]
+    rows += [
+        {
+            "benchmark": "bench_achievable.MatmulAchievable.track_tflops",
+            "device": d,
+            "dtype": "bfloat16",
+            "run": run,
+            "value": v,
+            **new,
+        }
+        for d, run, v in (("cpu", "burst", 0.39), ("cpu", "sustained", 0.38), ("cuda", "burst", 790.0))
+    ]
+    f = _frame(rows)
+    searches = pd.DataFrame([
+        {"machine": "m", "device": "cpu", "dtype": "bfloat16", "shape": "512x1024x512", "search_tflops": 0.41},
+        {"machine": "m", "device": "cuda", "dtype": "bfloat16", "shape": "2048x13312x2048", "search_tflops": 780.0},
+    ])  # fmt: skip
+    peak = D.fraction_of_peak(f, searches=searches)
+    cpu = peak[peak["device"] == "cpu"]
+    assert cpu["fraction"].isna().all() and cpu["peak"].isna().all()
+    assert set(cpu["peak_source"]) == {"no search at this commit (latest at bbbbbbbb)"}
+    cuda = _row(peak, device="cuda")
+    assert cuda["peak"] == 989.4 and cuda["peak_source"].startswith("datasheet")
+    table = sections._peak(peak).table
+    row = table[table["device"] == "cpu"].iloc[0]
+    assert (row["n"], row["fraction"]) == (1024, "n/a")  # the best square of the run, with no fraction
+    assert list(table["device"]) == ["cuda", "cpu"]  # fractions first
+    shown = sections._achievable(D.achievable(f, searches)).table
+    assert not {"env", "commit", "commit_short"} & set(shown.columns)  # the run pairs figures; it is not shown
+    # the same commit: divided
+    same = _frame([{**r, "commit": "b" * 40, "commit_short": "bbbbbbbb"} for r in rows])
+    cpu = _row(D.fraction_of_peak(same, searches=searches), device="cpu", n=1024)
+    assert cpu["peak"] == 0.41 and cpu["fraction"] == pytest.approx(0.04 / 0.41)
 
 
 def test_unknown_gpu_gets_no_fraction():

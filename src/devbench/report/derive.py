@@ -208,7 +208,8 @@ def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFra
     """Per machine, device and dtype: the best searched shape, its burst and sustained TFLOP/s with the
     clock and power sampled while they ran, and (GPUs) the datasheet peak and achievable / datasheet."""
     cols = ["machine", "device", "dtype", "shape", "search_tflops", "burst", "sustained",
-            "burst_mhz", "sustained_mhz", "burst_w", "sustained_w", "datasheet", "of_datasheet"]  # fmt: skip
+            "burst_mhz", "sustained_mhz", "burst_w", "sustained_w", "datasheet", "of_datasheet", "env", "commit",
+            "commit_short"]  # fmt: skip
     if searches is None or searches.empty:
         return pd.DataFrame(columns=cols)
     out = searches[["machine", "device", "dtype", "shape", "search_tflops"]].copy()
@@ -216,10 +217,13 @@ def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFra
     sub = sub[sub["benchmark"] == spec.ACHIEVABLE_TFLOPS.benchmark]
     if not sub.empty:
         extra = [c for c in ("gpu_mhz", "gpu_watts") if c in sub.columns]
-        sub = sub[["machine", "device", "dtype", "run", "value", *extra]].astype({"machine": str})
+        sub = sub[["machine", "device", "dtype", "run", "value", "env", "commit", "commit_short", *extra]]
+        sub = sub.astype({"machine": str, "env": str, "commit": str, "commit_short": str})
         for run in ("burst", "sustained"):
             r = sub[sub["run"] == run].drop(columns="run").drop_duplicates(["machine", "device", "dtype"], keep="last")
             r = r.rename(columns={"value": run, "gpu_mhz": f"{run}_mhz", "gpu_watts": f"{run}_w"})
+            if "commit" in out.columns:  # the run that timed burst and sustained: one asv run, one commit
+                r = r.drop(columns=["env", "commit", "commit_short"])
             out = out.merge(r, on=["machine", "device", "dtype"], how="left")
     for c in cols:
         if c not in out.columns:
@@ -238,8 +242,12 @@ def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFra
 def fraction_of_peak(
     frame: pd.DataFrame, throughput: pd.DataFrame | None = None, searches: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """Measured TFLOP/s over a peak: the achievable figure (best searched shape) where a search ran,
-    else a GPU's datasheet figure. A CPU with no search gets no fraction (its own best would say 100%).
+    """Measured TFLOP/s over a peak: the achievable figure (best searched shape) where the search's
+    burst and sustained were timed at the same commit, machine and environment as the square figure,
+    else a GPU's datasheet figure. A CPU with no such search gets no fraction (its own best would say
+    100%), and ``peak_source`` says where its latest search was: a square figure of one commit over an
+    achievable one of another mixes two runs of different code (the sample's VM bf16 squares of
+    0fa10676 ran at a tenth of the search at 4a52877c: 9.9% "of peak").
 
     Unknown GPUs get no fraction (NaN), not an error.
     """
@@ -262,8 +270,14 @@ def fraction_of_peak(
         key = {(str(r.machine), str(r.device), str(r.dtype)): r for r in ach.itertuples()}
         for idx, row in tp.iterrows():
             hit = key.get((str(row["machine"]), str(row["device"]), str(row["dtype"])))
-            if hit is not None and hit.top > 0:
+            if hit is None or not hit.top > 0:
+                continue
+            if (str(hit.env), str(hit.commit)) == (str(row["env"]), str(row["commit"])):
                 tp.loc[idx, ["peak", "peak_source"]] = [hit.top, f"achievable ({hit.shape})"]
+            elif pd.isna(tp.loc[idx, "peak"]):
+                where = f"at {hit.commit_short}" if isinstance(hit.commit_short, str) and hit.commit != "nan" else ""
+                tp.loc[idx, "peak_source"] = f"no search at this commit ({' '.join(['latest', where]).strip()})"
+    tp["peak_source"] = tp["peak_source"].mask(tp["peak"].isna() & (tp["peak_source"] == ""), "no peak known")
     tp["fraction"] = tp["tflops"] / tp["peak"]
     return tp[cols].reset_index(drop=True)
 

@@ -106,19 +106,26 @@ def _throughput(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
 
 
 def _peak(tp_frame: pd.DataFrame) -> Section | None:
-    fp = tp_frame.dropna(subset=["fraction"])
+    # rows with a fraction, and those a search at another commit could not divide (they say where it was)
+    other_run = tp_frame["peak_source"].astype(str).str.startswith("no search at this commit")
+    fp = tp_frame[tp_frame["fraction"].notna() | other_run]
     if fp.empty:
         return None
     t = fp.assign(where=where_label(fp))
-    best = t.sort_values("fraction").groupby(["where", "device", "dtype"], sort=True).tail(1)
+    order = t.sort_values(["fraction", "tflops"], na_position="first")
+    best = order.groupby(["where", "device", "dtype"], sort=True).tail(1).sort_values("fraction", na_position="last")
     table = best[["where", "device", "dtype", "n", "tflops", "peak", "fraction", "peak_source"]].copy()
-    table["fraction"] = (100 * table["fraction"]).round(1).astype(str) + "%"
+    table["fraction"] = [f"{100 * f:.1f}%" if pd.notna(f) else "n/a" for f in table["fraction"]]
+    table["peak"] = [f"{p:.4g}" if pd.notna(p) else "n/a" for p in table["peak"]]
     text = (
         "Best measured square-matmul TFLOP/s against a peak: the achievable figure (the best shape "
         "bench_achievable found on that device and dtype, burst, sustained or search, whichever is highest) "
-        "where a search ran, else a known GPU's datasheet dense figure (devbench.peaks). A CPU with no search "
-        "and unknown GPUs get no fraction. Above 100%: a square product beat the search's best on a noisy host "
-        "(the search times each shape briefly, then its finalists for half a second)."
+        "where its burst and sustained ran at the same commit and environment as the square products, else a "
+        "known GPU's datasheet dense figure (devbench.peaks). Figures of two runs are not divided: they can "
+        "differ in code and in the host's hour. A CPU without a search at its commit gets no fraction, and "
+        "its row says where the latest search was; unknown GPUs get none either. Above 100%: a square product "
+        "beat the search's best on a noisy host (the search times each shape briefly, then its finalists for "
+        "half a second)."
     )
     return Section("Fraction of peak", text, table.round(4))
 
@@ -127,6 +134,7 @@ def _achievable(ach: pd.DataFrame) -> Section | None:
     if ach.empty:
         return None
     t = ach.assign(of_datasheet=ach["of_datasheet"].map(lambda f: None if pd.isna(f) else f"{100 * f:.1f}%"))
+    t = t.drop(columns=["env", "commit", "commit_short"], errors="ignore")  # the run, for fraction_of_peak
     t = t.rename(columns={"machine": "where", "shape": "best shape (m x k x n)", "search_tflops": "search",
                           "datasheet": "datasheet", "of_datasheet": "achievable / datasheet"})  # fmt: skip
     text = (
