@@ -647,7 +647,7 @@ def leaning(table: Any) -> list[str]:
     """
     ratio = table["ratio"].astype(float)
     beyond = ratio.map(lambda r: abs(math.log(r)) if r > 0 else 0.0) > table["floor"].map(math.log1p)
-    noted = table["note"].astype(bool) if "note" in table else False
+    noted = table["note"].astype(bool) if "note" in table else table["verdict"].map(lambda _: False)
     chosen = table.loc[(table["verdict"] == V.UNDECIDED) & beyond & ~noted]
     return sorted({figure_name(b, p) for b, p in zip(chosen["benchmark"], chosen["params"], strict=True)})
 
