@@ -215,6 +215,12 @@ def test_work_version_folds_into_the_version_asv_records():
 
     assert _asv_version(Edited, "time_x").endswith("-work2") and _asv_version(Edited, "time_x") != versioned
 
+    # a class with no source file (built in a REPL or by exec) still gets a version, from its bytecode
+    ns = {}
+    exec("from devbench.suite import Benchmark\nclass X(Benchmark):\n    work_version = 3\n"
+         "    def time_a(self):\n        return 1\n", ns)  # fmt: skip
+    assert ns["X"].time_a.version.endswith("-work3")
+
     with pytest.raises(TypeError, match="Bad.work_version must be an int >= 1, got 0"):
         type("Bad", (suite.Benchmark,), {"work_version": 0})
 

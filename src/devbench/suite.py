@@ -259,6 +259,15 @@ def _before_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
 BENCHMARK_PREFIXES = ("time_", "timeraw_", "track_", "mem_", "peakmem_")
 
 
+def _source(func: Callable) -> str:
+    """The source asv would hash (a wrapped set-up's own), or its bytecode where there is no source file."""
+    try:
+        return inspect.getsource(func)
+    except (OSError, TypeError):
+        code = getattr(inspect.unwrap(func), "__code__", None)
+        return code.co_code.hex() if code is not None else repr(func)
+
+
 def _work_versions(cls: type, work: int) -> None:
     """Give each benchmark method of ``cls`` an asv ``version`` that also names ``work``.
 
@@ -279,7 +288,7 @@ def _work_versions(cls: type, work: int) -> None:
     for name, func in list(cls.__dict__.items()):
         if not name.startswith(BENCHMARK_PREFIXES) or not callable(func):
             continue
-        code = "\n".join(inspect.getsource(f) for f in (func, *parts) if f is not None)
+        code = "\n".join(_source(f) for f in (func, *parts) if f is not None)
         func.version = f"{hashlib.sha256(code.encode()).hexdigest()}-work{work}"
 
 
