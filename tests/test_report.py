@@ -474,6 +474,12 @@ def test_a_search_of_another_commit_divides_nothing():
     assert list(table["device"]) == ["cuda", "cpu"]  # fractions first
     shown = sections._achievable(D.achievable(f, searches)).table
     assert not {"env", "commit", "commit_short"} & set(shown.columns)  # the run pairs figures; it is not shown
+    # a search whose burst and sustained have no results (they failed) belongs to no run: nothing divided
+    lone = pd.concat([searches, pd.DataFrame([{"machine": "m", "device": "cpu", "dtype": "float32",
+                                               "shape": "512x512x512", "search_tflops": 0.2}])])  # fmt: skip
+    f32 = _frame([{**rows[0], "dtype": "float32"}])
+    (source,) = set(D.fraction_of_peak(f32, searches=lone)["peak_source"])
+    assert source == "no search at this commit (the latest has no burst or sustained result)"
     # the same commit: divided
     same = _frame([{**r, "commit": "b" * 40, "commit_short": "bbbbbbbb"} for r in rows])
     cpu = _row(D.fraction_of_peak(same, searches=searches), device="cpu", n=1024)

@@ -215,6 +215,21 @@ def test_work_version_folds_into_the_version_asv_records():
 
     assert _asv_version(Edited, "time_x").endswith("-work2") and _asv_version(Edited, "time_x") != versioned
 
+    # a set-up inherited counts, as in asv's own version: the same method under another parent's set-up differs
+    class UnderVersioned(Versioned):
+        work_version = 2
+
+        def time_z(self):
+            pass
+
+    class UnderEdited(Edited):
+        work_version = 2
+
+        def time_z(self):
+            pass
+
+    assert _asv_version(UnderVersioned, "time_z") != _asv_version(UnderEdited, "time_z")
+
     # a class with no source file (built in a REPL or by exec) still gets a version, from its bytecode
     ns = {}
     exec("from devbench.suite import Benchmark\nclass X(Benchmark):\n    work_version = 3\n"

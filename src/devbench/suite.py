@@ -284,7 +284,8 @@ def _work_versions(cls: type, work: int) -> None:
         raise TypeError(f"{cls.__name__}.work_version must be an int >= 1, got {work!r}")
     if work == 1:
         return  # asv's own version: the history measured before work versions existed stays current
-    parts = [cls.__dict__.get("setup"), cls.__dict__.get("setup_cache")]
+    # as asv: the set-up and setup_cache the class has, its own or inherited
+    parts = [getattr(cls, "setup", None), getattr(cls, "setup_cache", None)]
     for name, func in list(cls.__dict__.items()):
         if not name.startswith(BENCHMARK_PREFIXES) or not callable(func):
             continue

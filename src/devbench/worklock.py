@@ -252,13 +252,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {p}")
             return 0
         problems = check(root)
+        classes = len(read_lock(root)["work_versions"])
     except LockError as exc:
         print(f"devbench.worklock: {exc}", file=sys.stderr)
         return 2
     if problems:
         print(advice(problems), file=sys.stderr)
         return 1
-    print(f"{LOCK} holds: {len(scan(root).work_versions)} benchmark classes")
+    print(f"{LOCK} holds: {classes} benchmark classes")
     return 0
 
 

@@ -275,8 +275,12 @@ def fraction_of_peak(
             if (str(hit.env), str(hit.commit)) == (str(row["env"]), str(row["commit"])):
                 tp.loc[idx, ["peak", "peak_source"]] = [hit.top, f"achievable ({hit.shape})"]
             elif pd.isna(tp.loc[idx, "peak"]):
-                where = f"at {hit.commit_short}" if isinstance(hit.commit_short, str) and hit.commit != "nan" else ""
-                tp.loc[idx, "peak_source"] = f"no search at this commit ({' '.join(['latest', where]).strip()})"
+                at = hit.commit_short if isinstance(hit.commit_short, str) else None  # NaN: a search, no results
+                tp.loc[idx, "peak_source"] = (
+                    f"no search at this commit (latest at {at})"
+                    if at
+                    else "no search at this commit (the latest has no burst or sustained result)"
+                )
     tp["peak_source"] = tp["peak_source"].mask(tp["peak"].isna() & (tp["peak_source"] == ""), "no peak known")
     tp["fraction"] = tp["tflops"] / tp["peak"]
     return tp[cols].reset_index(drop=True)
