@@ -77,12 +77,12 @@ def _timing(quick: bool) -> dict[str, float]:
     return {"idle_s": 1.0, "burst_s": 0.25, "first_s": 5.0, "sustained_s": 2.0}
 
 
-def _twice(fn: Callable[[], object]) -> Callable[[], None]:
-    def both() -> None:
-        fn()
-        fn()
+def _repeated(fn: Callable[[], object], times: int) -> Callable[[], None]:
+    def every() -> None:
+        for _ in range(times):
+            fn()
 
-    return both
+    return every
 
 
 def _clocks(device: Any, summary: list[dict[str, Any]]) -> dict[str, Any]:
@@ -136,14 +136,14 @@ def identity(device: Any, rank: int, local_rank: int) -> dict[str, Any]:
 def measure_rank(
     device: Any,
     barrier: Callable[[], None],
-    slow: bool = False,
+    slow: int = 1,
     quick: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Every figure of this rank, each started together with the other ranks (``barrier``).
 
-    ``slow`` does every call's work twice (the figures count it once): a rank made slow
-    by construction, to see the flagging work. Returns ``{"figures": {...}, "clocks": {...}}``.
+    ``slow`` > 1 does every call's work that many times (the figures count it once): a rank
+    made slow by construction, to see the flagging work. Returns ``{"figures": {...}, "clocks": {...}}``.
     """
     from devbench.gpustate import Sampler
     from devbench.measure import burst, measure, one_call_s, plan_blocks, sustained, warm_up
@@ -158,7 +158,7 @@ def measure_rank(
     mm = Matmul(sizes["n"], sizes["dtype"], device)
     with tf32(mm.allow_tf32):
         mm.check()
-        fn = _twice(mm) if slow else mm
+        fn = _repeated(mm, slow) if slow > 1 else mm
         warm_up(fn, device, repeats=2)
         one = one_call_s(fn, device)
         sampler = Sampler if device.type == "cuda" else None
@@ -180,7 +180,7 @@ def measure_rank(
     copies.append(("device_copy", Copy(sizes["device_copy"], device, device)))
     for name, copy in copies:
         copy.check()
-        fn = _twice(copy) if slow else copy
+        fn = _repeated(copy, slow) if slow > 1 else copy
         warm_up(fn, device)
         barrier()
         say(name)
@@ -302,12 +302,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-write", action="store_true", help="print the table only")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before a stuck world is stopped")
     p.add_argument("--fail-on-slow", action="store_true", help="exit 1 when a rank is flagged (for scripts)")
-    p.add_argument("--slow-rank", type=int, default=None, metavar="R",
-                   help="testing: rank R does every call's work twice, to see it flagged")  # fmt: skip
+    p.add_argument(
+        "--slow-rank",
+        type=int,
+        default=None,
+        metavar="R",
+        help="testing: rank R does every call's work several times (--slow-factor), to see it flagged",
+    )
+    p.add_argument("--slow-factor", type=int, default=2, metavar="K",
+                   help="how many times --slow-rank does each call's work (default: %(default)s); a short burst "
+                        "on a noisy host can move 2x, so a check that must not flake uses more")  # fmt: skip
     return p
 
 
-def rank_main(rank: int, world: int, backend: str, slow_rank: int | None, quick: bool) -> dict[str, Any]:
+def rank_main(
+    rank: int, world: int, backend: str, slow_rank: int | None, quick: bool, slow_factor: int = 2
+) -> dict[str, Any]:
     """One rank's run inside an initialized process group: identity and figures."""
     import torch.distributed as dist
 
@@ -324,7 +334,8 @@ def rank_main(rank: int, world: int, backend: str, slow_rank: int | None, quick:
         if rank == 0:
             print(f"# {what} on {world} rank(s) at once", flush=True)
 
-    out = measure_rank(device, dist.barrier, slow=slow_rank == rank, quick=quick, progress=say)
+    slow = slow_factor if slow_rank == rank else 1
+    out = measure_rank(device, dist.barrier, slow=slow, quick=quick, progress=say)
     out["identity"] = identity(device, rank, local_rank)
     return out
 
@@ -356,7 +367,7 @@ def _torchrun_main(args: argparse.Namespace) -> int:
         if rank == 0:
             print(f"# devbench fleet: {backend}, {world} ranks", flush=True)
         try:
-            mine = rank_main(rank, world, backend, args.slow_rank, args.quick)
+            mine = rank_main(rank, world, backend, args.slow_rank, args.quick, args.slow_factor)
         except Exception as exc:
             print(f"devbench fleet: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             raise
@@ -374,7 +385,8 @@ def _local_main(args: argparse.Namespace) -> int:
     backend = resolve_backend("auto", args.nproc)
     print(f"# devbench fleet: {backend}, {args.nproc} local ranks (spawned; no torchrun)", flush=True)
     try:
-        ranks = spawn_world(rank_main, args.nproc, args=(backend, args.slow_rank, args.quick), backend=backend,
+        ranks = spawn_world(rank_main, args.nproc, args=(backend, args.slow_rank, args.quick, args.slow_factor),
+                            backend=backend,
                             timeout_s=args.timeout)  # fmt: skip
     except (RankFailed, WorldTimeout) as exc:
         print(f"devbench fleet: {exc}", file=sys.stderr)
@@ -395,6 +407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     world = int(os.environ["WORLD_SIZE"]) if torchrun else args.nproc
     if args.slow_rank is not None and not 0 <= args.slow_rank < world:
         parser.error(f"--slow-rank {args.slow_rank}: there are ranks 0 to {world - 1}")
+    if args.slow_factor < 2:
+        parser.error(f"--slow-factor must be >= 2 (the slow rank repeats each call's work), got {args.slow_factor}")
     return _torchrun_main(args) if torchrun else _local_main(args)
 
 
