@@ -12,15 +12,14 @@ BASE ?= main
 BENCH ?= .
 REPORT_DIR ?= reports/latest
 
-.PHONY: help venv test test-fast lint bench machine quick compare calibrate publish preview report sample-report work-lock clean
+.PHONY: help venv test test-fast lint bench machine quick compare publish preview report sample-report work-lock clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
 	@echo "make test-fast pytest without the tests that run asv itself"
 	@echo "make bench     record the machine, run the whole suite, publish the HTML"
 	@echo "make quick     one sample of every benchmark (asv run --quick), results kept"
-	@echo "make compare   devbench compare BASE HEAD, interleaved, verdict per figure (BASE=main by default)"
-	@echo "make calibrate devbench calibrate: A/A run that learns this machine's noise floors"
+	@echo "make compare   devbench compare BASE HEAD: paired turns, a verdict per figure (BASE=main by default)"
 	@echo "make publish   asv publish: the HTML site under .asv/html"
 	@echo "make report    devbench report: .asv/results -> reports/latest/ (Markdown, HTML, CSV, PNG)"
 	@echo "make preview   serve the HTML site on localhost"
@@ -65,21 +64,17 @@ bench: machine
 report: venv
 	$(VENV)/bin/devbench report --results .asv/results --out $(REPORT_DIR)
 
-# The committed sample report (reports/sample/): its inputs (asv results of the CPU VM and
-# of an H200, the VM's noise floors in reports/noise/ and an A/A devbench compare in
-# reports/compare-aa-v12/rejudged/) are committed, so anyone can rebuild it. `make report` writes the
-# user's own report to reports/latest/, which git ignores.
+# The committed sample report (reports/sample/): its inputs (asv results of the CPU VM and of an
+# H200, and the A/A devbench compare in reports/compare-aa/idle/) are committed, so anyone can
+# rebuild it. `make report` writes the user's own report to reports/latest/, which git ignores.
 sample-report: venv
-	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-aa-v12/rejudged --out reports/sample
+	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-aa/idle --out reports/sample
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'
 
 compare: machine
 	$(VENV)/bin/devbench compare $(BASE) HEAD --bench '$(BENCH)' --out .asv/compare
-
-calibrate: machine
-	$(VENV)/bin/devbench calibrate HEAD --bench '$(BENCH)' --out .asv/calibrate
 
 publish: venv
 	$(ASV) publish

@@ -111,7 +111,7 @@ class MatmulAchievable(Benchmark):
 
     params = [DEVICES, DTYPES, ["burst", "sustained"]]
     param_names = ["device", "dtype", "run"]
-    #: 2: the search's best is the fastest of its finalists timed again, longer (session 22); it was
+    #: 2: the search's best is the fastest of its finalists timed again, longer; it was
     #: the fastest of the grid's brief figures, which read high and could pick a shape that was lucky
     work_version = 2
     rounds = 1

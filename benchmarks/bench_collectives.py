@@ -30,7 +30,6 @@ class Collectives(Benchmark):
     where there are as many cores as ranks; NCCL where there are as many GPUs.
     """
 
-    host_probe = False  # measured in setup_cache: a probe around the process that reads it says nothing
     params = [list(BACKENDS), WORLDS, list(OPS), SIZES]
     param_names = ["backend", "world", "op", "nbytes"]
     timeout = 1200.0

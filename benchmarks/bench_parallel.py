@@ -24,7 +24,7 @@ class ParallelMatmul(Benchmark):
 
     params = [MODES, SIZES]
     param_names = ["mode", "n"]
-    #: 2: each lane's work lasts 0.2 s (f58c4a4; 0.05 s before)
+    #: 2: each lane's work lasts 0.2 s (0.05 s before)
     work_version = 2
 
     def setup(self, mode, n):

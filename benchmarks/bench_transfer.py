@@ -270,7 +270,6 @@ class PeerMatrix(Benchmark):
     its blocks as samples. Skips below two GPUs.
     """
 
-    host_probe = False  # measured in setup_cache: a probe around the process that reads it says nothing
     params = [MATRIX_SIZES]
     param_names = ["nbytes"]
     timeout = 1200.0
@@ -311,7 +310,7 @@ class ManySmallCopies(Benchmark):
 
     params = [DEVICES, list(SMALL_KINDS)]
     param_names = ["device", "kind"]
-    #: 2: a CPU "device" copies each tensor (``copy=True``, 842dd2e); before, ``.to`` returned it as it was
+    #: 2: a CPU "device" copies each tensor (``copy=True``); before, ``.to`` returned it as it was
     work_version = 2
 
     def setup(self, device, kind):

@@ -46,7 +46,7 @@ def test_bad_arguments_exit_2_with_the_reason(capsys):
 def test_torchrun_world_of_two_flags_the_rank_made_slow(tmp_path):
     """Rank 1 does every call's work 8 times; it, and only it, falls behind on every figure. No timing is asserted
     beyond that: 8x the work is slower by construction. Doubled work was not enough: in a fresh-clone make test
-    on the 2-vCPU VM (session 22) the fast rank's 0.1 s burst landed in a slow stretch of the host and the
+    on the 2-vCPU VM the fast rank's 0.1 s burst landed in a slow stretch of the host and the
     slow rank's burst was not flagged. The host's slow stretches measured there are up to 2.5x."""
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -99,10 +99,11 @@ LAYERS = [
     # (module, packages it must not import)
     ("devbench.spec", ["torch", "asv", "pandas"]),
     ("devbench.verdict", ["torch", "asv", "pandas", "numpy"]),
-    ("devbench.ab", ["torch"]),
-    ("devbench.hostprobe", ["torch", "asv", "pandas"]),  # torch only when a probe runs
+    # the coordinator never imports the benchmarks, torch or the report; the worker only asv_runner, when run
+    ("devbench.ab.command", ["torch", "asv", "asv_runner", "devbench.report", "benchmarks"]),
+    ("devbench.ab.worker", ["torch", "asv", "asv_runner", "devbench.report", "pandas"]),
     ("devbench.worklock", ["torch", "asv", "pandas", "devbench.suite", "benchmarks"]),  # parses, never imports
-    ("devbench.report.cli", ["torch"]),
+    ("devbench.report.cli", ["torch", "devbench.ab"]),
     ("devbench.report.sections", ["torch"]),
     ("devbench.measure", ["asv", "devbench.suite", "benchmarks"]),
     ("devbench.workloads.matmul", ["asv", "devbench.suite", "benchmarks"]),

@@ -1,7 +1,8 @@
-"""The verdict rule (devbench.verdict) on synthetic per-process figures: no timing here."""
+"""The paired verdict rule (devbench.verdict) on synthetic log ratios: no timing here."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -10,167 +11,96 @@ import pytest
 from devbench import verdict as V
 
 
-def test_u_distribution_counts_every_ordering():
-    for m, n in [(1, 1), (3, 4), (5, 5), (6, 6)]:
-        counts = V._u_counts(m, n)
-        assert len(counts) == m * n + 1 and sum(counts) == math.comb(m + n, m)
-        assert counts == counts[::-1]  # U is symmetric under the null
+def test_signed_rank_counts_every_sign_pattern():
+    for n in (1, 4, 8):
+        counts = V._w_counts(n)
+        assert len(counts) == n * (n + 1) // 2 + 1 and sum(counts) == 2**n
+        assert counts == counts[::-1]  # W+ is symmetric under the null
+        # against brute force: every subset of ranks 1..n
+        brute = [0] * len(counts)
+        for signs in itertools.product((0, 1), repeat=n):
+            brute[sum(r for r, s in zip(range(1, n + 1), signs, strict=True) if s)] += 1
+        assert tuple(brute) == counts
 
 
 @pytest.mark.parametrize(
-    ("m", "n", "confidence", "k"),
+    ("n", "confidence", "k"),
     [
-        (5, 5, 0.95, 3),  # P(U <= 2) = 4/252 = 0.016 <= 0.025 < P(U <= 3) = 7/252
-        (5, 5, 0.99, 1),  # P(U <= 0) = 1/252 <= 0.005 < P(U <= 1)
-        (6, 6, 0.99, 3),  # P(U <= 2) = 4/924 <= 0.005 < 7/924
-        (4, 4, 0.95, 1),
-        (3, 3, 0.95, 0),  # 1/20 > 0.025: three rounds cannot give a 95% interval
+        (5, 0.95, 0),  # P(W+ = 0) = 1/32 > 0.025
+        (6, 0.95, 1),  # 1/64 <= 0.025 < 2/64
+        (7, 0.99, 0),  # 1/128 > 0.005
+        (8, 0.99, 1),  # 1/256 <= 0.005 < 2/256
+        (10, 0.95, 9),  # P(W+ <= 8) = 25/1024 <= 0.025 < P(W+ <= 9) = 31/1024
     ],
 )
-def test_order_statistic_matches_the_exact_mann_whitney_tail(m, n, confidence, k):
-    assert V.order_statistic_k(m, n, confidence) == k
+def test_signed_rank_k_matches_the_exact_tail(n, confidence, k):
+    assert V.signed_rank_k(n, confidence) == k
 
 
-def test_shift_interval_is_the_hodges_lehmann_estimate_and_covers_it():
-    base = [1.0, 1.1, 0.9, 1.05, 0.95]
-    head = [2 * v for v in base]
-    mid, lo, hi = V.shift_interval(base, head, 0.95)
-    assert math.exp(mid) == pytest.approx(2.0) and lo <= mid <= hi
-    assert math.exp(lo) > 1.5 and math.exp(hi) < 2.7
+def test_paired_interval_is_the_hodges_lehmann_estimate_and_covers_it():
+    diffs = [math.log(1.1) + d for d in (-0.01, 0.0, 0.01, 0.005, -0.005, 0.002, -0.002, 0.0)]
+    mid, lo, hi = V.paired_interval(diffs, 0.99)
+    assert math.exp(mid) == pytest.approx(1.1, rel=1e-3) and lo <= mid <= hi
+    assert lo == min(diffs) and hi == max(diffs)  # k = 1 at n = 8: the extreme Walsh averages
 
 
-def test_three_rounds_are_too_few_for_a_verdict():
-    v = V.judge([1.0, 1.0, 1.0], [2.0, 2.0, 2.0], higher_is_better=False)
-    assert v.verdict == V.UNDECIDED and v.ratio == pytest.approx(2.0) and math.isinf(v.ratio_hi)
+def test_too_few_values_give_an_unbounded_interval():
+    _, lo, hi = V.paired_interval([0.1] * 7, 0.99)
+    assert lo == -math.inf and hi == math.inf
 
 
 @pytest.mark.parametrize(
-    ("factor", "higher_is_better", "expected"),
-    [(2.0, False, V.SLOWER), (0.5, False, V.FASTER), (2.0, True, V.FASTER), (0.5, True, V.SLOWER)],
+    ("lo", "hi", "floor", "expected"),
+    [
+        (0.05, 0.1, 0.02, V.UP),
+        (-0.1, -0.05, 0.02, V.DOWN),
+        (-0.01, 0.015, 0.02, V.SAME),
+        (-0.01, 0.05, 0.02, V.UNDECIDED),
+        (0.01, 0.05, 0.02, V.UNDECIDED),  # beyond zero but not wholly beyond the floor
+    ],
 )
-def test_a_clear_change_is_judged_by_the_figures_direction(factor, higher_is_better, expected):
-    base = [1.0, 1.02, 0.98, 1.01, 0.99]
-    head = [factor * v for v in base]
-    v = V.judge(base, head, higher_is_better=higher_is_better)
-    assert v.verdict == expected and v.ratio == pytest.approx(factor, rel=0.03)
+def test_decide_against_the_floor(lo, hi, floor, expected):
+    assert V.decide(lo, hi, floor) == expected
 
 
-def test_identical_quiet_sides_are_the_same():
-    base = [1.0, 1.01, 0.99, 1.005, 0.995]
-    v = V.judge(base, list(reversed(base)), higher_is_better=True)
-    assert v.verdict == V.SAME and v.ratio_lo >= 1 / 1.05 and v.ratio_hi <= 1.05
-
-
-def test_a_change_inside_the_noise_floor_is_not_a_verdict():
-    base = [1.0, 1.004, 0.996, 1.002, 0.998]
-    head = [1.03 * v for v in base]  # clearly different, but 3% under a 5% floor
-    assert V.judge(base, head, higher_is_better=False, floor=0.05).verdict == V.SAME
-    assert V.judge(base, head, higher_is_better=False, floor=0.01).verdict == V.SLOWER
-
-
-def test_one_wild_process_makes_it_undecided_not_a_regression():
-    base = [1.0, 1.0, 1.0, 1.0, 1.0]
-    head = [1.0, 1.0, 1.0, 1.0, 3.0]  # one round ran while the host was busy
-    assert V.judge(base, head, higher_is_better=False).verdict in (V.SAME, V.UNDECIDED)
-
-
-def test_noisy_sides_with_a_real_change_are_undecided():
-    base = [1.0, 1.6, 0.7, 1.3, 0.9]
-    head = [1.25 * v for v in [1.4, 0.8, 1.1, 0.75, 1.5]]
-    assert V.judge(base, head, higher_is_better=False).verdict == V.UNDECIDED
-
-
-def test_unjudgeable_values_give_undecided():
-    assert V.judge([], [1.0], higher_is_better=True).verdict == V.UNDECIDED
-    assert V.judge([0.0, -1.0, math.nan], [1.0] * 5, higher_is_better=True).verdict == V.UNDECIDED
-    with pytest.raises(ValueError, match="floor"):
-        V.judge([1.0], [1.0], higher_is_better=True, floor=-0.1)
-
-
-def test_a_a_runs_of_lognormal_noise_rarely_cross_a_learned_floor():
-    """Simulated A/A comparisons: with the floor learned from an earlier A/A run, false verdicts are rare."""
+def test_an_a_a_run_of_many_figures_rarely_calls_a_change():
+    """Symmetric noise about zero: at 99% and a 2% floor, 1,000 figures of 8 process pairs each
+    (log sd 3% per pair) give no verdict of up or down."""
     rng = random.Random(7)
-    false = 0
-    trials = 400
-    for _ in range(trials):
-        sigma = rng.choice([0.01, 0.05, 0.2, 0.4])
-
-        def side(sigma=sigma):
-            return [math.exp(rng.gauss(0, sigma)) for _ in range(5)]
-
-        floor = V.learned_floor(side(), side())
-        v = V.judge(side(), side(), higher_is_better=True, floor=floor)
-        false += v.verdict in (V.FASTER, V.SLOWER)
-    assert false <= trials * 0.01
+    called = 0
+    for _ in range(1000):
+        diffs = [rng.gauss(0, 0.03) for _ in range(8)]
+        _, lo, hi = V.paired_interval(diffs, 0.99)
+        called += V.decide(lo, hi, 0.02) in (V.UP, V.DOWN)
+    assert called <= 2
 
 
-def test_learned_floor_and_detectable_change():
-    quiet = [1.0, 1.001, 0.999, 1.0005, 0.9995]
-    assert V.learned_floor(quiet, quiet) == V.MIN_FLOOR
-    noisy_a, noisy_b = [1.0, 1.2, 0.8, 1.1, 0.9], [1.05, 0.85, 1.15, 0.95, 1.0]
-    floor = V.learned_floor(noisy_a, noisy_b)
-    assert floor > 0.2  # 3 robust sigmas of ~10% noise
-    assert V.learned_floor([2 * v for v in noisy_a], noisy_b) == pytest.approx(floor)  # sides centred first
-    mdc = V.detectable_change(floor, noisy_a, noisy_b)
-    assert mdc > floor and math.isfinite(mdc)
-    assert math.isinf(V.detectable_change(floor, [1.0, 1.1], [1.0, 1.1]))  # too few rounds for 95%
-    wild = [1.0, 50.0, 0.02, 3.0, 0.3]
-    assert V.learned_floor(wild, wild) == V.MAX_FLOOR
+def test_a_ten_percent_change_is_found_at_three_percent_noise():
+    rng = random.Random(11)
+    found = 0
+    for _ in range(200):
+        diffs = [math.log(1.10) + rng.gauss(0, 0.03) for _ in range(8)]
+        _, lo, hi = V.paired_interval(diffs, 0.99)
+        found += V.decide(lo, hi, 0.02) == V.UP
+    assert found >= 190
 
 
-def test_a_large_change_of_a_wild_figure_is_never_same():
-    base = [1.0, 1.02, 0.98, 1.01, 0.99]
-    head = [1.9 * v for v in base]
-    assert V.judge(base, head, higher_is_better=False, floor=V.MAX_FLOOR).verdict == V.SLOWER
-    head = [1.45 * v for v in [1.0, 1.3, 0.8, 1.1, 0.9]]
-    assert V.judge(base, head, higher_is_better=False, floor=V.MAX_FLOOR).verdict == V.UNDECIDED
+def test_futile_means_no_future_values_can_decide():
+    """Exhaustively: a figure called futile with n values left undecided whatever the next values are."""
+    values = [0.0, 0.2, -0.2, 0.1, -0.1, 0.15]
+    assert V.futile(values, 8, 0.02, 0.99)
+    for extra in itertools.product((-1.0, -0.01, 0.0, 0.01, 1.0), repeat=2):
+        _, lo, hi = V.paired_interval(values + list(extra), 0.99)
+        assert V.decide(lo, hi, 0.02) == V.UNDECIDED
 
 
-def test_settled_only_when_no_remaining_rounds_can_give_a_verdict():
-    # 2 rounds per side, 5 at the end (99%: the interval is the smallest and largest difference)
-    assert V.settled([1.0, 1.3], [1.25, 0.9], 0.1, 5, 5)  # differences reach past +10% and inside it
-    assert not V.settled([1.0, 1.01], [1.02, 1.0], 0.1, 5, 5)  # all inside: may end the same
-    assert not V.settled([1.0, 1.01], [2.0, 2.1], 0.1, 5, 5)  # all beyond: may end slower
-    # up by 15% on the median, but one difference (+3.9%) already lies inside the floor: never slower
-    assert V.settled([1.0, 1.01], [1.05, 1.3], 0.1, 5, 5)
-    assert not V.settled([1.0], [], 0.1, 5, 5)  # nothing to bound
-    assert V.settled([1.0, 1.0], [1.0, 1.0], 0.1, 2, 2)  # 2 x 2 rounds give no 99% interval at all
-    # at 10 rounds per side the 99% interval drops the most extreme differences: a single wild one
-    # settles nothing, since later rounds may outnumber it
-    assert V.order_statistic_k(10, 10) > 1
-    assert not V.settled([1.0, 1.0, 1.0], [1.0, 1.0, 1.6], 0.1, 10, 10)
+def test_a_figure_that_may_still_decide_is_not_futile():
+    values = [0.1, 0.11, 0.09, 0.1, 0.12, 0.1]
+    assert not V.futile(values, 8, 0.02, 0.99)
+    _, lo, hi = V.paired_interval(values + [0.1, 0.1], 0.99)
+    assert V.decide(lo, hi, 0.02) == V.UP
 
 
-@pytest.mark.parametrize(("final", "confidence"), [(5, 0.99), (7, 0.95), (10, 0.99)])
-def test_a_settled_figure_ends_undecided_whatever_comes(final, confidence):
-    """The guarantee stopping early rests on, tried on random data: whatever the later rounds bring
-    (extreme values included), the final verdict of a settled figure is undecided."""
-    rng = random.Random(7)
-    seen = 0
-    for _ in range(300):
-        now = rng.randint(2, final - 1)
-        sigma, shift, floor = rng.choice([0.05, 0.2, 0.5]), rng.choice([0.0, 0.1, 0.3]), rng.choice([0.05, 0.2])
-        base = [math.exp(rng.gauss(0, sigma)) for _ in range(now)]
-        head = [math.exp(rng.gauss(shift, sigma)) for _ in range(now)]
-        if not V.settled(base, head, floor, final, final, confidence):
-            continue
-        seen += 1
-        for _ in range(20):
-            more = final - now
-            pick = [0.1, 1.0, 10.0, math.exp(rng.gauss(shift, sigma))]
-            b = base + [rng.choice(pick) for _ in range(more)]
-            h = head + [rng.choice(pick) for _ in range(more)]
-            assert V.judge(b, h, higher_is_better=True, floor=floor, confidence=confidence).verdict == V.UNDECIDED
-    assert seen > 20  # the property was tried, not skipped
-
-
-def test_interval_text_names_stopped_one_sided_and_unbounded_intervals():
-    assert V.interval_text(0.9, 1.4) == "[-10.0%, +40.0%]"
-    assert V.interval_text(0.0, math.inf) == "unbounded"
-    assert V.interval_text(math.nan, math.nan) == "n/a"
-    # compare.csv's stopped_after as its readers give it: "3", 3.0, and an empty cell as "", None or NaN
-    for cell in ("3", 3.0, 3):
-        assert V.interval_text(0.0, math.inf, cell) == "stopped after 3"
-    for empty in ("", None, math.nan):
-        assert V.stopped_rounds(empty) is None
-        assert V.interval_text(0.9, 1.4, empty) == "[-10.0%, +40.0%]"
+def test_detectable_is_the_floor_plus_half_the_interval():
+    assert V.detectable(-0.05, 0.05, 0.02) == pytest.approx(math.expm1(math.log1p(0.02) + 0.05))
+    assert V.detectable(-math.inf, 0.1, 0.02) == math.inf

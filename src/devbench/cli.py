@@ -116,69 +116,24 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_arguments(p)
     p.set_defaults(func=validate.run)
 
-    from devbench import ab
+    from devbench.ab import command as ab_command
 
     p = sub.add_parser(
         "compare",
-        help="two commits measured interleaved: faster, slower, same or undecided per figure (exit 1 if slower)",
-        description="Measure BASE and HEAD in alternating rounds (ABBA), each benchmark in a fresh process per "
-        "round, offline in this Python's environment; judge every figure with a distribution-free interval "
-        "against its noise floor (devbench calibrate learns the floors). Exit 0: nothing slower; 1: a figure is "
-        "slower; 2: bad input; 130: interrupted (Ctrl-C); 143: terminated (kill). Every benchmark process probes "
-        "the host (a small two-thread product, before and after its timed work); processes that ran while the "
-        "host slowed parallel work are left out of the verdicts (--keep-slowed keeps them).",
-        epilog="examples:\n  devbench compare main HEAD\n  devbench compare v0.1 HEAD --bench MatmulSquare --rounds 7"
-        "\n  devbench compare --from .asv/compare --out /tmp/again   # judged again after devbench calibrate"
+        help="two commits measured in paired turns: faster, slower, same or undecided per figure (exit 1 if slower)",
+        description="Measure BASE and HEAD in pairs of processes, one per side, that take strict turns (A B B A ...) "
+        "timing one block each, offline in this Python's environment; judge every figure from the log ratios of "
+        "adjacent blocks with a distribution-free interval against a floor. Drift of the host slower than one pair "
+        "of blocks cancels inside the pair. Exit 0: nothing slower; 1: a figure is slower; 2: bad input; "
+        "130: interrupted (Ctrl-C); 143: terminated (kill).",
+        epilog="examples:\n  devbench compare main HEAD\n  devbench compare v0.1 HEAD --bench MatmulSquare"
+        "\n  devbench compare HEAD HEAD --bench DeviceCopy      # an A/A run: what this host can detect"
+        "\n  devbench compare --from .asv/compare --floor 0.05 --out /tmp/again   # judged again, nothing measured"
         "\n  make compare BASE=main",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("base", nargs="?", help="the commit to compare against (branch, tag or hash)")
-    p.add_argument("head", nargs="?", default="HEAD", help="the commit to judge (default HEAD)")
-    p.add_argument(
-        "--from",
-        dest="from_compare",
-        metavar="DIR",
-        help="judge a finished compare (its --out) again with this machine's current noise floors, measuring nothing",
-    )
-    ab.add_common(p, out=".asv/compare")
-    p.add_argument(
-        "--extra-rounds",
-        type=int,
-        default=ab.EXTRA_ROUNDS,
-        metavar="N",
-        help=f"after --rounds, N more rounds per side of only the benchmarks with a figure that leans to a change "
-        f"(estimate beyond its noise floor) but is undecided; 0: none (default {ab.EXTRA_ROUNDS})",
-    )
-    p.add_argument(
-        "--all-rounds",
-        action="store_true",
-        help="run every figure in every round; by default a figure stops once it is certain to end undecided "
-        "whatever the remaining rounds bring (its interval already reaches past its noise floor on one side "
-        "and inside it on the other: no verdict is lost). An A/A compare meant for 'calibrate --from' needs it",
-    )
-    p.set_defaults(func=ab.run)
-
-    p = sub.add_parser(
-        "calibrate",
-        help="an A/A run: learn each figure's noise floor on this machine and report false positives",
-        description="Measure one commit as A and as B in alternating rounds: every difference is noise. Learns "
-        "each figure's noise floor (stored in .asv/noise/MACHINE.json, used by compare and report), and reports "
-        "the false-positive rate at the default gate and each figure's minimum detectable change.",
-        epilog="examples:\n  devbench calibrate\n  devbench calibrate HEAD --bench 'Matmul|Copy'"
-        "\n  devbench calibrate --from .asv/calibrate --keep-slowed   # learned again, every process judged"
-        "\n  make calibrate",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("commit", nargs="?", default="HEAD", help="the commit to measure twice (default HEAD)")
-    p.add_argument(
-        "--from",
-        dest="from_compare",
-        metavar="DIR",
-        help="learn from a finished compare of two commits with identical benchmark code, or a calibration, "
-        "(its --out) instead of measuring again",
-    )
-    ab.add_common(p, out=".asv/calibrate")
-    p.set_defaults(func=ab.run)
+    ab_command.add_arguments(p)
+    p.set_defaults(func=ab_command.run)
 
     return parser
 

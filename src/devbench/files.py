@@ -150,3 +150,15 @@ def read_jsonl(folder: Path) -> list[dict[str, Any]]:
             if isinstance(rec, dict):
                 out.append(rec)
     return out
+
+
+_MD_SPECIAL = str.maketrans(
+    {c: "\\" + c for c in "\\`*[]|"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ", "\r": " "}
+)
+
+
+def md_escape(text: object) -> str:
+    """Text from results as literal Markdown: ``|`` cannot split a cell, a newline a row, and
+    no raw HTML, link, code or ``*`` emphasis passes into a pull-request comment. (``_`` is
+    left alone: GitHub does not emphasise inside words, and names are full of it.)"""
+    return str(text).translate(_MD_SPECIAL)

@@ -314,7 +314,7 @@ def one_call_s(fn: Callable[[], object], device: torch.device, at_least_s: float
 
     Calls are timed in batches of 1, 10, 100, ... until a batch lasts ``at_least_s`` (timeit's
     autorange), and its time per call is the answer. One microsecond-scale call timed alone reads
-    3-14x its time (the clock read, a cold cache line, Python's call: session 20, on the VM), which
+    3-14x its time (the clock read, a cold cache line, Python's call, measured on the 2-vCPU VM), which
     made the blocks of a 1.5 us product or a 4 KiB copy a third to a fourteenth of their target.
     A call that lasts ``at_least_s`` alone costs no more than before: one call.
     """

@@ -6,9 +6,7 @@ Benchmarks import these so that the rules of docs/design.md live in one place:
 * ``require_device`` / ``require_gpus`` turn param values into devices or raise
   ``NotImplementedError`` with the reason, which asv records as a skip (rule 1);
 * ``Benchmark`` holds the suite's sampling settings and records the GPUs' NVML state
-  around every benchmark that uses CUDA (``devbench.gpustate``), and, when ``devbench
-  compare``/``calibrate`` ask for it, how fast the host ran a small parallel product
-  around every benchmark process (``devbench.hostprobe``).
+  around every benchmark that uses CUDA (``devbench.gpustate``).
 
 Timing, inputs and threads are ``devbench.measure``'s (no asv there, so workloads can
 use it). Nothing here touches CUDA at import time (rule 2).
@@ -30,7 +28,6 @@ from pathlib import Path
 import torch
 
 from devbench.devices import num_gpus
-from devbench.spec import params_label
 
 DEVICES: list[str] = ["cpu", "cuda"]
 
@@ -205,38 +202,11 @@ def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str =
     gpustate.record(name, params, phase, folder, gpus=gpus)
 
 
-#: (asv benchmark, params) whose set-up this process probed, and when each phase last did
-_last_host_probe: dict[tuple[str, str, str], float] = {}
-
-
-def _record_host_probe(bench: object, args: tuple, phase: str) -> None:
-    """Probe the host (``devbench.hostprobe``) when ``devbench compare``/``calibrate`` asks for it.
-
-    At most every ``GPU_STATE_EVERY_S`` per phase, as the GPU state; after tear-down only when
-    set-up probed (asv tears down skipped combinations too).
-    """
-    from devbench import hostprobe
-
-    if not os.environ.get(hostprobe.ENV) or not getattr(bench, "host_probe", True):
-        return
-    cls_name, params, _ = _who(bench, args)
-    name = hostprobe.asv_benchmark_name() or cls_name
-    label = params_label(list(params), list(params.values()))
-    now = time.monotonic()
-    if phase != "before" and (name, label, "before") not in _last_host_probe:
-        return
-    if now - _last_host_probe.get((name, label, phase), -math.inf) < GPU_STATE_EVERY_S:
-        return
-    _last_host_probe[(name, label, phase)] = now
-    hostprobe.record(name, label, phase)
-
-
 def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(setup)
     def wrapped(self, *args):
         setup(self, *args)
         _record_gpu_state(self, args, "before")
-        _record_host_probe(self, args, "before")
         _start_sampler(self)
 
     wrapped.devbench_gpu_state = True
@@ -248,7 +218,6 @@ def _before_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
     def wrapped(self, *args):
         _stop_sampler(self, args)
         _record_gpu_state(self, args, "after")
-        _record_host_probe(self, args, "after")
         teardown(self, *args)
 
     wrapped.devbench_gpu_state = True
@@ -309,9 +278,6 @@ class Benchmark:
     work). asv calls ``teardown`` after every benchmark, even one whose setup skipped.
     """
 
-    #: probe the host around each process (``devbench.hostprobe``); off where the figures are measured in
-    #: ``setup_cache``, in another process, so that a probe here says nothing about them
-    host_probe = True
     #: the version of the work this class times: raise it when that work changes (its sizes, durations,
     #: what is computed or copied, how it is timed), so that asv keeps the figures from before apart
     #: (``_work_versions``; ``benchmarks/work-lock.json`` records every class's)

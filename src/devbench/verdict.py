@@ -1,25 +1,22 @@
-"""Verdicts on A/B measurements: faster, slower, same or undecided, with the noise floor.
+"""Verdicts on paired A/B measurements: faster, slower, same or undecided.
 
-No torch, no asv, no pandas: plain numbers in, a ``Verdict`` out, so the rule is tested on
-synthetic samples (``tests/test_verdict.py``).
+No torch, no asv, no pandas: plain numbers in, so the rule is tested on synthetic values
+(``tests/test_verdict.py``).
 
-The unit of evidence is one **process** (one asv round): samples inside one process agree
-closely, processes and the minutes they run in do not (issue 16's measurements). A side's
-evidence is therefore one figure per process, A and B interleaved over rounds.
+The values are log ratios head/base, one per pair of processes (``devbench.ab.judge``): each
+already the median over adjacent blocks of the two processes, so drift of the host slower
+than a pair of blocks has cancelled inside it.
 
-* **Ratio and interval.** The change is the Hodges-Lehmann shift of the log figures
-  (the median of all head-minus-base differences of logs), reported as a ratio head/base.
-  Its interval is the distribution-free one that inverts the Mann-Whitney test: the k-th
-  smallest and largest of the differences, k from the exact null distribution of U. No
-  normality is assumed, and one wild process moves it by one order statistic.
-* **Verdict.** ``slower``/``faster`` when the whole interval lies beyond the noise floor
-  on the worse/better side; ``same`` when the whole interval lies inside the floor;
+* **Change and interval.** The change is the one-sample Hodges-Lehmann estimate (the median
+  of the Walsh averages) and its interval the distribution-free one that inverts the
+  Wilcoxon signed-rank test: the k-th smallest and largest Walsh averages, k from the exact
+  null distribution of W+. It assumes only that the values are independent and symmetric
+  about the change; one wild pair moves it by one order statistic.
+* **Verdict.** ``decide``: up or down when the whole interval lies beyond the floor on that
+  side (faster or slower by the figure's unit), ``same`` when it lies inside it,
   ``undecided`` otherwise (cuda-bench's third answer: the data cannot tell).
-* **Noise floor.** A change smaller than what processes of one commit differ by is not a
-  change a user can act on. ``calibrate`` (an A/A run) learns it per figure as
-  ``FLOOR_SIGMAS`` robust standard deviations of the log figure between processes, at
-  least ``MIN_FLOOR`` and at most ``MAX_FLOOR``; without a calibration the floor is
-  ``DEFAULT_FLOOR``.
+* **Floor.** The smallest change given a verdict: a declared size of effect, the same on
+  every host, not a fit to one host's noise.
 """
 
 from __future__ import annotations
@@ -27,19 +24,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 
-#: the floor when this machine has no calibration for a figure (relative change)
+#: the floor of a history's steps (``report.steps``): a level change smaller than this is not listed
 DEFAULT_FLOOR = 0.05
-#: no learned floor is below this: 2% is below what any figure here resolves between processes
-MIN_FLOOR = 0.02
-#: a learned floor is this many robust standard deviations of the per-process log figure
-FLOOR_SIGMAS = 3.0
-#: and at most this: a figure noisier than that is judged by its interval against 50%, so
-#: that "same" can never be said of a change as large as the noise of a wild figure (an
-#: A/A run on a busy 2-vCPU host learned 4,600% for one 64x64 bf16 product)
-MAX_FLOOR = 0.5
 #: two-sided confidence of the interval (asv compare's 99%)
 CONFIDENCE = 0.99
 
@@ -53,207 +41,107 @@ def figure_key(benchmark: str, params: str) -> str:
 
 
 @cache
-def _u_counts(m: int, n: int) -> tuple[int, ...]:
-    """How many of the C(m+n, m) orderings give each value of the Mann-Whitney U (0..mn)."""
-    # f(m, n, u) = f(m - 1, n, u - n) + f(m, n - 1, u): the largest value is an x or a y
-    if m == 0 or n == 0:
-        return (1,)
-    with_x = _u_counts(m - 1, n)
-    with_y = _u_counts(m, n - 1)
-    out = [0] * (m * n + 1)
-    for u, c in enumerate(with_x):
-        out[u + n] += c
-    for u, c in enumerate(with_y):
-        out[u] += c
-    return tuple(out)
+def _w_counts(n: int) -> tuple[int, ...]:
+    """How many of the 2**n sign patterns give each value of the signed-rank statistic W+ (0..n(n+1)/2)."""
+    counts = [1]
+    for rank in range(1, n + 1):  # rank r is positive or not: W+ gains r or nothing
+        grown = counts + [0] * rank
+        for w, c in enumerate(counts):
+            grown[w + rank] += c
+        counts = grown
+    return tuple(counts)
 
 
-def order_statistic_k(m: int, n: int, confidence: float = CONFIDENCE) -> int:
-    """k such that [D_(k), D_(mn+1-k)] of the m*n sorted differences covers at ``confidence``.
+def signed_rank_k(n: int, confidence: float = CONFIDENCE) -> int:
+    """k such that [W_(k), W_(M+1-k)] of the M = n(n+1)/2 sorted Walsh averages covers at ``confidence``.
 
-    The largest k with P(U <= k - 1) <= (1 - confidence) / 2 under the null; 0 when the
-    samples are too few for that confidence (then the interval is unbounded).
+    The largest k with P(W+ <= k - 1) <= (1 - confidence) / 2 under the null of a distribution
+    symmetric about the shift (the Wilcoxon signed-rank test inverted); 0 when n is too small for
+    that confidence (then the interval is unbounded): 6 values give a 95% interval, 8 a 99% one.
     """
-    if m < 1 or n < 1:
-        raise ValueError(f"both sides need samples, got {m} and {n}")
+    if n < 1:
+        raise ValueError(f"need at least one value, got {n}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    counts = _u_counts(m, n)
-    total = math.comb(m + n, m)
-    tail = (1 - confidence) / 2
+    counts = _w_counts(n)
+    tail, total = (1 - confidence) / 2, 2**n
     k, cum = 0, 0
-    for u, c in enumerate(counts):
+    for w, c in enumerate(counts):
         cum += c
         if cum / total > tail:
             break
-        k = u + 1
+        k = w + 1
     return k
 
 
-def shift_interval(
-    base: Sequence[float], head: Sequence[float], confidence: float = CONFIDENCE
-) -> tuple[float, float, float]:
-    """Hodges-Lehmann shift of head over base and its distribution-free interval (log space)."""
-    xs = [math.log(v) for v in base]
-    ys = [math.log(v) for v in head]
-    diffs = sorted(y - x for y in ys for x in xs)
-    k = order_statistic_k(len(xs), len(ys), confidence)
+def walsh_averages(values: Sequence[float]) -> list[float]:
+    """Every (x_i + x_j) / 2 for i <= j, sorted: the one-sample Hodges-Lehmann estimate is their median."""
+    xs = list(values)
+    return sorted((xs[i] + xs[j]) / 2 for i in range(len(xs)) for j in range(i, len(xs)))
+
+
+def paired_interval(diffs: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """One-sample Hodges-Lehmann estimate of paired log differences and its distribution-free interval."""
+    walsh = walsh_averages(diffs)
+    k = signed_rank_k(len(diffs), confidence)
     if k == 0:
-        return statistics.median(diffs), -math.inf, math.inf
-    return statistics.median(diffs), diffs[k - 1], diffs[len(diffs) - k]
+        return statistics.median(walsh), -math.inf, math.inf
+    return statistics.median(walsh), walsh[k - 1], walsh[len(walsh) - k]
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """One figure's A/B answer. Ratios are head / base of the figure as measured."""
-
-    verdict: str
-    ratio: float
-    ratio_lo: float
-    ratio_hi: float
-    floor: float
-    base: float
-    head: float
-    n_base: int
-    n_head: int
-
-    @property
-    def change(self) -> float:
-        """Relative change head vs base (+0.1 = the figure went up 10%)."""
-        return self.ratio - 1.0
+UP, DOWN = "up", "down"
 
 
-def positive(values: Sequence[float]) -> list[float]:
-    """The finite, positive values (a ratio of logs needs them); the rest cannot be judged."""
-    return [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v) and v > 0]
-
-
-def judge(
-    base: Sequence[float],
-    head: Sequence[float],
-    higher_is_better: bool,
-    floor: float = DEFAULT_FLOOR,
-    confidence: float = CONFIDENCE,
-) -> Verdict:
-    """The verdict on one figure from per-process values of each side."""
+def decide(lo: float, hi: float, floor: float) -> str:
+    """``UP`` or ``DOWN`` when the interval (log ratio) lies wholly beyond the floor on that side, ``SAME``
+    when it lies wholly inside it, ``UNDECIDED`` otherwise (the data cannot tell)."""
     if floor < 0:
         raise ValueError(f"floor must be >= 0, got {floor}")
-    b, h = positive(base), positive(head)
-    if not b or not h:
-        nan = math.nan
-        return Verdict(UNDECIDED, nan, nan, nan, floor, nan, nan, len(b), len(h))
-    mid, lo, hi = shift_interval(b, h, confidence)
     up, down = math.log1p(floor), -math.log1p(floor)
-    if lo > up or hi < down:
-        went_up = lo > up
-        verdict = FASTER if went_up == higher_is_better else SLOWER
-    elif down <= lo and hi <= up:
-        verdict = SAME
-    else:
-        verdict = UNDECIDED
-    return Verdict(
-        verdict,
-        math.exp(mid),
-        math.exp(lo),
-        math.exp(hi),
-        floor,
-        statistics.median(b),
-        statistics.median(h),
-        len(b),
-        len(h),
-    )
+    if lo > up:
+        return UP
+    if hi < down:
+        return DOWN
+    if down <= lo and hi <= up:
+        return SAME
+    return UNDECIDED
 
 
-def settled(
-    base: Sequence[float],
-    head: Sequence[float],
-    floor: float,
-    final_base: int,
-    final_head: int,
-    confidence: float = CONFIDENCE,
-) -> bool:
-    """Whether ``judge`` on ``final_base`` x ``final_head`` values is certain to be undecided, whatever
-    the values still to come (``base`` and ``head`` are the first of them).
+def futile(values: Sequence[float], final_n: int, floor: float, confidence: float = CONFIDENCE) -> bool:
+    """Whether the paired interval of ``final_n`` values, the first of which are ``values``, is certain to
+    be undecided whatever the values still to come.
 
-    The interval of the final judgement is ``[D_(k), D_(N+1-k)]`` of all N differences, with k from
-    the final counts. Differences only ever join the sorted list, so the final k-th smallest is at
-    most the k-th smallest of the differences already there, and the final k-th largest at least
-    their k-th largest. When the first already reaches down to the floor's upper edge, the interval
-    can never clear the floor upwards; when the second reaches up to its lower edge, never
-    downwards; and when either lies outside the floor, the interval can never fit inside it.
-    Sequential analysis calls stopping on such a figure stopping for futility: no verdict is lost.
+    More values only add Walsh averages, so the final k-th smallest is at most the k-th smallest of
+    those there now, and the final k-th largest at least their k-th largest (k from ``final_n``).
+    When the first already reaches up to the floor's upper edge, the interval can never clear the
+    floor upwards; when the second reaches down to its lower edge, never downwards; and when either
+    lies outside the floor, the interval can never fit inside it (stopping for futility: no verdict
+    is lost).
     """
-    b, h = positive(base), positive(head)
-    if not b or not h:
-        return False  # cannot be judged now: nothing to bound
-    k = order_statistic_k(final_base, final_head, confidence)
-    if k == 0:
-        return True  # the final interval is unbounded: undecided whatever comes
-    diffs = sorted(math.log(y) - math.log(x) for y in h for x in b)
-    if len(diffs) < k:
+    if not values:
         return False
-    low, high = diffs[k - 1], diffs[len(diffs) - k]
+    k = signed_rank_k(final_n, confidence)
+    if k == 0:
+        return True
+    walsh = walsh_averages(values)
+    if len(walsh) < k:
+        return False
+    low, high = walsh[k - 1], walsh[len(walsh) - k]
     up, down = math.log1p(floor), -math.log1p(floor)
     return low <= up and high >= down and (low < down or high > up)
 
 
-def process_sigma(values: Sequence[float]) -> float:
-    """Robust standard deviation of log values between processes (1.4826 MAD), 0 for < 2."""
-    logs = [math.log(v) for v in positive(values)]
-    if len(logs) < 2:
-        return 0.0
-    mid = statistics.median(logs)
-    return 1.4826 * statistics.median(abs(v - mid) for v in logs)
-
-
-def learned_floor(a: Sequence[float], b: Sequence[float]) -> float:
-    """The noise floor of a figure from an A/A run: its process-to-process spread.
-
-    Each side is centred on its own median first, so a difference between the sides (which
-    an A/A run should not have, and which ``calibrate`` reports on its own) does not widen it.
-    """
-    logs: list[float] = []
-    for side in (positive(a), positive(b)):
-        if side:
-            mid = statistics.median(side)
-            logs += [v / mid for v in side]
-    return min(MAX_FLOOR, max(MIN_FLOOR, math.expm1(FLOOR_SIGMAS * process_sigma(logs))))
-
-
-def detectable_change(floor: float, a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> float:
-    """The smallest change ``judge`` would call on this figure at the A/A run's noise and rounds.
-
-    The interval must clear the floor: the floor plus the half-width of the interval the A/A
-    data gave (infinite when the rounds are too few for the confidence).
-    """
-    pa, pb = positive(a), positive(b)
-    if not pa or not pb:
-        return math.inf
-    _, lo, hi = shift_interval(pa, pb, confidence)
+def detectable(lo: float, hi: float, floor: float) -> float:
+    """The smallest change this figure's interval could have called: the floor plus its half-width
+    (relative; infinite when the interval is unbounded)."""
     if not math.isfinite(lo) or not math.isfinite(hi):
         return math.inf
     return math.expm1(math.log1p(floor) + (hi - lo) / 2)
 
 
-def stopped_rounds(value: object) -> int | None:
-    """A compare.csv ``stopped_after`` cell as rounds per side, ``None`` when the figure ran every round
-    (an empty cell, read as ``""``, ``None`` or NaN depending on the reader)."""
-    if value is None or value == "":
-        return None
-    try:
-        n = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(n) else int(n)
-
-
-def interval_text(ratio_lo: float, ratio_hi: float, stopped_after: object = None) -> str:
+def interval_text(ratio_lo: float, ratio_hi: float) -> str:
     """A figure's interval as compare's table, Markdown and the report show it: ``[-12.0%, +30.5%]``;
-    "stopped after N" for a figure stopped once settled; "n/a" with no value on one side; "unbounded"
-    when its rounds are too few for the confidence."""
-    n = stopped_rounds(stopped_after)
-    if n is not None:
-        return f"stopped after {n}"
+    "n/a" with no value on one side; "unbounded" when its pairs of processes are too few for the confidence."""
     if math.isnan(ratio_lo) or math.isnan(ratio_hi):
         return "n/a"
     if not (ratio_lo > 0 and math.isfinite(ratio_hi)):

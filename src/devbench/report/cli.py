@@ -203,15 +203,16 @@ def _judging(args: argparse.Namespace):
 
 
 def _host_line(path: Path) -> str:
-    """The ``host:`` line of a compare's run.json (``devbench.ab.host_note``); empty where it recorded none
-    (compares before session 21, ``--keep-slowed`` keeps the record) or the file is unreadable."""
+    """How the compare behind the A/B table measured, from its run.json: machine, pairs of processes and
+    time; empty where the file is unreadable. (Read here, not through ``devbench.ab``: the report and
+    the compare code do not import each other.)"""
     import json
 
-    from devbench.ab import host_note
-
     try:
-        host = json.loads(path.read_text()).get("host_probe")
-        return host_note(host) if isinstance(host, dict) else ""
+        run = json.loads(path.read_text())
+        opts = run.get("options") or {}
+        return (f"host: {run['machine']}; each figure from {opts.get('min_passes')} to {opts.get('max_passes')} "
+                f"pairs of processes taking turns, {float(run.get('seconds', 0)) / 60:.1f} min in all")  # fmt: skip
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return ""
 

@@ -141,8 +141,8 @@ def _achievable(ach: pd.DataFrame) -> Section | None:
         "The fastest matmul found by a bounded search over shapes (m x k x n around the sizes cuBLAS and MKL "
         "favour, every product checked against float64; mamf-finder's question), TFLOP/s, higher is better. "
         "`search`: the best shape's figure during the search (its 3 fastest shapes timed again for half a "
-        "second each, the fastest of those; searches before session 22 kept the fastest brief figure, which "
-        "reads high); `burst`: that shape after a second of idling, "
+        "second each, the fastest of those: the fastest brief figure alone reads high); "
+        "`burst`: that shape after a second of idling, "
         "a quarter of a second of work; `sustained`: after five seconds of back-to-back work (power and heat "
         "settle). MHz and W: the median SM clock and board power sampled while the figure was timed (GPUs, "
         "NVML). `achievable / datasheet` uses the highest of the three. Searched on: "
@@ -372,26 +372,15 @@ def _changes(frame: pd.DataFrame, base: str, head: str, floors: dict) -> Section
     )
 
 
-def _stopped(table: pd.DataFrame) -> list[object]:
-    """compare.csv's ``stopped_after`` per row (absent in older folders)."""
-    return list(table["stopped_after"]) if "stopped_after" in table else [None] * len(table)
-
-
 def _verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Section | None:
     """A/B verdicts of ``devbench compare`` (its compare.csv), with how the host ran (``host``, its run.json's)."""
     if table is None or table.empty:
         return None
     counts = table["verdict"].value_counts()
     text = (
-        f"From `{source}`: both commits measured interleaved, one figure per process. "
+        f"From `{source}`: both commits measured in pairs of processes taking turns, block by block. "
         + ", ".join(f"**{counts.get(v, 0)}** {v}" for v in V.VERDICTS)
         + ". Change is head / base of the figure; the interval is the comparison's."
-        + (
-            ' "stopped after N": after N rounds per side the figure was certain to end undecided, so compare '
-            "ran it no more."
-            if any(V.stopped_rounds(n) is not None for n in _stopped(table))
-            else ""
-        )
         + (f" {host[0].upper()}{host[1:]}" if host else "")
     )
 
@@ -403,10 +392,7 @@ def _verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Sectio
         notes = sel["note"].astype(object).fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
         return sel.assign(
             change=[n.split(":")[0] if n else _pct(r) for r, n in zip(sel["ratio"], notes, strict=True)],
-            interval=[
-                V.interval_text(a, b, n)
-                for a, b, n in zip(sel["ratio_lo"], sel["ratio_hi"], _stopped(sel), strict=True)
-            ],  # fmt: skip
+            interval=[V.interval_text(a, b) for a, b in zip(sel["ratio_lo"], sel["ratio_hi"], strict=True)],
             base=[_human(v, u) for v, u in zip(sel["base"], sel["unit"], strict=True)],
             head=[_human(v, u) for v, u in zip(sel["head"], sel["unit"], strict=True)],
             floor=[f"{100 * f:.0f}%" for f in sel["floor"]],

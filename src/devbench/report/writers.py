@@ -15,25 +15,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from devbench.files import write_atomic
+from devbench.files import md_escape, write_atomic
 from devbench.report.load import Loaded
 from devbench.report.sections import Report
 
 FORMATS = ("md", "html", "csv", "parquet", "png")
 #: the tidy frame's own formats (written while the report is built)
 TABLE_FORMATS = ("csv", "parquet")
-
-_MD_SPECIAL = str.maketrans(
-    {c: "\\" + c for c in "\\`*[]|"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ", "\r": " "}
-)
-
-
-def md_escape(text: object) -> str:
-    """Text from results as literal Markdown: ``|`` cannot split a cell, a newline a row, and
-    no raw HTML, link, code or ``*`` emphasis passes into a pull-request comment. (``_`` is
-    left alone: GitHub does not emphasise inside words, and names are full of it.)"""
-    return str(text).translate(_MD_SPECIAL)
-
 
 def _md_table(table: pd.DataFrame) -> str:
     if table.empty:

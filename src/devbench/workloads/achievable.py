@@ -45,7 +45,7 @@ MEMORY_SHARE = 0.5
 #: After the grid, its best FINALISTS shapes are timed again in FINAL_BLOCKS blocks of about
 #: FINAL_BLOCK_S (outside the budget: a few seconds), and the best of those wins. On the
 #: 2-vCPU VM the grid's bf16 winner read 0.426 TFLOP/s and 0.353-0.358 when the benchmark
-#: timed it again (session 22): the maximum of 28 noisy 60 ms figures is biased up.
+#: timed it again: the maximum of 28 noisy 60 ms figures is biased up.
 FINALISTS = 3
 FINAL_BLOCK_S = 0.1
 FINAL_BLOCKS = 5

@@ -1,0 +1,266 @@
+"""``devbench compare``: the command line, and the run from exported sides to written verdicts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from devbench import verdict as V
+from devbench.ab import judge, output
+from devbench.ab.export import Side, benchmark_code, export_sides
+from devbench.ab.options import (
+    BLOCK_S,
+    CONFIDENCE,
+    FLOOR,
+    MAX_PASSES,
+    MIN_PASSES,
+    PAIRS,
+    TRACK_BLOCKS,
+    ABError,
+    Options,
+    Terminated,
+)
+from devbench.ab.runner import Combination, Figure, Passes, run_passes, start_worker
+from devbench.ab.selection import GPU_VALUES, bench_pattern, has_cuda, plan_figures
+from devbench.ab.session import Worker, WorkerError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("base", nargs="?", help="the commit to compare against (branch, tag or hash)")
+    p.add_argument("head", nargs="?", default="HEAD", help="the commit to judge (default HEAD)")
+    p.add_argument("--bench", help="regular expression over asv's name(params), e.g. 'MatmulSquare' or \"'cpu'\"")
+    p.add_argument("--out", default=".asv/compare", help="folder for the verdicts (default .asv/compare)")
+    p.add_argument("--python", help="Python whose packages run the benchmarks (default: this one)")
+    p.add_argument("--repo", default=".", help="the git repository (default: .)")
+    p.add_argument("--machine", help="a name for this machine in the title (default: the host name)")
+    p.add_argument("--confidence", type=float, default=CONFIDENCE, help=f"interval confidence (default {CONFIDENCE})")
+    p.add_argument("--floor", type=float, default=FLOOR,
+                   help=f"smallest change given a verdict, relative (default {FLOOR}: 2%%)")  # fmt: skip
+    p.add_argument("--min-passes", type=int, default=MIN_PASSES,
+                   help=f"pairs of processes per figure before the first verdicts (default {MIN_PASSES})")  # fmt: skip
+    p.add_argument("--max-passes", type=int, default=MAX_PASSES,
+                   help=f"pairs of processes per figure at most (default {MAX_PASSES})")  # fmt: skip
+    p.add_argument("--pairs", type=int, default=PAIRS,
+                   help=f"pairs of adjacent blocks per pair of processes (default {PAIRS})")  # fmt: skip
+    p.add_argument("--block-s", type=float, default=BLOCK_S,
+                   help=f"a time_ benchmark's block lasts at least this long, seconds (default {BLOCK_S})")  # fmt: skip
+    p.add_argument("--track-blocks", type=int, default=TRACK_BLOCKS,
+                   help=f"blocks inside each track_ figure (DEVBENCH_BLOCKS; default {TRACK_BLOCKS})")  # fmt: skip
+    p.add_argument("--twins", action="store_true",
+                   help="also measure the twins (spec.TWINS: time_ figures of a track_ figure's work, and figures "
+                   "that are another's in other units); left out by default")  # fmt: skip
+    p.add_argument("--keep", action="store_true", help="keep the work folder (exported sides, the processes' log)")
+    p.add_argument("--from", dest="from_dir", metavar="DIR",
+                   help="judge a finished compare (its --out) again, e.g. with another --floor; "
+                   "measures nothing")  # fmt: skip
+
+
+def options(args: argparse.Namespace) -> Options:
+    return Options(
+        base=args.base, head=args.head, repo=Path(args.repo).resolve(), out=Path(args.out),
+        python=args.python or sys.executable, bench=args.bench, machine=args.machine,
+        confidence=args.confidence, floor=args.floor, min_passes=args.min_passes, max_passes=args.max_passes,
+        pairs=args.pairs, block_s=args.block_s, track_blocks=args.track_blocks, twins=args.twins, keep=args.keep,
+        from_dir=Path(args.from_dir) if args.from_dir else None,
+    )  # fmt: skip
+
+
+def _worker_env(opts: Options) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DEVBENCH_BLOCKS"] = str(opts.track_blocks)
+    env.pop("DEVBENCH_BENCH", None)  # set per combination by the worker
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tuple[list[Figure], dict[str, Any]]:
+    """Every selected figure, measured in passes of paired processes; the figures and the run's record."""
+    gpu = has_cuda(opts.python)
+    if not gpu:
+        print(f"no CUDA device for {opts.python}: combinations on {' or '.join(GPU_VALUES)} are left out "
+              "(each would skip)", flush=True)  # fmt: skip
+    pattern = bench_pattern(opts.bench, opts.twins, gpu)
+    env = _worker_env(opts)
+    trees = {s.name: s.tree for s in sides}
+    started: list[Worker] = []
+    with open(log_path, "ab") as log:
+
+        def start(side: str) -> Worker:
+            w = Worker(side, opts.python, trees[side], log, env, timeout_s=opts.request_timeout_s)
+            started.append(w)  # before it starts: a kill during its start still stops it
+            return start_worker(w)
+
+        try:
+            first = (start("base"), start("head"))
+            figures = plan_figures(first[0].benchmarks, first[1].benchmarks, pattern)
+            running = sum(f.state == "running" for f in figures)
+            if opts.bench and not figures:
+                raise ABError(f"--bench {opts.bench!r} selects no benchmark combination (of either side)")
+            print(f"{running} figures to measure, {len(figures) - running} not measurable on both sides; "
+                  f"{opts.min_passes}-{opts.max_passes} pairs of processes each, {opts.pairs} pairs of blocks in "
+                  "each", flush=True)  # fmt: skip
+            passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s)
+            t0 = time.monotonic()
+            if running:
+                run_passes(start, figures, passes, _settled(opts), log, first=first)
+        finally:
+            for w in started:
+                w.stop()
+    record = {
+        "machine": opts.machine or socket.gethostname(),
+        "sides": {s.name: {"rev": s.rev, "sha": s.sha, "benchmark_code": benchmark_code(opts.repo, s.sha)}
+                  for s in sides},  # fmt: skip
+        "bench": pattern,
+        "cuda": gpu,
+        "seconds": round(time.monotonic() - t0, 1),
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
+        "figures": {f.combo.selector: {"state": f.state, "reason": f.reason, "stopped_after": f.stopped_after,
+                                       "benchmark": f.combo.benchmark, "idx": f.combo.idx,
+                                       "values": list(f.combo.values), "names": list(f.combo.names),
+                                       "unit": f.combo.unit} for f in figures},  # fmt: skip
+    }
+    return figures, record
+
+
+def _settled(opts: Options):
+    return lambda fig, left: judge.settled(fig, left, opts.floor, opts.confidence, opts.pairs)
+
+
+def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
+    """A finished compare's figures and record (``--from``)."""
+    import pandas as pd
+
+    run_file, data = folder / "run.json", folder / "pairs.csv"
+    if not run_file.is_file() or not data.is_file():
+        raise ABError(f"--from {folder}: no run.json and pairs.csv of a devbench compare there")
+    try:
+        record = json.loads(run_file.read_text())
+        frame = pd.read_csv(data, keep_default_na=False, dtype={"params": str})
+        figures = []
+        for f in record["figures"].values():
+            combo = Combination(f["benchmark"], int(f["idx"]), tuple(f["values"]), tuple(f["names"]), f["unit"])
+            fig = Figure(combo, state=f["state"], reason=f["reason"], stopped_after=f["stopped_after"])
+            rows = frame[(frame["benchmark"] == combo.benchmark) & (frame["params"] == combo.label)]
+            for _, g in rows.groupby("process_pair", sort=True):
+                g = g.sort_values("pair")
+                fig.a.append([float(x) for x in g["base"]])
+                fig.b.append([float(y) for y in g["head"]])
+            figures.append(fig)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ABError(f"--from {folder}: not a devbench compare record ({exc})") from None
+    return figures, record
+
+
+def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
+    """Verdicts on the terminal and in ``--out``; exit 1 when a figure is slower."""
+    table = judge.judge_all(figures, opts.floor, opts.confidence)
+    base, head = record["sides"]["base"], record["sides"]["head"]
+    title = (f"devbench compare {base['rev']} ({base['sha'][:8]}) -> {head['rev']} ({head['sha'][:8]}) "
+             f"on {record['machine']}")  # fmt: skip
+    notes = [
+        f"Each figure: {opts.min_passes} to {opts.max_passes} pairs of processes, one per side, taking strict turns "
+        f"(A B B A ...), {opts.pairs} pairs of adjacent blocks in each; change = head / base, the Hodges-Lehmann "
+        f"estimate over the pairs of blocks with its {round(100 * opts.confidence)}% distribution-free interval; "
+        f"a verdict needs the interval beyond (or, for same, inside) a {100 * opts.floor:g}% floor.",
+    ]
+    if base["sha"] == head["sha"]:
+        notes.append("Both sides are the same commit: an A/A run, where every faster or slower is a false verdict.")
+    elif base["benchmark_code"] == head["benchmark_code"]:
+        notes.append("Both sides run the same benchmark code: an A/A run, where every faster or slower is false.")
+    stopped = int(table["stopped_after"].astype(str).str.len().astype(bool).sum()) if len(table) else 0
+    if stopped:
+        notes.append(f"{stopped} figure(s) stopped before {opts.max_passes} pairs of processes: decided, or certain "
+                     "to stay undecided whatever more pairs bring.")  # fmt: skip
+    det = table.loc[~table["note"].astype(bool), "detectable"] if len(table) else table
+    if len(det):
+        finite = det[det.map(lambda x: x < math.inf)]
+        med = f"{100 * finite.median():.1f}%" if len(finite) else "n/a"
+        notes.append(f"Smallest change each figure could be called (floor + half its interval): median {med}, "
+                     f"{int((finite <= 0.10).sum())} of {len(det)} figures at 10% or less.")  # fmt: skip
+    print()
+    print(output.to_text(table, title) if len(table) else f"{title}\nnothing to judge\n")
+    output.publish(
+        opts.out,
+        {
+            "compare.csv": table.to_csv(index=False),
+            "compare.md": output.to_markdown(table, title, notes, opts.confidence),
+            "pairs.csv": output.blocks_frame(figures).to_csv(index=False),
+            "run.json": json.dumps({**record, "confidence": opts.confidence, "floor": opts.floor}, indent=1),
+        },
+    )
+    print(f"wrote {opts.out}/compare.csv, compare.md, pairs.csv, run.json")
+    return 1 if len(table) and (table["verdict"] == V.SLOWER).any() else 0
+
+
+
+
+
+def compare(opts: Options) -> int:
+    opts.check()
+    if opts.from_dir is not None:
+        figures, record = read_finished(opts.from_dir)
+        return write(opts, figures, record)
+    if not opts.base:
+        raise ABError("name the BASE commit (or --from DIR of a finished compare)")
+    if not (opts.repo / ".git").exists():
+        raise ABError(f"--repo {opts.repo} is not a git repository")
+    if not shutil.which(opts.python) and not Path(opts.python).is_file():
+        raise ABError(f"--python {opts.python} does not exist")
+    work = Path(tempfile.mkdtemp(prefix="devbench-ab-"))
+    log_path = work / "processes.log"
+    try:
+        sides = export_sides(opts.repo, [("base", opts.base), ("head", opts.head)], work)
+        if sides[0].sha == sides[1].sha:
+            print(f"base and head are the same commit ({sides[0].sha[:8]}): an A/A run, every difference is noise")
+        try:
+            figures, record = measure(opts, sides, work, log_path)
+        except WorkerError as exc:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:] if log_path.exists() else []
+            keep = work.parent / f"{work.name}.log"
+            if log_path.exists():
+                shutil.copy(log_path, keep)
+            last = "".join(f"\n  {t}" for t in tail)
+            raise ABError(f"{exc}; the benchmark processes' log is {keep}{last}") from None
+        return write(opts, figures, record)
+    finally:
+        if opts.keep:
+            print(f"kept the exported sides and the processes' log in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed ``compare``: exit 2 with a reason on bad input, 130 on Ctrl-C, 143 on SIGTERM."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+    try:
+        return compare(options(args))
+    except ABError as exc:
+        print(f"\ndevbench compare: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        print("\ndevbench compare: interrupted; nothing written", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("\ndevbench compare: terminated; nothing written", file=sys.stderr)
+        return 143
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,86 @@
+"""What a ``devbench compare`` was asked to do: one frozen record, built once at the command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: two-sided confidence of each figure's interval (asv compare's 99%)
+CONFIDENCE = 0.99
+#: the smallest change a verdict is given for (relative): a smaller one is ``same`` when the interval
+#: fits inside it. A declared size of effect, not a fit to any host's noise
+FLOOR = 0.02
+#: pairs of processes (passes) before the first verdicts, and at most: several, so that a process's
+#: own layout is sampled (docs/noise.md)
+MIN_PASSES = 3
+MAX_PASSES = 6
+#: pairs of adjacent blocks per pair of processes: even, so that each side goes first as often
+PAIRS = 8
+#: a ``time_`` benchmark's block lasts at least this long (asv's sample_time of the suite)
+BLOCK_S = 0.05
+#: blocks inside each ``track_`` figure of the suite's engine (``devbench.measure`` reads DEVBENCH_BLOCKS):
+#: one, since the pairs carry the evidence and a shorter turn leaves the host less time to drift in it
+TRACK_BLOCKS = 1
+
+
+class ABError(Exception):
+    """Bad input or a failed step, with a one-line reason (exit 2)."""
+
+
+class Terminated(Exception):
+    """SIGTERM (``kill``, a CI job's timeout): the run stops and cleans up as on Ctrl-C (exit 143)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    base: str | None
+    head: str
+    repo: Path
+    out: Path
+    python: str
+    bench: str | None = None
+    machine: str | None = None
+    confidence: float = CONFIDENCE
+    floor: float = FLOOR
+    min_passes: int = MIN_PASSES
+    max_passes: int = MAX_PASSES
+    pairs: int = PAIRS
+    block_s: float = BLOCK_S
+    track_blocks: int = TRACK_BLOCKS
+    twins: bool = False
+    keep: bool = False
+    from_dir: Path | None = None
+    #: seconds one request to a benchmark process may take (a set-up, one block) before it is given up
+    request_timeout_s: float = 600.0
+
+    def check(self) -> None:
+        """``ABError`` naming the first bad value."""
+        from devbench import verdict as V
+
+        if not 0 < self.confidence < 1:
+            raise ABError(f"--confidence must be in (0, 1), got {self.confidence}")
+        if not 0 <= self.floor < 10:
+            raise ABError(f"--floor must be in [0, 10) (a relative change: 0.02 is 2%), got {self.floor}")
+        if self.pairs < 1:
+            raise ABError(f"--pairs must be at least 1, got {self.pairs}")
+        if self.block_s <= 0:
+            raise ABError(f"--block-s must be > 0, got {self.block_s}")
+        if self.track_blocks < 1:
+            raise ABError(f"--track-blocks must be at least 1, got {self.track_blocks}")
+        if self.max_passes < self.min_passes:
+            raise ABError(f"--max-passes ({self.max_passes}) must be at least --min-passes ({self.min_passes})")
+        if self.from_dir is None and V.signed_rank_k(self.max_passes * self.pairs, self.confidence) == 0:
+            least = next(n for n in range(1, 100) if V.signed_rank_k(n, self.confidence) > 0)
+            raise ABError(
+                f"--max-passes {self.max_passes} x --pairs {self.pairs} cannot give a {self.confidence:.0%} interval "
+                f"(every figure would be undecided); use at least {least} pairs in all, or a lower --confidence"
+            )
+        if self.min_passes < 1:
+            raise ABError(f"--min-passes must be at least 1, got {self.min_passes}")
+        if self.bench:
+            import re
+
+            try:
+                re.compile(self.bench)
+            except re.error as exc:
+                raise ABError(f"--bench {self.bench!r} is not a regular expression: {exc}") from None

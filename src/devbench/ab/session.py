@@ -1,0 +1,175 @@
+"""The coordinator's side of paired measurement: worker processes and their strict turns.
+
+A ``Worker`` is one side's benchmark process (``worker.py`` run in that side's exported tree).
+``paired_turns`` has two of them time one block each in strict turns, ``A B B A A B ...``: never
+both at once (on two cores they would contend), and each pair of adjacent blocks is one
+observation, ``log(B / A)``. A host that drifts over seconds or minutes moves both blocks of a
+pair alike, and the drift cancels inside the pair (docs/design.md, "Verdicts").
+
+No torch and no asv here: the coordinator never imports the benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+class WorkerError(Exception):
+    """A worker that failed to start, died, or did not answer in time; the message says which and why."""
+
+
+@dataclass
+class Worker:
+    """One side's benchmark process. ``request`` sends one JSON line and waits for the reply."""
+
+    side: str
+    python: str
+    tree: Path
+    log: IO[bytes]
+    env: dict[str, str]
+    timeout_s: float = 600.0
+    proc: subprocess.Popen | None = None
+    benchmarks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _reply_fd: int = -1
+    _buffer: bytes = b""
+
+    def start(self) -> Worker:
+        read_fd, write_fd = os.pipe()
+        env = {**self.env, "PYTHONPATH": os.pathsep.join([str(self.tree / "src"), str(self.tree)])}
+        try:
+            self.proc = subprocess.Popen(
+                [self.python, str(WORKER), str(self.tree / "benchmarks"), str(write_fd)],
+                cwd=self.tree, env=env, stdin=subprocess.PIPE, stdout=self.log, stderr=self.log,
+                pass_fds=(write_fd,), start_new_session=True,
+            )  # fmt: skip
+        finally:
+            os.close(write_fd)
+        self._reply_fd = read_fd
+        hello = self._read(self.timeout_s)
+        if "benchmarks" not in hello:
+            raise WorkerError(f"{self.side}: the benchmark process did not list its benchmarks: {hello}")
+        self.benchmarks = {b["name"]: b for b in hello["benchmarks"]}
+        return self
+
+    def request(self, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps({"op": op, **fields}) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerError(f"{self.side}: the benchmark process has ended (see the log)") from None
+        return self._read(self.timeout_s if timeout_s is None else timeout_s)
+
+    def _read(self, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError(f"{self.side}: no answer from the benchmark process in {timeout_s:.0f} s")
+            ready, _, _ = select.select([self._reply_fd], [], [], min(left, 1.0))
+            if not ready:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise WorkerError(f"{self.side}: the benchmark process exited with {self.proc.returncode}")
+                continue
+            chunk = os.read(self._reply_fd, 65536)
+            if not chunk:
+                code = self.proc.wait(5) if self.proc is not None else None
+                raise WorkerError(f"{self.side}: the benchmark process exited with {code} (see the log)")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def stop(self) -> None:
+        """End the worker and every process it forked (its own process group)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        if self._reply_fd >= 0:
+            os.close(self._reply_fd)
+            self._reply_fd = -1
+        self.proc = None
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What opening one combination on one side gave: ready to time, skipped, or failed."""
+
+    state: str  # "ready", "skip" or "error"
+    reason: str = ""
+    number: int = 0
+
+
+def open_combination(worker: Worker, name: str, idx: int, block_s: float, select: str = "") -> Opened:
+    """Fork ``worker``'s process for one combination and set it up. ``select`` (a regular expression of
+    asv's ``name(params)``) tells a ``setup_cache`` that measures many figures which one is read."""
+    reply = worker.request("open", name=name, idx=idx, block_s=block_s, select=select)
+    if reply.get("ready"):
+        return Opened("ready", number=int(reply.get("number", 1)))
+    if "skip" in reply:
+        return Opened("skip", str(reply["skip"]))
+    return Opened("error", str(reply.get("error", reply)))
+
+
+def close_combination(worker: Worker) -> None:
+    reply = worker.request("close")
+    if not reply.get("closed"):
+        raise WorkerError(f"{worker.side}: the combination did not close: {reply}")
+
+
+def turn(worker: Worker) -> float:
+    """One block on ``worker``: its figure, NaN when the block failed (the reason goes to the log)."""
+    reply = worker.request("turn")
+    value = reply.get("value")
+    if isinstance(value, int | float) and math.isfinite(value) and value > 0:
+        return float(value)
+    worker.log.write(f"{worker.side}: a block gave no figure: {reply}\n".encode())
+    return math.nan
+
+
+def paired_turns(
+    a: Worker, b: Worker, pairs: int, on_pair: Callable[[int], None] | None = None
+) -> list[tuple[float, float]]:
+    """``pairs`` pairs of blocks in strict turns, ``A B, B A, A B, ...`` (ABBA): each (a, b) pair is
+    two adjacent blocks, and the side that goes first alternates so that going second favours neither.
+
+    A first pair is not kept: the first block after the other side's set-up reads slow (on the 2-vCPU
+    VM a 1 MiB host copy's first turn ran at a tenth of its speed, after a warm-up in set-up)."""
+    turn(a)
+    turn(b)
+    out = []
+    for i in range(pairs):
+        if i % 2 == 0:
+            va = turn(a)
+            vb = turn(b)
+        else:
+            vb = turn(b)
+            va = turn(a)
+        out.append((va, vb))
+        if on_pair is not None:
+            on_pair(i)
+    return out

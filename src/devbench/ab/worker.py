@@ -1,0 +1,180 @@
+"""One side's benchmark process of a paired comparison: it times one block when the coordinator says so.
+
+Run by path, not as ``devbench.ab.worker``: the side's own ``src/`` and ``benchmarks/`` come first
+on ``PYTHONPATH``, so this file imports nothing of devbench and only the standard library and
+``asv_runner`` (asv's own discovery, parameters, set-up and tear-down). The benchmarks are imported
+once (torch with them); each benchmark combination then runs in a child forked for it, as asv's
+``forkserver`` does, so every combination starts from a fresh process (importing the suite never
+touches CUDA: docs/design.md, rule 2).
+
+Protocol: JSON lines. Requests on stdin; replies on the file descriptor the ``--reply-fd``
+argument names (stdout is the benchmarks' own, sent to stderr with the rest of their output).
+
+* at start the worker replies ``{"benchmarks": [...]}`` (name, kind, unit, params, param names);
+* ``{"op": "open", "name": N, "idx": I, "block_s": S}``: fork, set up the combination and, for a
+  ``time_`` benchmark, size a block to at least ``S`` seconds: ``{"ready": true, "number": n}``,
+  ``{"skip": reason}`` or ``{"error": reason}``;
+* ``{"op": "turn"}``: one block: ``{"value": v}`` (seconds per call, or the ``track_`` figure);
+* ``{"op": "close"}``: tear down, the child exits: ``{"closed": true}``;
+* ``{"op": "quit"}``, or the end of stdin: the worker exits.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+
+
+def _reply(fd: int, message: dict) -> None:
+    data = (json.dumps(message) + "\n").encode()
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _figure(value: object) -> float:
+    """A ``track_`` benchmark's result as one number: the median of its samples when it returns them."""
+    if isinstance(value, dict) and "samples" in value:
+        return float(statistics.median(value["samples"]))
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a track_ benchmark returned {type(value).__name__}, not a number")
+    return float(value)
+
+
+def _last_line(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
+
+
+def _timed(call, number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        call()
+    return time.perf_counter() - start
+
+
+def _turn(call, kind: str, number: int) -> float:
+    """One block: seconds per call of a ``time_`` benchmark, or a ``track_`` benchmark's figure."""
+    return _timed(call, number) / number if kind == "time" else _figure(call())
+
+
+def _block_calls(call, block_s: float) -> int:
+    """Calls per block of a ``time_`` benchmark: batches of doubling size until one lasts a tenth of
+    ``block_s`` (timeit's autorange), then enough to fill ``block_s``."""
+    call()  # a first call pays for lazy set-up
+    number = 1
+    while True:
+        took = _timed(call, number)
+        if took >= block_s / 10 or number >= 1 << 20:
+            return max(1, math.ceil(block_s / max(took / number, 1e-9)))
+        number *= 2
+
+
+def _child(bench, reply_fd: int, block_s: float, requests) -> None:
+    """Serve one combination in the forked child until ``close``."""
+    kind = bench.name.rsplit(".", 1)[-1].split("_", 1)[0]
+    try:
+        if tuple(bench._current_params) in bench._skip_tuples:
+            _reply(reply_fd, {"skip": "in the benchmark's skip_params"})
+            return
+        if bench._setup_cache is not None:
+            bench.set_cache(bench.do_setup_cache())
+        for setup in bench._setups:  # asv_runner's do_setup, keeping the reason of a skip
+            setup(*bench._build_params())
+    except NotImplementedError as exc:
+        _reply(reply_fd, {"skip": str(exc)})
+        return
+    except Exception as exc:  # the benchmark's own failure: named, the run goes on
+        _reply(reply_fd, {"error": _last_line(exc)})
+        return
+    params = bench._build_params()
+
+    def call():
+        return bench.func(*params)
+
+    try:
+        number = _block_calls(call, block_s) if kind == "time" else 1
+        _turn(call, kind, number)  # a first block, not kept: the first after set-up reads slow
+    except Exception as exc:
+        _reply(reply_fd, {"error": _last_line(exc)})
+        return
+    _reply(reply_fd, {"ready": True, "number": number})
+    for line in requests:
+        op = json.loads(line).get("op")
+        if op == "turn":
+            try:
+                value = _turn(call, kind, number)
+                _reply(reply_fd, {"value": value})
+            except Exception as exc:
+                _reply(reply_fd, {"error": _last_line(exc)})
+        elif op == "close":
+            try:
+                bench.do_teardown()
+            finally:
+                _reply(reply_fd, {"closed": True})
+            return
+        else:
+            _reply(reply_fd, {"error": f"unknown request {op!r} inside a combination"})
+
+
+def _describe(bench) -> dict:
+    return {
+        "name": bench.name,
+        "unit": getattr(bench, "unit", ""),
+        "params": [list(p) for p in bench.params],
+        "param_names": list(bench.param_names),
+        "version": bench.version,
+        "setup_cache": bench._setup_cache is not None,
+    }
+
+
+def main(benchmark_dir: str, reply_fd: int) -> int:
+    from asv_runner.discovery import disc_benchmarks
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(benchmark_dir)))
+    benchmarks = {b.name: b for b in disc_benchmarks(os.path.abspath(benchmark_dir))}
+    _reply(reply_fd, {"benchmarks": [_describe(b) for b in benchmarks.values()], "pid": os.getpid()})
+    requests = iter(sys.stdin.readline, "")
+    for line in requests:
+        request = json.loads(line)
+        op = request.get("op")
+        if op == "quit":
+            return 0
+        if op != "open":
+            _reply(reply_fd, {"error": f"unknown request {op!r}"})
+            continue
+        bench = benchmarks.get(request["name"])
+        if bench is None:
+            _reply(reply_fd, {"skip": f"no benchmark {request['name']} on this side"})
+            continue
+        bench.set_param_idx(int(request["idx"]))
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:  # the combination's own process
+            code = 0
+            if request.get("select"):  # devbench.suite.SELECT_ENV: what a setup_cache sweep measures
+                os.environ["DEVBENCH_BENCH"] = request["select"]
+            try:
+                _child(bench, reply_fd, float(request.get("block_s", 0.05)), requests)
+            except BaseException:
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            _reply(reply_fd, {"error": f"the process of {bench.name} ended with {os.waitstatus_to_exitcode(status)}"})
+    return 0
+
+
+if __name__ == "__main__":
+    # usage: python worker.py BENCHMARK_DIR REPLY_FD
+    # this file's folder is no path the side should import from: its devbench comes from PYTHONPATH
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    os.dup2(2, 1)  # the benchmarks' prints go to stderr; replies have their own descriptor
+    sys.exit(main(sys.argv[1], int(sys.argv[2])))
