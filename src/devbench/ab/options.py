@@ -13,7 +13,7 @@ FLOOR = 0.02
 #: pairs of processes (passes) before the first verdicts, and at most: several, so that a process's
 #: own layout is sampled (docs/noise.md)
 MIN_PASSES = 3
-MAX_PASSES = 6
+MAX_PASSES = 5
 #: pairs of adjacent blocks per pair of processes: even, so that each side goes first as often
 PAIRS = 8
 #: a ``time_`` benchmark's block lasts at least this long (asv's sample_time of the suite)

@@ -37,12 +37,11 @@ def to_text(table: Any, title: str) -> str:
     shown = table.assign(
         o=table["verdict"].map(ORDER), size=table["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0.0)
     ).sort_values(["o", "size"], ascending=[True, False])
-    width = min(70, max((len(f"{r.benchmark} {r.params}") for r in shown.itertuples()), default=10))
     not_judged = []
     for r in shown.itertuples():
         if r.verdict == V.SAME:
             continue
-        name = f"{r.benchmark} {r.params}"[:width]
+        name = f"{r.benchmark} {r.params}"
         if r.note:
             not_judged.append(f"{r.verdict:>9}  {name}: {r.note}")
             continue
