@@ -23,6 +23,7 @@ from devbench.ab.export import Side, benchmark_code, export_sides
 from devbench.ab.options import (
     BLOCK_S,
     CONFIDENCE,
+    FIGURE_S,
     FLOOR,
     MAX_PASSES,
     MIN_PASSES,
@@ -54,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"pairs of processes per figure at most (default {MAX_PASSES})")  # fmt: skip
     p.add_argument("--pairs", type=int, default=PAIRS,
                    help=f"pairs of adjacent blocks per pair of processes (default {PAIRS})")  # fmt: skip
+    p.add_argument("--figure-s", type=float, default=FIGURE_S,
+                   help=f"seconds one figure's turns may take per pair of processes: a figure whose call is long "
+                   f"gets fewer pairs of blocks, at least 2 (default {FIGURE_S})")  # fmt: skip
     p.add_argument("--block-s", type=float, default=BLOCK_S,
                    help=f"a time_ benchmark's block lasts at least this long, seconds (default {BLOCK_S})")  # fmt: skip
     p.add_argument("--track-blocks", type=int, default=TRACK_BLOCKS,
@@ -72,7 +76,8 @@ def options(args: argparse.Namespace) -> Options:
         base=args.base, head=args.head, repo=Path(args.repo).resolve(), out=Path(args.out),
         python=args.python or sys.executable, bench=args.bench, machine=args.machine,
         confidence=args.confidence, floor=args.floor, min_passes=args.min_passes, max_passes=args.max_passes,
-        pairs=args.pairs, block_s=args.block_s, track_blocks=args.track_blocks, twins=args.twins, keep=args.keep,
+        pairs=args.pairs, block_s=args.block_s, figure_s=args.figure_s, track_blocks=args.track_blocks,
+        twins=args.twins, keep=args.keep,
         from_dir=Path(args.from_dir) if args.from_dir else None,
     )  # fmt: skip
 
@@ -109,9 +114,9 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
             if opts.bench and not figures:
                 raise ABError(f"--bench {opts.bench!r} selects no benchmark combination (of either side)")
             print(f"{running} figures to measure, {len(figures) - running} not measurable on both sides; "
-                  f"{opts.min_passes}-{opts.max_passes} pairs of processes each, {opts.pairs} pairs of blocks in "
-                  "each", flush=True)  # fmt: skip
-            passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s)
+                  f"{opts.min_passes}-{opts.max_passes} pairs of processes each, up to {opts.pairs} pairs of blocks "
+                  f"in each ({opts.figure_s:g} s of turns at most)", flush=True)  # fmt: skip
+            passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s)
             t0 = time.monotonic()
             if running:
                 run_passes(start, figures, passes, _settled(opts), log, first=first)

@@ -16,6 +16,9 @@ MIN_PASSES = 3
 MAX_PASSES = 5
 #: pairs of adjacent blocks per pair of processes: even, so that each side goes first as often
 PAIRS = 8
+#: the turns of one figure in one pass take at most about this long (seconds): a figure whose call lasts
+#: long (a sustained load, a whole sweep) gets fewer pairs, never fewer than 2
+FIGURE_S = 2.5
 #: a ``time_`` benchmark's block lasts at least this long (asv's sample_time of the suite)
 BLOCK_S = 0.05
 #: blocks inside each ``track_`` figure of the suite's engine (``devbench.measure`` reads DEVBENCH_BLOCKS):
@@ -46,6 +49,7 @@ class Options:
     max_passes: int = MAX_PASSES
     pairs: int = PAIRS
     block_s: float = BLOCK_S
+    figure_s: float = FIGURE_S
     track_blocks: int = TRACK_BLOCKS
     twins: bool = False
     keep: bool = False
@@ -63,6 +67,8 @@ class Options:
             raise ABError(f"--floor must be in [0, 10) (a relative change: 0.02 is 2%), got {self.floor}")
         if self.pairs < 1:
             raise ABError(f"--pairs must be at least 1, got {self.pairs}")
+        if self.figure_s <= 0:
+            raise ABError(f"--figure-s must be > 0, got {self.figure_s}")
         if self.block_s <= 0:
             raise ABError(f"--block-s must be > 0, got {self.block_s}")
         if self.track_blocks < 1:

@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 from devbench.ab.session import Worker, WorkerError, close_combination, open_combination, paired_turns
@@ -74,12 +73,14 @@ class Figure:
 
 @dataclass(frozen=True)
 class Passes:
-    """How many passes, how many pairs of blocks in each, and how long a ``time_`` block lasts."""
+    """How many passes, how many pairs of blocks in each (at most), how long a ``time_`` block lasts, and the
+    time one figure's turns may take in a pass."""
 
     min_passes: int
     max_passes: int
     pairs: int
     block_s: float
+    figure_s: float = float("inf")
 
 
 def measure_pass(
@@ -105,7 +106,7 @@ def measure_pass(
             fig.state, fig.reason = bad.state, f"{side}: {bad.reason}"
             continue
         try:
-            pairs = paired_turns(a, b, passes.pairs)
+            pairs = paired_turns(a, b, passes.pairs, passes.figure_s)
         finally:
             close_combination(a)
             close_combination(b)

@@ -18,7 +18,6 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -151,18 +150,24 @@ def turn(worker: Worker) -> float:
     return math.nan
 
 
-def paired_turns(
-    a: Worker, b: Worker, pairs: int, on_pair: Callable[[int], None] | None = None
-) -> list[tuple[float, float]]:
-    """``pairs`` pairs of blocks in strict turns, ``A B, B A, A B, ...`` (ABBA): each (a, b) pair is
+def paired_turns(a: Worker, b: Worker, pairs: int, budget_s: float = math.inf) -> list[tuple[float, float]]:
+    """Up to ``pairs`` pairs of blocks in strict turns, ``A B, B A, A B, ...`` (ABBA): each (a, b) pair is
     two adjacent blocks, and the side that goes first alternates so that going second favours neither.
 
     A first pair is not kept: the first block after the other side's set-up reads slow (on the 2-vCPU
-    VM a 1 MiB host copy's first turn ran at a tenth of its speed, after a warm-up in set-up)."""
+    VM a 1 MiB host copy's first turn ran at a tenth of its speed, after a warm-up in set-up). Its time
+    sizes the rest: no more pairs than fit ``budget_s`` (at least 2, and an even number, so that each
+    side goes first as often), so a figure whose one call lasts seconds (a sustained load) costs
+    seconds, not minutes, per pass.
+    """
+    started = time.monotonic()
     turn(a)
     turn(b)
+    one_pair = max(time.monotonic() - started, 1e-6)
+    fit = int(budget_s / one_pair) if math.isfinite(budget_s) else pairs
+    count = max(2, min(pairs, fit - fit % 2))
     out = []
-    for i in range(pairs):
+    for i in range(count):
         if i % 2 == 0:
             va = turn(a)
             vb = turn(b)
@@ -170,6 +175,4 @@ def paired_turns(
             vb = turn(b)
             va = turn(a)
         out.append((va, vb))
-        if on_pair is not None:
-            on_pair(i)
     return out
