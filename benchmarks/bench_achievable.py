@@ -52,7 +52,7 @@ def _cache_file() -> Path:
 
 
 def _cache_key(device: torch.device, dtype: str, shapes: list, budget: float) -> str:
-    from devbench.machine import default_machine
+    from devbench.files import default_machine
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     method = [FINALISTS, FINAL_BLOCK_S, FINAL_BLOCKS]  # a search made another way is searched again
@@ -91,8 +91,7 @@ def _free_bytes(device: torch.device) -> int:
 
 
 def _write(records: list[dict]) -> None:
-    from devbench.files import append_jsonl
-    from devbench.machine import default_machine
+    from devbench.files import append_jsonl, default_machine
 
     machine = default_machine()
     stamp = {"time": time.time(), "machine": machine, "torch": torch.__version__}

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from devbench import gpustate
-from devbench.devices import move, num_gpus, synchronize
+from devbench.devices import cuda_identities, move, num_gpus, synchronize
 from devbench.measure import (
     COPY_BLOCK_S,
     Lanes,
@@ -210,7 +210,8 @@ def _peer_path(copy: Copy) -> PeerPath:
     """The path a checked GPU -> GPU copy takes: peer access (CUDA), NVLink (NVML topology and counters)."""
     src, dst = copy.src_device.index, copy.dst_device.index
     peer = torch.cuda.can_device_access_peer(src, dst)
-    return trace_path(copy, peer, gpustate.nvlink_joined(src, dst), gpustate.nvlink_reader(src))
+    ids = cuda_identities()  # NVML matches CUDA's devices by UUID, never by index
+    return trace_path(copy, peer, gpustate.nvlink_joined(src, dst, None, ids), gpustate.nvlink_reader(src, None, ids))
 
 
 class PeerCopy(Benchmark):

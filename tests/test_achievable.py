@@ -119,7 +119,7 @@ def test_a_search_is_cached_per_machine_torch_device_and_grid(monkeypatch, tmp_p
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(B.SEARCH_ENV, raising=False)
-    monkeypatch.setattr("devbench.machine.default_machine", lambda: "box")
+    monkeypatch.setattr("devbench.files.default_machine", lambda: "box")
     searches = []
 
     def fake_search(device, dtype, shapes, budget):

@@ -54,7 +54,7 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(gpustate, "snapshot", lambda cuda=None: [dict(GPU)])
     monkeypatch.setattr("devbench.suite._cuda_identities", lambda: [])
     monkeypatch.setattr(gpustate, "gpustate_dir", lambda _file=None: tmp_path)
-    monkeypatch.setattr("devbench.machine.default_machine", lambda: "box")
+    monkeypatch.setattr("devbench.files.default_machine", lambda: "box")
     monkeypatch.setattr("devbench.suite._last_gpu_state", {})
     return tmp_path
 

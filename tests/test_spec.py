@@ -124,3 +124,86 @@ def test_layering(module, forbidden):
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Every devbench module -> the devbench modules it imports anywhere in it (in functions too)."""
+    import ast
+
+    src = ROOT / "src"
+    files = {".".join(p.relative_to(src).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (src / "devbench").rglob("*.py")}  # fmt: skip
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parts, base] if base else parts)
+                deps |= {f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+        graph[name] = {d for d in deps if d in files and d != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` as a path that ends where it starts, or [] when there is none."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return [*path[path.index(dep):], dep]
+            if dep not in state and (found := visit(dep, [*path, dep])):
+                return found
+        state[node] = 2
+        return []
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module, [module])):
+            return found
+    return []
+
+
+def test_the_import_graph_has_no_cycle():
+    """No module reaches itself through its imports, at module level or inside functions."""
+    assert _cycle(_import_graph()) == []
+
+
+def test_the_cycle_finder_finds_one_inside_functions_too():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+    graph = _import_graph()  # imports inside functions are edges: validate imports the machine name lazily
+    assert "devbench.files" in graph["devbench.validate"] and "devbench.report.load" in graph["devbench.report.cli"]
+
+
+#: (importer, imported) prefixes that must never meet, at module level or inside functions: a lower
+#: layer never reaches up, and the report and the compare code read each other's files only
+FORBIDDEN_IMPORTS = [
+    ("devbench.report", "devbench.ab"),
+    ("devbench.ab", "devbench.report"),
+    ("devbench.gpustate", "devbench.devices"),
+    ("devbench.gpustate", "devbench.machine"),
+    ("devbench.files", "devbench"),
+    ("devbench.spec", "devbench"),
+    ("devbench.verdict", "devbench"),
+    ("devbench.measure", "devbench.workloads"),
+    ("devbench.measure", "devbench.suite"),
+    ("devbench.workloads", "devbench.suite"),
+]
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def test_no_import_reaches_a_layer_above():
+    graph = _import_graph()
+    bad = [f"{m} -> {d}" for m, deps in graph.items() for d in deps
+           for a, b in FORBIDDEN_IMPORTS if _under(m, a) and _under(d, b)]  # fmt: skip
+    assert not bad, bad

@@ -20,14 +20,16 @@ def test_the_committed_lock_holds():
     assert not problems, worklock.advice(problems)
 
 
-def test_fingerprint_ignores_comments_layout_and_docstrings_but_not_code():
-    base = 'def f(n):\n    """Doc."""\n    return n * 2\n'
+def test_fingerprint_ignores_comments_layout_docstrings_imports_and_hints_but_not_code():
+    base = 'import math\n\ndef f(n):\n    """Doc."""\n    return n * 2\n'
     same = [
         'def f(n):\n    """Another doc, longer."""\n    return n * 2  # a comment\n',
-        "def f(n):\n\n    return (n *\n            2)\n",
+        "import math\n\ndef f(n):\n\n    return (n *\n            2)\n",
+        "from os import path\nimport math\n\ndef f(n: int) -> int:\n    from x import y\n    return n * 2\n",
     ]
     assert {worklock.fingerprint(s) for s in same} == {worklock.fingerprint(base)}
-    for changed in ("def f(n):\n    return n * 4\n", "def f(m):\n    return m * 2\n", "LANE_S = 0.2\n" + base):
+    for changed in ("def f(n):\n    return n * 4\n", "def f(m):\n    return m * 2\n", "LANE_S = 0.2\n" + base,
+                    "LANE_S: float = 0.2\n" + base):
         assert worklock.fingerprint(changed) != worklock.fingerprint(base)
     with pytest.raises(worklock.LockError, match="x.py: cannot parse line 1"):
         worklock.fingerprint("def f(:\n", "x.py")

@@ -151,7 +151,7 @@ def write_record(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
 def _torchrun_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -> int:
     import torch.distributed as dist
 
-    from devbench.machine import default_machine
+    from devbench.files import default_machine
     from devbench.workloads.collectives import HEADER, print_row, sweep
     from devbench.world import join_torchrun
 
@@ -179,7 +179,7 @@ def _torchrun_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -
 
 
 def _local_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -> int:
-    from devbench.machine import default_machine
+    from devbench.files import default_machine
     from devbench.workloads.collectives import HEADER, sweep_rank
     from devbench.world import RankFailed, WorldTimeout, backend_reason, resolve_backend, spawn_world
 

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import json
 import os
+import platform
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -162,3 +163,13 @@ def md_escape(text: object) -> str:
     no raw HTML, link, code or ``*`` emphasis passes into a pull-request comment. (``_`` is
     left alone: GitHub does not emphasise inside words, and names are full of it.)"""
     return str(text).translate(_MD_SPECIAL)
+
+
+def default_machine() -> str:
+    """asv's machine name for this host: the single entry of ~/.asv-machine.json, else the hostname."""
+    path = Path.home() / ".asv-machine.json"
+    try:
+        names = [k for k in json.loads(path.read_text()) if k != "version"]
+    except (OSError, ValueError):
+        names = []
+    return names[0] if len(names) == 1 else platform.node()

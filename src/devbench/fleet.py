@@ -341,7 +341,7 @@ def rank_main(
 
 
 def _finish(args: argparse.Namespace, ranks: list[dict[str, Any]], backend: str) -> int:
-    from devbench.machine import default_machine
+    from devbench.files import default_machine
 
     rows = judge(ranks, args.threshold)
     kinds = {str(r["identity"]["device"]).split(":")[0] for r in ranks}

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from devbench import files
 from devbench.files import append_jsonl, read_jsonl
 
 #: Folder beside asv's results (asv.conf.json keeps results, env and html under .asv/).
@@ -180,9 +181,7 @@ def record(
     if not gpus:
         return None
     if machine is None:
-        from devbench.machine import default_machine
-
-        machine = default_machine()
+        machine = files.default_machine()
     now = time.time()
     records = [
         {"time": now, "machine": machine, "benchmark": benchmark, "params": params, "phase": phase, **g} for g in gpus
@@ -350,24 +349,20 @@ def nvlink_between(nv: Any, src: Any, dst: Any) -> bool | None:
         return None
 
 
-def _cuda_handles(indices: Sequence[int], nv: Any, cuda: Sequence[dict[str, Any]] | None = None) -> list[Any]:
-    """``cuda_handles`` of these CUDA device indices; ``cuda`` is read here when not given (it initializes CUDA)."""
-    if cuda is None:
-        from devbench.devices import cuda_identities
-
-        cuda = cuda_identities()
+def _cuda_handles(indices: Sequence[int], nv: Any, cuda: Sequence[dict[str, Any]]) -> list[Any]:
+    """``cuda_handles`` of these CUDA device indices (``cuda``: ``devices.cuda_identities()``)."""
     handles = cuda_handles(nv, cuda)
     return [handles[i] if i < len(handles) else None for i in indices]
 
 
-def nvlink_reader(cuda_index: int, nv: Any = None, cuda: Sequence[dict[str, Any]] | None = None) -> Any:
+def nvlink_reader(cuda_index: int, nv: Any, cuda: Sequence[dict[str, Any]]) -> Any:
     """A callable returning the bytes CUDA device ``cuda_index`` has sent over NVLink so far (None: unknown)."""
     nv = nv if nv is not None else _nvml()
     handle = _cuda_handles([cuda_index], nv, cuda)[0] if nv is not None else None
     return lambda: nvlink_sent_bytes(nv, handle) if handle is not None else None
 
 
-def nvlink_joined(src: int, dst: int, nv: Any = None, cuda: Sequence[dict[str, Any]] | None = None) -> bool | None:
+def nvlink_joined(src: int, dst: int, nv: Any, cuda: Sequence[dict[str, Any]]) -> bool | None:
     """Whether NVML reports NVLink peer-to-peer between CUDA devices ``src`` and ``dst`` (None: not known)."""
     nv = nv if nv is not None else _nvml()
     if nv is None:

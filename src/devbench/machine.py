@@ -8,11 +8,8 @@ results into ``asv publish`` and ``devbench report``.
 
 from __future__ import annotations
 
-import json
-import platform
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 from devbench.devices import describe, gpu_summary
@@ -43,13 +40,3 @@ def record_machine(machine: str | None = None, config: str | None = None) -> dic
     entry.update(gpu_summary(describe()))
     MachineCollection.save(name, entry)
     return entry
-
-
-def default_machine() -> str:
-    """asv's machine name for this host: the single entry of ~/.asv-machine.json, else the hostname."""
-    path = Path.home() / ".asv-machine.json"
-    try:
-        names = [k for k in json.loads(path.read_text()) if k != "version"]
-    except (OSError, ValueError):
-        names = []
-    return names[0] if len(names) == 1 else platform.node()

@@ -288,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
         print("devbench validate: error: --rounds must be >= 1 and --min-run-time > 0, got "
               f"{args.rounds} and {args.min_run_time}", file=sys.stderr)  # fmt: skip
         return EXIT_NO_RESULTS
-    from devbench.machine import default_machine
+    from devbench.files import default_machine
 
     machine = args.machine or default_machine()
     try:

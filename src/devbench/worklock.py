@@ -8,8 +8,8 @@ cut every history at every refactor instead.
 
 So each ``suite.Benchmark`` class carries a ``work_version`` (1 unless raised), which
 ``suite`` folds into its asv version, and ``benchmarks/work-lock.json`` records a fingerprint of
-every watched module (its syntax tree without docstrings: comments, layout and docs do not
-count) with every class's ``work_version``. When a watched module changes, ``check`` fails
+every watched module (its syntax tree without docstrings, imports and annotations: comments,
+layout, docs, import paths and type hints do not count) with every class's ``work_version``. When a watched module changes, ``check`` fails
 (``tests/test_worklock.py``, so ``make test``) and names the benchmark classes that use it: for
 each, raise ``work_version`` if the work it times changed, then ``make work-lock`` records the
 decision. Nothing here imports torch or the benchmarks: the files are parsed, not run.
@@ -45,12 +45,40 @@ class LockError(Exception):
     """A file the lock needs cannot be read or parsed; the message names it."""
 
 
+class _Strip(ast.NodeTransformer):
+    """Drops what does no work: import statements (where a name comes from is not what it does: a
+    moved helper or a reordered import is no change of work) and type annotations."""
+
+    def visit_Import(self, node: ast.AST) -> None:
+        return None
+
+    visit_ImportFrom = visit_Import
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        node.returns = None
+        self.generic_visit(node)
+        if not node.body:
+            node.body = [ast.Pass()]
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
+        if node.value is None:
+            return None
+        return ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno)
+
+
 def fingerprint(source: str, name: str = "<source>") -> str:
-    """SHA-256 of ``source``'s syntax tree without docstrings: comments, layout and docs do not count."""
+    """SHA-256 of ``source``'s syntax tree without docstrings, imports and annotations: comments, layout,
+    docs, where a name is imported from and type hints do not count."""
     try:
         tree = ast.parse(source, filename=name)
     except SyntaxError as exc:
         raise LockError(f"{name}: cannot parse line {exc.lineno}: {exc.msg}") from None
+    tree = _Strip().visit(tree)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (

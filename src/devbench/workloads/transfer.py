@@ -543,8 +543,7 @@ def write_peer_records(rows: list[dict], folder: Path, machine: str | None = Non
     import time
 
     from devbench.devices import cuda_identities
-    from devbench.files import append_jsonl
-    from devbench.machine import default_machine
+    from devbench.files import append_jsonl, default_machine
 
     machine = machine or default_machine()
     ids = [c.get("pci_bus_id") or c.get("uuid") for c in cuda_identities()] if torch.cuda.is_available() else []
