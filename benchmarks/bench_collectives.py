@@ -33,6 +33,7 @@ class Collectives(Benchmark):
     params = [list(BACKENDS), WORLDS, list(OPS), SIZES]
     param_names = ["backend", "world", "op", "nbytes"]
     timeout = 1200.0
+    figures_in_setup_cache = True  # devbench compare: one pair of figures per pair of processes
 
     def setup_cache(self):
         worlds = {}

@@ -274,6 +274,7 @@ class PeerMatrix(Benchmark):
     params = [MATRIX_SIZES]
     param_names = ["nbytes"]
     timeout = 1200.0
+    figures_in_setup_cache = True  # devbench compare: one pair of figures per pair of processes
 
     def setup_cache(self):
         try:

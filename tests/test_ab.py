@@ -65,6 +65,24 @@ track_sized.params = [1, 2]
 track_sized.param_names = ["n"]
 
 
+class Swept:
+    # its figures are measured in setup_cache, as the collectives' sweep is
+
+    params = [[1, 2]]
+    param_names = ["n"]
+    figures_in_setup_cache = True
+
+    def setup_cache(self):
+        with open(os.environ["AB_SWEEP_LOG"], "a") as log:
+            log.write(os.environ.get("DEVBENCH_BENCH", "") + "\\n")
+        return {{1: 1000 / SLEEP_MS, 2: 2000 / SLEEP_MS}}
+
+    def track_swept(self, cache, n):
+        return cache[n]
+
+    track_swept.unit = "GB/s"
+
+
 class Only:
     params = [["small", "huge"]]
     param_names = ["size"]
@@ -135,6 +153,24 @@ def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, tmp
     assert sum(line.startswith("bench_ab.time_sleep,") for line in pairs) == 3 * 2
     run = json.loads((out / "run.json").read_text())
     assert run["sides"]["head"]["sha"] == c3 and run["options"]["max_passes"] == 3
+
+
+def test_a_sweep_runs_once_per_side_and_pass_and_gives_one_pair(project, tmp_path, monkeypatch):
+    """setup_cache runs once per side and pass (in turn), told which combinations are read; a figure
+    measured there gives one pair per pair of processes, not one per block."""
+    _, (c1, _, c3) = project
+    log = tmp_path / "sweeps.log"
+    monkeypatch.setenv("AB_SWEEP_LOG", str(log))
+    out = tmp_path / "swept"
+    # one value per pass: such a figure gets 6 passes, the fewest for a 95% interval, though --max-passes is 3
+    assert _run(project, c1, c3, "--out", str(out), "--bench", "Swept") == 1
+    lines = log.read_text().splitlines()
+    assert len(lines) == 6 * 2 and all("track_swept\\(1\\)" in x and "track_swept\\(2\\)" in x for x in lines)
+    import pandas as pd
+
+    blocks = pd.read_csv(out / "pairs.csv")
+    assert len(blocks) == 6 * 2 and blocks.groupby(["params", "process_pair"]).size().eq(1).all()
+    assert set(blocks["head"] / blocks["base"]) == {0.5}
 
 
 def test_every_combination_runs_in_a_fresh_process_per_pass(project, tmp_path):
@@ -286,7 +322,7 @@ def test_the_pass_loop_stops_settled_figures_and_keeps_the_rest(monkeypatch):
         def stop(self):
             pass
 
-    def fake_pass(a, b, figures, passes, log, progress):
+    def fake_pass(a, b, figures, passes, log, progress, first):
         measured.append([f.combo.benchmark for f in figures])
         for f in figures:
             f.a.append([1.0])

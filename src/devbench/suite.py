@@ -282,6 +282,9 @@ class Benchmark:
     #: what is computed or copied, how it is timed), so that asv keeps the figures from before apart
     #: (``_work_versions``; ``benchmarks/work-lock.json`` records every class's)
     work_version = 1
+    #: whether the figures are measured in ``setup_cache`` (a sweep) and the benchmark methods only read
+    #: them: ``devbench compare`` then takes one pair of figures per pair of processes, not one per block
+    figures_in_setup_cache = False
     warmup_time = 0.0
     sample_time = 0.05
     repeat = (3, 40, 2.0)

@@ -6,12 +6,13 @@ change there (a lane's work made 4x longer, a copy that was a no-op made real) r
 history on across it and shows as a regression. Hashing those modules into every version would
 cut every history at every refactor instead.
 
-So each ``suite.Benchmark`` class carries a ``work_version`` (1 unless raised), which
-``suite`` folds into its asv version, and ``benchmarks/work-lock.json`` records a fingerprint of
-every watched module (its syntax tree without docstrings, imports and annotations: comments,
-layout, docs, import paths and type hints do not count) with every class's ``work_version``. When a watched module changes, ``check`` fails
-(``tests/test_worklock.py``, so ``make test``) and names the benchmark classes that use it: for
-each, raise ``work_version`` if the work it times changed, then ``make work-lock`` records the
+So each ``suite.Benchmark`` class carries a ``work_version`` (1 unless raised), which ``suite``
+folds into its asv version, and ``benchmarks/work-lock.json`` records a fingerprint of every
+watched module (its syntax tree without docstrings, imports and annotations: comments, layout,
+docs, import paths and type hints do not count) with every class's ``work_version``. When a
+watched module changes, ``check`` fails (``tests/test_worklock.py``, so ``make test``) and names
+the benchmark classes that use it: for each, raise ``work_version`` if the work it times changed,
+then ``make work-lock`` records the
 decision. Nothing here imports torch or the benchmarks: the files are parsed, not run.
 
 ``python -m devbench.worklock`` checks (exit 1 with what changed); ``--write`` records.

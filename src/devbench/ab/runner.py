@@ -33,6 +33,10 @@ class Combination:
     values: tuple[str, ...]  # each parameter's repr, as asv lists it
     names: tuple[str, ...]
     unit: str
+    #: asv's key of the benchmark's setup_cache (None without one), and whether the figure itself is
+    #: measured there (a sweep: every turn of one process reads the same value)
+    setup_cache: str | None = None
+    in_cache: bool = False
 
     @property
     def label(self) -> str:
@@ -52,7 +56,8 @@ def combinations(listing: dict[str, dict[str, Any]], pattern: str) -> list[Combi
         b = listing[name]
         product = list(itertools.product(*b["params"])) if b["params"] else [()]
         for idx, values in enumerate(product):
-            combo = Combination(name, idx, tuple(values), tuple(b["param_names"]), b.get("unit") or "")
+            combo = Combination(name, idx, tuple(values), tuple(b["param_names"]), b.get("unit") or "",
+                                b.get("setup_cache"), bool(b.get("figures_in_setup_cache")))  # fmt: skip
             if regex.search(combo.selector):
                 out.append(combo)
     return out
@@ -81,14 +86,43 @@ class Passes:
     pairs: int
     block_s: float
     figure_s: float = float("inf")
+    #: the passes a figure measured in ``setup_cache`` gets at most (it gives one pair a pass: at least as
+    #: many as its interval needs)
+    max_cached: int = 0
+
+    def limit(self, fig: Figure) -> int:
+        """The passes ``fig`` may get at most."""
+        return max(self.max_passes, self.max_cached) if fig.combo.in_cache else self.max_passes
+
+
+def run_caches(a: Worker, b: Worker, figures: Sequence[Figure], first: str) -> dict[str, str]:
+    """Each ``setup_cache`` the figures need, once per side, the two sides in turn (``first`` goes first),
+    told which combinations will read it. Returns the failures by key (the figures that need it stop)."""
+    failed: dict[str, str] = {}
+    needed: dict[str, list[Combination]] = {}
+    for f in figures:
+        if f.combo.setup_cache:
+            needed.setdefault(f.combo.setup_cache, []).append(f.combo)
+    for key, combos in needed.items():
+        select = "|".join(re.escape(c.selector) for c in combos)
+        for w in (a, b) if first == "base" else (b, a):
+            reply = w.request("cache", name=combos[0].benchmark, select=select)
+            if not reply.get("cached"):
+                failed[key] = f"{w.side}: {reply.get('error', reply)}"
+    return failed
 
 
 def measure_pass(
-    a: Worker, b: Worker, figures: Sequence[Figure], passes: Passes, log: IO[bytes], progress: Callable[[str], None]
+    a: Worker, b: Worker, figures: Sequence[Figure], passes: Passes, log: IO[bytes], progress: Callable[[str], None],
+    first: str = "base",
 ) -> None:
     """One pass over ``figures`` (those still running) with the workers ``a`` and ``b``."""
+    failed = run_caches(a, b, figures, first)
     for n, fig in enumerate(figures, 1):
         combo = fig.combo
+        if combo.setup_cache in failed:
+            fig.state, fig.reason = "error", failed[combo.setup_cache]
+            continue
         progress(f"{n}/{len(figures)} {combo.selector}")
         opened = []
         for w in (a, b):
@@ -106,7 +140,9 @@ def measure_pass(
             fig.state, fig.reason = bad.state, f"{side}: {bad.reason}"
             continue
         try:
-            pairs = paired_turns(a, b, passes.pairs, passes.figure_s)
+            # a figure measured in setup_cache reads one value per process: one pair per pass
+            pairs = paired_turns(a, b, 1, warm_up=False) if combo.in_cache else paired_turns(
+                a, b, passes.pairs, passes.figure_s)
         finally:
             close_combination(a)
             close_combination(b)
@@ -127,7 +163,8 @@ def run_passes(
     (``first``: the pair for the first pass, already started); ``settled(figure, passes_left)`` says
     whether a figure may stop after a pass."""
     t0 = time.monotonic()
-    for p in range(passes.max_passes):
+    last_pass = max(passes.limit(f) for f in figures) if figures else 0
+    for p in range(last_pass):
         running = [f for f in figures if f.state == "running"]
         if not running:
             break
@@ -135,22 +172,25 @@ def run_passes(
         a, b = first if (p == 0 and first is not None) else (start("base"), start("head"))
         try:
             progress = _progress(p + 1, out)
-            measure_pass(a, b, running, passes, log, progress)
+            measure_pass(a, b, running, passes, log, progress, "base" if p % 2 == 0 else "head")
         finally:
             a.stop()
             b.stop()
         done = p + 1
         stopped = 0
-        if passes.min_passes <= done < passes.max_passes:
-            for f in running:
-                if f.state == "running" and settled(f, passes.max_passes - done):
-                    f.state, f.stopped_after = "stopped", done
-                    stopped += 1
+        for f in running:
+            if f.state != "running":
+                continue
+            if done >= passes.limit(f):
+                f.state = "done"
+            elif done >= passes.min_passes and settled(f, passes.limit(f) - done):
+                f.state, f.stopped_after = "stopped", done
+                stopped += 1
         left = sum(f.state == "running" for f in figures)
         took = time.monotonic() - started
-        most = took * min(passes.max_passes - done, passes.min_passes - done if done < passes.min_passes else 99)
-        ahead = f", about {max(most, 0) / 60:.1f} min to the first verdicts" if done < passes.min_passes else ""
-        print(f"pass {done}/{passes.max_passes}: {len(running)} figures in {took:.0f} s"
+        ahead = (f", about {took * (passes.min_passes - done) / 60:.1f} min to the first verdicts"
+                 if done < passes.min_passes else "")  # fmt: skip
+        print(f"pass {done}: {len(running)} figures in {took:.0f} s"
               f"{f', {stopped} settled' if stopped else ''}; {left} run on "
               f"({(time.monotonic() - t0) / 60:.1f} min so far{ahead})", file=out, flush=True)  # fmt: skip
     for f in figures:

@@ -150,7 +150,9 @@ def turn(worker: Worker) -> float:
     return math.nan
 
 
-def paired_turns(a: Worker, b: Worker, pairs: int, budget_s: float = math.inf) -> list[tuple[float, float]]:
+def paired_turns(
+    a: Worker, b: Worker, pairs: int, budget_s: float = math.inf, warm_up: bool = True
+) -> list[tuple[float, float]]:
     """Up to ``pairs`` pairs of blocks in strict turns, ``A B, B A, A B, ...`` (ABBA): each (a, b) pair is
     two adjacent blocks, and the side that goes first alternates so that going second favours neither.
 
@@ -158,14 +160,16 @@ def paired_turns(a: Worker, b: Worker, pairs: int, budget_s: float = math.inf) -
     VM a 1 MiB host copy's first turn ran at a tenth of its speed, after a warm-up in set-up). Its time
     sizes the rest: no more pairs than fit ``budget_s`` (at least 2, and an even number, so that each
     side goes first as often), so a figure whose one call lasts seconds (a sustained load) costs
-    seconds, not minutes, per pass.
+    seconds, not minutes, per pass. Without ``warm_up`` (a figure read from a cache) exactly ``pairs``.
     """
-    started = time.monotonic()
-    turn(a)
-    turn(b)
-    one_pair = max(time.monotonic() - started, 1e-6)
-    fit = int(budget_s / one_pair) if math.isfinite(budget_s) else pairs
-    count = max(2, min(pairs, fit - fit % 2))
+    count = pairs
+    if warm_up:
+        started = time.monotonic()
+        turn(a)
+        turn(b)
+        one_pair = max(time.monotonic() - started, 1e-6)
+        fit = int(budget_s / one_pair) if math.isfinite(budget_s) else pairs
+        count = max(2, min(pairs, fit - fit % 2))
     out = []
     for i in range(count):
         if i % 2 == 0:

@@ -14,6 +14,9 @@ argument names (stdout is the benchmarks' own, sent to stderr with the rest of t
 * ``{"op": "open", "name": N, "idx": I, "block_s": S}``: fork, set up the combination and, for a
   ``time_`` benchmark, size a block to at least ``S`` seconds: ``{"ready": true, "number": n}``,
   ``{"skip": reason}`` or ``{"error": reason}``;
+* ``{"op": "cache", "name": N, "select": P}``: run the benchmark's ``setup_cache`` once, in a forked
+  process (it may touch CUDA, which the parent never does), for the combinations ``P`` selects;
+  the combinations opened after it read that result, as asv's do: ``{"cached": true}``;
 * ``{"op": "turn"}``: one block: ``{"value": v}`` (seconds per call, or the ``track_`` figure);
 * ``{"op": "close"}``: tear down, the child exits: ``{"closed": true}``;
 * ``{"op": "quit"}``, or the end of stdin: the worker exits.
@@ -24,8 +27,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 
@@ -73,14 +78,17 @@ def _block_calls(call, block_s: float) -> int:
         number *= 2
 
 
-def _child(bench, reply_fd: int, block_s: float, requests) -> None:
+def _child(bench, reply_fd: int, block_s: float, requests, cache_file: str | None) -> None:
     """Serve one combination in the forked child until ``close``."""
     kind = bench.name.rsplit(".", 1)[-1].split("_", 1)[0]
     try:
         if tuple(bench._current_params) in bench._skip_tuples:
             _reply(reply_fd, {"skip": "in the benchmark's skip_params"})
             return
-        if bench._setup_cache is not None:
+        if cache_file is not None:
+            with open(cache_file, "rb") as f:
+                bench.set_cache(pickle.load(f))
+        elif bench._setup_cache is not None:
             bench.set_cache(bench.do_setup_cache())
         for setup in bench._setups:  # asv_runner's do_setup, keeping the reason of a skip
             setup(*bench._build_params())
@@ -120,6 +128,35 @@ def _child(bench, reply_fd: int, block_s: float, requests) -> None:
             _reply(reply_fd, {"error": f"unknown request {op!r} inside a combination"})
 
 
+def _run_cache(bench, request: dict, cache_dir: str, cached: dict[str, str]) -> dict:
+    """``setup_cache`` of ``bench`` in a forked process, its result pickled for the combinations to come."""
+    if bench is None or bench._setup_cache is None:
+        return {"error": f"no setup_cache in {request.get('name')!r}"}
+    path = os.path.join(cache_dir, f"{len(cached)}.pickle")
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            if request.get("select"):
+                os.environ["DEVBENCH_BENCH"] = request["select"]
+            with open(path, "wb") as f:
+                pickle.dump(bench.do_setup_cache(), f)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        return {"error": f"setup_cache of {bench.name} ended with {code} (its traceback is in the log)"}
+    cached[bench.setup_cache_key] = path
+    return {"cached": True}
+
+
 def _describe(bench) -> dict:
     return {
         "name": bench.name,
@@ -127,7 +164,9 @@ def _describe(bench) -> dict:
         "params": [list(p) for p in bench.params],
         "param_names": list(bench.param_names),
         "version": bench.version,
-        "setup_cache": bench._setup_cache is not None,
+        "setup_cache": bench.setup_cache_key if bench._setup_cache is not None else None,
+        # the figure is measured in setup_cache itself (a sweep), so a turn reads the same value again
+        "figures_in_setup_cache": any(getattr(s, "figures_in_setup_cache", False) for s in bench._attr_sources),
     }
 
 
@@ -138,11 +177,17 @@ def main(benchmark_dir: str, reply_fd: int) -> int:
     benchmarks = {b.name: b for b in disc_benchmarks(os.path.abspath(benchmark_dir))}
     _reply(reply_fd, {"benchmarks": [_describe(b) for b in benchmarks.values()], "pid": os.getpid()})
     requests = iter(sys.stdin.readline, "")
+    # beside the side's tree, in the comparison's work folder, which goes when it ends
+    cache_dir = tempfile.mkdtemp(prefix=".cache-", dir=os.path.dirname(os.path.abspath(benchmark_dir)))
+    cached: dict[str, str] = {}
     for line in requests:
         request = json.loads(line)
         op = request.get("op")
         if op == "quit":
             return 0
+        if op == "cache":
+            _reply(reply_fd, _run_cache(benchmarks.get(request.get("name", "")), request, cache_dir, cached))
+            continue
         if op != "open":
             _reply(reply_fd, {"error": f"unknown request {op!r}"})
             continue
@@ -158,7 +203,8 @@ def main(benchmark_dir: str, reply_fd: int) -> int:
             if request.get("select"):  # devbench.suite.SELECT_ENV: what a setup_cache sweep measures
                 os.environ["DEVBENCH_BENCH"] = request["select"]
             try:
-                _child(bench, reply_fd, float(request.get("block_s", 0.05)), requests)
+                cache_file = cached.get(bench.setup_cache_key) if bench._setup_cache is not None else None
+                _child(bench, reply_fd, float(request.get("block_s", 0.05)), requests, cache_file)
             except BaseException:
                 code = 1
             finally:
