@@ -22,7 +22,16 @@ from pathlib import Path
 import torch
 
 from devbench.measure import burst, one_call_s, pin_threads, sustained
-from devbench.suite import DEVICES, Benchmark, no_cuda_reason, once, record_sampled, require_device, with_samples
+from devbench.suite import (
+    DEVICES,
+    Benchmark,
+    no_cuda_reason,
+    once,
+    record_sampled,
+    records_gpu_state,
+    require_device,
+    with_samples,
+)
 from devbench.workloads.achievable import (
     CPU_BUDGET_S,
     FINAL_BLOCK_S,
@@ -98,6 +107,7 @@ def _write(records: list[dict]) -> None:
     append_jsonl(Path(__file__).resolve().parents[1] / ACHIEVABLE_DIR, machine, [{**stamp, **r} for r in records])
 
 
+@records_gpu_state
 class MatmulAchievable(Benchmark):
     """TFLOP/s of the fastest matmul shape found on this device, burst and sustained.
 

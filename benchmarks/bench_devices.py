@@ -8,7 +8,7 @@ from pathlib import Path
 from devbench import runinfo
 from devbench.devices import num_gpus, try_all_gpus, try_gpu
 from devbench.measure import pin_threads
-from devbench.suite import Benchmark
+from devbench.suite import Benchmark, records_gpu_state
 
 
 class RunInfo:
@@ -29,6 +29,7 @@ class RunInfo:
     track_gpu_count.unit = "GPUs"
 
 
+@records_gpu_state
 class TryGpu(Benchmark):
     """``try_gpu()`` asks the driver how many GPUs there are; code calls it per batch.
 

@@ -22,7 +22,7 @@ from devbench.measure import (
     pin_threads,
     warm_up,
 )
-from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, once, records_gpu_state, require_device, with_samples
 from devbench.workloads.launch import GRAPH_CALLS, TASKS, SmallTask, graph_reason, graphed
 
 MODES = ["per_call", "queued", "held", "graph"]
@@ -36,6 +36,7 @@ def _task(task: str, device: torch.device) -> SmallTask:
     return t
 
 
+@records_gpu_state
 class LaunchOverhead(Benchmark):
     """Microseconds per call of a small task, timed four ways (``mode``).
 

@@ -3,13 +3,14 @@
 import time
 
 from devbench.measure import pin_threads
-from devbench.suite import DEVICES, Benchmark, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, records_gpu_state, require_device, with_samples
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
 #: Pairs of loops behind the in-process ratio (each pair is one sample).
 RATIO_SAMPLES = 5
 
 
+@records_gpu_state
 class LogNorms(Benchmark):
     """``steps`` products of n x n matrices, each one's norm logged by ``strategy``.
 

@@ -7,7 +7,7 @@ import torch
 from devbench.devices import synchronize
 from devbench.measure import MATMUL_BLOCK_S, measure, pin_threads, plan_blocks, warm_up
 from devbench.spec import matmul_flops as flops
-from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, once, records_gpu_state, require_device, with_samples
 from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
@@ -29,6 +29,7 @@ def _skip_reason(device: torch.device, dtype: str, n: int) -> str | None:
     return None
 
 
+@records_gpu_state
 class MatmulSquare(Benchmark):
     """C = A @ B for n x n matrices: wall time of one product and throughput in TFLOP/s.
 
@@ -65,6 +66,7 @@ class MatmulSquare(Benchmark):
     track_tflops.unit = "TFLOP/s"
 
 
+@records_gpu_state
 class MatmulSpeedup(Benchmark):
     """GPU throughput over CPU throughput for one product, both measured in this process.
 
@@ -103,6 +105,7 @@ class MatmulSpeedup(Benchmark):
     track_gpu_over_cpu.unit = "x"
 
 
+@records_gpu_state
 class TinyOp(Benchmark):
     """One elementwise add on 1 and 1,000 elements, with the launch and the sync.
 

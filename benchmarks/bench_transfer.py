@@ -26,7 +26,7 @@ from devbench.measure import (
     warm_up,
 )
 from devbench.spec import MiB, gbps, size_label
-from devbench.suite import DEVICES, Benchmark, once, require_device, require_gpus, with_samples
+from devbench.suite import DEVICES, Benchmark, once, records_gpu_state, require_device, require_gpus, with_samples
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
     HIDDEN,
@@ -89,6 +89,7 @@ def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
         raise NotImplementedError(f"{size_label(nbytes)}: {reason}")
 
 
+@records_gpu_state
 class HostDevice(Benchmark):
     """Host -> GPU (``h2d``) and GPU -> host (``d2h``) copies of 4 KiB to 1 GiB.
 
@@ -122,6 +123,7 @@ class HostDevice(Benchmark):
     track_gbps.unit = "GB/s"
 
 
+@records_gpu_state
 class HostDeviceBidirectional(Benchmark):
     """Host -> GPU and GPU -> host at once, on two streams, from and to pinned memory.
 
@@ -165,6 +167,7 @@ class HostDeviceBidirectional(Benchmark):
     track_total_gbps.unit = track_h2d_gbps.unit = track_d2h_gbps.unit = "GB/s"
 
 
+@records_gpu_state
 class DeviceCopy(Benchmark):
     """A copy within one device's memory: ``copy_`` on a GPU, a STREAM-like copy on the CPU.
 
@@ -214,6 +217,7 @@ def _peer_path(copy: Copy) -> PeerPath:
     return trace_path(copy, peer, gpustate.nvlink_joined(src, dst, None, ids), gpustate.nvlink_reader(src, None, ids))
 
 
+@records_gpu_state
 class PeerCopy(Benchmark):
     """GPU 0 -> GPU 1 and back over sizes (NVLink or PCIe, peer-to-peer when the driver allows it).
 
@@ -261,6 +265,7 @@ class PeerCopy(Benchmark):
 MATRIX_SIZES = [256 * MiB]
 
 
+@records_gpu_state
 class PeerMatrix(Benchmark):
     """Both directions of every pair of GPUs at 256 MiB, each copy checked, timed and traced.
 
@@ -303,6 +308,7 @@ class PeerMatrix(Benchmark):
     track_slowest_gbps.unit = track_median_gbps.unit = "GB/s"
 
 
+@records_gpu_state
 class ManySmallCopies(Benchmark):
     """4 MiB as 1,024 copies of 4 KiB vs one copy, and 256 small tensors one by one vs packed.
 
@@ -328,6 +334,7 @@ class ManySmallCopies(Benchmark):
         synchronize(self.device)
 
 
+@records_gpu_state
 class SameDeviceMove(Benchmark):
     """Moving a tensor to the device it is on: ``.to(device)``, or ``.cuda(i)`` / ``.cpu()``.
 
@@ -357,6 +364,7 @@ class SameDeviceMove(Benchmark):
         synchronize(self.device)
 
 
+@records_gpu_state
 class CopyComputeOverlap(Benchmark):
     """A pinned 64 MiB host -> GPU copy on one stream while matmuls run on another.
 
@@ -402,6 +410,7 @@ class CopyComputeOverlap(Benchmark):
     track_hidden.unit = "%"
 
 
+@records_gpu_state
 class HiddenCopy(Benchmark):
     """Reading a 1,000-element tensor from Python: each read of a GPU tensor is a copy and a sync.
 

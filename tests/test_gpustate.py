@@ -10,7 +10,7 @@ import pytest
 from devbench import gpustate
 from devbench.report.cli import main as report_main
 from devbench.report.load import load_results
-from devbench.suite import Benchmark
+from devbench.suite import Benchmark, records_gpu_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,6 +35,7 @@ GPU = {
 }  # fmt: skip
 
 
+@records_gpu_state
 class Fake(Benchmark):
     params = [["cpu", "cuda"], [16, 64]]
     param_names = ["device", "n"]
@@ -43,6 +44,7 @@ class Fake(Benchmark):
         self.n = n
 
 
+@records_gpu_state
 class FakeWithTeardown(Fake):
     def teardown(self, device, n):
         self.torn = True
@@ -275,3 +277,19 @@ def test_nvlink_counters_and_topology_are_read_for_the_cuda_device_named():
     assert gpustate.nvlink_reader(0, nv, cuda)() is None  # NVML answered with an error for this field
     assert gpustate.nvlink_joined(0, 1, nv, cuda) is True
     assert gpustate.nvlink_joined(0, 2, nv, [*cuda, {"uuid": "GPU-z"}]) is None  # a GPU NVML does not see
+
+
+def test_the_base_class_records_nothing_unless_the_class_says_so():
+    """Recording is visible where a benchmark is defined: ``@records_gpu_state``; the base class wraps nothing."""
+
+    class Plain(Benchmark):
+        def setup(self, n):
+            pass
+
+    assert not getattr(Plain.setup, "devbench_gpu_state", False)
+    assert not getattr(Plain.teardown, "devbench_gpu_state", False)
+    assert Fake.setup.devbench_gpu_state and Fake.teardown.devbench_gpu_state
+    assert records_gpu_state(Fake) is Fake and Fake.setup.__wrapped__.__name__ == "setup"  # wrapped once only
+    import inspect
+
+    assert "def setup(self, device, n)" in inspect.getsource(Fake.setup)  # asv versions the source, unwrapped

@@ -5,8 +5,9 @@ Benchmarks import these so that the rules of docs/design.md live in one place:
 * ``DEVICES`` is the device param, the same on every machine (rule 1);
 * ``require_device`` / ``require_gpus`` turn param values into devices or raise
   ``NotImplementedError`` with the reason, which asv records as a skip (rule 1);
-* ``Benchmark`` holds the suite's sampling settings and records the GPUs' NVML state
-  around every benchmark that uses CUDA (``devbench.gpustate``).
+* ``Benchmark`` holds the suite's sampling settings and the work version;
+  ``@records_gpu_state`` marks a class that records the GPUs' NVML state around each
+  benchmark that uses CUDA (``devbench.gpustate``).
 
 Timing, inputs and threads are ``devbench.measure``'s (no asv there, so workloads can
 use it). Nothing here touches CUDA at import time (rule 2).
@@ -270,12 +271,9 @@ class Benchmark:
     short benchmark's samples span seconds of the host's ups and downs rather than a
     tenth of one (see benchmarks/README.md, "Noise").
 
-    Every subclass's ``setup`` and ``teardown`` are wrapped to record the GPUs' NVML
-    state (clocks, temperature, power, throttle reasons) right after set-up and before
-    tear-down of a benchmark that uses CUDA (``devbench.gpustate``), and between them,
-    while the benchmark is timed, a ``gpustate.Sampler`` reads clocks and power every
-    50 ms (recorded as the ``during`` phase: median SM clock and watts of the timed
-    work). asv calls ``teardown`` after every benchmark, even one whose setup skipped.
+    Nothing else happens here: a class that records the GPUs' state says so with
+    ``@records_gpu_state``, and ``work_version`` (below) is the one attribute that changes
+    the version asv records.
     """
 
     #: the version of the work this class times: raise it when that work changes (its sizes, durations,
@@ -293,15 +291,27 @@ class Benchmark:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        setup = cls.__dict__.get("setup")
-        if setup is not None and not getattr(setup, "devbench_gpu_state", False):
-            cls.setup = _after_setup(setup)
-        teardown = cls.__dict__.get("teardown")
-        if teardown is not None and not getattr(teardown, "devbench_gpu_state", False):
-            cls.teardown = _before_teardown(teardown)
         if "work_version" in cls.__dict__:
             _work_versions(cls, cls.__dict__["work_version"])
 
-    @_before_teardown
     def teardown(self, *args) -> None:
         pass
+
+
+def records_gpu_state(cls: type) -> type:
+    """Class decorator: record the GPUs' NVML state around each benchmark of ``cls`` that uses CUDA.
+
+    Its ``setup`` and ``teardown`` are wrapped: right after set-up and before tear-down the state
+    (clocks, temperature, power, throttle reasons) is appended to ``.asv/gpustate``
+    (``devbench.gpustate``), and between them, while the benchmark is timed, a ``gpustate.Sampler``
+    reads clocks and power every 50 ms (the ``during`` phase: median SM clock and watts of the timed
+    work). Nothing is recorded where CUDA was not used. asv calls ``teardown`` after every benchmark,
+    even one whose set-up skipped. The wrappers keep the source asv versions the class by.
+    """
+    setup = getattr(cls, "setup", None)
+    if setup is not None and not getattr(setup, "devbench_gpu_state", False):
+        cls.setup = _after_setup(setup)
+    teardown = getattr(cls, "teardown", None)
+    if teardown is not None and not getattr(teardown, "devbench_gpu_state", False):
+        cls.teardown = _before_teardown(teardown)
+    return cls
