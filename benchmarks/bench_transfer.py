@@ -14,9 +14,9 @@ import torch
 
 from devbench import gpustate
 from devbench.devices import cuda_identities, move, num_gpus, synchronize
+from devbench.lanes import Lanes
 from devbench.measure import (
     COPY_BLOCK_S,
-    Lanes,
     calls_for,
     measure,
     median_block,

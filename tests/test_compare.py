@@ -7,7 +7,7 @@ import pytest
 from asv.commands.compare import _is_result_better as asv_rule
 
 from devbench.report import compare as C
-from devbench.report.load import STATS
+from devbench.report.fields import STATS
 
 
 def _ss(a, b, repeat=10):

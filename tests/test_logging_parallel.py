@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
+from devbench.lanes import Lanes, LaneTimes
 from devbench.logger import DeviceLogger
-from devbench.measure import Lanes, LaneTimes
 from devbench.workloads.norms import STRATEGIES, NormLoop
 from devbench.workloads.parallel import ParallelPair
 

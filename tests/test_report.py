@@ -19,7 +19,8 @@ from devbench import files
 from devbench.report import compare as C
 from devbench.report import derive as D
 from devbench.report.cli import main
-from devbench.report.load import ReportError, load_results, parse_param
+from devbench.report.fields import parse_param
+from devbench.report.load import ReportError, load_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from asv_fixture import History, asv, make_history  # noqa: E402
@@ -549,7 +550,7 @@ def test_ab_verdicts_show_each_interval_or_say_it_has_none():
     interval says so."""
     import io
 
-    from devbench.report import sections
+    from devbench.report import changes, sections
 
     text = (
         "benchmark,params,unit,verdict,ratio,ratio_lo,ratio_hi,base,head,floor,note,stopped_after\n"
@@ -558,7 +559,7 @@ def test_ab_verdicts_show_each_interval_or_say_it_has_none():
         "b.track_z,n=3,GB/s,undecided,1.1,0.9,1.4,1.0,1.1,0.1,,\n"
     )
     table = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=["", "nan"], dtype={"params": str})
-    sec = sections._verdicts(table, "cmp")
+    sec = changes.verdicts(table, "cmp")
     assert list(sec.folded["interval"]) == ["unbounded", "unbounded", "[-10.0%, +40.0%]"]
     assert "pairs of processes taking turns" in sec.text
     # base and head carry their unit (a bare "1.3" could be GB/s, us or a ratio); seconds are scaled
@@ -572,7 +573,7 @@ def test_ab_verdicts_show_each_interval_or_say_it_has_none():
 def test_ab_verdicts_say_when_a_figure_was_measured_on_one_side_only():
     """A compare.csv row with a note (no result on one side) shows that instead of a change; older
     compare folders, without the column, still load."""
-    from devbench.report import sections
+    from devbench.report import changes
 
     rows = {
         "benchmark": ["b.track_x", "b.track_y"], "params": ["n=1", "n=2"], "unit": ["GB/s", "GB/s"],
@@ -580,19 +581,19 @@ def test_ab_verdicts_say_when_a_figure_was_measured_on_one_side_only():
         "ratio_hi": [1.6, float("nan")], "base": [1.0, 2.0], "head": [1.2, float("nan")], "floor": [0.1, 0.1],
         "note": [float("nan"), "no result on head: failed or skipped there (see the log), or the benchmark is gone"],
     }  # fmt: skip
-    sec = sections._verdicts(pd.DataFrame(rows), "cmp")
+    sec = changes.verdicts(pd.DataFrame(rows), "cmp")
     assert list(sec.folded["change"]) == ["+20.0%", "no result on head"]
-    older = sections._verdicts(pd.DataFrame(rows).drop(columns="note").iloc[:1], "cmp")
+    older = changes.verdicts(pd.DataFrame(rows).drop(columns="note").iloc[:1], "cmp")
     assert list(older.folded["change"]) == ["+20.0%"]
     changed = {**rows, "note": [float("nan"), "benchmark changed: its asv version differs between base and head"]}
     changed["ratio"] = [1.2, 4.0]
-    assert list(sections._verdicts(pd.DataFrame(changed), "cmp").folded["change"]) == ["benchmark changed", "+20.0%"]
+    assert list(changes.verdicts(pd.DataFrame(changed), "cmp").folded["change"]) == ["benchmark changed", "+20.0%"]
 
 
 def test_ab_verdicts_say_how_the_compare_measured_from_its_run_record(tmp_path):
     """The A/B section carries a line from compare's run.json (machine, pairs of processes, time);
     without a readable record it says nothing of it."""
-    from devbench.report import cli, sections
+    from devbench.report import changes, cli
 
     record = {"machine": "vm", "seconds": 540.0, "options": {"min_passes": 3, "max_passes": 6}}
     (tmp_path / "run.json").write_text(json.dumps(record))
@@ -600,7 +601,7 @@ def test_ab_verdicts_say_how_the_compare_measured_from_its_run_record(tmp_path):
     assert line == "host: vm; each figure from 3 to 6 pairs of processes taking turns, 9.0 min in all"
     rows = {"benchmark": ["b.track_x"], "params": ["n=1"], "unit": ["GB/s"], "verdict": ["same"], "ratio": [1.0],
             "ratio_lo": [0.99], "ratio_hi": [1.01], "base": [1.0], "head": [1.0], "floor": [0.1]}  # fmt: skip
-    assert "Host: vm; each figure" in sections._verdicts(pd.DataFrame(rows), "cmp", line).text
+    assert "Host: vm; each figure" in changes.verdicts(pd.DataFrame(rows), "cmp", line).text
     assert cli._host_line(tmp_path / "absent.json") == ""
     (tmp_path / "run.json").write_text("{")
     assert cli._host_line(tmp_path / "run.json") == ""

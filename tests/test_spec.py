@@ -207,3 +207,10 @@ def test_no_import_reaches_a_layer_above():
     bad = [f"{m} -> {d}" for m, deps in graph.items() for d in deps
            for a, b in FORBIDDEN_IMPORTS if _under(m, a) and _under(d, b)]  # fmt: skip
     assert not bad, bad
+
+
+def test_no_source_file_outgrows_600_lines():
+    """A module past 600 lines does more than one job: split it by job (CONTRIBUTING.md)."""
+    files = [*(ROOT / "src" / "devbench").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
+    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, long

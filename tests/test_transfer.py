@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from devbench.devices import move
-from devbench.measure import Lanes
+from devbench.lanes import Lanes
 from devbench.spec import gbps, size_label
 from devbench.workloads import transfer as T
 

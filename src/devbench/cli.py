@@ -1,4 +1,4 @@
-"""The ``devbench`` command: info, machine, report, validate, compare, calibrate."""
+"""The ``devbench`` command: info, machine, report, validate, compare."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ BENCHMARK_CODE = (
     "benchmarks",
     "src/devbench/workloads",
     "src/devbench/measure.py",
+    "src/devbench/lanes.py",
     "src/devbench/suite.py",
     "src/devbench/spec.py",
     "src/devbench/devices.py",

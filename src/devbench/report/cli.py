@@ -107,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
         loaded.frame = _select(loaded.frame, args)
         _hide_paths(loaded)
         pair = commit_pair(loaded.frame, args.base, args.head)
-        floors, verdicts, source, host = _judging(args)
+        verdicts, source, host = _judging(args)
     except (ReportError, OutputError) as exc:
         return _fail(str(exc))
     out = Path(args.out)
@@ -116,14 +116,14 @@ def _run(args: argparse.Namespace) -> int:
         # import alone is 0.5 s) run in a forked child while the tables are built here; forked
         # first, before the CSV's thread starts.
         plots = "png" in formats or "html" in formats
-        with Forked(lambda: sections.steps_and_plots(loaded, floors, plots), name="devbench-report-plots") as apart, \
+        with Forked(lambda: sections.steps_and_plots(loaded, plots), name="devbench-report-plots") as apart, \
                 staged_dir(out) as tmp:  # fmt: skip
             # The CSV (Arrow's writer, which releases the GIL) is written while the report is built.
             with ThreadPoolExecutor(max_workers=1) as pool:
                 tidy = [f for f in formats if f in writers.TABLE_FORMATS]
                 table = pool.submit(writers.write, None, loaded, tmp, tidy) if tidy else None
                 rep = sections.build(
-                    loaded, pair=pair, factor=args.factor, plots=plots, floors=floors, verdicts=verdicts,
+                    loaded, pair=pair, factor=args.factor, plots=plots, verdicts=verdicts,
                     verdicts_source=source, verdicts_host=host, apart=apart.result,
                 )  # fmt: skip
                 written = writers.write(rep, loaded, tmp, [f for f in formats if f not in writers.TABLE_FORMATS])
@@ -175,21 +175,18 @@ def _hide_paths(loaded) -> None:
 
 
 def _judging(args: argparse.Namespace):
-    """Learned noise floors (``noise/`` beside the results), a compare table (``--compare``), if any, its
-    path, and how the host ran during that compare (the ``host:`` line of its run.json; empty without one)."""
+    """A compare table (``--compare``, else ``compare/`` beside the results), if any, its
+    path, and how that compare measured (a line from its run.json; empty without one)."""
     import pandas as pd
 
     from devbench.report.problems import ReportError
-    from devbench.report.steps import load_floors
-
     asv_dir = Path(args.results).parent
-    floors = load_floors(asv_dir / "noise")
     folder = Path(args.compare) if args.compare else asv_dir / "compare"
     path = folder / "compare.csv"
     if not path.is_file():
         if args.compare:
             raise ReportError(f"--compare {args.compare}: no compare.csv there (the --out of devbench compare)")
-        return floors, None, "", ""
+        return None, "", ""
     try:
         table = pd.read_csv(path, keep_default_na=False, na_values=["", "nan"], dtype={"params": str})
         missing = {"benchmark", "params", "unit", "verdict", "ratio", "ratio_lo", "ratio_hi", "base", "head", "floor"}
@@ -199,7 +196,7 @@ def _judging(args: argparse.Namespace):
     if missing:
         raise ReportError(f"{path}: not a devbench compare table (no {', '.join(sorted(missing))} column)")
     table["params"] = table["params"].fillna("")
-    return floors, table, str(path), _host_line(folder / "run.json")
+    return table, str(path), _host_line(folder / "run.json")
 
 
 def _host_line(path: Path) -> str:

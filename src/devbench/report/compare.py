@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from asv import _stats as asv_stats
 
-from devbench.report.load import STATS
+from devbench.report.fields import STATS
 from devbench.spec import HIGHER_IS_BETTER, LOWER_IS_BETTER
 
 

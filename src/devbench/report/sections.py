@@ -9,63 +9,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import pandas as pd
-from asv.util import human_value
 
-from devbench import verdict as V
+from devbench.report import changes as CH
 from devbench.report import compare as C
 from devbench.report import derive as D
 from devbench.report import plots as P
 from devbench.report import steps as ST
 from devbench.report.derive import latest, where_label
 from devbench.report.load import Loaded
+from devbench.report.parts import MAX_ROWS, Report, Section, _clip, _human  # noqa: F401 - _human: tests
 from devbench.spec import size_label
-
-#: Rows of a long table shown before "... N more"; the CSV has everything.
-MAX_ROWS = 40
-
-
-@dataclass
-class Section:
-    title: str
-    text: str = ""
-    table: pd.DataFrame | None = None
-    plot: str | None = None  # key into Report.plots
-    more: int = 0  # rows left out of the table
-    #: rows a reader may open but should not read as findings (undecided, noise): <details>
-    folded: pd.DataFrame | None = None
-    folded_title: str = ""
-
-
-@dataclass
-class Report:
-    title: str
-    summary: list[str]
-    sections: list[Section] = field(default_factory=list)
-    plots: dict[str, bytes] = field(default_factory=dict)
-
-
-# --- Helpers --------------------------------------------------------------------------------------------
-
-
-def _human(value: float, unit: str | None, with_unit: bool = True) -> str:
-    """A figure as people read it: seconds scaled (asv's ``human_value``), others with their unit
-    (``with_unit=False`` where the table has a unit column)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    if unit == "seconds":
-        return human_value(value, "seconds")
-    number = f"{value:.4g}"
-    return f"{number} {unit}" if with_unit and isinstance(unit, str) and unit else number
-
-
-def _clip(table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    if len(table) > MAX_ROWS:
-        return table.head(MAX_ROWS), len(table) - MAX_ROWS
-    return table, 0
-
 
 # --- Sections -------------------------------------------------------------------------------------------
 
@@ -336,140 +291,6 @@ def _drop_constant(table: pd.DataFrame | None) -> pd.DataFrame | None:
     return table.drop(columns=same) if same else table
 
 
-def _pct(ratio: float) -> str:
-    return "n/a" if pd.isna(ratio) else f"{100 * (ratio - 1):+.1f}%"
-
-
-def _changes(frame: pd.DataFrame, base: str, head: str, floors: dict) -> Section:
-    """Two commits of one run each: within the floor is ``same``; beyond it ``undecided``, never a verdict."""
-    cmp = C.compare_commits(frame, base, head, 1.0)
-    both = cmp.dropna(subset=["ratio"])
-    both = both[both["ratio"] > 0]
-    floor = [
-        floors.get((m, V.figure_key(b, p)), V.DEFAULT_FLOOR)
-        for m, b, p in zip(both["machine"], both["benchmark"], both["params"], strict=True)
-    ]
-    both = both.assign(floor=floor)
-    beyond = both[(both["ratio"] - 1).abs() > both["floor"]]
-    beyond = beyond.reindex(beyond["ratio"].map(lambda r: abs(math.log(r))).sort_values(ascending=False).index)
-    text = (
-        f"`{base[:8]}` -> `{head[:8]}`: {len(both) - len(beyond)} of {len(both)} figures are the **same** (within "
-        f"their noise floor); {len(beyond)} moved beyond it and are **undecided**: one run per commit cannot tell a "
-        "change from the host's noise between runs. `devbench compare "
-        f"{base[:8]} {head[:8]}` measures both interleaved and decides."
-    )
-    table = beyond.assign(
-        where=where_label(beyond),
-        change=[_pct(r) for r in beyond["ratio"]],
-        before=[_human(v, u) for v, u in zip(beyond["before"], beyond["unit"], strict=True)],
-        after=[_human(v, u) for v, u in zip(beyond["after"], beyond["unit"], strict=True)],
-        floor=[f"{100 * f:.0f}%" for f in beyond["floor"]],
-        verdict="undecided",
-    )[["verdict", "where", "benchmark", "params", "change", "before", "after", "floor"]]
-    clipped, more = _clip(table)
-    return Section(
-        "Between two commits", text, None, more=more, folded=clipped, folded_title=f"{len(beyond)} undecided"
-    )
-
-
-def _verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Section | None:
-    """A/B verdicts of ``devbench compare`` (its compare.csv), with how the host ran (``host``, its run.json's)."""
-    if table is None or table.empty:
-        return None
-    counts = table["verdict"].value_counts()
-    text = (
-        f"From `{source}`: both commits measured in pairs of processes taking turns, block by block. "
-        + ", ".join(f"**{counts.get(v, 0)}** {v}" for v in V.VERDICTS)
-        + ". Change is head / base of the figure; the interval is the comparison's."
-        + (f" {host[0].upper()}{host[1:]}" if host else "")
-    )
-
-    def shown(sel: pd.DataFrame) -> pd.DataFrame:
-        sel = sel.reindex(
-            sel["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0).sort_values(ascending=False).index
-        )
-        # a figure not judged (one side only, or its benchmark changed: compare.csv's note) has no change
-        notes = sel["note"].astype(object).fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
-        return sel.assign(
-            change=[n.split(":")[0] if n else _pct(r) for r, n in zip(sel["ratio"], notes, strict=True)],
-            interval=[V.interval_text(a, b) for a, b in zip(sel["ratio_lo"], sel["ratio_hi"], strict=True)],
-            base=[_human(v, u) for v, u in zip(sel["base"], sel["unit"], strict=True)],
-            head=[_human(v, u) for v, u in zip(sel["head"], sel["unit"], strict=True)],
-            floor=[f"{100 * f:.0f}%" for f in sel["floor"]],
-        )[["verdict", "benchmark", "params", "change", "interval", "base", "head", "floor"]]
-
-    decided = table[table["verdict"].isin([V.SLOWER, V.FASTER])]
-    rest = table[~table["verdict"].isin([V.SLOWER, V.FASTER])]
-    return Section(
-        "A/B verdicts (devbench compare)",
-        text,
-        shown(decided) if len(decided) else None,
-        folded=shown(rest) if len(rest) else None,
-        folded_title=f"{len(rest)} same or undecided",
-    )
-
-
-def _across(frame: pd.DataFrame, by: str, factor: float) -> Section | None:
-    if frame[by].nunique() < 2:
-        return None
-    cmp = C.compare_groups(latest_common(frame, by), by, factor)
-    if cmp.empty:
-        return None
-    cmp = cmp.dropna(subset=["ratio"])
-    label = "Machines" if by == "machine" else "Environments"
-    table = cmp[[f"{by}_a", f"{by}_b", "benchmark", "params", "before", "after", "ratio", "mark", "change", "unit"]]
-    table = table.reindex(table["ratio"].sub(1).abs().sort_values(ascending=False).index)
-    clipped, more = _clip(table)  # formatted after clipping: only the rows shown
-    clipped = clipped.assign(
-        before=[_human(v, u) for v, u in zip(clipped["before"], clipped["unit"], strict=True)],
-        after=[_human(v, u) for v, u in zip(clipped["after"], clipped["unit"], strict=True)],
-        ratio=clipped["ratio"].round(3),
-    ).drop(columns="unit")
-    text = (
-        f"Same commit, {by} B against {by} A (ratio B / A), largest differences first; the mark uses asv "
-        f"compare's rule with factor {factor}."
-    )
-    return Section(f"{label} compared", text, clipped, more=more)
-
-
-def latest_common(frame: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Rows of the most recent commit that more than one ``by`` group ran."""
-    per = frame.groupby("commit", observed=True).agg(groups=(by, "nunique"), date=("date", "max"))
-    shared = per[per["groups"] > 1]
-    if shared.empty:
-        return frame.iloc[0:0]
-    return frame[frame["commit"] == shared["date"].idxmax()]
-
-
-def _history(frame: pd.DataFrame, steps: pd.DataFrame) -> tuple[Section | None, pd.DataFrame]:
-    series = frame.groupby(["machine", "env", "benchmark", "params"], observed=True).size()
-    judged = int((series >= ST.MIN_POINTS).sum())
-    if judged == 0:
-        return None, steps
-    text = (
-        f"asv's step detection (as `asv publish` uses) on every series of {ST.MIN_POINTS} or more commits "
-        f"({judged} series): a level change is listed when it exceeds the figure's noise floor (learned by "
-        f"`devbench calibrate`, else {100 * V.DEFAULT_FLOOR:.0f}%) plus the levels' own error; GPU figures "
-        f"measured while throttled are left out. {len(steps)} steps found, largest first. A step in a history of "
-        "single runs can also be the host changing speed between days: confirm one with `devbench compare`. "
-        "Plot: the series with the largest steps, each divided by its first commit's value (1.0 = no change), "
-        "the axis from zero, the shaded band asv's 99% interval, the dashed red line where the step is; the "
-        "y label says which way is better."
-    )
-    if steps.empty:
-        return Section("Changes in the history (detected steps)", text), steps
-    table = steps.assign(
-        where=where_label(steps),
-        change=[_pct(r) for r in steps["ratio"]],
-        before=[_human(v, u) for v, u in zip(steps["before"], steps["unit"], strict=True)],
-        after=[_human(v, u) for v, u in zip(steps["after"], steps["unit"], strict=True)],
-        commits=[f"{a[:8]} -> {b[:8]}" for a, b in zip(steps["commit_before"], steps["commit_after"], strict=True)],
-        floor=[f"{100 * f:.0f}%" for f in steps["floor"]],
-    )[["verdict", "where", "benchmark", "params", "change", "before", "after", "commits", "floor"]]
-    clipped, more = _clip(table)
-    return Section("Changes in the history (detected steps)", text, clipped, plot="history", more=more), steps
-
-
 def _all_latest(frame: pd.DataFrame) -> Section:
     lat = latest(frame)
     ok = lat[lat["status"] == "ok"]
@@ -494,7 +315,6 @@ def build(
     pair: tuple[str, str] | None = None,
     factor: float = 1.1,
     plots: bool = True,
-    floors: dict | None = None,
     verdicts: pd.DataFrame | None = None,
     verdicts_source: str = "",
     verdicts_host: str = "",
@@ -503,11 +323,9 @@ def build(
     """Every section for this frame; suite-specific ones only where their benchmarks ran.
 
     ``pair`` is the (base, head) of "Between two commits" (``compare.commit_pair``);
-    ``floors`` the learned noise floors ((machine, figure key) -> relative change);
     ``verdicts`` a ``devbench compare`` table; ``apart`` returns ``steps_and_plots`` when that
     was started elsewhere (``devbench report`` runs it in a forked child).
     """
-    floors = floors or {}
     f = loaded.frame
     cur = f[f["version_current"]]
     commits = C.commits_in(f)
@@ -562,17 +380,17 @@ def build(
     ):
         if sec is not None:
             rep.sections.append(sec)
-    sec = _verdicts(verdicts, verdicts_source, verdicts_host)
+    sec = CH.verdicts(verdicts, verdicts_source, verdicts_host)
     if sec is not None:
         rep.sections.append(sec)
     if pair is not None:
-        rep.sections.append(_changes(cur, pair[0], pair[1], floors))
+        rep.sections.append(CH.changes(cur, pair[0], pair[1]))
     for by in ("machine", "env"):
-        sec = _across(cur, by, factor)
+        sec = CH.across(cur, by, factor)
         if sec is not None:
             rep.sections.append(sec)
-    found, figures = apart() if apart is not None else (ST.detect(cur, floors), None)
-    hist, flagged = _history(cur, found)
+    found, figures = apart() if apart is not None else (ST.detect(cur), None)
+    hist, flagged = CH.history(cur, found)
     if hist is not None:
         rep.sections.append(hist)
     rep.sections.append(_all_latest(cur))
@@ -605,12 +423,12 @@ def plot_all(loaded: Loaded, steps: pd.DataFrame) -> dict[str, bytes]:
     return out
 
 
-def steps_and_plots(loaded: Loaded, floors: dict, plots: bool) -> tuple[pd.DataFrame, dict[str, bytes] | None]:
+def steps_and_plots(loaded: Loaded, plots: bool) -> tuple[pd.DataFrame, dict[str, bytes] | None]:
     """Step detection on the current results, then every plot (``None`` when ``plots`` is false).
 
     The part of ``build`` that can run apart from the rest (``devbench report`` runs it in a
     forked child, where matplotlib is imported and draws while the tables are built here).
     """
     cur = loaded.frame[loaded.frame["version_current"]]
-    steps = ST.detect(cur, floors)
+    steps = ST.detect(cur)
     return steps, (plot_all(loaded, steps) if plots else None)

@@ -1,12 +1,12 @@
-"""Changes across a history: asv's own step detection, kept only beyond each figure's noise floor.
+"""Changes across a history: asv's own step detection, kept only beyond a floor and the series' noise.
 
 A history of single runs cannot say whether one commit changed a figure: the next run of
 the same code differs by the host's noise. Step detection (``asv.step_detect``, the
 Potts-model fit ``asv publish`` uses for its regression list) looks at the whole series
 and finds levels that hold over several commits. A level change is reported only when it
-is larger than the figure's noise floor (learned by ``devbench calibrate`` on that
-machine, else ``verdict.DEFAULT_FLOOR``) plus the l1 error of the two levels; GPU
-figures measured while the GPU was throttled are left out of the series first.
+is larger than a floor (``verdict.DEFAULT_FLOOR``, 5%) plus the l1 error of the two levels;
+the fit's penalty also grows with the series' own noise. GPU figures measured while the GPU
+was throttled are left out of the series first.
 
 Steps are fitted to log values, so a level's error and the floor are relative changes.
 A cheap screen first (do the medians on two sides of a quarter, half or three-quarter
@@ -17,10 +17,8 @@ No torch.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import statistics
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -46,22 +44,6 @@ COLUMNS = [
     "commit_after",
     "points",
 ]
-
-
-def load_floors(noise_dir: Path) -> dict[tuple[str, str], float]:
-    """(machine, figure key) -> learned floor from ``devbench calibrate``'s files; unreadable files are skipped."""
-    out: dict[tuple[str, str], float] = {}
-    folder = Path(noise_dir)
-    if not folder.is_dir():
-        return out
-    for path in sorted(folder.glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-            for key, rec in data["figures"].items():
-                out[(str(data["machine"]), key)] = float(rec["floor"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return out
 
 
 def _noise(logs: np.ndarray) -> float:
@@ -99,9 +81,9 @@ def _split_screen(logs: np.ndarray, floor: float) -> bool:
     return False
 
 
-def detect(frame: pd.DataFrame, floors: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
-    """Every level change beyond its floor, per machine, environment and figure (``COLUMNS``)."""
-    floors = floors or {}
+def detect(frame: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd.DataFrame:
+    """Every level change beyond ``floor`` (and the series' own noise), per machine, environment and figure
+    (``COLUMNS``)."""
     keep = frame["status"].eq("ok").to_numpy() & frame["value"].gt(0).to_numpy()
     if "gpu_throttled" in frame.columns:
         keep &= ~frame["gpu_throttled"].astype("boolean").fillna(False).to_numpy(dtype=bool)
@@ -125,7 +107,6 @@ def detect(frame: pd.DataFrame, floors: dict[tuple[str, str], float] | None = No
         if not way:
             continue
         logs = logs_all[start:end]
-        floor = floors.get((machine, V.figure_key(bench, params)), V.DEFAULT_FLOOR)
         if logs.max() - logs.min() <= math.log1p(floor) or not _split_screen(logs, floor):
             continue  # no two halves differ by the floor: no level can
         levels = _levels(logs, floor)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from devbench.files import md_escape, write_atomic
 from devbench.report.load import Loaded
-from devbench.report.sections import Report
+from devbench.report.parts import Report
 
 FORMATS = ("md", "html", "csv", "parquet", "png")
 #: the tidy frame's own formats (written while the report is built)

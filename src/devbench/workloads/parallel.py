@@ -8,14 +8,14 @@ from collections.abc import Sequence
 
 import torch
 
-from devbench.measure import Lanes
+from devbench.lanes import Lanes
 from devbench.workloads.matmul import Matmul
 
 
 class ParallelPair:
     """The same N works of float32 products, run at once on N lanes and in sequence on lane 0.
 
-    ``devbench.measure.Lanes`` runs the lanes: N GPUs (a stream each), one GPU given N
+    ``devbench.lanes.Lanes`` runs the lanes: N GPUs (a stream each), one GPU given N
     times (N streams on it), or CPU threads. Each lane owns its ``Matmul`` so no two lanes
     write one output; the sequential twin runs N ``Matmul`` on lane 0. Every product is
     checked once; a lane's work is then sized, after a warm-up of both runs (threads,

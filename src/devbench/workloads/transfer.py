@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from devbench.devices import as_device, synchronize
-from devbench.measure import SEED, Lanes
+from devbench.lanes import Lanes
+from devbench.measure import SEED
 from devbench.spec import GiB, KiB, MiB, gbps, size_label
 
 #: Every factor of 4 from 4 KiB to 64 MiB, then 256 MiB and 1 GiB.

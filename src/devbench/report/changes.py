@@ -1,0 +1,140 @@
+"""The report's sections that judge changes: two commits, A/B verdicts, machines or environments side by side,
+and steps in a history. No torch, and nothing of the compare code: it reads compare's files."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from devbench import verdict as V
+from devbench.report import compare as C
+from devbench.report import steps as ST
+from devbench.report.derive import where_label
+from devbench.report.parts import Section, _clip, _human, _pct
+
+
+def changes(frame: pd.DataFrame, base: str, head: str) -> Section:
+    """Two commits of one run each: within the floor is ``same``; beyond it ``undecided``, never a verdict."""
+    cmp = C.compare_commits(frame, base, head, 1.0)
+    both = cmp.dropna(subset=["ratio"])
+    both = both[both["ratio"] > 0]
+    both = both.assign(floor=V.DEFAULT_FLOOR)
+    beyond = both[(both["ratio"] - 1).abs() > both["floor"]]
+    beyond = beyond.reindex(beyond["ratio"].map(lambda r: abs(math.log(r))).sort_values(ascending=False).index)
+    text = (
+        f"`{base[:8]}` -> `{head[:8]}`: {len(both) - len(beyond)} of {len(both)} figures are the **same** (within "
+        f"their floor); {len(beyond)} moved beyond it and are **undecided**: one run per commit cannot tell a "
+        "change from the host's noise between runs. `devbench compare "
+        f"{base[:8]} {head[:8]}` measures both in paired turns and decides."
+    )
+    table = beyond.assign(
+        where=where_label(beyond),
+        change=[_pct(r) for r in beyond["ratio"]],
+        before=[_human(v, u) for v, u in zip(beyond["before"], beyond["unit"], strict=True)],
+        after=[_human(v, u) for v, u in zip(beyond["after"], beyond["unit"], strict=True)],
+        floor=[f"{100 * f:.0f}%" for f in beyond["floor"]],
+        verdict="undecided",
+    )[["verdict", "where", "benchmark", "params", "change", "before", "after", "floor"]]
+    clipped, more = _clip(table)
+    return Section(
+        "Between two commits", text, None, more=more, folded=clipped, folded_title=f"{len(beyond)} undecided"
+    )
+
+
+def verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Section | None:
+    """A/B verdicts of ``devbench compare`` (its compare.csv), with how the host ran (``host``, its run.json's)."""
+    if table is None or table.empty:
+        return None
+    counts = table["verdict"].value_counts()
+    text = (
+        f"From `{source}`: both commits measured in pairs of processes taking turns, block by block. "
+        + ", ".join(f"**{counts.get(v, 0)}** {v}" for v in V.VERDICTS)
+        + ". Change is head / base of the figure; the interval is the comparison's."
+        + (f" {host[0].upper()}{host[1:]}" if host else "")
+    )
+
+    def shown(sel: pd.DataFrame) -> pd.DataFrame:
+        sel = sel.reindex(
+            sel["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0).sort_values(ascending=False).index
+        )
+        # a figure not judged (one side only, or its benchmark changed: compare.csv's note) has no change
+        notes = sel["note"].astype(object).fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
+        return sel.assign(
+            change=[n.split(":")[0] if n else _pct(r) for r, n in zip(sel["ratio"], notes, strict=True)],
+            interval=[V.interval_text(a, b) for a, b in zip(sel["ratio_lo"], sel["ratio_hi"], strict=True)],
+            base=[_human(v, u) for v, u in zip(sel["base"], sel["unit"], strict=True)],
+            head=[_human(v, u) for v, u in zip(sel["head"], sel["unit"], strict=True)],
+            floor=[f"{100 * f:.0f}%" for f in sel["floor"]],
+        )[["verdict", "benchmark", "params", "change", "interval", "base", "head", "floor"]]
+
+    decided = table[table["verdict"].isin([V.SLOWER, V.FASTER])]
+    rest = table[~table["verdict"].isin([V.SLOWER, V.FASTER])]
+    return Section(
+        "A/B verdicts (devbench compare)",
+        text,
+        shown(decided) if len(decided) else None,
+        folded=shown(rest) if len(rest) else None,
+        folded_title=f"{len(rest)} same or undecided",
+    )
+
+
+def across(frame: pd.DataFrame, by: str, factor: float) -> Section | None:
+    if frame[by].nunique() < 2:
+        return None
+    cmp = C.compare_groups(latest_common(frame, by), by, factor)
+    if cmp.empty:
+        return None
+    cmp = cmp.dropna(subset=["ratio"])
+    label = "Machines" if by == "machine" else "Environments"
+    table = cmp[[f"{by}_a", f"{by}_b", "benchmark", "params", "before", "after", "ratio", "mark", "change", "unit"]]
+    table = table.reindex(table["ratio"].sub(1).abs().sort_values(ascending=False).index)
+    clipped, more = _clip(table)  # formatted after clipping: only the rows shown
+    clipped = clipped.assign(
+        before=[_human(v, u) for v, u in zip(clipped["before"], clipped["unit"], strict=True)],
+        after=[_human(v, u) for v, u in zip(clipped["after"], clipped["unit"], strict=True)],
+        ratio=clipped["ratio"].round(3),
+    ).drop(columns="unit")
+    text = (
+        f"Same commit, {by} B against {by} A (ratio B / A), largest differences first; the mark uses asv "
+        f"compare's rule with factor {factor}."
+    )
+    return Section(f"{label} compared", text, clipped, more=more)
+
+
+def latest_common(frame: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Rows of the most recent commit that more than one ``by`` group ran."""
+    per = frame.groupby("commit", observed=True).agg(groups=(by, "nunique"), date=("date", "max"))
+    shared = per[per["groups"] > 1]
+    if shared.empty:
+        return frame.iloc[0:0]
+    return frame[frame["commit"] == shared["date"].idxmax()]
+
+
+def history(frame: pd.DataFrame, steps: pd.DataFrame) -> tuple[Section | None, pd.DataFrame]:
+    series = frame.groupby(["machine", "env", "benchmark", "params"], observed=True).size()
+    judged = int((series >= ST.MIN_POINTS).sum())
+    if judged == 0:
+        return None, steps
+    text = (
+        f"asv's step detection (as `asv publish` uses) on every series of {ST.MIN_POINTS} or more commits "
+        f"({judged} series): a level change is listed when it exceeds {100 * V.DEFAULT_FLOOR:.0f}% plus the "
+        "levels' own error and the series' own noise; GPU figures "
+        f"measured while throttled are left out. {len(steps)} steps found, largest first. A step in a history of "
+        "single runs can also be the host changing speed between days: confirm one with `devbench compare`. "
+        "Plot: the series with the largest steps, each divided by its first commit's value (1.0 = no change), "
+        "the axis from zero, the shaded band asv's 99% interval, the dashed red line where the step is; the "
+        "y label says which way is better."
+    )
+    if steps.empty:
+        return Section("Changes in the history (detected steps)", text), steps
+    table = steps.assign(
+        where=where_label(steps),
+        change=[_pct(r) for r in steps["ratio"]],
+        before=[_human(v, u) for v, u in zip(steps["before"], steps["unit"], strict=True)],
+        after=[_human(v, u) for v, u in zip(steps["after"], steps["unit"], strict=True)],
+        commits=[f"{a[:8]} -> {b[:8]}" for a, b in zip(steps["commit_before"], steps["commit_after"], strict=True)],
+        floor=[f"{100 * f:.0f}%" for f in steps["floor"]],
+    )[["verdict", "where", "benchmark", "params", "change", "before", "after", "commits", "floor"]]
+    clipped, more = _clip(table)
+    return Section("Changes in the history (detected steps)", text, clipped, plot="history", more=more), steps
