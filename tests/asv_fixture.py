@@ -19,8 +19,10 @@ as another environment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -87,12 +89,25 @@ def _git(cwd: Path, *args: str, date: str | None = None) -> str:
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def run_group(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run`` in a process group of its own, ended whole on a timeout, Ctrl-C or SIGTERM: asv
+    forks benchmark processes, which outlive a killed asv otherwise."""
+    with subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          **kwargs) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def asv(project: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HOME": str(home)}
     env.pop("ASV_MACHINE", None)
-    return subprocess.run(
-        [sys.executable, "-m", "asv", *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_group([sys.executable, "-m", "asv", *args], timeout=300, cwd=project, env=env)
 
 
 def make_history(tmp: Path) -> History:

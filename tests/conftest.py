@@ -1,7 +1,19 @@
+import signal
+
 import pytest
 import torch
 
 from devbench.devices import num_gpus
+
+
+def pytest_configure(config):
+    """SIGTERM (a CI timeout, ``kill``) stops the run as Ctrl-C does: pytest unwinds, every fixture's
+    clean-up runs, and each child a test started is stopped with it (``asv_fixture.run_group``). By
+    default Python would die at once and leave them running."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def pytest_collection_modifyitems(config, items):

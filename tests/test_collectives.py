@@ -5,7 +5,6 @@ the asv class's skips."""
 import json
 import multiprocessing
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,9 @@ import torch.distributed as dist
 import devbench.collectives as entry
 from devbench.workloads import collectives as C
 from devbench.world import RankFailed, WorldTimeout, backend_reason, spawn_world
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from asv_fixture import run_group  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [4096, 65536]
@@ -219,7 +221,7 @@ def test_torchrun_entry_prints_the_table_and_writes_the_figures(tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--nproc-per-node", "2", "-m", "devbench.collectives", "--max-size", "16KiB",
            "--target-ms", "2", "--samples", "1", "--out", str(tmp_path), "--machine", "testbox"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = run_group(cmd, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [ln for ln in out.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
     assert lines[0].split()[:2] == ["size", "(B)"] and len(lines) == 1 + 5 * 2

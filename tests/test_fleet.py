@@ -2,13 +2,15 @@
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from devbench import fleet as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from asv_fixture import run_group  # noqa: E402
 
 
 def _rank(rank, **figures):
@@ -50,10 +52,10 @@ def test_torchrun_world_of_two_flags_the_rank_made_slow(tmp_path):
     slow rank's burst was not flagged. The host's slow stretches measured there are up to 2.5x."""
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(
+    out = run_group(
         [str(torchrun), "--nproc-per-node", "2", "-m", "devbench.fleet", "--quick", "--slow-rank", "1",
          "--slow-factor", "8", "--out", str(tmp_path), "--machine", "box", "--fail-on-slow"],
-        capture_output=True, text=True, timeout=300, env=env,
+        timeout=300, env=env,
     )  # fmt: skip
     assert "measured CPUs" in out.stdout, out.stderr[-3000:]
     (path,) = tmp_path.glob("box-fleet-w2-*.json")
