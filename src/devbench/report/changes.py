@@ -12,34 +12,64 @@ from devbench.report import compare as C
 from devbench.report import steps as ST
 from devbench.report.derive import where_label
 from devbench.report.parts import Section, _clip, _human, _pct
+from devbench.spec import direction
+
+
+def two_commit_verdicts(cmp: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd.Series:
+    """One verdict per row of ``compare.compare_commits`` (run at factor 1 + ``floor``), decided per figure
+    over all its runs (machines and environments).
+
+    One run per commit cannot tell a change from the host's noise between runs, but several runs that
+    agree can: a figure is ``slower`` or ``faster`` (``changed`` when its unit says no direction) when
+    it ran on two or more machines or environments and asv's rule marked every one of them the same
+    way (the change beyond the floor, the 99% intervals apart). It is ``same`` when every run moved
+    less than the floor, ``undecided`` otherwise. Runs of one host at one hour share its drift: a
+    verdict here is evidence to confirm with ``devbench compare``, not a measurement of its size.
+    """
+    out = pd.Series("undecided", index=cmp.index, dtype=object)
+    for (bench, _), g in cmp.groupby(["benchmark", "params"], sort=False, observed=True):
+        marks = set(g["mark"])
+        if len(g) >= 2 and marks in ({"+"}, {"-"}):
+            went_up = marks == {"+"}
+            way = direction(str(bench), str(g["unit"].iloc[0]))
+            out[g.index] = "changed" if not way else V.FASTER if went_up == (way == "higher") else V.SLOWER
+        elif ((g["ratio"] - 1).abs() <= floor).all():
+            out[g.index] = V.SAME
+    return out
 
 
 def changes(frame: pd.DataFrame, base: str, head: str) -> Section:
-    """Two commits of one run each: within the floor is ``same``; beyond it ``undecided``, never a verdict."""
-    cmp = C.compare_commits(frame, base, head, 1.0)
+    """Two commits of one run each per machine and environment: a verdict where the runs agree."""
+    floor = V.DEFAULT_FLOOR
+    cmp = C.compare_commits(frame, base, head, 1 + floor)
     both = cmp.dropna(subset=["ratio"])
     both = both[both["ratio"] > 0]
-    both = both.assign(floor=V.DEFAULT_FLOOR)
-    beyond = both[(both["ratio"] - 1).abs() > both["floor"]]
-    beyond = beyond.reindex(beyond["ratio"].map(lambda r: abs(math.log(r))).sort_values(ascending=False).index)
+    both = both.assign(floor=floor, verdict=two_commit_verdicts(both, floor))
+    counts = both.drop_duplicates(["benchmark", "params"])["verdict"].value_counts()
+    runs = both.groupby(["machine", "env"], observed=True).ngroups
+    shown = both[both["verdict"] != V.SAME]
+    shown = shown.reindex(shown["ratio"].map(lambda r: abs(math.log(r))).sort_values(ascending=False).index)
     text = (
-        f"`{base[:8]}` -> `{head[:8]}`: {len(both) - len(beyond)} of {len(both)} figures are the **same** (within "
-        f"their floor); {len(beyond)} moved beyond it and are **undecided**: one run per commit cannot tell a "
-        "change from the host's noise between runs. `devbench compare "
-        f"{base[:8]} {head[:8]}` measures both in paired turns and decides."
-    )
-    table = beyond.assign(
-        where=where_label(beyond),
-        change=[_pct(r) for r in beyond["ratio"]],
-        before=[_human(v, u) for v, u in zip(beyond["before"], beyond["unit"], strict=True)],
-        after=[_human(v, u) for v, u in zip(beyond["after"], beyond["unit"], strict=True)],
-        floor=[f"{100 * f:.0f}%" for f in beyond["floor"]],
-        verdict="undecided",
-    )[["verdict", "where", "benchmark", "params", "change", "before", "after", "floor"]]
-    clipped, more = _clip(table)
-    return Section(
-        "Between two commits", text, None, more=more, folded=clipped, folded_title=f"{len(beyond)} undecided"
-    )
+        f"`{base[:8]}` -> `{head[:8]}` on {runs} machine/environment run(s): of "
+        f"{int(counts.sum())} figures, " + ", ".join(f"**{int(counts.get(v, 0))}** {v}"
+                                                    for v in (V.SLOWER, V.FASTER, "changed", V.SAME, V.UNDECIDED))
+        + f". A figure is slower or faster when every run of it, on two or more machines or environments, moved "
+        f"the same way beyond {100 * floor:.0f}% with asv's 99% intervals apart; same when every run moved less; "
+        "else undecided: one run per commit cannot tell a change from the host's noise between runs. "
+        f"`devbench compare {base[:8]} {head[:8]}` measures both in paired turns and decides."
+    )  # fmt: skip
+    table = shown.assign(
+        where=where_label(shown),
+        change=[_pct(r) for r in shown["ratio"]],
+        before=[_human(v, u) for v, u in zip(shown["before"], shown["unit"], strict=True)],
+        after=[_human(v, u) for v, u in zip(shown["after"], shown["unit"], strict=True)],
+    )[["verdict", "where", "benchmark", "params", "change", "before", "after"]]
+    decided = table[table["verdict"] != V.UNDECIDED]
+    open_ = table[table["verdict"] == V.UNDECIDED]
+    clipped, more = _clip(decided)
+    folded, _ = _clip(open_)
+    return Section("Between two commits", text, clipped if len(decided) else None, more=more,
+                   folded=folded if len(open_) else None, folded_title=f"{len(open_)} undecided")  # fmt: skip
 
 
 def verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Section | None:
@@ -119,9 +149,13 @@ def history(frame: pd.DataFrame, steps: pd.DataFrame) -> tuple[Section | None, p
     text = (
         f"asv's step detection (as `asv publish` uses) on every series of {ST.MIN_POINTS} or more commits "
         f"({judged} series): a level change is listed when it exceeds {100 * V.DEFAULT_FLOOR:.0f}% plus the "
-        "levels' own error and the series' own noise; GPU figures "
-        f"measured while throttled are left out. {len(steps)} steps found, largest first. A step in a history of "
-        "single runs can also be the host changing speed between days: confirm one with `devbench compare`. "
+        "levels' own error and the series' own noise. A step at the newest commit (a level of one point, "
+        "which the fit cannot open) is listed when the newest point moved beyond the floor with its interval "
+        "clear of the points before, and every run of the figure there (two or more machines or environments) "
+        "moved the same way, or one series alone moved by four times its own noise over five points or more. "
+        "`changed`: a figure whose unit says no better direction. GPU figures measured while throttled are "
+        f"left out. {len(steps)} steps found, largest first. A step in a history of single runs can also be "
+        "the host changing speed between days: confirm one with `devbench compare`. "
         "Plot: the series with the largest steps, each divided by its first commit's value (1.0 = no change), "
         "the axis from zero, the shaded band asv's 99% interval, the dashed red line where the step is; the "
         "y label says which way is better."

@@ -81,13 +81,38 @@ def _split_screen(logs: np.ndarray, floor: float) -> bool:
     return False
 
 
+#: a change of a figure whose unit says no better direction (a count, ``unit``): listed, neither way judged
+CHANGED = "changed"
+#: a step at the newest commit, seen in one series alone, needs this many earlier points to measure the
+#: series' own noise against; with fewer, only runs on several machines or environments that agree count
+NEWEST_ALONE_POINTS = 5
+#: and must exceed the floor plus this many of the series' own noise (robust sd of successive changes)
+NEWEST_NOISE_SIGMAS = 4.0
+
+
+def _verdict(shift: float, way: str) -> str:
+    if not way:
+        return CHANGED
+    return V.FASTER if (shift > 0) == (way == "higher") else V.SLOWER
+
+
+def _apart(lo: np.ndarray, hi: np.ndarray, last: int, earlier: range) -> bool:
+    """Whether the newest point's 99% interval (asv's) lies clear of every earlier point's in ``earlier``;
+    True where the intervals were not kept (a single sample)."""
+    if not (np.isfinite(lo[last]) and np.isfinite(hi[last])):
+        return True
+    return all(not (np.isfinite(lo[i]) and np.isfinite(hi[i])) or hi[i] < lo[last] or hi[last] < lo[i]
+               for i in earlier)  # fmt: skip
+
+
 def detect(frame: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd.DataFrame:
     """Every level change beyond ``floor`` (and the series' own noise), per machine, environment and figure
-    (``COLUMNS``)."""
+    (``COLUMNS``), and steps at the newest commit (``_newest``)."""
     keep = frame["status"].eq("ok").to_numpy() & frame["value"].gt(0).to_numpy()
     if "gpu_throttled" in frame.columns:
         keep &= ~frame["gpu_throttled"].astype("boolean").fillna(False).to_numpy(dtype=bool)
-    ok = frame.loc[keep, [*SERIES, "unit", "date", "commit", "value"]]
+    cols = [*SERIES, "unit", "date", "commit", "value", *[c for c in ("ci_99_a", "ci_99_b") if c in frame.columns]]
+    ok = frame.loc[keep, cols]
     ok = ok.sort_values([*SERIES, "date", "commit"], kind="stable")
     codes = ok.groupby(SERIES, observed=True, sort=False).ngroup().to_numpy()
     if len(codes) == 0:
@@ -95,35 +120,67 @@ def detect(frame: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd.DataFrame:
     starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
     ends = np.r_[starts[1:], len(codes)]
     logs_all = np.log(ok["value"].to_numpy(dtype=float))
+    nan = np.full(len(ok), np.nan)
+    lo_all = ok["ci_99_a"].to_numpy(dtype=float, na_value=np.nan) if "ci_99_a" in ok else nan
+    hi_all = ok["ci_99_b"].to_numpy(dtype=float, na_value=np.nan) if "ci_99_b" in ok else nan
     # one key per series, not per row: turning 500,000 rows into text cost 0.6 s
     keys = ok[[*SERIES, "unit"]].iloc[starts].astype(str).to_numpy()
     commits_all = ok["commit"].to_numpy()
-    rows = []
+    rows, newest = [], []
+    runs: dict[tuple, int] = {}  # series ending at each (figure, commit): all must agree
+    limit = math.log1p(floor)
     for (machine, env, bench, params, unit), start, end in zip(keys, starts, ends, strict=True):
         start = max(start, end - MAX_POINTS)
         if end - start < MIN_POINTS:
             continue
         way = direction(bench, unit)
-        if not way:
-            continue
         logs = logs_all[start:end]
-        if logs.max() - logs.min() <= math.log1p(floor) or not _split_screen(logs, floor):
+        commits = commits_all[start:end]
+        where = {"machine": machine, "env": env, "benchmark": bench, "params": params, "unit": unit,
+                 "floor": floor, "points": end - start}  # fmt: skip
+        # the newest point against the level before it: asv's fit needs two points for a level
+        runs[(bench, params, str(commits[-1]))] = runs.get((bench, params, str(commits[-1])), 0) + 1
+        prev = logs[-min(len(logs) - 1, NEWEST_ALONE_POINTS) - 1 : -1]
+        shift = float(logs[-1] - statistics.median(prev.tolist()))
+        if abs(shift) > limit and _apart(lo_all, hi_all, end - 1, range(end - 1 - len(prev), end - 1)):
+            alone = len(logs) - 1 >= NEWEST_ALONE_POINTS and abs(shift) > limit + NEWEST_NOISE_SIGMAS * _noise(prev)
+            newest.append({**where, "verdict": _verdict(shift, way), "ratio": math.exp(shift),
+                           "before": math.exp(statistics.median(prev.tolist())), "after": math.exp(logs[-1]),
+                           "commit_before": str(commits[-2]), "commit_after": str(commits[-1]), "alone": alone,
+                           "sign": shift > 0})  # fmt: skip
+        if logs.max() - logs.min() <= limit or not _split_screen(logs, floor):
             continue  # no two halves differ by the floor: no level can
         levels = _levels(logs, floor)
-        commits = commits_all[start:end]
         for (_, r0, v0, e0), (l1, _, v1, e1) in zip(levels, levels[1:], strict=False):
-            shift = v1 - v0
-            if abs(shift) <= math.log1p(floor) + max(e0, e1):
+            step = v1 - v0
+            if abs(step) <= limit + max(e0, e1):
                 continue
-            went_up = shift > 0
             rows.append(
                 {
-                    "machine": machine, "env": env, "benchmark": bench, "params": params, "unit": unit,
-                    "verdict": V.FASTER if went_up == (way == "higher") else V.SLOWER,
-                    "ratio": math.exp(shift), "floor": floor, "before": math.exp(v0), "after": math.exp(v1),
-                    "commit_before": str(commits[r0 - 1]), "commit_after": str(commits[l1]), "points": end - start,
+                    **where, "verdict": _verdict(step, way), "ratio": math.exp(step), "before": math.exp(v0),
+                    "after": math.exp(v1), "commit_before": str(commits[r0 - 1]), "commit_after": str(commits[l1]),
                 }
             )  # fmt: skip
+    rows += _newest(newest, runs, {(r["machine"], r["env"], r["benchmark"], r["params"], r["commit_after"])
+                                   for r in rows})  # fmt: skip
     out = pd.DataFrame(rows, columns=COLUMNS)
     order = out["ratio"].map(lambda r: abs(math.log(r))) if len(out) else out["ratio"]
     return out.assign(_size=order).sort_values("_size", ascending=False).drop(columns="_size").reset_index(drop=True)
+
+
+def _newest(candidates: list[dict], runs: dict[tuple, int], found: set[tuple]) -> list[dict]:
+    """The steps at the newest commit that count as evidence: the newest point of a figure moved beyond the
+    floor, its interval clear of the points before, and either every run of that figure at that commit on
+    two or more machines or environments moved the same way, or one series alone has enough earlier
+    points and moved by many times its own noise. asv's fit cannot see these: a level needs two points."""
+    by_figure: dict[tuple, list[dict]] = {}
+    for c in candidates:
+        by_figure.setdefault((c["benchmark"], c["params"], c["commit_after"]), []).append(c)
+    out = []
+    for key, group in by_figure.items():
+        agree = len(group) >= 2 and len(group) == runs[key] and len({c["sign"] for c in group}) == 1
+        for c in group:
+            if (agree or c["alone"]) and (c["machine"], c["env"], c["benchmark"], c["params"], c["commit_after"]) \
+                    not in found:  # fmt: skip
+                out.append({k: v for k, v in c.items() if k not in ("alone", "sign")})
+    return out
