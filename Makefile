@@ -20,7 +20,7 @@ help:
 	@echo "make bench     record the machine, run the whole suite, publish the HTML"
 	@echo "make quick     one sample of every benchmark (asv run --quick), results kept"
 	@echo "make compare   devbench compare BASE HEAD: paired turns, a verdict per figure (BASE=main by default)"
-	@echo "make publish   asv publish: the HTML site under .asv/html"
+	@echo "make publish   asv publish: the HTML site under .asv/html, working offline (devbench.site)"
 	@echo "make report    devbench report: .asv/results -> reports/latest/ (Markdown, HTML, CSV, PNG)"
 	@echo "make preview   serve the HTML site on localhost"
 	@echo "make sample-report  rebuild the committed sample in reports/sample/ from reports/asv-results"
@@ -58,7 +58,7 @@ machine: venv
 
 bench: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --record-samples --show-stderr --bench '$(BENCH)'
-	$(ASV) publish
+	$(MAKE) publish
 	$(MAKE) report
 
 report: venv
@@ -76,8 +76,10 @@ quick: machine
 compare: machine
 	$(VENV)/bin/devbench compare $(BASE) HEAD --bench '$(BENCH)' --out .asv/compare
 
+# asv's page loads its scripts from CDNs; devbench.site serves them from the site (fetched once, checked)
 publish: venv
 	$(ASV) publish
+	$(PY) -m devbench.site .asv/html
 
 preview: publish
 	$(ASV) preview
