@@ -605,3 +605,15 @@ def test_ab_verdicts_say_how_the_compare_measured_from_its_run_record(tmp_path):
     assert cli._host_line(tmp_path / "absent.json") == ""
     (tmp_path / "run.json").write_text("{")
     assert cli._host_line(tmp_path / "run.json") == ""
+
+
+def test_tables_keep_significant_digits_and_every_value_its_unit():
+    """A 64x64 CPU product's 4.848e-05 TFLOP/s is not shown as 0; a time_ row's value carries its unit; an
+    environment named after its torch says which torch."""
+    from devbench.report import parts, records
+
+    shown = parts.sig(pd.DataFrame({"tflops": [4.8481234e-05, 0.0, 712.3456, float("nan")]}))
+    assert shown["tflops"].iloc[0] == 4.848e-05 and shown["tflops"].iloc[1] == 0.0 and shown["tflops"].iloc[2] == 712.3
+    legend = records.env_legend(pd.DataFrame({"env": ["virtualenv-py3.11-torch2.13.0", "existing-py_x"],
+                                              "machine": ["m", "m"]}))  # fmt: skip
+    assert list(legend["torch"]) == ["2.13.0 (from the name)", "not recorded"]

@@ -215,6 +215,13 @@ def without_paths(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=[c for c in ("file",) if c in frame.columns])
 
 
+def _torch_in_name(env: str) -> str:
+    """The torch version an asv environment's name carries (``virtualenv-py3.11-torch2.13.0``: its matrix),
+    marked as read from the name; empty where it names none."""
+    found = re.search(r"torch(\d+\.\d+(?:\.\d+)?)", env)
+    return f"{found.group(1)} (from the name)" if found else ""
+
+
 def env_legend(frame: pd.DataFrame) -> pd.DataFrame:
     """Label -> what it stands for (kind, Python, torch, requirements), one row per environment."""
     labels = env_labels(frame)
@@ -228,7 +235,7 @@ def env_legend(frame: pd.DataFrame) -> pd.DataFrame:
                 "machine": rec.get("machine"),
                 "kind": str(rec["env"]).split("-", 1)[0],
                 "python": py if isinstance(py, str) and _VERSION.match(py) else "not recorded",
-                "torch": rec.get("torch_version") or "not recorded",
+                "torch": rec.get("torch_version") or _torch_in_name(str(rec["env"])) or "not recorded",
                 "requirements": rec.get("requirements") or "",
             }
         )

@@ -19,7 +19,7 @@ from devbench.report import plots as P
 from devbench.report import steps as ST
 from devbench.report.derive import latest, where_label
 from devbench.report.load import Loaded
-from devbench.report.parts import MAX_ROWS, Report, Section, _clip, _human  # noqa: F401 - _human: tests
+from devbench.report.parts import MAX_ROWS, Report, Section, _clip, _human, sig  # noqa: F401 - _human: tests
 from devbench.spec import size_label
 
 # --- Sections -------------------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ def _throughput(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
         "GPU solid, CPU dashed, a GPU's datasheet dense "
         "peak for each dtype dotted (devbench.peaks); both axes logarithmic."
     )
-    return Section("Matmul throughput (TFLOP/s)", text, table.round(4), plot="throughput")
+    return Section("Matmul throughput (TFLOP/s)", text, sig(table), plot="throughput")
 
 
 def _peak(tp_frame: pd.DataFrame) -> Section | None:
@@ -82,7 +82,7 @@ def _peak(tp_frame: pd.DataFrame) -> Section | None:
         "beat the search's best on a noisy host (the search times each shape briefly, then its finalists for "
         "half a second)."
     )
-    return Section("Fraction of peak", text, table.round(4))
+    return Section("Fraction of peak", text, sig(table))
 
 
 def _achievable(ach: pd.DataFrame) -> Section | None:
@@ -104,7 +104,7 @@ def _achievable(ach: pd.DataFrame) -> Section | None:
         + ", ".join(sorted(ach["machine"].astype(str).unique()))
         + "."
     )
-    return Section("Maximum achievable matmul (TFLOP/s)", text, t.dropna(axis=1, how="all").round(3))
+    return Section("Maximum achievable matmul (TFLOP/s)", text, sig(t.dropna(axis=1, how="all")))
 
 
 def _speedup(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
@@ -119,7 +119,7 @@ def _speedup(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
         f"{r.dtype}: n={int(r.crossover_n)}" if not math.isnan(r.crossover_n) else f"{r.dtype}: never"
         for r in cross.itertuples()
     )
-    return Section("GPU / CPU speedup", f"GPU throughput over CPU per size. The GPU wins from: {xs}.", table.round(3))
+    return Section("GPU / CPU speedup", f"GPU throughput over CPU per size. The GPU wins from: {xs}.", sig(table))
 
 
 def _by_size(df: pd.DataFrame, index: list[str], columns: str, values: str) -> pd.DataFrame:
@@ -140,7 +140,7 @@ def _bandwidth(bw: pd.DataFrame) -> Section | None:
         "copies are held against. Plot: higher is better; pinned host memory solid, pageable dashed, on-device "
         "dotted; both axes logarithmic."
     )
-    return Section("Copy bandwidth (GB/s)", text, table.round(3), plot="bandwidth")
+    return Section("Copy bandwidth (GB/s)", text, sig(table), plot="bandwidth")
 
 
 #: copies up to this size get a microseconds-per-copy table: below it a copy is latency, not bandwidth
@@ -160,7 +160,7 @@ def _latency(bw: pd.DataFrame) -> Section | None:
         "(nvbandwidth's method), so this is the device's time per copy without the host's launch; copies the "
         "host waits for (pageable or blocking) include it. The launch itself is in the launch overhead table."
     )
-    return Section("Small copies: latency (us)", text, table.round(2))
+    return Section("Small copies: latency (us)", text, sig(table))
 
 
 def _launch(frame: pd.DataFrame) -> Section | None:
@@ -176,7 +176,7 @@ def _launch(frame: pd.DataFrame) -> Section | None:
         "queued - held (what the host's launches cost beyond the work), `sync` = per_call - queued. On the CPU "
         "there is no queue to hold and no graph: work and launch are one."
     )
-    return Section("Launch overhead of small tasks (us)", text, t.round(2))
+    return Section("Launch overhead of small tasks (us)", text, sig(t))
 
 
 def _logging(frame: pd.DataFrame) -> Section | None:
@@ -189,7 +189,7 @@ def _logging(frame: pd.DataFrame) -> Section | None:
     ).reset_index()
     table.columns.name = None
     text = "Loop time of each way of logging a norm per step, over keeping the norms on the device (1.0)."
-    return Section("Logging: per step vs on the device", text, table.round(3))
+    return Section("Logging: per step vs on the device", text, sig(table))
 
 
 def _parallel(frame: pd.DataFrame) -> Section | None:
@@ -213,7 +213,7 @@ def _collectives(cb: pd.DataFrame) -> Section | None:
         "checked on every rank. `asv`: the suite's local world; `torchrun`: `python -m devbench.collectives`. "
         "Plot: higher is better; the suite's runs solid, torchrun files dashed; both axes logarithmic."
     )
-    return Section("Collectives: bus bandwidth (GB/s)", text, table.round(3), plot="collectives")
+    return Section("Collectives: bus bandwidth (GB/s)", text, sig(table), plot="collectives")
 
 
 def _fleet(fleet: pd.DataFrame | None) -> Section | None:
@@ -295,8 +295,9 @@ def _all_latest(frame: pd.DataFrame) -> Section:
     lat = latest(frame)
     ok = lat[lat["status"] == "ok"]
     table = ok[["machine", "env", "benchmark", "params", "value", "unit"]].astype({"unit": object})
-    table["value"] = [_human(v, u, with_unit=False) for v, u in zip(table["value"], table["unit"], strict=True)]
-    table.loc[table["unit"] == "seconds", "unit"] = ""
+    # every value with its unit (a time scaled as asv shows it: 5.13ms), so no row has a blank unit
+    table["value"] = [_human(v, u) for v, u in zip(table["value"], table["unit"], strict=True)]
+    table = table.drop(columns="unit")
     counts = lat["status"].value_counts()
     text = (
         f"Latest commit per machine and environment: {counts.get('ok', 0)} measured, "
