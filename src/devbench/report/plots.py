@@ -30,7 +30,7 @@ def _draw(plt, draw: Callable[[object], None], ncols: int, nrows: int) -> bytes:
         # fixed margins: tight_layout costs seconds with log axes and many ticks
         fig.subplots_adjust(left=0.13, right=0.98, bottom=0.14, top=0.9, wspace=0.22, hspace=0.55)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)
+        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")  # a legend beside a panel stays whole
         return buf.getvalue()
     finally:
         plt.close(fig)
@@ -71,7 +71,11 @@ def _loglog_per_machine(
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.yaxis.set_minor_formatter(NullFormatter())
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7, loc="best")
+            entries = len(ax.get_legend_handles_labels()[1])
+            if entries > 6:  # a long legend beside the panel, not over the data
+                ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+            else:
+                ax.legend(fontsize=7, loc="best")
 
     return _figure_png(draw, ncols=len(wheres))
 
@@ -143,13 +147,23 @@ def plot_history(frame: pd.DataFrame, steps: pd.DataFrame, limit: int = 6) -> by
             if sub["ci_99_a"].notna().any():
                 ax.fill_between(x, sub["ci_99_a"] / first, sub["ci_99_b"] / first, alpha=0.2)
             commits = sub["commit"].tolist()
+            one_sample = sub["ci_99_a"].isna().all() or ("repeat" in sub and (sub["repeat"] == 1).all())
             if step.commit_after in commits:
-                ax.axvline(commits.index(step.commit_after) - 0.5, color="C3", ls="--", lw=1)
+                i = commits.index(step.commit_after)
+                # a step inside the interval of the point it starts at is drawn faint: the data barely hold it
+                lo, hi = sub["ci_99_a"].iloc[i], sub["ci_99_b"].iloc[i]
+                wide = bool(lo == lo and hi == hi and lo > 0 and hi / lo > max(step.ratio, 1 / step.ratio))
+                ax.axvline(i - 0.5, color="0.6" if wide else "C3", ls=":" if wide else "--", lw=1,
+                           label="step inside its interval" if wide else None)  # fmt: skip
+                if wide:
+                    ax.legend(fontsize=6, loc="lower right")
             ax.set_ylim(0, 1.35 * float((sub["value"] / first).max()))  # a wide interval must not flatten the line
             step_every = max(1, len(sub) // 8)  # at most ~8 commit labels per axis
             ax.set_xticks(x[::step_every], sub["commit_short"].iloc[::step_every], rotation=45, fontsize=7)
             better = direction(step.benchmark, step.unit)
             title = f"{step.benchmark.split('.', 1)[-1]}\n{step.params} [{step.machine}]"
+            if one_sample:
+                title += " - one sample a point (--quick): no interval"
             ax.set_title(title, fontsize=8)
             ax.set_ylabel(f"{step.unit} / first ({better} is better)", fontsize=7)
             ax.grid(True, alpha=0.3)
