@@ -187,6 +187,8 @@ def test_old_format_files_name_asv_update(results, tmp_path, capsys):
     assert _report(results, tmp_path / "out") == 2
     err = capsys.readouterr().err
     assert "asv update" in err and "Traceback" not in err
+    # the closing reason says so too, not "match the selection" when none was given
+    assert "older asv format; run `asv update`" in err and "selection" not in err
 
 
 def test_truncated_file_is_named(results, tmp_path, capsys):

@@ -104,6 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         _add_side_records(loaded, args)
         for p in loaded.problems:
             print(f"devbench report: warning: {p}", file=sys.stderr)
+        _nothing_read(loaded, args)
         loaded.frame = _select(loaded.frame, args)
         _hide_paths(loaded)
         pair = commit_pair(loaded.frame, args.base, args.head)
@@ -234,6 +235,21 @@ def _add_collectives(loaded, args: argparse.Namespace) -> None:
     folder = Path(args.collectives) if args.collectives else Path(args.results).parent / "collectives"
     runs = load_collectives(folder, loaded.problems)
     loaded.collectives = runs[runs["machine"].isin(args.machine)] if args.machine else runs
+
+
+def _nothing_read(loaded, args: argparse.Namespace) -> None:
+    """``ReportError`` saying why when no result could be read at all (before any selection)."""
+    from devbench.report.problems import ReportError
+
+    if not loaded.frame.empty:
+        return
+    skipped = [p for p in loaded.problems if "not a readable asv result file" in p.message]
+    if skipped and any("asv update" in p.message for p in skipped):
+        raise ReportError(f"nothing to report: the {len(skipped)} result file(s) in {args.results} are in an older "
+                          f"asv format; run `asv update` in the project to convert them")  # fmt: skip
+    if skipped:
+        raise ReportError(f"nothing to report: none of the {len(skipped)} result file(s) in {args.results} could be "
+                          f"read (first: {skipped[0].path}: {skipped[0].message})")  # fmt: skip
 
 
 def _select(frame, args: argparse.Namespace):
