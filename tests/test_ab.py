@@ -384,3 +384,28 @@ def test_cuda_is_asked_of_the_benchmarks_python_and_unknown_leaves_nothing_out(t
     broken.write_text("#!/bin/sh\nexit 1\n")
     broken.chmod(0o755)
     assert selection.has_cuda(str(broken)) is True
+
+
+def test_turns_go_abba_and_a_long_call_gets_fewer_pairs(monkeypatch):
+    """Strict turns A B, B A, ...; the discarded first pair's time sizes the rest within the budget (a stand-in
+    clock: no timing here)."""
+    calls: list[str] = []
+    clock = [0.0]
+
+    def fake_turn(worker):
+        calls.append(worker)
+        clock[0] += 0.5  # every block "lasts" half a second
+        return 1.0
+
+    monkeypatch.setattr(session, "turn", fake_turn)
+    monkeypatch.setattr(session.time, "monotonic", lambda: clock[0])
+    assert len(session.paired_turns("A", "B", 8)) == 8  # no budget: every pair asked for
+    assert calls == ["A", "B"] + ["A", "B", "B", "A"] * 4
+    calls.clear()
+    assert len(session.paired_turns("A", "B", 8, budget_s=2.5)) == 2  # a 1 s pair: 2 fit (even, at least 2)
+    assert calls == ["A", "B", "A", "B", "B", "A"]
+    calls.clear()
+    assert len(session.paired_turns("A", "B", 8, budget_s=5.0)) == 4
+    assert len(session.paired_turns("A", "B", 8, budget_s=0.1)) == 2  # never fewer than 2
+    calls.clear()
+    assert len(session.paired_turns("A", "B", 1, warm_up=False)) == 1 and calls == ["A", "B"]
