@@ -142,7 +142,7 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
 
 
 def _settled(opts: Options):
-    return lambda fig, left: judge.settled(fig, left, opts.floor, opts.confidence, opts.pairs)
+    return lambda fig, left: judge.settled(fig, left, opts.floor, opts.confidence)
 
 
 def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
@@ -179,7 +179,7 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
     notes = [
         f"Each figure: {opts.min_passes} to {opts.max_passes} pairs of processes, one per side, taking strict turns "
         f"(A B B A ...), {opts.pairs} pairs of adjacent blocks in each; change = head / base, the Hodges-Lehmann "
-        f"estimate over the pairs of blocks with its {round(100 * opts.confidence)}% distribution-free interval; "
+        f"estimate over the pairs of processes (each the median of its pairs of blocks) with its {round(100 * opts.confidence)}% distribution-free interval; "
         f"a verdict needs the interval beyond (or, for same, inside) a {100 * opts.floor:g}% floor.",
     ]
     if base["sha"] == head["sha"]:

@@ -1,12 +1,14 @@
 """Verdicts from pairs: each figure's change, its interval, and whether it may stop.
 
-The unit of evidence is a **pair of adjacent blocks**, one of each side: its log ratio head/base.
-The change is the one-sample Hodges-Lehmann estimate over every pair of every pass, with the
+The unit of evidence is a **pair of processes** (one pass): its figure is the median of the log
+ratios head/base of its pairs of adjacent blocks, so drift of the host has cancelled inside it. The
+change is the one-sample Hodges-Lehmann estimate over the pairs of processes, with the
 distribution-free interval that inverts the Wilcoxon signed-rank test (``verdict.paired_interval``).
-Pairs of one pass share their two processes; pooling them is sound because a process's own
-offset (its layout) is small beside the block-to-block noise on the hosts measured
-(docs/noise.md: 0-2.3% against 3-20%), and several passes sample it. Verdicts are
-``verdict.decide``'s: beyond the floor on one side, inside it, or undecided.
+Pooling the pairs of blocks of every pass instead treated them as independent of their two
+processes, which they are not: in a whole-suite A/A run on the 2-vCPU VM the process set up second
+read up to 6% apart from the first on small copies, in every pass, and pooling called five figures
+faster or slower (docs/noise.md). Which side is set up first alternates by pass, so that effect
+turns into spread between passes, which this interval counts. Verdicts are ``verdict.decide``'s.
 """
 
 from __future__ import annotations
@@ -21,21 +23,23 @@ from devbench.ab.runner import Figure, pair_logs
 from devbench.spec import direction
 
 
-def pooled_logs(fig: Figure) -> list[float]:
-    """Every pair's log ratio head/base, pass after pass."""
-    return [d for logs in pair_logs(fig) for d in logs]
+def process_pair_logs(fig: Figure) -> list[float]:
+    """Each pass's figure: the median log ratio head/base of its pairs (passes with none are left out)."""
+    return [statistics.median(logs) for logs in pair_logs(fig) if logs]
 
 
-def settled(fig: Figure, left: int, floor: float, confidence: float, pairs: int) -> bool:
-    """Whether ``fig`` may stop: decided now, or certain to stay undecided whatever ``left`` more passes of
-    ``pairs`` pairs each bring."""
-    units = pooled_logs(fig)
+def settled(fig: Figure, left: int, floor: float, confidence: float) -> bool:
+    """Whether ``fig`` may stop: decided now, or certain to stay undecided whatever ``left`` more passes bring.
+    Only after an even number of passes: each side set up first as often."""
+    units = process_pair_logs(fig)
     if not units:
         return True  # nothing measured on some side: more passes will not judge it
+    if len(fig.a) % 2:
+        return False
     _, lo, hi = V.paired_interval(units, confidence)
     if V.decide(lo, hi, floor) != V.UNDECIDED:
         return True
-    return V.futile(units, len(units) + left * pairs, floor, confidence)
+    return V.futile(units, len(units) + left, floor, confidence)
 
 
 def verdict_row(fig: Figure, floor: float, confidence: float) -> dict[str, Any]:
@@ -50,10 +54,10 @@ def verdict_row(fig: Figure, floor: float, confidence: float) -> dict[str, Any]:
     if fig.state in ("skip", "error", "changed"):
         row["note"] = fig.reason
         return row
-    units = pooled_logs(fig)
+    units = process_pair_logs(fig)
     a = [v for block in fig.a for v in block if v > 0]
     b = [v for block in fig.b for v in block if v > 0]
-    row.update(n_base=len(fig.a), n_head=len(fig.b), pairs=len(units))
+    row.update(n_base=len(units), n_head=len(units), pairs=sum(len(x) for x in pair_logs(fig)))
     if a:
         row["base"] = statistics.median(a)
     if b:

@@ -5,17 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-#: two-sided confidence of each figure's interval (asv compare's 99%)
+#: two-sided confidence of each figure's interval (asv compare's 99%): 8 pairs of processes are the fewest
+#: that give it (``verdict.signed_rank_k``)
 CONFIDENCE = 0.99
 #: the smallest change a verdict is given for (relative): a smaller one is ``same`` when the interval
 #: fits inside it. A declared size of effect, not a fit to any host's noise
 FLOOR = 0.02
-#: pairs of processes (passes) before the first verdicts, and at most: several, so that a process's
-#: own layout is sampled (docs/noise.md)
-MIN_PASSES = 3
-MAX_PASSES = 5
+#: pairs of processes (passes) before the first verdicts, and at most: even, so that each side is set up
+#: first as often (docs/noise.md)
+MIN_PASSES = 8
+MAX_PASSES = 10
 #: pairs of adjacent blocks per pair of processes: even, so that each side goes first as often
-PAIRS = 8
+PAIRS = 4
 #: the turns of one figure in one pass take at most about this long (seconds): a figure whose call lasts
 #: long (a sustained load, a whole sweep) gets fewer pairs, never fewer than 2
 FIGURE_S = 2.5
@@ -75,11 +76,11 @@ class Options:
             raise ABError(f"--track-blocks must be at least 1, got {self.track_blocks}")
         if self.max_passes < self.min_passes:
             raise ABError(f"--max-passes ({self.max_passes}) must be at least --min-passes ({self.min_passes})")
-        if self.from_dir is None and V.signed_rank_k(self.max_passes * self.pairs, self.confidence) == 0:
+        if self.from_dir is None and V.signed_rank_k(self.max_passes, self.confidence) == 0:
             least = next(n for n in range(1, 100) if V.signed_rank_k(n, self.confidence) > 0)
             raise ABError(
-                f"--max-passes {self.max_passes} x --pairs {self.pairs} cannot give a {self.confidence:.0%} interval "
-                f"(every figure would be undecided); use at least {least} pairs in all, or a lower --confidence"
+                f"--max-passes {self.max_passes} cannot give a {self.confidence:.0%} interval (every figure would be "
+                f"undecided); use at least {least} passes, or a lower --confidence"
             )
         if self.min_passes < 1:
             raise ABError(f"--min-passes must be at least 1, got {self.min_passes}")

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from devbench.ab.session import Worker, WorkerError, close_combination, open_combination, paired_turns
+from devbench.ab.session import Opened, Worker, WorkerError, close_combination, open_combination, paired_turns
 
 
 @dataclass(frozen=True)
@@ -124,20 +124,20 @@ def measure_pass(
             fig.state, fig.reason = "error", failed[combo.setup_cache]
             continue
         progress(f"{n}/{len(figures)} {combo.selector}")
-        opened = []
-        for w in (a, b):
+        # the side set up first alternates by pass, so being set up first or second favours neither
+        order = (a, b) if first == "base" else (b, a)
+        opened: list[tuple[Worker, Opened]] = []
+        for w in order:
             o = open_combination(w, combo.benchmark, combo.idx, passes.block_s, select=re.escape(combo.selector))
-            opened.append(o)
+            opened.append((w, o))
             if o.state != "ready":
                 break
-        states = [o.state for o in opened]
-        if states != ["ready", "ready"]:
-            for w, o in zip((a, b), opened, strict=False):
+        if [o.state for _, o in opened] != ["ready", "ready"]:
+            for w, o in opened:
                 if o.state == "ready":
                     close_combination(w)
-            bad = next(o for o in opened if o.state != "ready")
-            side = "base" if len(opened) == 1 else "head"
-            fig.state, fig.reason = bad.state, f"{side}: {bad.reason}"
+            w, bad = next((w, o) for w, o in opened if o.state != "ready")
+            fig.state, fig.reason = bad.state, f"{w.side}: {bad.reason}"
             continue
         try:
             # a figure measured in setup_cache reads one value per process: one pair per pass
@@ -183,7 +183,7 @@ def run_passes(
                 continue
             if done >= passes.limit(f):
                 f.state = "done"
-            elif done >= passes.min_passes and settled(f, passes.limit(f) - done):
+            elif done >= passes.min_passes and settled(f, passes.limit(f) - done):  # settled: only after even
                 f.state, f.stopped_after = "stopped", done
                 stopped += 1
         left = sum(f.state == "running" for f in figures)
