@@ -179,7 +179,8 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
     notes = [
         f"Each figure: {opts.min_passes} to {opts.max_passes} pairs of processes, one per side, taking strict turns "
         f"(A B B A ...), {opts.pairs} pairs of adjacent blocks in each; change = head / base, the Hodges-Lehmann "
-        f"estimate over the pairs of processes (each the median of its pairs of blocks) with its {round(100 * opts.confidence)}% distribution-free interval; "
+        "estimate over the pairs of processes (each the median of its pairs of blocks) with its "
+        f"{round(100 * opts.confidence)}% distribution-free interval; "
         f"a verdict needs the interval beyond (or, for same, inside) a {100 * opts.floor:g}% floor.",
     ]
     if base["sha"] == head["sha"]:
