@@ -391,26 +391,28 @@ def test_cuda_is_asked_of_the_benchmarks_python_and_unknown_leaves_nothing_out(t
     assert selection.has_cuda(str(broken)) is True
 
 
-def test_turns_go_abba_and_a_long_call_gets_fewer_pairs(monkeypatch):
-    """Strict turns A B, B A, ...; the discarded first pair's time sizes the rest within the budget (a stand-in
-    clock: no timing here)."""
+def test_turns_alternate_strictly_and_a_long_call_gets_fewer_pairs(monkeypatch):
+    """A B A B ...: every block follows one of the other side (a side's second block in a row runs warm);
+    the first side alternates between passes; the discarded first pair's time sizes the rest within the
+    budget (a stand-in clock: no timing here)."""
     calls: list[str] = []
     clock = [0.0]
 
     def fake_turn(worker):
         calls.append(worker)
         clock[0] += 0.5  # every block "lasts" half a second
-        return 1.0
+        return {"A": 1.0, "B": 2.0}[worker]
 
     monkeypatch.setattr(session, "turn", fake_turn)
     monkeypatch.setattr(session.time, "monotonic", lambda: clock[0])
-    assert len(session.paired_turns("A", "B", 8)) == 8  # no budget: every pair asked for
-    assert calls == ["A", "B"] + ["A", "B", "B", "A"] * 4
+    assert session.paired_turns("A", "B", 4) == [(1.0, 2.0)] * 4  # (a, b) whichever went first
+    assert calls == ["A", "B"] * 5 and all(x != y for x, y in zip(calls, calls[1:], strict=False))
     calls.clear()
-    assert len(session.paired_turns("A", "B", 8, budget_s=2.5)) == 2  # a 1 s pair: 2 fit (even, at least 2)
-    assert calls == ["A", "B", "A", "B", "B", "A"]
+    assert session.paired_turns("A", "B", 3, a_first=False) == [(1.0, 2.0)] * 3
+    assert calls == ["B", "A"] * 4
     calls.clear()
-    assert len(session.paired_turns("A", "B", 8, budget_s=5.0)) == 4
+    assert len(session.paired_turns("A", "B", 8, budget_s=2.5)) == 2  # a 1 s pair: 2 fit
+    assert len(session.paired_turns("A", "B", 8, budget_s=5.0)) == 5
     assert len(session.paired_turns("A", "B", 8, budget_s=0.1)) == 2  # never fewer than 2
     calls.clear()
     assert len(session.paired_turns("A", "B", 1, warm_up=False)) == 1 and calls == ["A", "B"]

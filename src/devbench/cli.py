@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "compare",
         help="two commits measured in paired turns: faster, slower, same or undecided per figure (exit 1 if slower)",
-        description="Measure BASE and HEAD in pairs of processes, one per side, that take strict turns (A B B A ...) "
+        description="Measure BASE and HEAD in pairs of processes, one per side, that take strict turns (A B A B ...) "
         "timing one block each, offline in this Python's environment; judge every figure from the log ratios of "
         "adjacent blocks with a distribution-free interval against a floor. Drift of the host slower than one pair "
         "of blocks cancels inside the pair. Exit 0: nothing slower; 1: a figure is slower; 2: bad input; "

@@ -8,7 +8,7 @@ How a comparison runs (docs/design.md, "Verdicts"):
    CUDA) the GPU combinations.
 3. ``runner`` and ``session``: passes of paired processes. In each pass one worker per side
    (``worker.py``, run in that side's tree) forks a process per combination; the two processes
-   set up and check their workload, then take strict turns, A B B A ..., one block each.
+   set up and check their workload, then take strict turns, A B A B ..., one block each.
 4. ``judge``: per figure, each pair of processes gives the median log ratio of its pairs of
    blocks; the change is their Hodges-Lehmann estimate with a distribution-free interval
    (``devbench.verdict``); a figure stops once decided or certain to stay undecided.

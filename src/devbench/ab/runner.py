@@ -142,7 +142,7 @@ def measure_pass(
         try:
             # a figure measured in setup_cache reads one value per process: one pair per pass
             pairs = paired_turns(a, b, 1, warm_up=False) if combo.in_cache else paired_turns(
-                a, b, passes.pairs, passes.figure_s)
+                a, b, passes.pairs, passes.figure_s, a_first=first == "base")
         finally:
             close_combination(a)
             close_combination(b)

@@ -1,10 +1,11 @@
 """The coordinator's side of paired measurement: worker processes and their strict turns.
 
 A ``Worker`` is one side's benchmark process (``worker.py`` run in that side's exported tree).
-``paired_turns`` has two of them time one block each in strict turns, ``A B B A A B ...``: never
-both at once (on two cores they would contend), and each pair of adjacent blocks is one
-observation, ``log(B / A)``. A host that drifts over seconds or minutes moves both blocks of a
-pair alike, and the drift cancels inside the pair (docs/design.md, "Verdicts").
+``paired_turns`` has two of them time one block each in strict alternation, ``A B A B ...``:
+never both at once (on two cores they would contend), every block right after one of the other
+side, and each pair of adjacent blocks is one observation, ``log(B / A)``. A host that drifts
+over seconds or minutes moves both blocks of a pair alike, and the drift cancels inside the pair
+(docs/design.md, "Verdicts").
 
 No torch and no asv here: the coordinator never imports the benchmarks.
 """
@@ -151,32 +152,34 @@ def turn(worker: Worker) -> float:
 
 
 def paired_turns(
-    a: Worker, b: Worker, pairs: int, budget_s: float = math.inf, warm_up: bool = True
+    a: Worker, b: Worker, pairs: int, budget_s: float = math.inf, warm_up: bool = True, a_first: bool = True
 ) -> list[tuple[float, float]]:
-    """Up to ``pairs`` pairs of blocks in strict turns, ``A B, B A, A B, ...`` (ABBA): each (a, b) pair is
-    two adjacent blocks, and the side that goes first alternates so that going second favours neither.
+    """Up to ``pairs`` pairs of blocks in strict alternation, ``A B A B ...`` (``B A B A ...`` when not
+    ``a_first``): each (a, b) pair is two adjacent blocks, and every block follows a block of the other side.
+
+    Not ``A B B A``: there a side's block sometimes follows its own, which runs faster (its caches and
+    threads still warm), and in a short sequence one side gets that more often than the other (on the
+    2-vCPU VM a CPU matmul's launch overhead read 15% faster in such a block, and an A/A comparison
+    called seven figures faster). The caller alternates ``a_first`` between pairs of processes.
 
     A first pair is not kept: the first block after the other side's set-up reads slow (on the 2-vCPU
     VM a 1 MiB host copy's first turn ran at a tenth of its speed, after a warm-up in set-up). Its time
-    sizes the rest: no more pairs than fit ``budget_s`` (at least 2, and an even number, so that each
-    side goes first as often), so a figure whose one call lasts seconds (a sustained load) costs
-    seconds, not minutes, per pass. Without ``warm_up`` (a figure read from a cache) exactly ``pairs``.
+    sizes the rest: no more pairs than fit ``budget_s`` (at least 2), so a figure whose one call lasts
+    seconds (a sustained load) costs seconds, not minutes, per pass. Without ``warm_up`` (a figure read
+    from a cache) exactly ``pairs``.
     """
+    first, second = (a, b) if a_first else (b, a)
     count = pairs
     if warm_up:
         started = time.monotonic()
-        turn(a)
-        turn(b)
+        turn(first)
+        turn(second)
         one_pair = max(time.monotonic() - started, 1e-6)
         fit = int(budget_s / one_pair) if math.isfinite(budget_s) else pairs
-        count = max(2, min(pairs, fit - fit % 2))
+        count = max(2, min(pairs, fit))
     out = []
-    for i in range(count):
-        if i % 2 == 0:
-            va = turn(a)
-            vb = turn(b)
-        else:
-            vb = turn(b)
-            va = turn(a)
-        out.append((va, vb))
+    for _ in range(count):
+        v1 = turn(first)
+        v2 = turn(second)
+        out.append((v1, v2) if a_first else (v2, v1))
     return out
