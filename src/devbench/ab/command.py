@@ -178,7 +178,8 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
              f"on {record['machine']}")  # fmt: skip
     notes = [
         f"Each figure: {opts.min_passes} to {opts.max_passes} pairs of processes, one per side, taking strict turns "
-        f"(A B A B ..., the side first alternating by pass), {opts.pairs} pairs of adjacent blocks in each; change = head / base, the Hodges-Lehmann "
+        f"(A B A B ..., the side first alternating by pass), {opts.pairs} pairs of adjacent blocks in each; "
+        "change = head / base, the Hodges-Lehmann "
         "estimate over the pairs of processes (each the median of its pairs of blocks) with its "
         f"{round(100 * opts.confidence)}% distribution-free interval; "
         f"a verdict needs the interval beyond (or, for same, inside) a {100 * opts.floor:g}% floor.",

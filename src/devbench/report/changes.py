@@ -58,6 +58,9 @@ def changes(frame: pd.DataFrame, base: str, head: str) -> Section:
         "else undecided: one run per commit cannot tell a change from the host's noise between runs. "
         f"`devbench compare {base[:8]} {head[:8]}` measures both in paired turns and decides."
     )  # fmt: skip
+    if not len(both):
+        text = (f"`{base[:8]}` -> `{head[:8]}`: no figure has a result at both commits on one machine and "
+                "environment, so nothing is compared.")  # fmt: skip
     table = shown.assign(
         where=where_label(shown),
         change=[_pct(r) for r in shown["ratio"]],
