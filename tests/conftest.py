@@ -1,3 +1,4 @@
+import os
 import signal
 
 import pytest
@@ -9,8 +10,15 @@ from devbench.devices import num_gpus
 def pytest_configure(config):
     """SIGTERM (a CI timeout, ``kill``) stops the run as Ctrl-C does: pytest unwinds, every fixture's
     clean-up runs, and each child a test started is stopped with it (``asv_fixture.run_group``). By
-    default Python would die at once and leave them running."""
+    default Python would die at once and leave them running. A process forked by a test keeps the
+    default: it dies on SIGTERM, as the code under test expects."""
+    main = os.getpid()
+
     def interrupt(signum, frame):
+        if os.getpid() != main:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
