@@ -7,6 +7,7 @@ import threading
 import pytest
 import torch
 
+from devbench import lanes as L
 from devbench import measure as M
 
 CPU = torch.device("cpu")
@@ -141,7 +142,7 @@ def test_lanes_run_every_lane_at_once_and_time_each():
 
         return fn
 
-    t = M.Lanes([CPU, CPU]).run([lane(0), lane(1)], calls=5)
+    t = L.Lanes([CPU, CPU]).run([lane(0), lane(1)], calls=5)
     assert counts == [5, 5]
     assert len(t.lanes) == 2 and all(s > 0 for s in t.lanes) and t.wall > 0
 
@@ -150,26 +151,26 @@ def test_lanes_name_the_device_that_failed():
     def bad():
         raise RuntimeError("out of memory")
 
-    with pytest.raises(M.LaneError, match="on meta: RuntimeError: out of memory") as err:
-        M.Lanes([CPU, "meta"]).run([lambda: None, bad])
+    with pytest.raises(L.LaneError, match="on meta: RuntimeError: out of memory") as err:
+        L.Lanes([CPU, "meta"]).run([lambda: None, bad])
     assert err.value.device == torch.device("meta")
 
 
 def test_lanes_refuse_bad_arguments():
     with pytest.raises(ValueError, match="at least one"):
-        M.Lanes([])
+        L.Lanes([])
     with pytest.raises(ValueError, match="2 functions for 3 lanes"):
-        M.Lanes([CPU, CPU, CPU]).run([lambda: None, lambda: None])
+        L.Lanes([CPU, CPU, CPU]).run([lambda: None, lambda: None])
     with pytest.raises(ValueError, match="calls"):
-        M.Lanes([CPU]).run([lambda: None], calls=0)
+        L.Lanes([CPU]).run([lambda: None], calls=0)
     with pytest.raises(ValueError, match="mix CUDA"):
-        M.Lanes([CPU, "cuda:0"])
+        L.Lanes([CPU, "cuda:0"])
 
 
 def test_lanes_synchronize_every_thread_lane(monkeypatch):
     synced = []
-    monkeypatch.setattr(M, "synchronize", lambda d: synced.append(str(d)))
-    M.Lanes([CPU, "meta"]).run([lambda: None, lambda: None])
+    monkeypatch.setattr(L, "synchronize", lambda d: synced.append(str(d)))
+    L.Lanes([CPU, "meta"]).run([lambda: None, lambda: None])
     assert sorted(synced) == ["cpu", "meta"]
 
 
@@ -177,13 +178,13 @@ def test_cuda_lanes_make_their_streams_once(monkeypatch):
     """A stream per lane at construction, none per run (no CUDA needed: streams are faked)."""
     made = []
     monkeypatch.setattr(torch.cuda, "Stream", lambda device: made.append(device) or object())
-    lanes = M.Lanes(["cuda:0", "cuda:0"])
+    lanes = L.Lanes(["cuda:0", "cuda:0"])
     assert lanes.cuda and len(lanes.streams) == 2 and made == [torch.device("cuda", 0)] * 2
 
 
 def test_sequential_runs_each_function_in_turn():
     order = []
-    seconds = M.Lanes([CPU, CPU]).sequential([lambda: order.append("a"), lambda: order.append("b")], calls=2)
+    seconds = L.Lanes([CPU, CPU]).sequential([lambda: order.append("a"), lambda: order.append("b")], calls=2)
     assert order == ["a", "a", "b", "b"] and seconds > 0
 
 
