@@ -24,6 +24,7 @@ argument names (stdout is the benchmarks' own, sent to stderr with the rest of t
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -128,20 +129,18 @@ def _child(bench, reply_fd: int, block_s: float, requests, cache_file: str | Non
             _reply(reply_fd, {"error": f"unknown request {op!r} inside a combination"})
 
 
-def _run_cache(bench, request: dict, cache_dir: str, cached: dict[str, str]) -> dict:
-    """``setup_cache`` of ``bench`` in a forked process, its result pickled for the combinations to come."""
-    if bench is None or bench._setup_cache is None:
-        return {"error": f"no setup_cache in {request.get('name')!r}"}
-    path = os.path.join(cache_dir, f"{len(cached)}.pickle")
+def _in_child(select: str, work) -> int:
+    """Run ``work()`` in a forked process (the parent never touches CUDA, so the child may) and return its
+    exit code. ``select`` (a regular expression of asv's ``name(params)``) is set as ``DEVBENCH_BENCH``
+    there: what a ``setup_cache`` sweep measures (``devbench.suite.selected``)."""
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
-            if request.get("select"):
-                os.environ["DEVBENCH_BENCH"] = request["select"]
-            with open(path, "wb") as f:
-                pickle.dump(bench.do_setup_cache(), f)
+            if select:
+                os.environ["DEVBENCH_BENCH"] = select
+            work()
         except BaseException:
             traceback.print_exc()
             code = 1
@@ -150,7 +149,20 @@ def _run_cache(bench, request: dict, cache_dir: str, cached: dict[str, str]) -> 
             sys.stderr.flush()
             os._exit(code)
     _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _run_cache(bench, request: dict, cache_dir: str, cached: dict[str, str]) -> dict:
+    """``setup_cache`` of ``bench`` in a forked process, its result pickled for the combinations to come."""
+    if bench is None or bench._setup_cache is None:
+        return {"error": f"no setup_cache in {request.get('name')!r}"}
+    path = os.path.join(cache_dir, f"{len(cached)}.pickle")
+
+    def run() -> None:
+        with open(path, "wb") as f:
+            pickle.dump(bench.do_setup_cache(), f)
+
+    code = _in_child(request.get("select", ""), run)
     if code != 0:
         return {"error": f"setup_cache of {bench.name} ended with {code} (its traceback is in the log)"}
     cached[bench.setup_cache_key] = path
@@ -196,24 +208,12 @@ def main(benchmark_dir: str, reply_fd: int) -> int:
             _reply(reply_fd, {"skip": f"no benchmark {request['name']} on this side"})
             continue
         bench.set_param_idx(int(request["idx"]))
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:  # the combination's own process
-            code = 0
-            if request.get("select"):  # devbench.suite.SELECT_ENV: what a setup_cache sweep measures
-                os.environ["DEVBENCH_BENCH"] = request["select"]
-            try:
-                cache_file = cached.get(bench.setup_cache_key) if bench._setup_cache is not None else None
-                _child(bench, reply_fd, float(request.get("block_s", 0.05)), requests, cache_file)
-            except BaseException:
-                code = 1
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            _reply(reply_fd, {"error": f"the process of {bench.name} ended with {os.waitstatus_to_exitcode(status)}"})
+        cache_file = cached.get(bench.setup_cache_key) if bench._setup_cache is not None else None
+        block_s = float(request.get("block_s", 0.05))
+        code = _in_child(request.get("select", ""), functools.partial(_child, bench, reply_fd, block_s, requests,
+                                                                      cache_file))  # fmt: skip
+        if code != 0:
+            _reply(reply_fd, {"error": f"the process of {bench.name} ended with {code} (its traceback is in the log)"})
     return 0
 
 
