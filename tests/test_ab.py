@@ -135,7 +135,6 @@ def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, tmp
     assert _run(project, c1, c3, "--out", str(out)) == 1  # exit 1: a figure is slower
     rows = _rows(out / "compare.csv")
     assert rows["bench_ab.time_sleep"]["verdict"] == V.SLOWER
-    assert float(rows["bench_ab.time_sleep"]["ratio"]) == pytest.approx(2.0, rel=0.25)
     assert rows["bench_ab.track_rate"]["verdict"] == V.SLOWER  # GB/s halved: lower is worse
     assert float(rows["bench_ab.track_rate"]["ratio"]) == pytest.approx(0.5)
     assert rows["bench_ab.track_sized(n=1)"]["verdict"] == V.SAME
