@@ -29,21 +29,24 @@ help:
 venv: $(VENV)/.installed
 
 # torch is installed first and pinned, so that the project's "torch>=2.1" does not pull
-# another build; everything else comes from pyproject.toml's [dev] extra.
+# another build; everything else comes from pyproject.toml's [dev] extra. --no-compile: Python
+# compiles what it imports on first use; compiling all of torch up front doubled the install.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "torch==$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-compile --upgrade pip
+	$(PY) -m pip install -q --no-compile "torch==$(TORCH)"
+	$(PY) -m pip install -q --no-compile -e ".[dev]"
 	touch $@
 
 lint: venv
 	$(PY) -m ruff check src benchmarks tests scripts
 
+# asv's --quick times each time_ benchmark once; DEVBENCH_BLOCKS=1 does the same for the track_
+# figures (one engine block each). Every combination still sets up, checks its work and reports.
 test: machine
 	$(PY) -m pytest
 	$(ASV) check $(ASV_ENV)
-	$(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '$(BENCH)'
+	DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '$(BENCH)'
 
 # A change to devbench.workloads or the engine fails make test until recorded here: raise the
 # work_version of every benchmark class whose work changed, then record (devbench.worklock).

@@ -1,7 +1,8 @@
 """A world of local processes for torch.distributed, cleaned up on every path.
 
-``spawn_world(fn, n)`` starts ``n`` fresh interpreters (the ``spawn`` start method: no
-CUDA state or threads inherited from the caller, which may be asv's forkserver child),
+``spawn_world(fn, n)`` starts ``n`` processes forked from a server that imported torch once and
+never touched CUDA (the ``forkserver`` start method: no CUDA state or threads inherited from
+the caller, which may be asv's forkserver child, and no torch import per rank and world),
 joins them into one process group over a file store in a private temp directory (no
 port to race for), runs ``fn(rank, world, *args)`` on each and returns the ranks'
 results in rank order. If a rank raises, dies, or the world outlives ``timeout_s``,
@@ -204,6 +205,17 @@ def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str]
     raise RankFailed(cause, message)
 
 
+#: what the ranks' server imports once, before it forks them (importing these never touches CUDA)
+PRELOAD = ["torch", "torch.distributed", "devbench.world"]
+
+
+def _context() -> Any:
+    """The ``forkserver`` context, its server preloading torch (it starts with the first world)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
 def spawn_world(
     fn: Callable[..., Any],
     world: int,
@@ -222,7 +234,7 @@ def spawn_world(
         raise ValueError(f"world size must be >= 1, got {world}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     results = ctx.Queue()
     got: dict[int, Any] = {}
     with tempfile.TemporaryDirectory(prefix="devbench-world-") as tmp:
