@@ -30,9 +30,18 @@ def _who(rank, world):
     return rank, world, dist.get_rank(), dist.get_world_size()
 
 
+def _peer_started(pid_dir, rank=0, timeout_s=60.0):
+    """Wait until ``rank`` wrote its pid: the ranks leave the rendezvous at different moments, and a rank
+    that fails before its peer left it would stop that peer before the test knows its pid."""
+    deadline = time.monotonic() + timeout_s
+    while not Path(pid_dir, f"{rank}.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _fail_on_one(rank, world, pid_dir):
     Path(pid_dir, f"{rank}.pid").write_text(str(os.getpid()))
     if rank == 1:
+        _peer_started(pid_dir)
         raise ValueError("rank one gives up")
     dist.barrier()  # rank 0 waits here for a peer that will never come
     return "unreachable"
@@ -41,6 +50,7 @@ def _fail_on_one(rank, world, pid_dir):
 def _die_on_one(rank, world, pid_dir):
     Path(pid_dir, f"{rank}.pid").write_text(str(os.getpid()))
     if rank == 1:
+        _peer_started(pid_dir)
         os._exit(3)
     dist.barrier()
 
