@@ -12,7 +12,7 @@ BASE ?= main
 BENCH ?= .
 REPORT_DIR ?= reports/latest
 
-.PHONY: help venv test test-fast lint bench machine quick compare publish preview report sample-report work-lock clean
+.PHONY: help venv test test-pytest test-asv test-fast lint bench machine quick compare publish preview report sample-report work-lock clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
@@ -41,10 +41,18 @@ $(VENV)/.installed: pyproject.toml
 lint: venv
 	$(PY) -m ruff check src benchmarks tests scripts
 
+# pytest and asv's own run of the suite go side by side (each target's output is printed whole
+# when it ends): much of pytest waits on processes it started, and on a busy host two streams
+# of work get more of the CPU than one.
+test: venv
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-pytest test-asv
+
+test-pytest: venv
+	$(PY) -m pytest
+
 # asv's --quick times each time_ benchmark once; DEVBENCH_BLOCKS=1 does the same for the track_
 # figures (one engine block each). Every combination still sets up, checks its work and reports.
-test: machine
-	$(PY) -m pytest
+test-asv: machine
 	$(ASV) check $(ASV_ENV)
 	DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '$(BENCH)'
 
