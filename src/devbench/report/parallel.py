@@ -29,6 +29,10 @@ def can_fork() -> bool:
     return cores() >= 2 and "fork" in multiprocessing.get_all_start_methods()
 
 
+#: seconds a terminated child gets before it is killed
+GRACE_S = 2.0
+
+
 class Forked(Generic[T]):
     """``work()`` started in a forked child now; ``result()`` waits for it and returns it.
 
@@ -96,7 +100,12 @@ class Forked(Generic[T]):
         """Stop the child if it is still running (its result is dropped)."""
         if self._proc is not None:
             self._proc.terminate()
-            self._proc.join()
+            # a SIGTERM that lands between fork and the child's interpreter resetting its signal state
+            # is lost where a Python handler for it was inherited (as under pytest): then kill
+            self._proc.join(GRACE_S)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join()
             self._receive.close()
             self._proc = None
 
