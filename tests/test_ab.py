@@ -9,7 +9,9 @@ the passes are fixed (--min-passes = --max-passes) and every request has a timeo
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import math
 import os
@@ -129,10 +131,31 @@ def _rows(path: Path) -> dict[str, dict[str, str]]:
         return {r["benchmark"] + (f"({r['params']})" if r["params"] else ""): r for r in csv.DictReader(f)}
 
 
-def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def planted(project, tmp_path_factory):
+    """One compare of the whole fixture suite, c1 -> c3 (a planted 2x slowdown), read by several tests:
+    its exit code, its printed text, its folder and the log of the sweeps its setup_cache ran."""
     _, (c1, _, c3) = project
-    out = tmp_path / "planted"
-    assert _run(project, c1, c3, "--out", str(out)) == 1  # exit 1: a figure is slower
+    tmp = tmp_path_factory.mktemp("planted")
+    log = tmp / "sweeps.log"
+    before = os.environ.get("AB_SWEEP_LOG")
+    os.environ["AB_SWEEP_LOG"] = str(log)
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text):
+            code = _run(project, c1, c3, "--out", str(tmp / "out"))
+    finally:
+        if before is None:
+            os.environ.pop("AB_SWEEP_LOG")
+        else:
+            os.environ["AB_SWEEP_LOG"] = before
+    return code, text.getvalue(), tmp / "out", log.read_text().splitlines()
+
+
+def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, planted):
+    _, (c1, _, c3) = project
+    code, text, out, _ = planted
+    assert code == 1  # exit 1: a figure is slower
     rows = _rows(out / "compare.csv")
     assert rows["bench_ab.time_sleep"]["verdict"] == V.SLOWER
     assert rows["bench_ab.track_rate"]["verdict"] == V.SLOWER  # GB/s halved: lower is worse
@@ -143,7 +166,6 @@ def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, tmp
     # skipped on both sides: named, not judged
     assert "too big for the fixture" in rows["bench_ab.Only.track_pid(size=huge)"]["note"]
     assert rows["bench_ab.track_sized(n=2)"]["n_base"] == "6"
-    text = capsys.readouterr().out
     assert "slower" in text and "wrote" in text
     md = (out / "compare.md").read_text()
     assert "| slower | bench_ab.time_sleep |" in md and "95% interval" in md
@@ -154,32 +176,27 @@ def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, tmp
     assert run["sides"]["head"]["sha"] == c3 and run["options"]["max_passes"] == 6
 
 
-def test_a_sweep_runs_once_per_side_and_pass_and_gives_one_pair(project, tmp_path, monkeypatch):
+def test_a_sweep_runs_once_per_side_and_pass_and_gives_one_pair(planted):
     """setup_cache runs once per side and pass (in turn), told which combinations are read; a figure
     measured there gives one pair per pair of processes, not one per block."""
-    _, (c1, _, c3) = project
-    log = tmp_path / "sweeps.log"
-    monkeypatch.setenv("AB_SWEEP_LOG", str(log))
-    out = tmp_path / "swept"
-    # one value per pass, 6 passes: the fewest for a 95% interval
-    assert _run(project, c1, c3, "--out", str(out), "--bench", "Swept") == 1
-    lines = log.read_text().splitlines()
-    assert len(lines) == 6 * 2 and all("track_swept\\(1\\)" in x and "track_swept\\(2\\)" in x for x in lines)
     import pandas as pd
 
+    _, _, out, lines = planted
+    # one value per pass, 6 passes: the fewest for a 95% interval
+    assert len(lines) == 6 * 2 and all("track_swept\\(1\\)" in x and "track_swept\\(2\\)" in x for x in lines)
     blocks = pd.read_csv(out / "pairs.csv")
+    blocks = blocks[blocks["benchmark"] == "bench_ab.Swept.track_swept"]
     assert len(blocks) == 6 * 2 and blocks.groupby(["params", "process_pair"]).size().eq(1).all()
     assert set(blocks["head"] / blocks["base"]) == {0.5}
 
 
-def test_every_combination_runs_in_a_fresh_process_per_pass(project, tmp_path):
+def test_every_combination_runs_in_a_fresh_process_per_pass(planted):
     """track_pid returns its process id: each pass forks anew, base and head are different processes."""
-    _, (c1, c2, _) = project
-    out = tmp_path / "pids"
-    assert _run(project, c1, c2, "--out", str(out), "--bench", "track_pid.'small'") == 0
     import pandas as pd
 
+    _, _, out, _ = planted
     blocks = pd.read_csv(out / "pairs.csv")
+    blocks = blocks[blocks["benchmark"] == "bench_ab.Only.track_pid"]
     assert blocks["process_pair"].nunique() == 6
     per_pass = blocks.groupby("process_pair").agg(base=("base", "nunique"), head=("head", "nunique"))
     assert (per_pass == 1).all().all()  # one process per side in a pass
@@ -202,13 +219,12 @@ def test_the_same_commit_twice_says_so(project, tmp_path, capsys):
     assert "same commit" in capsys.readouterr().out
 
 
-def test_from_judges_a_finished_compare_again_without_measuring(project, tmp_path, capsys, monkeypatch):
-    _, (c1, _, c3) = project
-    first = tmp_path / "first"
-    assert _run(project, c1, c3, "--out", str(first), "--bench", "track_rate") == 1
+def test_from_judges_a_finished_compare_again_without_measuring(planted, tmp_path, monkeypatch):
+    first = planted[2]
     monkeypatch.setattr(session.Worker, "start", lambda self: pytest.fail("--from measured"))
     again = tmp_path / "again"
-    # a floor of 150%: halving (ratio 0.5, 100% in log terms ~0.69 < log 2.5) is no longer beyond it
+    # a floor of 150%: halving (ratio 0.5, 100% in log terms ~0.69 < log 2.5) is no longer beyond it;
+    # the sleep's doubling is as well (exit 0: nothing slower)
     assert main(["compare", "--from", str(first), "--out", str(again), "--floor", "1.5", "--confidence", "0.95"]) == 0
     assert _rows(again / "compare.csv")["bench_ab.track_rate"]["verdict"] == V.SAME
     assert (again / "pairs.csv").read_text() == (first / "pairs.csv").read_text()
