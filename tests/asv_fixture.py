@@ -162,7 +162,7 @@ def make_history(tmp: Path) -> History:
         (project / "scale.json").write_text(json.dumps(scale))
         out = asv(
             project, home, "run", "-E", f"existing:{python}", "--set-commit-hash", commit,
-            "--machine", machine, "--launch-method", "spawn",
+            "--machine", machine, "--launch-method", "forkserver",
         )  # fmt: skip
         if out.returncode not in (0, 2):  # asv exits 2 when a benchmark failed, as one does here
             raise RuntimeError(f"asv run failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
