@@ -1,8 +1,8 @@
 """Collectives across local processes with torch.distributed, as nccl-tests reports them.
 
 A world of local processes is started by the benchmark itself (``devbench.world``): gloo
-ranks on the CPU, NCCL ranks one per GPU. Starting a world costs a fresh interpreter and
-a torch import per rank (3-6 s on a 2-vCPU VM), so ``setup_cache`` starts one world per
+ranks on the CPU, NCCL ranks one per GPU. Starting a world costs a server process that
+imports torch (about 2 s on a 2-vCPU VM) and a fork per rank, so ``setup_cache`` starts one world per
 backend and world size, checks and times every op and size in it (the ``sweep`` of
 ``devbench.workloads.collectives``), and stops it; the ``track_`` figures read that
 sweep. Times are the mean over ranks of each rank's median block (nccl-tests' convention);
@@ -12,6 +12,7 @@ Multi-node runs use ``python -m devbench.collectives`` under torchrun instead.
 
 import functools
 
+from devbench.measure import blocks_per_figure
 from devbench.spec import bus_factor, gbps
 from devbench.suite import Benchmark, records_gpu_state, selected, with_samples
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
@@ -50,7 +51,8 @@ class Collectives(Benchmark):
                     worlds[f"{backend}/{world}"] = {"skip": "no figure of this world selected in this run"}
                     continue
                 every = len(only) == len(OPS) * len(SIZES)
-                fn = sweep_rank if every else functools.partial(sweep_rank, only=only)
+                # 3 blocks a row, or DEVBENCH_BLOCKS (asv --quick in make test, devbench compare)
+                fn = functools.partial(sweep_rank, samples=blocks_per_figure(3), only=None if every else only)
                 rows = spawn_world(fn, world, args=(backend,), backend=backend, timeout_s=900.0)[0]
                 worlds[f"{backend}/{world}"] = {"rows": {f"{r['op']}/{r['nbytes']}": r for r in rows}}
         return worlds

@@ -45,7 +45,8 @@ THREADS_ENV = "DEVBENCH_THREADS"
 BLOCKS_ENV = "DEVBENCH_BLOCKS"
 
 
-def _blocks(default: int = 11) -> int:
+def blocks_per_figure(default: int = 11) -> int:
+    """``default``, or the blocks per figure ``DEVBENCH_BLOCKS`` asks for (a whole number >= 1)."""
     text = os.environ.get(BLOCKS_ENV, "")
     if not text:
         return default
@@ -55,7 +56,7 @@ def _blocks(default: int = 11) -> int:
 
 
 #: Blocks per figure: its median is the figure (11, or DEVBENCH_BLOCKS).
-SAMPLES = _blocks()
+SAMPLES = blocks_per_figure()
 
 #: Block lengths (``calls_for`` targets) of the suite's throughput figures.
 MATMUL_BLOCK_S = 0.1
