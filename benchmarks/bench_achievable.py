@@ -30,6 +30,7 @@ from devbench.suite import (
     record_sampled,
     records_gpu_state,
     require_device,
+    selected,
     with_samples,
 )
 from devbench.workloads.achievable import (
@@ -107,6 +108,12 @@ def _write(records: list[dict]) -> None:
     append_jsonl(Path(__file__).resolve().parents[1] / ACHIEVABLE_DIR, machine, [{**stamp, **r} for r in records])
 
 
+def _read(device: str, dtype: str) -> bool:
+    """Whether this run reads a figure of (device, dtype): asv's --bench as ``suite.selected`` sees it."""
+    name = f"{__name__.rsplit('.', 1)[-1]}.MatmulAchievable.track_tflops"
+    return any(selected(name, (device, dtype, run)) for run in ("burst", "sustained"))
+
+
 @records_gpu_state
 class MatmulAchievable(Benchmark):
     """TFLOP/s of the fastest matmul shape found on this device, burst and sustained.
@@ -120,6 +127,11 @@ class MatmulAchievable(Benchmark):
 
     params = [DEVICES, DTYPES, ["burst", "sustained"]]
     param_names = ["device", "dtype", "run"]
+    #: devbench gpu-run (devbench.plan): bf16 on the GPU first; a search of one device and dtype (GPU_BUDGET_S
+    #: and its finalists) in setup_cache, then a burst (~1.3 s) or a sustained (~7 s) figure
+    headline = [{"device": ["cuda"], "dtype": ["bfloat16"]}]
+    plan_cache_s = 60.0
+    plan_s = 4.5
     #: 2: the search's best is the fastest of its finalists timed again, longer; it was
     #: the fastest of the grid's brief figures, which read high and could pick a shape that was lucky
     work_version = 2
@@ -132,6 +144,9 @@ class MatmulAchievable(Benchmark):
         for device in DEVICES:
             reason = no_cuda_reason() if device == "cuda" else None
             for dtype in DTYPES:
+                if not _read(device, dtype):  # asv --bench (devbench gpu-run, compare): no figure reads it
+                    found[(device, dtype)] = f"{device} {dtype} not selected in this run"
+                    continue
                 why = reason or search_reason(torch.device(device), dtype)
                 if why:
                     found[(device, dtype)] = why

@@ -13,7 +13,7 @@ Multi-node runs use ``python -m devbench.collectives`` under torchrun instead.
 import functools
 
 from devbench.measure import blocks_per_figure
-from devbench.spec import bus_factor, gbps
+from devbench.spec import MiB, bus_factor, gbps
 from devbench.suite import Benchmark, records_gpu_state, selected, with_samples
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
 from devbench.world import BACKENDS, backend_reason, spawn_world
@@ -35,6 +35,11 @@ class Collectives(Benchmark):
     params = [list(BACKENDS), WORLDS, list(OPS), SIZES]
     param_names = ["backend", "world", "op", "nbytes"]
     timeout = 1200.0
+    #: devbench gpu-run (devbench.plan): 1 MiB and 256 MiB first; the sweep is set-up cache, the figures read it
+    headline = [{"nbytes": [MiB, 256 * MiB]}]
+    plan_cache_s = 30.0
+    plan_setup_s = 0.0
+    plan_s = 0.0
     figures_in_setup_cache = True  # devbench compare: one pair of figures per pair of processes
 
     def setup_cache(self):

@@ -49,6 +49,8 @@ class LaunchOverhead(Benchmark):
 
     params = [DEVICES, TASKS, MODES]
     param_names = ["device", "task", "mode"]
+    #: devbench gpu-run runs these first (devbench.plan)
+    headline = [{"device": ["cuda"]}]
 
     def setup(self, device, task, mode):
         pin_threads()

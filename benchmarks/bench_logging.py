@@ -22,6 +22,8 @@ class LogNorms(Benchmark):
 
     params = [DEVICES, STRATEGIES, [100, 1000], [100, 1024]]
     param_names = ["device", "strategy", "steps", "n"]
+    #: devbench gpu-run runs these first (devbench.plan)
+    headline = [{"steps": [1000], "n": [1024]}]
 
     def setup(self, device, strategy, steps, n):
         pin_threads()

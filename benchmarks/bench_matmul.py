@@ -39,6 +39,8 @@ class MatmulSquare(Benchmark):
 
     params = [DEVICES, list(DTYPES), SIZES]
     param_names = ["device", "dtype", "n"]
+    #: devbench gpu-run runs these first (devbench.plan)
+    headline = [{"device": ["cuda"], "n": [1024, 8192]}, {"device": ["cpu"], "dtype": ["float32"], "n": [1024]}]
 
     def setup(self, device, dtype, n):
         self._tf32 = contextlib.nullcontext()  # asv calls teardown after a skip too
@@ -77,6 +79,8 @@ class MatmulSpeedup(Benchmark):
     params = [list(DTYPES), SIZES]
     param_names = ["dtype", "n"]
     rounds = 1
+    headline = [{"dtype": ["float32", "bfloat16"], "n": [1024, 4096]}]
+    plan_gpus = 1
 
     def setup(self, dtype, n):
         self._tf32 = contextlib.nullcontext()  # asv calls teardown after a skip too

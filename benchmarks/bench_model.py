@@ -66,6 +66,8 @@ class TrainingStep(Benchmark):
 
     params = [DEVICES, MODELS, ["plain", "pinned_non_blocking", "pinned_prefetch"]]
     param_names = ["device", "model", "batch_transfer"]
+    #: devbench gpu-run runs these first (devbench.plan)
+    headline = [{"device": ["cuda"]}]
 
     def setup(self, device, model, batch_transfer):
         pin_threads()

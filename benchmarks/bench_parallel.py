@@ -25,6 +25,9 @@ class ParallelMatmul(Benchmark):
 
     params = [MODES, SIZES]
     param_names = ["mode", "n"]
+    #: devbench gpu-run (devbench.plan): n=4096 first; two GPUs for "gpus", one for "streams"
+    headline = [{"n": [4096]}]
+    plan_gpus = {"mode": {"gpus": 2, "streams": 1}}
     #: 2: each lane's work lasts 0.2 s (0.05 s before)
     work_version = 2
 

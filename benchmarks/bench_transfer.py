@@ -25,7 +25,7 @@ from devbench.measure import (
     randn,
     warm_up,
 )
-from devbench.spec import MiB, gbps, size_label
+from devbench.spec import GiB, MiB, gbps, size_label
 from devbench.suite import DEVICES, Benchmark, once, records_gpu_state, require_device, require_gpus, with_samples
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
@@ -100,6 +100,9 @@ class HostDevice(Benchmark):
 
     params = [["h2d", "d2h"], MEMORY, ["blocking", "non_blocking"], SIZES]
     param_names = ["direction", "memory", "mode", "nbytes"]
+    #: devbench gpu-run (devbench.plan): every mode at 64 MiB and pinned blocking at 256 MiB first
+    headline = [{"nbytes": [64 * MiB]}, {"memory": ["pinned"], "mode": ["blocking"], "nbytes": [256 * MiB]}]
+    plan_gpus = 1
 
     def setup(self, direction, memory, mode, nbytes):
         pin_threads()
@@ -133,6 +136,7 @@ class HostDeviceBidirectional(Benchmark):
 
     params = [[4 * MiB, 64 * MiB, 256 * MiB]]
     param_names = ["nbytes"]
+    plan_gpus = 1
     rounds = 1
 
     def setup(self, nbytes):
@@ -179,6 +183,7 @@ class DeviceCopy(Benchmark):
 
     params = [DEVICES, SIZES]
     param_names = ["device", "nbytes"]
+    headline = [{"device": ["cuda"], "nbytes": [64 * MiB, GiB]}, {"device": ["cpu"], "nbytes": [64 * MiB]}]
 
     def setup(self, device, nbytes):
         pin_threads()
@@ -229,6 +234,8 @@ class PeerCopy(Benchmark):
 
     params = [["0->1", "1->0"], SIZES]
     param_names = ["route", "nbytes"]
+    headline = [{"nbytes": [256 * MiB]}]
+    plan_gpus = 2
 
     def setup(self, route, nbytes):
         pin_threads()
@@ -278,6 +285,7 @@ class PeerMatrix(Benchmark):
 
     params = [MATRIX_SIZES]
     param_names = ["nbytes"]
+    plan_gpus = 2
     timeout = 1200.0
     figures_in_setup_cache = True  # devbench compare: one pair of figures per pair of processes
 

@@ -1,4 +1,4 @@
-"""The ``devbench`` command: info, machine, report, validate, compare."""
+"""The ``devbench`` command: info, machine, report, validate, compare, gpu-run."""
 
 from __future__ import annotations
 
@@ -134,6 +134,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ab_command.add_arguments(p)
     p.set_defaults(func=ab_command.run)
+
+    from devbench import gpurun
+
+    p = sub.add_parser(
+        "gpu-run",
+        help="the whole suite in one time-boxed call (a lent or rented GPU machine): plan, asv run, CUDA tests, "
+        "validate, packed into one folder",
+        description="Plan the suite against a time budget (each benchmark's points and expected seconds, the "
+        "headline points first, what the budget drops), print the plan, then run it with asv in two calls "
+        "(headline points, then the rest re-planned with what the first call cost), the tests that need CUDA and "
+        "devbench validate, and pack asv results, GPU state, nvidia-smi before and after and the logs into --out. "
+        "Exit 0: every stage passed; 1: a stage failed or ran out of time; 2: bad input; 130/143: interrupted.",
+        epilog=gpurun.EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    gpurun.add_arguments(p)
+    p.set_defaults(func=gpurun.run)
 
     return parser
 

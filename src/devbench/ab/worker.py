@@ -169,8 +169,20 @@ def _run_cache(bench, request: dict, cache_dir: str, cached: dict[str, str]) -> 
     return {"cached": True}
 
 
+def _attr(bench, name: str, default=None):
+    """A benchmark attribute as asv_runner reads it: the method's own, else its class's, else ``default``."""
+    return next((getattr(s, name) for s in bench._attr_sources if hasattr(s, name)), default)
+
+
+#: what ``devbench gpu-run`` plans with: asv's timing attributes and the suite's plan declarations
+#: (``devbench.plan``): its headline points and its own estimates of set-up and figure time
+_PLANNED = ("rounds", "repeat", "sample_time", "warmup_time", "timeout", "headline", "plan_gpus", "plan_setup_s",
+            "plan_s", "plan_cache_s")  # fmt: skip
+
+
 def _describe(bench) -> dict:
     return {
+        **{k: v for k in _PLANNED if (v := _attr(bench, k)) is not None},
         "name": bench.name,
         "unit": getattr(bench, "unit", ""),
         "params": [list(p) for p in bench.params],

@@ -1,0 +1,326 @@
+"""``devbench gpu-run``: the whole suite on one machine in one time-boxed call, packed into one folder.
+
+Made for a GPU machine lent for minutes (one command of at most 10), and as useful on a rented box:
+
+1. ``nvidia-smi -q`` before, and the asv machine recorded with its GPU fields (``devbench machine``);
+2. the plan (``devbench.plan``): the costs of a process, a CUDA context and an asv call measured here,
+   every combination's estimate, what the budget drops, printed before anything runs;
+3. ``asv run`` of the headline points (tier 0), then of the rest (tier 1) re-planned with what tier 0
+   really cost; both into one asv result of this commit, with ``-a rounds=R`` (1 by default, where a
+   full ``asv run`` takes 2 rounds of the ``time_`` benchmarks: each figure then comes from one process);
+4. the tests that need CUDA (``pytest -m cuda``) and ``devbench validate``, each under what is left;
+5. ``nvidia-smi -q`` after, and the packing: ``plan.json`` (estimate and actual of every stage),
+   ``results.tgz`` (asv results, GPU state, run info, searches), the smi and test and validate texts.
+
+Each stage runs in a process group of its own, stopped whole at its time limit or on Ctrl-C/SIGTERM,
+and what the earlier stages made is packed whatever a later one does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from devbench import plan as P
+
+#: seconds held back after the benchmarks: the CUDA tests, validate, and the packing
+TESTS_S = 60.0
+VALIDATE_S = 90.0
+PACK_S = 5.0
+#: what asv costs to start beside importing the suite twice
+ASV_START_S = 2.0
+#: the folders of .asv that a run fills, packed with the results
+STATE_DIRS = ("gpustate", "runinfo", "achievable", "fleet")
+
+EXAMPLES = """examples:
+  devbench gpu-run --plan-only                      # the plan for this machine, nothing run
+  devbench gpu-run --machine h100 --out $OUT        # the lent GPU machine's one call
+  devbench gpu-run --budget-s 1800 --rounds 2       # a rented box with time: the full grid, asv's rounds
+  devbench gpu-run --bench 'Matmul' --budget-s 120  # one family
+"""
+
+_PROBE = """
+import json, os, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+t2 = time.perf_counter()
+gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+if gpus:
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+t3 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus}))
+"""
+
+
+class Stopped(Exception):
+    """Ctrl-C or SIGTERM: the exit code says which."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tuple[int, float]:
+    """Run ``cmd`` in a process group of its own, its output to ``log``; stop the whole group at the limit.
+    Returns the exit code (124 at the time limit) and the seconds it ran."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
+    try:
+        code = proc.wait(timeout=max(1.0, timeout_s))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        code = 124
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return code, time.monotonic() - start
+
+
+def probe_costs(python: str) -> P.Costs:
+    """The import of torch, a fork of a process that holds it and a CUDA context, timed in a fresh process."""
+    out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"the probe of {python} failed: {out.stderr.strip().splitlines()[-1:]}")
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return P.Costs(launch_s=got["fork_s"], cuda_context_s=got["context_s"],
+                   asv_call_s=ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]))  # fmt: skip
+
+
+def list_benchmarks(repo: Path, python: str, log: Any) -> dict[str, dict[str, Any]]:
+    """The suite's benchmarks as asv_runner discovers them (``devbench.ab.worker``'s listing)."""
+    from devbench.ab.session import Worker
+
+    worker = Worker("plan", python, repo, log, dict(os.environ), timeout_s=300.0)
+    try:
+        return worker.start().benchmarks
+    finally:
+        worker.stop()
+
+
+def selection_regex(points: list[P.Point]) -> str:
+    """One regular expression for asv's ``--bench`` that selects exactly ``points``."""
+    return "^(?:" + "|".join(re.escape(p.selector) for p in points) + ")$"
+
+
+def _sha(repo: Path) -> str:
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{repo} is not a git checkout (asv reads the commit and its date from git)")
+    return out.stdout.strip()
+
+
+def _smi(path: Path) -> None:
+    if shutil.which("nvidia-smi") is None:
+        path.write_text("nvidia-smi: not on this machine\n")
+        return
+    with open(path, "w") as f:
+        subprocess.run(["nvidia-smi", "-q"], stdout=f, stderr=subprocess.STDOUT, timeout=60)
+
+
+class Run:
+    """One ``gpu-run``: its options, its clock and the record of its stages."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.repo = Path(args.repo).resolve()
+        self.out = Path(args.out).resolve()
+        self.start = time.monotonic()
+        self.stages: list[dict[str, Any]] = []
+
+    def left(self) -> float:
+        return self.args.budget_s - (time.monotonic() - self.start)
+
+    def stage(self, name: str, cmd: list[str], limit_s: float, estimate_s: float, log_path: Path | None = None,
+              env: dict[str, str] | None = None) -> int:  # fmt: skip
+        print(f"== {name}: expected {estimate_s:.0f} s, limit {limit_s:.0f} s ({self.left():.0f} s of the budget left)",
+              flush=True)  # fmt: skip
+        if limit_s < 5:
+            print(f"== {name}: skipped, out of time", flush=True)
+            self.stages.append({"stage": name, "estimate_s": estimate_s, "actual_s": 0.0, "rc": None,
+                                "note": "skipped: out of time"})  # fmt: skip
+            return 124
+        with open(log_path, "w") if log_path else open(os.devnull, "w") as sink:
+            log = sink if log_path else None
+            code, took = _group_run(cmd, limit_s, log, cwd=self.repo, env=env)
+        if log_path:
+            sys.stdout.write(log_path.read_text()[-4000:])
+        note = "stopped at its time limit" if code == 124 else ""
+        print(f"== {name}: exit {code} in {took:.1f} s (expected {estimate_s:.0f} s) {note}".rstrip(), flush=True)
+        self.stages.append({"stage": name, "estimate_s": round(estimate_s, 1), "actual_s": round(took, 1), "rc": code,
+                            "note": note})  # fmt: skip
+        return code
+
+
+def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> list[str]:
+    return [python, "-m", "asv", "run", "-E", f"existing:{python}", "--machine", machine, "--set-commit-hash", sha,
+            "-a", f"rounds={rounds}", "--show-stderr", "--bench", regex]  # fmt: skip
+
+
+def execute(args: argparse.Namespace) -> int:
+    run = Run(args)
+    run.out.mkdir(parents=True, exist_ok=True)
+    python = args.python
+    sha = _sha(run.repo)
+    machine = args.machine
+    _smi(run.out / "smi-before.txt")
+    record = [python, "-m", "devbench.cli", "machine", "--machine", machine]
+    if subprocess.run(record, cwd=run.repo).returncode != 0:
+        raise RuntimeError(f"could not record the asv machine {machine!r} (devbench machine failed)")
+
+    costs = probe_costs(python)
+    with open(run.out / "listing.log", "w") as log:
+        listing = list_benchmarks(run.repo, python, log)
+    (run.out / "listing.log").unlink()
+    only = re.compile(args.bench) if args.bench else None
+    reserve = PACK_S + (TESTS_S if args.tests else 0.0) + (VALIDATE_S if args.validate else 0.0)
+    plan = P.make_plan(listing, lambda s: only is None or only.search(s) is not None, costs,
+                       run.left(), reserve, rounds=args.rounds)  # fmt: skip
+    print(P.format_plan(plan), flush=True)
+    _write_plan(run, plan)
+    if args.plan_only:
+        return 0
+    if not plan.kept():
+        print("gpu-run: no point to run here", flush=True)
+
+    failed = False
+    tier0 = plan.estimate_s(0)
+    for tier in (0, 1):
+        kept = plan.kept(tier)
+        if tier == 1 and kept:
+            done = [s for s in run.stages if s["stage"] == "asv tier 0"]
+            scale = min(4.0, max(0.5, done[0]["actual_s"] / tier0)) if done and tier0 > 0 else 1.0
+            before = len(kept)
+            P.fit(plan, run.left() - reserve, tiers=(1,), scale=scale)
+            kept = plan.kept(1)
+            print(f"== tier 1 re-planned: tier 0 took {scale:.2f}x its estimate; {len(kept)} of {before} points kept"
+                  + (f" ({before - len(kept)} more dropped: plan.json names them)" if len(kept) < before else ""),
+                  flush=True)  # fmt: skip
+            _write_plan(run, plan)
+        if not kept:
+            continue
+        regex = selection_regex(kept)
+        env = {**os.environ, "DEVBENCH_BENCH": regex}  # a setup_cache sweep measures only what is read
+        code = run.stage(f"asv tier {tier}", _asv_cmd(python, machine, sha, args.rounds, regex),
+                         run.left() - reserve, plan.estimate_s(tier), env=env)  # fmt: skip
+        failed |= code != 0
+    if args.tests and (run.repo / "tests").is_dir():
+        code = run.stage("cuda tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"],
+                         run.left() - PACK_S - (VALIDATE_S if args.validate else 0), TESTS_S,
+                         log_path=run.out / "tests.txt")  # fmt: skip
+        failed |= code not in (0, 5)  # 5: no test selected (none needs CUDA in this tree)
+    if args.validate:
+        code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine],
+                         run.left() - PACK_S, VALIDATE_S, log_path=run.out / "validate.txt")  # fmt: skip
+        failed |= code != 0
+    _smi(run.out / "smi-after.txt")
+    pack(run.repo, machine, run.out / "results.tgz")
+    _write_plan(run, plan)
+    took = time.monotonic() - run.start
+    print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f}; expected {plan.estimate_s() + sum_reserves(args):.0f} s; "
+          f"packed into {run.out}", flush=True)  # fmt: skip
+    return 1 if failed else 0
+
+
+def sum_reserves(args: argparse.Namespace) -> float:
+    return (TESTS_S if args.tests else 0.0) + (VALIDATE_S if args.validate else 0.0)
+
+
+def _write_plan(run: Run, plan: P.Plan) -> None:
+    record = P.to_json(plan) | {"stages": run.stages, "elapsed_s": round(time.monotonic() - run.start, 1),
+                                "options": {k: v for k, v in vars(run.args).items() if k != "func"}}  # fmt: skip
+    tmp = run.out / ".plan.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, run.out / "plan.json")
+
+
+def pack(repo: Path, machine: str, dest: Path) -> list[str]:
+    """The asv results of ``machine`` (with benchmarks.json) and the run's state folders, as one tarball.
+    Written beside ``dest`` and renamed: a half-written tarball never takes its place."""
+    asv = repo / ".asv"
+    members = [asv / "results" / machine, asv / "results" / "benchmarks.json", *(asv / d for d in STATE_DIRS)]
+    members = [m for m in members if m.exists()]
+    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tgz", dir=dest.parent)
+    os.close(fd)
+    with tarfile.open(tmp, "w:gz") as tar:
+        for m in members:
+            tar.add(m, arcname=str(m.relative_to(repo)))
+    os.replace(tmp, dest)
+    return [str(m.relative_to(repo)) for m in members]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--machine", default=os.uname().nodename,
+                   help="asv machine name, recorded with its GPU fields (default: this host's name)")  # fmt: skip
+    p.add_argument("--budget-s", type=float, default=480.0,
+                   help="seconds for everything, the packing included (default: %(default)s: 8 minutes)")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=1, help="asv rounds of each time_ benchmark (default: %(default)s)")
+    p.add_argument("--bench", help="regular expression over asv's name(params): run only these")
+    p.add_argument("--out", default=".asv/gpu-run", help="where the packed run goes (default: %(default)s)")
+    p.add_argument("--python", default=sys.executable, help="the Python whose torch the suite runs with")
+    p.add_argument("--repo", default=".", help="the repository (a git checkout with asv.conf.json)")
+    p.add_argument("--plan-only", action="store_true", help="print and write the plan, run nothing")
+    p.add_argument("--no-tests", dest="tests", action="store_false", help="leave out the tests that need CUDA")
+    p.add_argument("--no-validate", dest="validate", action="store_false", help="leave out devbench validate")
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if not args.budget_s > 0:
+        return f"--budget-s must be > 0, got {args.budget_s}"
+    if args.rounds < 1:
+        return f"--rounds must be >= 1, got {args.rounds}"
+    if args.bench:
+        try:
+            re.compile(args.bench)
+        except re.error as exc:
+            return f"--bench {args.bench!r} is not a regular expression: {exc}"
+    if not (Path(args.repo) / "asv.conf.json").is_file():
+        return f"--repo {args.repo}: no asv.conf.json there"
+    if not Path(args.python).exists():
+        return f"--python {args.python} does not exist"
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", args.machine):
+        return f"--machine {args.machine!r}: use letters, digits, '.', '_' and '-'"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = _check(args)
+    if problem:
+        print(f"devbench gpu-run: {problem}", file=sys.stderr)
+        return 2
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise Stopped(143)
+
+    before = signal.signal(signal.SIGTERM, terminated)
+    try:
+        return execute(args)
+    except KeyboardInterrupt:
+        print("devbench gpu-run: interrupted; what finished is in the output folder", file=sys.stderr)
+        return 130
+    except Stopped as stop:
+        print("devbench gpu-run: terminated; what finished is in the output folder", file=sys.stderr)
+        return stop.code
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        print(f"devbench gpu-run: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, before)

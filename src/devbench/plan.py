@@ -1,0 +1,305 @@
+"""What a time-boxed run of the suite measures, what it expects that to cost, and what it leaves out.
+
+``devbench gpu-run`` (``devbench.gpurun``) plans with this before it starts asv: every combination
+of every selected benchmark becomes a ``Point`` with an estimate of its seconds, and ``choose``
+keeps points in priority order until the budget is spent. Nothing here imports torch or asv.
+
+Priority. A benchmark class may declare its headline points as ``headline = [{param: [values]}, ...]``:
+a combination whose value of each parameter named in one entry is listed there is a headline point
+(tier 0); the others are tier 1. A class with no ``headline`` has only headline points. Tier 0 runs first, in
+one asv call; tier 1 after it, re-planned with what tier 0 really cost. Points are dropped from
+the end of tier 1 first, taking each benchmark's points in turn, so that every family keeps as
+many as it can; a benchmark's first point is never dropped, so no family goes silently.
+
+Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a rounds=R``):
+
+* launch: the fork of asv's forkserver and, for a GPU point, a CUDA context (``Costs.launch_s``,
+  measured on the machine before the plan is made);
+* set-up: the class's ``plan_setup_s``, else ``SETUP_S``;
+* samples: a ``time_`` benchmark samples for at most ``min(repeat[2], repeat[1] * sample_time)``
+  seconds (asv's rule, ``warmup_time`` before it); a ``track_`` one takes the class's ``plan_s``,
+  else ``TRACK_S`` (the engine's 11 blocks of 0.1 s, and its sizing).
+
+A point that needs more GPUs than the machine has (``gpus_needed``: a ``'cuda'`` value, or the class's
+``plan_gpus``) is not run: asv would fork a process only to skip it. A ``setup_cache``
+(``plan_cache_s``) counts once per benchmark module and tier. Each asv call adds
+``Costs.asv_call_s`` (asv imports the suite twice: discovery and its forkserver).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+#: seconds of a combination's set-up when its class declares none
+SETUP_S = 0.3
+#: seconds of one ``track_`` figure when its class declares none: 11 blocks of 0.1 s and their sizing
+TRACK_S = 1.3
+#: parameter values that need a CUDA device (as ``devbench.ab.selection``)
+GPU_VALUES = ("'cuda'", "'nccl'")
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What the machine costs per process and per asv call, measured before planning."""
+
+    launch_s: float  # fork of asv's forkserver
+    cuda_context_s: float  # first CUDA call of a process (0 without CUDA)
+    asv_call_s: float  # one asv run: start, discovery, forkserver's import of the suite
+    gpus: int  # CUDA devices visible (0: none, or a CPU-only torch)
+
+
+@dataclass
+class Point:
+    """One combination of one benchmark, as asv's ``--bench`` names it."""
+
+    benchmark: str
+    idx: int
+    values: tuple[str, ...]
+    names: tuple[str, ...]
+    tier: int
+    rank: int  # its place among its benchmark's points of the same tier
+    estimate_s: float
+    state: str = "run"  # run, skip (cannot run here), dropped (over the budget)
+    reason: str = ""
+
+    @property
+    def selector(self) -> str:
+        return f"{self.benchmark}({', '.join(self.values)})" if self.values else self.benchmark
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v.strip(chr(39))}" for k, v in zip(self.names, self.values, strict=True))
+
+
+@dataclass
+class Plan:
+    points: list[Point]
+    budget_s: float
+    reserve_s: float  # held back for what runs after the benchmarks (tests, validate, packing)
+    costs: Costs
+    rounds: int
+    cache_s: dict[tuple[str, int], float] = field(default_factory=dict)  # (module, tier) -> setup_cache s
+
+    def kept(self, tier: int | None = None) -> list[Point]:
+        return [p for p in self.points if p.state == "run" and (tier is None or p.tier == tier)]
+
+    def dropped(self) -> list[Point]:
+        return [p for p in self.points if p.state == "dropped"]
+
+    def estimate_s(self, tier: int | None = None) -> float:
+        """Seconds the kept points of ``tier`` (every tier: None) are expected to take, asv calls included."""
+        tiers = [tier] if tier is not None else sorted({p.tier for p in self.kept()})
+        total = 0.0
+        for t in tiers:
+            kept = self.kept(t)
+            if not kept:
+                continue
+            modules = {p.benchmark.split(".", 1)[0] for p in kept}
+            total += self.costs.asv_call_s + sum(p.estimate_s for p in kept)
+            total += sum(self.cache_s.get((m, t), 0.0) for m in modules)
+        return total
+
+
+def _matches(bench: dict[str, Any], values: tuple[str, ...], where: dict[str, Any], what: str) -> bool:
+    names = list(bench.get("param_names", []))
+    for name, wanted in where.items():
+        if name not in names:
+            raise ValueError(f"{bench['name']}: {what} names {name!r}, which is not a parameter ({names})")
+        if values[names.index(name)] not in {repr(w) for w in wanted}:
+            return False
+    return True
+
+
+def is_headline(bench: dict[str, Any], values: tuple[str, ...]) -> bool:
+    """Whether the point matches one of the class's ``headline`` entries (each ``{param: [values]}``, every
+    named parameter at one of its values). No ``headline``: every point is one."""
+    headline = bench.get("headline")
+    if not headline:
+        return True
+    entries = headline if isinstance(headline, list) else [headline]
+    return any(_matches(bench, values, entry, "headline") for entry in entries)
+
+
+def gpus_needed(bench: dict[str, Any], values: tuple[str, ...]) -> int:
+    """GPUs the point needs: 1 for a ``'cuda'`` or ``'nccl'`` value, or what the class's ``plan_gpus`` says
+    (a number for every point, or ``{param: {value: gpus}}``)."""
+    need = 1 if any(v in GPU_VALUES for v in values) else 0
+    declared = bench.get("plan_gpus", 0)
+    if isinstance(declared, int | float):
+        return max(need, int(declared))
+    names = list(bench.get("param_names", []))
+    for name, by_value in declared.items():
+        if name not in names:
+            raise ValueError(f"{bench['name']}: plan_gpus names {name!r}, which is not a parameter ({names})")
+        for value, gpus in by_value.items():
+            if values[names.index(name)] == repr(value):
+                need = max(need, int(gpus))
+    return need
+
+
+def sample_s(bench: dict[str, Any]) -> float:
+    """Seconds one round of the benchmark spends sampling (its set-up and launch apart)."""
+    kind = bench["name"].rsplit(".", 1)[-1].split("_", 1)[0]
+    if kind != "time":
+        return float(bench.get("plan_s", TRACK_S))
+    repeat = bench.get("repeat", 0)
+    sample_time = float(bench.get("sample_time", 0.01))
+    if isinstance(repeat, list | tuple) and len(repeat) == 3:
+        most, cap = int(repeat[1]), float(repeat[2])
+    elif repeat:
+        most, cap = int(repeat), float(bench.get("timeout", 60.0))
+    else:  # asv's default for repeat = 0
+        most, cap = 10, 20.0
+    warmup = float(bench.get("warmup_time", 0.1))
+    return max(0.0, warmup) + min(cap, most * sample_time)
+
+
+def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int) -> list[Point]:
+    """Every combination of the listed benchmarks that ``pattern_ok(selector)`` accepts, with its estimate."""
+    out: list[Point] = []
+    for name in sorted(listing):
+        bench = listing[name]
+        product = list(itertools.product(*bench["params"])) if bench["params"] else [()]
+        ranks = [0, 0]
+        for idx, values in enumerate(product):
+            values = tuple(values)
+            tier = 0 if is_headline(bench, values) else 1
+            need = gpus_needed(bench, values)
+            point = Point(name, idx, values, tuple(bench["param_names"]), tier, ranks[tier], 0.0)
+            if not pattern_ok(point.selector):
+                continue
+            ranks[tier] += 1
+            if need > costs.gpus:
+                point.state = "skip"
+                point.reason = f"needs {need} GPU(s), this machine has {costs.gpus}" if costs.gpus else "no CUDA here"
+                out.append(point)
+                continue
+            launch = costs.launch_s + (costs.cuda_context_s if need else 0.0)
+            per_round = launch + float(bench.get("plan_setup_s", SETUP_S)) + sample_s(bench)
+            point.estimate_s = rounds * per_round
+            out.append(point)
+    return out
+
+
+def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
+              rounds: int = 1) -> Plan:  # fmt: skip
+    """The plan: every selected point, tier 0 first, dropped from the lowest priority until it fits."""
+    plan = Plan(points(listing, pattern_ok, costs, rounds), budget_s, reserve_s, costs, rounds)
+    for name, bench in listing.items():
+        if bench.get("plan_cache_s") and bench.get("setup_cache"):
+            module = name.split(".", 1)[0]
+            for tier in (0, 1):
+                plan.cache_s[(module, tier)] = max(plan.cache_s.get((module, tier), 0.0), float(bench["plan_cache_s"]))
+    fit(plan, budget_s - reserve_s)
+    return plan
+
+
+def _order(candidates: list[Point]) -> list[Point]:
+    """Priority order: tier, then each benchmark's points in turn (its first, then everyone's second, ...)."""
+    return sorted(candidates, key=lambda p: (p.tier, p.rank, p.benchmark, p.idx))
+
+
+def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: float = 1.0) -> None:
+    """Keep the points of ``tiers`` in priority order while the estimate (times ``scale``) fits in ``seconds``.
+
+    A benchmark's first point is kept whatever it costs, unless the benchmark has points kept in another
+    tier: a family is never dropped whole. ``scale`` is what the points measured so far really cost over
+    their estimate.
+    """
+    candidates = _order([p for p in plan.points if p.tier in tiers and p.state in ("run", "dropped")])
+    elsewhere = {p.benchmark for p in plan.points if p.tier not in tiers and p.state == "run"}
+    for p in candidates:
+        p.state, p.reason = "dropped", "over the time budget"
+    calls: set[int] = set()
+    caches: set[tuple[str, int]] = set()
+    total = 0.0
+
+    def take(p: Point) -> float:
+        """``p`` kept: the seconds it adds, its tier's asv call and its module's set-up cache included."""
+        module = p.benchmark.split(".", 1)[0]
+        added = p.estimate_s
+        if p.tier not in calls:
+            calls.add(p.tier)
+            added += plan.costs.asv_call_s
+        if (module, p.tier) not in caches:
+            caches.add((module, p.tier))
+            added += plan.cache_s.get((module, p.tier), 0.0)
+        p.state, p.reason = "run", ""
+        return added
+
+    firsts: dict[str, Point] = {}
+    for p in candidates:
+        if p.benchmark not in elsewhere:
+            firsts.setdefault(p.benchmark, p)
+    for p in firsts.values():
+        total += take(p)
+    for p in candidates:
+        if p.state == "run":
+            continue
+        module = p.benchmark.split(".", 1)[0]
+        added = p.estimate_s + (0.0 if p.tier in calls else plan.costs.asv_call_s)
+        added += 0.0 if (module, p.tier) in caches else plan.cache_s.get((module, p.tier), 0.0)
+        if (total + added) * scale <= seconds + 1e-9:  # sums in another order round apart
+            total += take(p)
+
+
+def summary_rows(plan: Plan) -> list[dict[str, Any]]:
+    """One row per benchmark: its points, those kept, skipped and dropped, and the seconds expected."""
+    rows: dict[str, dict[str, Any]] = {}
+    for p in plan.points:
+        row = rows.setdefault(p.benchmark, {"benchmark": p.benchmark, "points": 0, "run": 0, "skip": 0,
+                                            "dropped": 0, "estimate_s": 0.0})  # fmt: skip
+        row["points"] += 1
+        row[p.state] += 1
+        if p.state == "run":
+            row["estimate_s"] += p.estimate_s
+    return list(rows.values())
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as a person reads it before the run starts."""
+    c = plan.costs
+    lines = [
+        f"plan: {len(plan.kept())} of {len(plan.points)} points in {plan.rounds} round(s); "
+        f"budget {plan.budget_s:.0f} s, of which {plan.reserve_s:.0f} s held for tests, validate and packing",
+        f"costs measured here: a process {c.launch_s:.2f} s"
+        + (f", its CUDA context {c.cuda_context_s:.2f} s ({c.gpus} GPU(s))" if c.gpus else ", no CUDA device")
+        + f", an asv call {c.asv_call_s:.1f} s",
+        "",
+        f"{'benchmark':<56} {'points':>6} {'run':>5} {'skip':>5} {'drop':>5} {'expect':>8}",
+    ]
+    for row in summary_rows(plan):
+        lines.append(f"{row['benchmark']:<56} {row['points']:>6} {row['run']:>5} {row['skip']:>5} "
+                     f"{row['dropped']:>5} {row['estimate_s']:>7.1f}s")  # fmt: skip
+    lines.append(f"{'expected, asv calls and set-up caches included':<80} {plan.estimate_s():>7.1f}s")
+    dropped = plan.dropped()
+    if dropped:
+        lines += ["", f"dropped by the budget ({len(dropped)} points, lowest priority first):"]
+        by_bench: dict[str, list[str]] = {}
+        for p in reversed(_order(dropped)):
+            by_bench.setdefault(p.benchmark, []).append(p.label)
+        for name, labels in by_bench.items():
+            shown = "; ".join(labels[:4]) + (f"; and {len(labels) - 4} more" if len(labels) > 4 else "")
+            lines.append(f"  {name}: {shown}")
+    skipped = [p for p in plan.points if p.state == "skip"]
+    if skipped:
+        reasons = sorted({p.reason for p in skipped})
+        lines += ["", f"skipped ({len(skipped)} points): " + "; ".join(reasons)]
+    return "\n".join(lines)
+
+
+def to_json(plan: Plan) -> dict[str, Any]:
+    return {
+        "budget_s": plan.budget_s,
+        "reserve_s": plan.reserve_s,
+        "rounds": plan.rounds,
+        "costs": plan.costs.__dict__,
+        "estimate_s": plan.estimate_s(),
+        "points": [
+            {"benchmark": p.benchmark, "params": p.label, "tier": p.tier, "state": p.state, "reason": p.reason,
+             "estimate_s": round(p.estimate_s, 3)}  # fmt: skip
+            for p in plan.points
+        ],
+    }

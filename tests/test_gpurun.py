@@ -1,0 +1,217 @@
+"""devbench gpu-run: the plan, its budget rule, and the whole run end to end on the CPU (GPU points skipped)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from devbench import plan as P
+from devbench.gpurun import selection_regex
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from asv_fixture import _git, run_group  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+NO_GPU = P.Costs(launch_s=0.1, cuda_context_s=0.0, asv_call_s=5.0, gpus=0)
+ONE_GPU = P.Costs(launch_s=0.1, cuda_context_s=0.5, asv_call_s=5.0, gpus=1)
+
+
+def _bench(name, params, names, **attrs):
+    return {"name": name, "params": [[repr(v) for v in p] for p in params], "param_names": names, **attrs}
+
+
+def _listing():
+    """Two families as the worker lists them: a matmul grid with headline points, a copy that needs 2 GPUs."""
+    benches = [
+        _bench("bench_m.Mat.track_tflops", [["cpu", "cuda"], [64, 1024, 8192]], ["device", "n"],
+               headline=[{"device": ["cuda"], "n": [8192]}], plan_s=1.0, plan_setup_s=0.4),
+        _bench("bench_m.Mat.time_mm", [["cpu", "cuda"], [64, 1024, 8192]], ["device", "n"],
+               headline=[{"device": ["cuda"], "n": [8192]}], repeat=[3, 40, 2.0], sample_time=0.05, warmup_time=0.0),
+        _bench("bench_p.Peer.track_gbps", [["0->1"], [1, 2]], ["route", "nbytes"], plan_gpus=2),
+        _bench("bench_p.Info.track_count", [], []),
+    ]  # fmt: skip
+    return {b["name"]: b for b in benches}
+
+
+def _all(_selector):
+    return True
+
+
+def test_a_time_benchmark_samples_as_asv_does_and_a_track_one_as_declared():
+    listing = _listing()
+    assert P.sample_s(listing["bench_m.Mat.time_mm"]) == pytest.approx(2.0)  # min(2.0 s, 40 x 0.05 s)
+    assert P.sample_s(listing["bench_m.Mat.track_tflops"]) == 1.0
+    assert P.sample_s(listing["bench_p.Info.track_count"]) == P.TRACK_S
+    assert P.sample_s({"name": "m.C.time_x", "repeat": 0}) == pytest.approx(0.1 + min(20.0, 10 * 0.01))
+
+
+def test_headline_points_are_tier_0_and_points_needing_more_gpus_are_skipped():
+    plan = P.make_plan(_listing(), _all, ONE_GPU, budget_s=1000, reserve_s=0)
+    by = {(p.benchmark, p.label): p for p in plan.points}
+    assert by[("bench_m.Mat.track_tflops", "device=cuda, n=8192")].tier == 0
+    assert by[("bench_m.Mat.track_tflops", "device=cpu, n=8192")].tier == 1
+    peer = by[("bench_p.Peer.track_gbps", "route=0->1, nbytes=1")]
+    assert peer.state == "skip" and peer.reason == "needs 2 GPU(s), this machine has 1"
+    gpu = by[("bench_m.Mat.track_tflops", "device=cuda, n=64")]
+    assert gpu.estimate_s == pytest.approx(0.1 + 0.5 + 0.4 + 1.0)  # launch, CUDA context, set-up, figure
+    assert by[("bench_m.Mat.track_tflops", "device=cpu, n=64")].estimate_s == pytest.approx(0.1 + 0.4 + 1.0)
+    assert not plan.dropped()
+    without = P.make_plan(_listing(), _all, NO_GPU, budget_s=1000, reserve_s=0)
+    assert {p.reason for p in without.points if p.state == "skip"} == {"no CUDA here"}
+
+
+def test_rounds_multiply_each_point_and_a_bad_headline_is_named():
+    one = P.make_plan(_listing(), _all, NO_GPU, 1000, 0, rounds=1)
+    two = P.make_plan(_listing(), _all, NO_GPU, 1000, 0, rounds=2)
+    assert two.points[0].estimate_s == pytest.approx(2 * one.points[0].estimate_s)
+    bad = _listing()
+    bad["bench_m.Mat.time_mm"]["headline"] = [{"size": [1]}]
+    with pytest.raises(ValueError, match="headline names 'size', which is not a parameter"):
+        P.make_plan(bad, _all, NO_GPU, 1000, 0)
+
+
+def test_the_budget_drops_tier_1_first_in_turns_and_never_a_whole_family():
+    listing = _listing()
+    full = P.make_plan(listing, _all, ONE_GPU, budget_s=1000, reserve_s=0)
+    tier0 = full.estimate_s(0)
+    # room for tier 0 and one more point: one of tier 1 is kept, the rest dropped, every family keeps points
+    one_more = max(p.estimate_s for p in full.kept(1)) + NO_GPU.asv_call_s
+    plan = P.make_plan(listing, _all, ONE_GPU, budget_s=tier0 + one_more + 0.01, reserve_s=0)
+    assert all(p.state == "run" for p in plan.points if p.tier == 0 and p.state != "skip")
+    assert len(plan.kept(1)) == 1 and plan.dropped()
+    assert plan.kept(1)[0].rank == 0  # the first of a benchmark's tier-1 points goes first
+    assert plan.estimate_s() <= tier0 + one_more + 0.01
+    # a budget below tier 0: each benchmark still runs its first point, and the plan says what went
+    tiny = P.make_plan(listing, _all, ONE_GPU, budget_s=1.0, reserve_s=0)
+    kept = {p.benchmark for p in tiny.kept()}
+    assert kept == {"bench_m.Mat.track_tflops", "bench_m.Mat.time_mm", "bench_p.Info.track_count"}
+    text = P.format_plan(tiny)
+    assert "dropped by the budget" in text and "bench_m.Mat.time_mm: " in text
+    assert "needs 2 GPU(s), this machine has 1" in text
+
+
+def test_a_replan_with_what_tier_0_cost_keeps_fewer_tier_1_points():
+    plan = P.make_plan(_listing(), _all, ONE_GPU, budget_s=1000, reserve_s=0)
+    before = len(plan.kept(1))
+    room = plan.estimate_s(1)
+    P.fit(plan, room, tiers=(1,), scale=1.0)
+    assert len(plan.kept(1)) == before  # as much room as it needs: all kept
+    P.fit(plan, room, tiers=(1,), scale=2.0)  # tier 0 took twice its estimate: about half of tier 1 fits
+    assert 0 < len(plan.kept(1)) < before
+    assert plan.estimate_s(1) * 2.0 <= room
+    assert all(p.state == "run" for p in plan.points if p.tier == 0 and p.state != "skip")
+    # without a GPU the families' tier-0 points cannot run: each keeps its first tier-1 point however short
+    cpu = P.make_plan(_listing(), _all, NO_GPU, budget_s=1000, reserve_s=0)
+    P.fit(cpu, 0.0, tiers=(1,))
+    assert {p.benchmark for p in cpu.kept(1)} == {"bench_m.Mat.track_tflops", "bench_m.Mat.time_mm"}
+
+
+def test_the_selection_regex_selects_exactly_the_kept_points_in_asvs_names():
+    plan = P.make_plan(_listing(), _all, ONE_GPU, budget_s=20, reserve_s=0)
+    regex = re.compile(selection_regex(plan.kept()))
+    for p in plan.points:
+        assert bool(regex.search(p.selector)) == (p.state == "run"), p.selector
+    assert regex.search("bench_m.Mat.track_tflops('cuda', 8192)")
+    assert not regex.search("bench_m.Mat.track_tflops('cuda', 81920)")
+
+
+def _project(tmp: Path) -> Path:
+    """The suite as a repository of its own (asv reads commits from git), run in this Python."""
+    repo = tmp / "repo"
+    repo.mkdir()
+    shutil.copy(ROOT / "asv.conf.json", repo)
+    shutil.copytree(ROOT / "benchmarks", repo / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "suite")
+    return repo
+
+
+def _gpu_run(tmp_path, repo, *argv):
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "devbench.cli", "gpu-run", "--repo", str(repo), "--machine", "cpu-box",
+           "--no-tests", "--no-validate", *argv]  # fmt: skip
+    done = run_group(cmd, timeout=300, cwd=repo, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def _states(out: Path) -> dict[tuple[str, str], str]:
+    record = json.loads((out / "plan.json").read_text())
+    return {(p["benchmark"], p["params"]): p["state"] for p in record["points"]}
+
+
+@pytest.mark.slow
+def test_a_budget_too_short_keeps_each_benchmarks_first_point_and_names_the_rest(tmp_path):
+    repo = _project(tmp_path)
+    out = tmp_path / "plan"
+    text = _gpu_run(tmp_path, repo, "--bench", "LogNorms|TinyOp", "--budget-s", "1", "--plan-only", "--out", str(out))
+    assert "plan: " in text and "no CUDA device" in text and "dropped by the budget" in text
+    states = _states(out)
+    kept = [k for k, s in states.items() if s == "run"]
+    assert sorted(b for b, _ in kept) == [
+        "bench_logging.LogNorms.time_loop", "bench_logging.LogNorms.track_vs_on_device", "bench_matmul.TinyOp.time_add"
+    ]  # fmt: skip
+    assert states[("bench_matmul.TinyOp.time_add", "device=cuda, numel=1")] == "skip"
+    assert sum(s == "dropped" for s in states.values()) == 16 + 16 + 2 - 3
+    assert not (out / "results.tgz").exists()  # a plan only: nothing run, nothing packed
+
+
+@pytest.mark.slow
+def test_the_run_measures_exactly_the_planned_points_and_packs_them(tmp_path):
+    repo = _project(tmp_path)
+    out = tmp_path / "out"
+    text = _gpu_run(tmp_path, repo, "--bench", "TinyOp|SameDeviceMove", "--budget-s", "300", "--out", str(out))
+    assert "== asv tier 0: exit 0" in text and "packed into" in text
+    states = _states(out)
+    kept = {k for k, s in states.items() if s == "run"}
+    assert {s for s in states.values()} == {"run", "skip"}
+    stages = {s["stage"]: s for s in json.loads((out / "plan.json").read_text())["stages"]}
+    assert stages["asv tier 0"]["rc"] == 0 and stages["asv tier 0"]["actual_s"] > 0
+    with tarfile.open(out / "results.tgz") as tar:
+        names = tar.getnames()
+        result = next(n for n in names if re.search(r"results/cpu-box/[0-9a-f]{8}-existing.*\.json$", n))
+        data = json.load(tar.extractfile(result))
+    assert ".asv/results/benchmarks.json" in names
+    # asv measured exactly the kept points: a figure for each, none for a skipped (CUDA) one
+    cols = data["result_columns"]
+    measured = set()
+    for name, row in data["results"].items():
+        combos = list(itertools.product(*row[cols.index("params")]))
+        values = row[cols.index("result")]
+        measured |= {(name, ", ".join(v.strip("'") for v in c)) for c, v in zip(combos, values, strict=True)
+                     if v is not None and v == v}  # fmt: skip
+    assert measured == {(b, ", ".join(x.split("=", 1)[1] for x in p.split(", "))) for b, p in kept}
+    assert (out / "smi-before.txt").exists() and (out / "smi-after.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--budget-s", "0"], "--budget-s must be > 0"),
+        (["--rounds", "0"], "--rounds must be >= 1"),
+        (["--bench", "("], "is not a regular expression"),
+        (["--repo", "/no/such/repo"], "no asv.conf.json there"),
+        (["--machine", "a b"], "use letters, digits"),
+    ],
+)
+def test_bad_input_exits_2_with_the_reason(argv, message, capsys):
+    from devbench.cli import main
+
+    assert main(["gpu-run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_the_help_names_the_budget_and_the_examples():
+    out = subprocess.run([sys.executable, "-m", "devbench.cli", "gpu-run", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--budget-s" in out.stdout and "devbench gpu-run --plan-only" in out.stdout
