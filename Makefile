@@ -12,7 +12,7 @@ BASE ?= main
 BENCH ?= .
 REPORT_DIR ?= reports/latest
 
-.PHONY: help venv test test-pytest test-asv test-fast lint bench machine quick compare publish preview report sample-report work-lock clean
+.PHONY: help venv test test-pytest test-asv test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
@@ -25,6 +25,8 @@ help:
 	@echo "make preview   serve the HTML site on localhost"
 	@echo "make sample-report  rebuild the committed sample in reports/sample/ from reports/asv-results"
 	@echo "make work-lock     record benchmarks/work-lock.json after deciding each changed benchmark's work_version"
+	@echo "make gpu-run       devbench gpu-run: the whole suite in one time-boxed call, packed into .asv/gpu-run"
+	@echo "make device-bundle .devrun/: what a GPU machine without a package index needs (scripts/device-run.sh)"
 
 venv: $(VENV)/.installed
 
@@ -86,6 +88,15 @@ quick: machine
 
 compare: machine
 	$(VENV)/bin/devbench compare $(BASE) HEAD --bench '$(BENCH)' --out .asv/compare
+
+# The suite under a time budget (BUDGET_S seconds): plan, asv run, CUDA tests, validate, packed (devbench.gpurun)
+BUDGET_S ?= 480
+gpu-run: venv
+	$(VENV)/bin/devbench gpu-run --budget-s $(BUDGET_S) --out .asv/gpu-run
+
+# For a lent GPU machine with torch but no asv and no package index: carry .devrun, run scripts/device-run.sh
+device-bundle:
+	PYTHON=$(PYTHON) scripts/device-bundle.sh
 
 # asv's page loads its scripts from CDNs; devbench.site serves them from the site (fetched once, checked)
 publish: venv
