@@ -100,6 +100,8 @@ LAYERS = [
     # (module, packages it must not import)
     ("devbench.spec", ["torch", "asv", "pandas"]),
     ("devbench.verdict", ["torch", "asv", "pandas", "numpy"]),
+    ("devbench.plan", ["torch", "asv", "asv_runner", "pandas"]),
+    ("devbench.gpurun", ["torch", "asv", "asv_runner", "pandas", "devbench.report"]),  # it runs them, in processes
     # the coordinator never imports the benchmarks, torch or the report; the worker only asv_runner, when run
     ("devbench.ab.command", ["torch", "asv", "asv_runner", "devbench.report", "benchmarks"]),
     ("devbench.ab.worker", ["torch", "asv", "asv_runner", "devbench.report", "pandas"]),
@@ -231,6 +233,10 @@ FORBIDDEN_IMPORTS = [
     ("devbench.measure", "devbench.workloads"),
     ("devbench.measure", "devbench.suite"),
     ("devbench.workloads", "devbench.suite"),
+    # the plan is pure arithmetic; gpu-run drives the tools and no tool drives it
+    ("devbench.plan", "devbench"),
+    ("devbench.ab", "devbench.gpurun"),
+    ("devbench.report", "devbench.gpurun"),
 ]
 
 
