@@ -40,6 +40,8 @@ VALIDATE_S = 90.0
 PACK_S = 5.0
 #: what asv costs to start beside importing the suite twice
 ASV_START_S = 2.0
+#: ``devbench validate``'s exit when the method agrees with the reference but the recorded figure drifted
+VALIDATE_DRIFT = 3
 #: the folders of .asv that a run fills, packed with the results
 STATE_DIRS = ("gpustate", "runinfo", "achievable", "fleet")
 
@@ -230,7 +232,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.validate:
         code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine],
                          run.left() - PACK_S, VALIDATE_S, log_path=run.out / "validate.txt")  # fmt: skip
-        failed |= code != 0
+        failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
     _smi(run.out / "smi-after.txt")
     pack(run.repo, machine, run.out / "results.tgz")
     _write_plan(run, plan)
