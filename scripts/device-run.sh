@@ -33,6 +33,8 @@ rm -rf .git /tmp/devbench-git
 git clone -q --bare .devrun/repo.bundle /tmp/devbench-git || exit 1
 mv /tmp/devbench-git .git
 git config core.bare false
+git update-ref refs/heads/main "$commit"   # asv.conf.json's branch: asv looks for it
+git symbolic-ref HEAD refs/heads/main
 git reset -q "$commit" || exit 1
 echo "device-run: repository at $(git rev-parse --short HEAD), $(( $(date +%s) - start )) s to install"
 
