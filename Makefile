@@ -12,7 +12,7 @@ BASE ?= main
 BENCH ?= .
 REPORT_DIR ?= reports/latest
 
-.PHONY: help venv test test-pytest test-asv test-asv-rest test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
+.PHONY: help venv test test-pytest test-asv test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
@@ -43,25 +43,20 @@ $(VENV)/.installed: pyproject.toml
 lint: venv
 	$(PY) -m ruff check src benchmarks tests scripts
 
-# pytest (two workers, a test file each at a time) and asv's own run of the suite (two halves)
-# go side by side; each target's output is printed whole when it ends. Four streams of work keep
-# both cores busy to the end, and on a busy host they get more of the CPU than one stream would.
+# pytest and asv's own run of the suite go side by side (each target's output is printed whole
+# when it ends): much of pytest waits on processes it started, and on a busy host two streams
+# of work get more of the CPU than one.
 test: venv
-	$(MAKE) --no-print-directory -j3 --output-sync=target test-pytest test-asv test-asv-rest
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-pytest test-asv
 
 test-pytest: venv
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest
 
 # asv's --quick times each time_ benchmark once; DEVBENCH_BLOCKS=1 does the same for the track_
-# figures (one engine block each). Every combination still sets up, checks its work (or skips
-# with its reason) and reports. The two halves split the suite by module.
-ASV_HALF := bench_(?:matmul|collectives|devices|launch)
+# figures (one engine block each). Every combination still sets up, checks its work and reports.
 test-asv: machine
 	$(ASV) check $(ASV_ENV)
-	DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '^(?=.*(?:$(BENCH)))$(ASV_HALF)'
-
-test-asv-rest: machine
-	DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '^(?=.*(?:$(BENCH)))(?!$(ASV_HALF))'
+	DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '$(BENCH)'
 
 # A change to devbench.workloads or the engine fails make test until recorded here: raise the
 # work_version of every benchmark class whose work changed, then record (devbench.worklock).
