@@ -2,9 +2,10 @@
 
 Made for a GPU machine lent for minutes (one command of at most 10), and as useful on a rented box:
 
-1. ``nvidia-smi -q`` before, and the asv machine recorded with its GPU fields (``devbench machine``);
-2. the plan (``devbench.plan``): the costs of a process, a CUDA context and an asv call measured here,
-   every combination's estimate, what the budget drops, printed before anything runs;
+1. the plan (``devbench.plan``): the costs of a process, a CUDA context and an asv call measured here,
+   every combination's estimate, what the budget drops, printed before anything runs (``--plan-only``
+   stops here);
+2. ``nvidia-smi -q`` before, and the asv machine recorded with its GPU fields (``devbench machine``);
 3. ``asv run`` of the headline points (tier 0), then of the rest (tier 1) re-planned with what tier 0
    really cost; both into one asv result of this commit, with ``-a rounds=R`` (1 by default, where a
    full ``asv run`` takes 2 rounds of the ``time_`` benchmarks: each figure then comes from one process);
@@ -183,11 +184,6 @@ def execute(args: argparse.Namespace) -> int:
     python = args.python
     sha = _sha(run.repo)
     machine = args.machine
-    _smi(run.out / "smi-before.txt")
-    record = [python, "-m", "devbench.cli", "machine", "--machine", machine]
-    if subprocess.run(record, cwd=run.repo).returncode != 0:
-        raise RuntimeError(f"could not record the asv machine {machine!r} (devbench machine failed)")
-
     costs = probe_costs(python)
     with open(run.out / "listing.log", "w") as log:
         listing = list_benchmarks(run.repo, python, log)
@@ -200,6 +196,10 @@ def execute(args: argparse.Namespace) -> int:
     _write_plan(run, plan)
     if args.plan_only:
         return 0
+    _smi(run.out / "smi-before.txt")
+    record = [python, "-m", "devbench.cli", "machine", "--machine", machine]
+    if subprocess.run(record, cwd=run.repo).returncode != 0:
+        raise RuntimeError(f"could not record the asv machine {machine!r} (devbench machine failed)")
     if not plan.kept():
         print("gpu-run: no point to run here", flush=True)
 
