@@ -174,6 +174,10 @@ def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, pla
     assert sum(line.startswith("bench_ab.time_sleep,") for line in pairs) == 6 * 2
     run = json.loads((out / "run.json").read_text())
     assert run["sides"]["head"]["sha"] == c3 and run["options"]["max_passes"] == 6
+    # what it cost: each pass, and each measured figure's processes
+    assert [p["figures"] for p in run["passes"]][:1] == [len([f for f in run["figures"].values()])]
+    assert len(run["passes"]) == 6 and run["figures"]["bench_ab.time_sleep"]["seconds"] > 0
+    assert "Cost: " in md and "the costliest benchmarks: " in md
 
 
 def test_a_sweep_runs_once_per_side_and_pass_and_gives_one_pair(planted):
@@ -351,10 +355,29 @@ def test_the_pass_loop_stops_settled_figures_and_keeps_the_rest(monkeypatch):
     monkeypatch.setattr(runner, "measure_pass", fake_pass)
     figs = [Figure(Combination(n, 0, (), (), "seconds")) for n in ("a", "b")]
     passes = runner.Passes(min_passes=2, max_passes=4, pairs=1, block_s=0.01)
-    runner.run_passes(lambda side: Stub(), figs, passes, lambda f, left: f.combo.benchmark == "a", log=None,
-                      out=open(os.devnull, "w"))  # fmt: skip
+    took = runner.run_passes(lambda side: Stub(), figs, passes, lambda f, left: f.combo.benchmark == "a",
+                             log=None, out=open(os.devnull, "w"))  # fmt: skip
     assert measured == [["a", "b"], ["a", "b"], ["b"], ["b"]]
+    assert [p["figures"] for p in took] == [2, 2, 1, 1]
     assert figs[0].state == "stopped" and figs[0].stopped_after == 2 and figs[1].state == "done"
+
+
+def test_the_cost_note_sums_the_passes_and_names_the_costliest_benchmarks():
+    from devbench.ab import output
+
+    record = {
+        "passes": [{"figures": 3, "seconds": 90.0}, {"figures": 2, "seconds": 30.0}],
+        "figures": {
+            "x(1)": {"benchmark": "x", "seconds": 10.0},
+            "x(2)": {"benchmark": "x", "seconds": 50.0},
+            "y": {"benchmark": "y", "seconds": 54.0},
+            "z": {"benchmark": "z", "seconds": 0.0},  # skipped: cost nothing, not named
+        },
+    }
+    assert output.cost_note(record, top=2) == (
+        "Cost: 2.0 min in 2 passes; the costliest benchmarks: x 1.0 min (2 figures), y 0.9 min (1 figure)."
+    )
+    assert output.cost_note({"figures": {}}) is None  # a record from before costs were kept
 
 
 def test_plan_names_new_gone_and_changed_benchmarks():

@@ -120,8 +120,7 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
             cached = next(n for n in range(1, 100) if V.signed_rank_k(n, opts.confidence) > 0)
             passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s, cached)
             t0 = time.monotonic()
-            if running:
-                run_passes(start, figures, passes, _settled(opts), log, first=first)
+            took = run_passes(start, figures, passes, _settled(opts), log, first=first) if running else []
         finally:
             for w in started:
                 w.stop()
@@ -132,11 +131,13 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
         "bench": pattern,
         "cuda": gpu,
         "seconds": round(time.monotonic() - t0, 1),
+        "passes": took,
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
         "figures": {f.combo.selector: {"state": f.state, "reason": f.reason, "stopped_after": f.stopped_after,
                                        "benchmark": f.combo.benchmark, "idx": f.combo.idx,
                                        "values": list(f.combo.values), "names": list(f.combo.names),
-                                       "unit": f.combo.unit} for f in figures},  # fmt: skip
+                                       "unit": f.combo.unit, "seconds": round(f.seconds, 2)}
+                    for f in figures},  # fmt: skip
     }
     return figures, record
 
@@ -198,6 +199,9 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
         med = f"{100 * finite.median():.1f}%" if len(finite) else "n/a"
         notes.append(f"Smallest change each figure could be called (floor + half its interval): median {med}, "
                      f"{int((finite <= 0.10).sum())} of {len(det)} figures at 10% or less.")  # fmt: skip
+    cost = output.cost_note(record)
+    if cost:
+        notes.append(cost)
     print()
     print(output.to_text(table, title) if len(table) else f"{title}\nnothing to judge\n")
     output.publish(
@@ -209,11 +213,10 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
             "run.json": json.dumps({**record, "confidence": opts.confidence, "floor": opts.floor}, indent=1),
         },
     )
+    if cost:
+        print(cost)
     print(f"wrote {opts.out}/compare.csv, compare.md, pairs.csv, run.json")
     return 1 if len(table) and (table["verdict"] == V.SLOWER).any() else 0
-
-
-
 
 
 def compare(opts: Options) -> int:

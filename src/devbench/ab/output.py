@@ -83,6 +83,23 @@ def to_markdown(table: Any, title: str, notes: Sequence[str], confidence: float)
     return "\n".join(out)
 
 
+def cost_note(record: dict[str, Any], top: int = 3) -> str | None:
+    """Where a run's time went: its passes, and the benchmarks whose processes cost the most (None for a
+    record without them, as from an older run)."""
+    passes = record.get("passes")
+    if not passes:
+        return None
+    by_bench: dict[str, list[float]] = {}
+    for f in record.get("figures", {}).values():
+        if f.get("seconds"):
+            by_bench.setdefault(f["benchmark"], []).append(float(f["seconds"]))
+    total = sum(float(p["seconds"]) for p in passes)
+    costly = sorted(by_bench.items(), key=lambda kv: -sum(kv[1]))[:top]
+    parts = [f"{name} {sum(s) / 60:.1f} min ({len(s)} figure{'s' if len(s) > 1 else ''})" for name, s in costly]
+    text = f"Cost: {total / 60:.1f} min in {len(passes)} passes"
+    return f"{text}; the costliest benchmarks: {', '.join(parts)}." if parts else f"{text}."
+
+
 def blocks_frame(figures: Sequence[Figure]) -> Any:
     """Every block of every figure, one row each: what ``--from`` judges again."""
     import pandas as pd

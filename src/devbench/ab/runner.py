@@ -74,6 +74,8 @@ class Figure:
     reason: str = ""
     stopped_after: int | None = None
     versions: tuple[str, str] = ("", "")
+    #: seconds its processes took, both sides, every pass: set-up, turns and tear-down (what it cost)
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -124,30 +126,40 @@ def measure_pass(
             fig.state, fig.reason = "error", failed[combo.setup_cache]
             continue
         progress(f"{n}/{len(figures)} {combo.selector}")
-        # the side set up first alternates by pass, so being set up first or second favours neither
-        order = (a, b) if first == "base" else (b, a)
-        opened: list[tuple[Worker, Opened]] = []
-        for w in order:
-            o = open_combination(w, combo.benchmark, combo.idx, passes.block_s, select=re.escape(combo.selector))
-            opened.append((w, o))
-            if o.state != "ready":
-                break
-        if [o.state for _, o in opened] != ["ready", "ready"]:
-            for w, o in opened:
-                if o.state == "ready":
-                    close_combination(w)
-            w, bad = next((w, o) for w, o in opened if o.state != "ready")
-            fig.state, fig.reason = bad.state, f"{w.side}: {bad.reason}"
-            continue
+        began = time.monotonic()
         try:
-            # a figure measured in setup_cache reads one value per process: one pair per pass
-            pairs = paired_turns(a, b, 1, warm_up=False) if combo.in_cache else paired_turns(
-                a, b, passes.pairs, passes.figure_s, a_first=first == "base")
+            _measure_figure(a, b, fig, passes, first)
         finally:
-            close_combination(a)
-            close_combination(b)
-        fig.a.append([x for x, _ in pairs])
-        fig.b.append([y for _, y in pairs])
+            fig.seconds += time.monotonic() - began
+
+
+def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: str) -> None:
+    """One pair of processes for ``fig``: both set up (``first`` first), strict turns, both torn down."""
+    combo = fig.combo
+    # the side set up first alternates by pass, so being set up first or second favours neither
+    order = (a, b) if first == "base" else (b, a)
+    opened: list[tuple[Worker, Opened]] = []
+    for w in order:
+        o = open_combination(w, combo.benchmark, combo.idx, passes.block_s, select=re.escape(combo.selector))
+        opened.append((w, o))
+        if o.state != "ready":
+            break
+    if [o.state for _, o in opened] != ["ready", "ready"]:
+        for w, o in opened:
+            if o.state == "ready":
+                close_combination(w)
+        w, bad = next((w, o) for w, o in opened if o.state != "ready")
+        fig.state, fig.reason = bad.state, f"{w.side}: {bad.reason}"
+        return
+    try:
+        # a figure measured in setup_cache reads one value per process: one pair per pass
+        pairs = paired_turns(a, b, 1, warm_up=False) if combo.in_cache else paired_turns(
+            a, b, passes.pairs, passes.figure_s, a_first=first == "base")  # fmt: skip
+    finally:
+        close_combination(a)
+        close_combination(b)
+    fig.a.append([x for x, _ in pairs])
+    fig.b.append([y for _, y in pairs])
 
 
 def run_passes(
@@ -158,11 +170,13 @@ def run_passes(
     log: IO[bytes],
     out: IO[str] = sys.stdout,
     first: tuple[Worker, Worker] | None = None,
-) -> None:
+) -> list[dict[str, float]]:
     """Passes until every figure has stopped or ``max_passes`` ran. ``start(side)`` starts a fresh worker
     (``first``: the pair for the first pass, already started); ``settled(figure, passes_left)`` says
-    whether a figure may stop after a pass."""
+    whether a figure may stop after a pass. Returns what each pass measured and took (``figures``,
+    ``seconds``)."""
     t0 = time.monotonic()
+    record: list[dict[str, float]] = []
     last_pass = max(passes.limit(f) for f in figures) if figures else 0
     for p in range(last_pass):
         running = [f for f in figures if f.state == "running"]
@@ -188,6 +202,7 @@ def run_passes(
                 stopped += 1
         left = sum(f.state == "running" for f in figures)
         took = time.monotonic() - started
+        record.append({"figures": len(running), "seconds": round(took, 1)})
         ahead = (f", about {took * (passes.min_passes - done) / 60:.1f} min to the first verdicts"
                  if done < passes.min_passes else "")  # fmt: skip
         print(f"pass {done}: {len(running)} figures in {took:.0f} s"
@@ -196,6 +211,7 @@ def run_passes(
     for f in figures:
         if f.state == "running":
             f.state = "done"
+    return record
 
 
 def _progress(pass_number: int, out: IO[str]) -> Callable[[str], None]:
