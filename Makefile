@@ -12,7 +12,7 @@ BASE ?= main
 BENCH ?= .
 REPORT_DIR ?= reports/latest
 
-.PHONY: help venv test test-pytest test-asv test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
+.PHONY: help venv test test-pytest test-unit test-suite test-asv test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
@@ -30,27 +30,36 @@ help:
 
 venv: $(VENV)/.installed
 
-# torch is installed first and pinned, so that the project's "torch>=2.1" does not pull
-# another build; everything else comes from pyproject.toml's [dev] extra. --no-compile: Python
-# compiles what it imports on first use; compiling all of torch up front doubled the install.
+# torch is pinned in the same pip call, so that the project's "torch>=2.1" does not pull
+# another build; everything else comes from pyproject.toml's [dev] extra. One call, with the
+# venv's own pip (it installs an editable pyproject project): each call re-reads the index.
+# --no-compile: Python compiles what it imports on first use; compiling all of torch up front
+# doubled the install.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --no-compile --upgrade pip
-	$(PY) -m pip install -q --no-compile "torch==$(TORCH)"
-	$(PY) -m pip install -q --no-compile -e ".[dev]"
+	$(PY) -m pip install -q --no-compile "torch==$(TORCH)" -e ".[dev]"
 	touch $@
 
 lint: venv
 	$(PY) -m ruff check src benchmarks tests scripts
 
-# pytest and asv's own run of the suite go side by side (each target's output is printed whole
-# when it ends): much of pytest waits on processes it started, and on a busy host two streams
-# of work get more of the CPU than one.
+# make test runs two streams side by side (each target's output is printed whole when it
+# ends): pytest, and asv's own run of the suite followed by the test files in SUITE_TESTS,
+# chosen so that both streams end together on two cores. Much of pytest waits on processes
+# it started, and on a busy host two streams of work get more of the CPU than one.
+SUITE_TESTS := tests/test_fleet.py
+
 test: venv
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-pytest test-asv
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-unit test-suite
 
 test-pytest: venv
 	$(PY) -m pytest
+
+test-unit: venv
+	$(PY) -m pytest $(addprefix --ignore=,$(SUITE_TESTS))
+
+test-suite: test-asv
+	$(PY) -m pytest $(SUITE_TESTS)
 
 # asv's --quick times each time_ benchmark once; DEVBENCH_BLOCKS=1 does the same for the track_
 # figures (one engine block each). Every combination still sets up, checks its work and reports.
