@@ -10,9 +10,13 @@ ASV_ENV := -E existing:$(abspath $(PY))
 COMMIT = $(shell git rev-parse HEAD)
 BASE ?= main
 BENCH ?= .
+# Every benchmark and test process imports torch, and many import torch._dynamo (torch.optim
+# does); with PYTHONDONTWRITEBYTECODE set, as on some CI images, each of them compiles those
+# modules from source again. Python writes the bytecode on first import and reuses it after.
+unexport PYTHONDONTWRITEBYTECODE
 REPORT_DIR ?= reports/latest
 
-.PHONY: help venv test test-pytest test-unit test-suite test-asv test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
+.PHONY: help venv test test-pytest test-asv test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
@@ -43,23 +47,15 @@ $(VENV)/.installed: pyproject.toml
 lint: venv
 	$(PY) -m ruff check src benchmarks tests scripts
 
-# make test runs two streams side by side (each target's output is printed whole when it
-# ends): pytest, and asv's own run of the suite followed by the test files in SUITE_TESTS,
-# chosen so that both streams end together on two cores. Much of pytest waits on processes
-# it started, and on a busy host two streams of work get more of the CPU than one.
-SUITE_TESTS := tests/test_fleet.py
-
+# make test runs pytest and asv's own run of the suite side by side (each target's output is
+# printed whole when it ends): much of pytest waits on processes it started. Each torch
+# process gets one CPU thread: with two streams on two cores, a pool of two threads in each
+# waits on the other stream at every parallel region (docs/noise.md, "Threads").
 test: venv
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-unit test-suite
+	DEVBENCH_THREADS=1 OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-pytest test-asv
 
 test-pytest: venv
 	$(PY) -m pytest
-
-test-unit: venv
-	$(PY) -m pytest $(addprefix --ignore=,$(SUITE_TESTS))
-
-test-suite: test-asv
-	$(PY) -m pytest $(SUITE_TESTS)
 
 # asv's --quick times each time_ benchmark once; DEVBENCH_BLOCKS=1 does the same for the track_
 # figures (one engine block each). Every combination still sets up, checks its work and reports.
