@@ -456,3 +456,13 @@ def test_turns_alternate_strictly_and_a_long_call_gets_fewer_pairs(monkeypatch):
     assert len(session.paired_turns("A", "B", 8, budget_s=0.1)) == 2  # never fewer than 2
     calls.clear()
     assert len(session.paired_turns("A", "B", 1, warm_up=False)) == 1 and calls == ["A", "B"]
+
+
+def test_a_busy_host_is_told_to_set_the_thread_count_unless_it_did():
+    from devbench.ab.command import busy_host_note
+
+    note = busy_host_note(1.3, 2, None)
+    assert "load 1.3 on 2 cores" in note and "DEVBENCH_THREADS" in note
+    assert busy_host_note(0.4, 2, None) is None  # idle
+    assert busy_host_note(3.0, 2, "1") is None  # the user chose
+    assert busy_host_note(3.0, 1, None) is None  # one core: one thread already

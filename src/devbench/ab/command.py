@@ -90,8 +90,26 @@ def _worker_env(opts: Options) -> dict[str, str]:
     return env
 
 
+def busy_host_note(load: float, cores: int, threads_env: str | None) -> str | None:
+    """What to tell a user who compares on a host where other work holds a core, or ``None``.
+
+    ``load``: the one-minute load average; ``cores``: the cores this process may use;
+    ``threads_env``: ``$DEVBENCH_THREADS``. Each benchmark process otherwise runs one torch
+    thread per core, and a pool with a thread on a busy core waits for it at every parallel
+    region (docs/noise.md, "Threads"). A note only: the verdicts are paired either way.
+    """
+    if threads_env or cores < 2 or load < 1.0:
+        return None
+    return (f"the host is busy (load {load:.1f} on {cores} cores): each benchmark process runs "
+            f"{cores} torch threads, which wait for busy cores; set DEVBENCH_THREADS to the free "
+            "cores for a faster run (docs/noise.md, \"Threads\")")  # fmt: skip
+
+
 def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tuple[list[Figure], dict[str, Any]]:
     """Every selected figure, measured in passes of paired processes; the figures and the run's record."""
+    note = busy_host_note(os.getloadavg()[0], len(os.sched_getaffinity(0)), os.environ.get("DEVBENCH_THREADS"))
+    if note:
+        print(note, flush=True)
     gpu = has_cuda(opts.python)
     if not gpu:
         print(f"no CUDA device for {opts.python}: combinations on {' or '.join(GPU_VALUES)} are left out "
