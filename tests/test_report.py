@@ -598,7 +598,14 @@ def test_ab_verdicts_say_how_the_compare_measured_from_its_run_record(tmp_path):
     record = {"machine": "vm", "seconds": 540.0, "options": {"min_passes": 3, "max_passes": 6}}
     (tmp_path / "run.json").write_text(json.dumps(record))
     line = cli._host_line(tmp_path / "run.json")
-    assert line == "host: vm; each figure from 3 to 6 pairs of processes taking turns, 9.0 min in all"
+    assert line == "host: vm; each figure from 3 to 6 pairs of processes taking turns, 9.0 min in all."
+    sides = {"base": {"sha": "a" * 40}, "head": {"sha": "a" * 40}}
+    (tmp_path / "run.json").write_text(json.dumps({**record, "sides": sides}))
+    assert cli._host_line(tmp_path / "run.json").endswith("Both sides are commit aaaaaaaa: an A/A run, where any "
+                                                          "faster or slower is false.")  # fmt: skip
+    sides["head"]["sha"] = "b" * 40
+    (tmp_path / "run.json").write_text(json.dumps({**record, "sides": sides}))
+    assert "A/A" not in cli._host_line(tmp_path / "run.json")
     rows = {"benchmark": ["b.track_x"], "params": ["n=1"], "unit": ["GB/s"], "verdict": ["same"], "ratio": [1.0],
             "ratio_lo": [0.99], "ratio_hi": [1.01], "base": [1.0], "head": [1.0], "floor": [0.1]}  # fmt: skip
     assert "Host: vm; each figure" in changes.verdicts(pd.DataFrame(rows), "cmp", line).text

@@ -209,8 +209,12 @@ def _host_line(path: Path) -> str:
     try:
         run = json.loads(path.read_text())
         opts = run.get("options") or {}
-        return (f"host: {run['machine']}; each figure from {opts.get('min_passes')} to {opts.get('max_passes')} "
-                f"pairs of processes taking turns, {float(run.get('seconds', 0)) / 60:.1f} min in all")  # fmt: skip
+        line = (f"host: {run['machine']}; each figure from {opts.get('min_passes')} to {opts.get('max_passes')} "
+                f"pairs of processes taking turns, {float(run.get('seconds', 0)) / 60:.1f} min in all.")  # fmt: skip
+        shas = {side.get("sha") for side in (run.get("sides") or {}).values()}
+        if len(shas) == 1 and None not in shas:
+            line += f" Both sides are commit {shas.pop()[:8]}: an A/A run, where any faster or slower is false."
+        return line
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return ""
 

@@ -30,7 +30,7 @@ def _draw(plt, draw: Callable[[object], None], ncols: int, nrows: int) -> bytes:
         # fixed margins: tight_layout costs seconds with log axes and many ticks
         fig.subplots_adjust(left=0.13, right=0.98, bottom=0.14, top=0.9, wspace=0.22, hspace=0.55)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")  # a legend beside a panel stays whole
+        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")  # a legend under a panel stays whole
         return buf.getvalue()
     finally:
         plt.close(fig)
@@ -50,7 +50,7 @@ def _loglog_per_machine(
     """One log-log panel per machine (at most 4), one line per value of ``line``; plain tick labels."""
     if df.empty:
         return None
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     where = where_label(df)
     wheres = sorted(where.unique())[:4]
@@ -68,12 +68,15 @@ def _loglog_per_machine(
             ax.xaxis.set_major_locator(FixedLocator(ticks[:: max(1, len(ticks) // 8)]))
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: xfmt(v)))
             ax.xaxis.set_minor_formatter(NullFormatter())
+            lo, hi = ax.get_ylim()
+            if hi < 100 * lo:  # two decades or less: 1, 2, 5 labels, else one value may be all there is
+                ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.yaxis.set_minor_formatter(NullFormatter())
             ax.grid(True, which="both", alpha=0.3)
             entries = len(ax.get_legend_handles_labels()[1])
-            if entries > 6:  # a long legend beside the panel, not over the data
-                ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+            if entries > 6:  # a long legend under the panel: not over its data, nor the next panel's axis
+                ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, borderaxespad=0.0)
             else:
                 ax.legend(fontsize=7, loc="best")
 
