@@ -1,0 +1,42 @@
+"""scripts/threads_probe.py: every setting measured in turns, written whole, bad input refused."""
+
+import csv
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "threads_probe.py"
+
+
+def _probe():
+    spec = importlib.util.spec_from_file_location("threads_probe", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_one_round_measures_every_workload_and_thread_count(tmp_path, capsys):
+    import torch
+
+    before = torch.get_num_threads()
+    assert _probe().main(["--rounds", "1", "--busy-max", "0", "--out", str(tmp_path)]) == 0
+    torch.set_num_threads(before)
+    rows = list(csv.DictReader(open(tmp_path / "threads.csv")))
+    cores = len(os.sched_getaffinity(0))
+    assert {(r["workload"], r["threads"]) for r in rows} == {
+        (w, str(t)) for w in ("step", "matmul") for t in range(1, cores + 1)
+    }
+    assert all(float(r["median_us"]) > 0 and r["busy"] == "0" and r["rounds"] == "1" for r in rows)
+    assert json.loads((tmp_path / "threads.json").read_text())["cores"] == cores
+    assert not list(tmp_path.glob("*.tmp"))
+    assert "median us" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--rounds", "0"], ["--busy-max", "-1"]])
+def test_bad_input_exits_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _probe().main(argv)
+    assert exc.value.code == 2 and "--rounds >= 1" in capsys.readouterr().err
