@@ -34,11 +34,10 @@ help:
 
 venv: $(VENV)/.installed
 
-# torch is pinned in the same pip call, so that the project's "torch>=2.1" does not pull
-# another build; everything else comes from pyproject.toml's [dev] extra. One call, with the
-# venv's own pip (it installs an editable pyproject project): each call re-reads the index.
-# --no-compile: Python compiles what it imports on first use; compiling all of torch up front
-# doubled the install.
+# One pip call, so the index is read once: torch pinned beside the project, so that its
+# "torch>=2.1" does not pull another build, and everything else from pyproject.toml's [dev]
+# extra. --no-compile: Python compiles what it imports on first use; compiling all of torch up
+# front doubled the install.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --no-compile "torch==$(TORCH)" -e ".[dev]"

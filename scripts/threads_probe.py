@@ -21,6 +21,7 @@ import csv
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -35,12 +36,17 @@ from devbench.workloads.matmul import Matmul
 
 
 def _step_fn():
-    a = torch.randn(100, 100)
-    b = torch.randn(100, 100)
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(100, 100, generator=gen)
+    b = torch.randn(100, 100, generator=gen)
 
     def step():
         return torch.linalg.matrix_norm(a @ b).item()
 
+    want = float(torch.linalg.matrix_norm(a.double() @ b.double()))
+    got = step()
+    if abs(got - want) > 1e-5 * want:  # the timed step is checked once against float64
+        raise AssertionError(f"step: Frobenius norm {got} against {want} in float64")
     return step
 
 
@@ -86,6 +92,17 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.rounds < 1 or a.busy_max < 0:
         p.error("--rounds >= 1 and --busy-max >= 0")
+    if a.busy_max and shutil.which("yes") is None:
+        p.error("--busy-max needs the 'yes' command, which is not on PATH")
+    # a kill still stops the spinning processes (SystemExit runs _busy's cleanup)
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        return _run(a)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(a: argparse.Namespace) -> int:
     cores = len(os.sched_getaffinity(0))
     threads = list(range(1, cores + 1))
     fns = {name: make() for name, (make, _) in WORKLOADS.items()}
@@ -104,6 +121,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted: nothing written", file=sys.stderr)
         return 130
+    except SystemExit:
+        print("terminated: nothing written", file=sys.stderr)
+        raise
     rows = [
         {"workload": n, "busy": b, "threads": t, "median_us": statistics.median(v) * 1e6, "rounds": len(v)}
         for (n, b, t), v in sorted(cells.items())

@@ -22,8 +22,10 @@ def test_one_round_measures_every_workload_and_thread_count(tmp_path, capsys):
     import torch
 
     before = torch.get_num_threads()
-    assert _probe().main(["--rounds", "1", "--busy-max", "0", "--out", str(tmp_path)]) == 0
-    torch.set_num_threads(before)
+    try:
+        assert _probe().main(["--rounds", "1", "--busy-max", "0", "--out", str(tmp_path)]) == 0
+    finally:
+        torch.set_num_threads(before)
     rows = list(csv.DictReader(open(tmp_path / "threads.csv")))
     cores = len(os.sched_getaffinity(0))
     assert {(r["workload"], r["threads"]) for r in rows} == {
@@ -40,3 +42,14 @@ def test_bad_input_exits_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         _probe().main(argv)
     assert exc.value.code == 2 and "--rounds >= 1" in capsys.readouterr().err
+
+
+def test_a_step_whose_float32_product_is_wrong_is_refused(monkeypatch):
+    import torch
+
+    matmul = torch.Tensor.__matmul__
+    off = lambda x, y: matmul(x, y) * (1.01 if x.dtype == torch.float32 else 1)  # noqa: E731
+    monkeypatch.setattr(torch.Tensor, "__matmul__", off)
+    with pytest.raises(AssertionError, match="float64"):
+        _probe()._step_fn()
+
