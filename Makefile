@@ -16,7 +16,7 @@ BENCH ?= .
 unexport PYTHONDONTWRITEBYTECODE
 REPORT_DIR ?= reports/latest
 
-.PHONY: help venv test test-pytest test-asv test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
+.PHONY: help venv test test-pytest test-asv test-asv-1 test-asv-2 test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
 
 help:
 	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
@@ -46,15 +46,18 @@ $(VENV)/.installed: pyproject.toml
 lint: venv
 	$(PY) -m ruff check src benchmarks tests scripts
 
-# make test runs pytest and asv's own run of the suite side by side (each target's output is
-# printed whole when it ends): much of pytest waits on processes it started. Each torch
-# process gets one CPU thread: with two streams on two cores, a pool of two threads in each
-# waits on the other stream at every parallel region (docs/noise.md, "Threads").
+# make test runs three streams on two cores (each target's output is printed whole when it
+# ends): pytest in two workers (pytest-xdist, a test file per worker at a time) and asv's dry
+# run of the suite in two halves. Much of each stream waits on processes it started (asv's
+# forks, worlds of ranks, compare's workers); three streams keep both cores busy through
+# those waits. Each torch process gets one CPU thread: a pool of two threads in each stream
+# waits on the others at every parallel region (docs/noise.md, "Threads"). scripts/group.sh
+# runs the streams as one process group, so that a SIGTERM to make stops every process of them.
 test: venv
-	DEVBENCH_THREADS=1 OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-pytest test-asv
+	env DEVBENCH_THREADS=1 OMP_NUM_THREADS=1 scripts/group.sh $(MAKE) --no-print-directory -j3 --output-sync=target test-pytest test-asv-1 test-asv-2
 
 test-pytest: venv
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 # asv's --quick times each time_ benchmark once; DEVBENCH_BLOCKS=1 does the same for the track_
 # figures (one engine block each). Every combination still sets up, checks its work and reports.
@@ -62,13 +65,23 @@ test-asv: machine
 	$(ASV) check $(ASV_ENV)
 	DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '$(BENCH)'
 
+# test-asv in two halves of about equal time: these modules, then every other one (a new
+# module falls in the second half; asv's --bench is a Python regular expression).
+ASV_HALF := bench_(matmul|collectives|parallel)[.]
+test-asv-1: machine
+	$(ASV) check $(ASV_ENV)
+	DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '^$(ASV_HALF)'
+
+test-asv-2: machine
+	DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '^(?!$(ASV_HALF))'
+
 # A change to devbench.workloads or the engine fails make test until recorded here: raise the
 # work_version of every benchmark class whose work changed, then record (devbench.worklock).
 work-lock: venv
 	$(PY) -m devbench.worklock --write
 
 test-fast: venv
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -n 2 --dist loadfile -m "not slow"
 
 machine: venv
 	$(PY) -m devbench.cli machine

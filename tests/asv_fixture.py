@@ -91,15 +91,21 @@ def _git(cwd: Path, *args: str, date: str | None = None) -> str:
 
 def run_group(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
     """``subprocess.run`` in a process group of its own, ended whole on a timeout, Ctrl-C or SIGTERM: asv
-    forks benchmark processes, which outlive a killed asv otherwise."""
+    forks benchmark processes, which outlive a killed asv otherwise. The group gets SIGTERM first, so a
+    launcher whose workers lead sessions of their own (torchrun) stops them; SIGKILL after 10 s."""
     with subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           **kwargs) as proc:  # fmt: skip
         try:
             out, err = proc.communicate(timeout=timeout)
         except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                try:
+                    proc.communicate(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
             raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
