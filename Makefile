@@ -52,7 +52,7 @@ lint: venv
 # forks, worlds of ranks, compare's workers); three streams keep both cores busy through
 # those waits. Each torch process gets one CPU thread: a pool of two threads in each stream
 # waits on the others at every parallel region (docs/noise.md, "Threads"). scripts/group.sh
-# runs the streams as one process group, so that a SIGTERM to make stops every process of them.
+# runs the streams as one session, so that a SIGTERM to make stops every process of them.
 test: venv
 	env DEVBENCH_THREADS=1 OMP_NUM_THREADS=1 scripts/group.sh $(MAKE) --no-print-directory -j3 --output-sync=target test-pytest test-asv-1 test-asv-2
 
