@@ -58,6 +58,13 @@ def track_record():
 track_record.unit = "bool"
 
 
+def track_broken():
+    raise RuntimeError("broken in its timed call")
+
+
+track_broken.unit = "GB/s"
+
+
 def track_sized(n):
     return n * 1.0
 
@@ -178,6 +185,13 @@ def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, pla
     assert [p["figures"] for p in run["passes"]][:1] == [len([f for f in run["figures"].values()])]
     assert len(run["passes"]) == 6 and run["figures"]["bench_ab.time_sleep"]["seconds"] > 0
     assert "Cost: " in md and "the costliest benchmarks: " in md
+
+
+def test_a_figure_whose_first_call_fails_is_not_judged_and_says_why(planted):
+    _, _, out, _ = planted
+    row = _rows(out / "compare.csv")["bench_ab.track_broken"]
+    assert row["verdict"] == V.UNDECIDED and row["pairs"] == "0"
+    assert "RuntimeError: broken in its timed call" in row["note"] and row["note"].startswith("base: ")
 
 
 def test_a_sweep_runs_once_per_side_and_pass_and_gives_one_pair(planted):
@@ -357,11 +371,52 @@ def test_the_pass_loop_stops_settled_figures_and_keeps_the_rest(monkeypatch):
     monkeypatch.setattr(runner, "measure_pass", fake_pass)
     figs = [Figure(Combination(n, 0, (), (), "seconds")) for n in ("a", "b")]
     passes = runner.Passes(min_passes=2, max_passes=4, pairs=1, block_s=0.01)
-    took = runner.run_passes(lambda side: Stub(), figs, passes, lambda f, left: f.combo.benchmark == "a",
-                             log=None, out=open(os.devnull, "w"))  # fmt: skip
+    decided_a = lambda f, left, decide: decide and f.combo.benchmark == "a"  # noqa: E731
+    took = runner.run_passes(lambda side: Stub(), figs, passes, decided_a, log=None, out=open(os.devnull, "w"))
     assert measured == [["a", "b"], ["a", "b"], ["b"], ["b"]]
     assert [p["figures"] for p in took] == [2, 2, 1, 1]
     assert figs[0].state == "stopped" and figs[0].stopped_after == 2 and figs[1].state == "done"
+
+
+def test_a_figure_certain_to_stay_undecided_stops_before_the_minimum_unless_all_passes(monkeypatch):
+    """Before min_passes only futility may stop a figure (settled is asked without decide); with all_passes
+    nothing stops before min_passes."""
+    asked: list[tuple[str, int, bool]] = []
+
+    class Stub:
+        def stop(self):
+            pass
+
+    def fake_pass(a, b, figures, passes, log, progress, first):
+        for f in figures:
+            f.a.append([1.0])
+            f.b.append([1.0])
+
+    def settled(f, left, decide):
+        asked.append((f.combo.benchmark, left, decide))
+        if len(f.a) % 2:  # as judge.settled: only after an even pass
+            return False
+        return f.combo.benchmark == "futile" or (decide and f.combo.benchmark == "decided")
+
+    monkeypatch.setattr(runner, "measure_pass", fake_pass)
+    for all_passes, stops in ((False, {"futile": 2, "decided": 4}), (True, {"futile": 4, "decided": 4})):
+        asked.clear()
+        figs = [Figure(Combination(n, 0, (), (), "seconds")) for n in ("futile", "decided", "open")]
+        passes = runner.Passes(min_passes=4, max_passes=6, pairs=1, block_s=0.01, all_passes=all_passes)
+        runner.run_passes(lambda side: Stub(), figs, passes, settled, log=None, out=open(os.devnull, "w"))
+        assert {f.combo.benchmark: f.stopped_after for f in figs if f.state == "stopped"} == stops
+        assert figs[2].state == "done" and len(figs[2].a) == 6
+        early = [(n, left, decide) for n, left, decide in asked if left > 2]  # asked before the 4th pass
+        assert all(not decide for _, _, decide in early) and (bool(early) != all_passes)
+
+
+def test_futility_alone_is_asked_for_before_the_minimum():
+    wild = _figure("seconds", [[(1.0, r)] for r in (0.5, 0.6, 2.0, 1.8)])
+    assert judge.settled(wild, 6, 0.02, 0.99, decide=False)  # 4 of 10: already certain to stay undecided
+    quiet = _figure("seconds", [[(1.0, r)] for r in (1.001, 0.999)])
+    assert not judge.settled(quiet, 8, 0.02, 0.99, decide=False)  # may still end same
+    decided = _figure("seconds", [[(1.0, 1.5), (1.0, 1.5)]] * 8)
+    assert judge.settled(decided, 2, 0.02, 0.99) and not judge.settled(decided, 2, 0.02, 0.99, decide=False)
 
 
 def test_the_cost_note_sums_the_passes_and_names_the_costliest_benchmarks():
@@ -438,7 +493,7 @@ def test_turns_alternate_strictly_and_a_long_call_gets_fewer_pairs(monkeypatch):
     calls: list[str] = []
     clock = [0.0]
 
-    def fake_turn(worker):
+    def fake_turn(worker, first=False):
         calls.append(worker)
         clock[0] += 0.5  # every block "lasts" half a second
         return {"A": 1.0, "B": 2.0}[worker]
@@ -453,7 +508,7 @@ def test_turns_alternate_strictly_and_a_long_call_gets_fewer_pairs(monkeypatch):
     calls.clear()
     assert len(session.paired_turns("A", "B", 8, budget_s=2.5)) == 2  # a 1 s pair: 2 fit
     assert len(session.paired_turns("A", "B", 8, budget_s=5.0)) == 5
-    assert len(session.paired_turns("A", "B", 8, budget_s=0.1)) == 2  # never fewer than 2
+    assert len(session.paired_turns("A", "B", 8, budget_s=0.1)) == 1  # never fewer than 1
     calls.clear()
     assert len(session.paired_turns("A", "B", 1, warm_up=False)) == 1 and calls == ["A", "B"]
 

@@ -50,14 +50,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--floor", type=float, default=FLOOR,
                    help=f"smallest change given a verdict, relative (default {FLOOR}: 2%%)")  # fmt: skip
     p.add_argument("--min-passes", type=int, default=MIN_PASSES,
-                   help=f"pairs of processes per figure before the first verdicts (default {MIN_PASSES})")  # fmt: skip
+                   help=f"pairs of processes per figure before the first verdicts (default {MIN_PASSES}); a "
+                   "figure certain to stay undecided stops earlier, after any even number")  # fmt: skip
     p.add_argument("--max-passes", type=int, default=MAX_PASSES,
                    help=f"pairs of processes per figure at most (default {MAX_PASSES})")  # fmt: skip
     p.add_argument("--pairs", type=int, default=PAIRS,
                    help=f"pairs of adjacent blocks per pair of processes (default {PAIRS})")  # fmt: skip
     p.add_argument("--figure-s", type=float, default=FIGURE_S,
                    help=f"seconds one figure's turns may take per pair of processes: a figure whose call is long "
-                   f"gets fewer pairs of blocks, at least 2 (default {FIGURE_S})")  # fmt: skip
+                   f"gets fewer pairs of blocks, at least 1 (default {FIGURE_S})")  # fmt: skip
     p.add_argument("--block-s", type=float, default=BLOCK_S,
                    help=f"a time_ benchmark's block lasts at least this long, seconds (default {BLOCK_S})")  # fmt: skip
     p.add_argument("--track-blocks", type=int, default=TRACK_BLOCKS,
@@ -65,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--twins", action="store_true",
                    help="also measure the twins (spec.TWINS: time_ figures of a track_ figure's work, and figures "
                    "that are another's in other units); left out by default")  # fmt: skip
+    p.add_argument("--all-passes", action="store_true",
+                   help="run every figure to --min-passes, even one already certain to stay undecided: for an A/A "
+                   "run that measures what each figure can detect (slower)")  # fmt: skip
     p.add_argument("--keep", action="store_true", help="keep the work folder (exported sides, the processes' log)")
     p.add_argument("--from", dest="from_dir", metavar="DIR",
                    help="judge a finished compare (its --out) again, e.g. with another --floor; "
@@ -77,7 +81,7 @@ def options(args: argparse.Namespace) -> Options:
         python=args.python or sys.executable, bench=args.bench, machine=args.machine,
         confidence=args.confidence, floor=args.floor, min_passes=args.min_passes, max_passes=args.max_passes,
         pairs=args.pairs, block_s=args.block_s, figure_s=args.figure_s, track_blocks=args.track_blocks,
-        twins=args.twins, keep=args.keep,
+        twins=args.twins, keep=args.keep, all_passes=args.all_passes,
         from_dir=Path(args.from_dir) if args.from_dir else None,
     )  # fmt: skip
 
@@ -136,7 +140,8 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
                   f"in each ({opts.figure_s:g} s of turns at most)", flush=True)  # fmt: skip
             # a figure measured in setup_cache gives one pair a pass: it may run as many as its interval needs
             cached = next(n for n in range(1, 100) if V.signed_rank_k(n, opts.confidence) > 0)
-            passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s, cached)
+            passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s, cached,
+                            opts.all_passes)  # fmt: skip
             t0 = time.monotonic()
             took = run_passes(start, figures, passes, _settled(opts), log, first=first) if running else []
         finally:
@@ -154,14 +159,15 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
         "figures": {f.combo.selector: {"state": f.state, "reason": f.reason, "stopped_after": f.stopped_after,
                                        "benchmark": f.combo.benchmark, "idx": f.combo.idx,
                                        "values": list(f.combo.values), "names": list(f.combo.names),
-                                       "unit": f.combo.unit, "seconds": round(f.seconds, 2)}
+                                       "unit": f.combo.unit, "seconds": round(f.seconds, 2),
+                                       "setup_seconds": round(f.setup_seconds, 2), "pass_seconds": f.pass_seconds}
                     for f in figures},  # fmt: skip
     }
     return figures, record
 
 
 def _settled(opts: Options):
-    return lambda fig, left: judge.settled(fig, left, opts.floor, opts.confidence)
+    return lambda fig, left, decide=True: judge.settled(fig, left, opts.floor, opts.confidence, decide)
 
 
 def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
@@ -196,8 +202,10 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
     title = (f"devbench compare {base['rev']} ({base['sha'][:8]}) -> {head['rev']} ({head['sha'][:8]}) "
              f"on {record['machine']}")  # fmt: skip
     notes = [
-        f"Each figure: {opts.min_passes} to {opts.max_passes} pairs of processes, one per side, taking strict turns "
-        f"(A B A B ..., the side first alternating by pass), {opts.pairs} pairs of adjacent blocks in each; "
+        f"Each figure: up to {opts.max_passes} pairs of processes, one per side, taking strict turns "
+        f"(A B A B ..., the side first alternating by pass), up to {opts.pairs} pairs of adjacent blocks in each; "
+        f"a verdict after {opts.min_passes} or more, and a figure certain to stay undecided stops "
+        f"{'there' if opts.all_passes else 'after any even number'}; "
         "change = head / base, the Hodges-Lehmann "
         "estimate over the pairs of processes (each the median of its pairs of blocks) with its "
         f"{round(100 * opts.confidence)}% distribution-free interval; "
@@ -209,14 +217,19 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
         notes.append("Both sides run the same benchmark code: an A/A run, where every faster or slower is false.")
     stopped = int(table["stopped_after"].astype(str).str.len().astype(bool).sum()) if len(table) else 0
     if stopped:
+        import pandas as pd
+
+        early = int((pd.to_numeric(table["stopped_after"], errors="coerce") < opts.min_passes).sum())
         notes.append(f"{stopped} figure(s) stopped before {opts.max_passes} pairs of processes: decided, or certain "
-                     "to stay undecided whatever more pairs bring.")  # fmt: skip
+                     f"to stay undecided whatever more pairs bring ({early} of them, all certain to stay undecided, "
+                     f"before {opts.min_passes}).")  # fmt: skip
     det = table.loc[~table["note"].astype(bool), "detectable"] if len(table) else table
     if len(det):
         finite = det[det.map(lambda x: x < math.inf)]
         med = f"{100 * finite.median():.1f}%" if len(finite) else "n/a"
-        notes.append(f"Smallest change each figure could be called (floor + half its interval): median {med}, "
-                     f"{int((finite <= 0.10).sum())} of {len(det)} figures at 10% or less.")  # fmt: skip
+        notes.append(f"Smallest change each figure could be called (floor + half its interval): median {med} over "
+                     f"the {len(finite)} with a bounded interval, {int((finite <= 0.10).sum())} of {len(det)} "
+                     "figures at 10% or less.")  # fmt: skip
     cost = output.cost_note(record)
     if cost:
         notes.append(cost)

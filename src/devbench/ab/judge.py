@@ -28,16 +28,16 @@ def process_pair_logs(fig: Figure) -> list[float]:
     return [statistics.median(logs) for logs in pair_logs(fig) if logs]
 
 
-def settled(fig: Figure, left: int, floor: float, confidence: float) -> bool:
-    """Whether ``fig`` may stop: decided now, or certain to stay undecided whatever ``left`` more passes bring.
-    Only after an even number of passes: each side set up first as often."""
+def settled(fig: Figure, left: int, floor: float, confidence: float, decide: bool = True) -> bool:
+    """Whether ``fig`` may stop: decided now (when ``decide``), or certain to stay undecided whatever ``left``
+    more passes bring. Only after an even number of passes: each side set up first as often."""
     units = process_pair_logs(fig)
     if not units:
         return True  # nothing measured on some side: more passes will not judge it
     if len(fig.a) % 2:
         return False
     _, lo, hi = V.paired_interval(units, confidence)
-    if V.decide(lo, hi, floor) != V.UNDECIDED:
+    if decide and V.decide(lo, hi, floor) != V.UNDECIDED:
         return True
     return V.futile(units, len(units) + left, floor, confidence)
 

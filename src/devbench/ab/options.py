@@ -54,6 +54,8 @@ class Options:
     track_blocks: int = TRACK_BLOCKS
     twins: bool = False
     keep: bool = False
+    #: no figure stops before ``min_passes`` (for an A/A run that measures what each figure can detect)
+    all_passes: bool = False
     from_dir: Path | None = None
     #: seconds one request to a benchmark process may take (a set-up, one block) before it is given up
     request_timeout_s: float = 600.0

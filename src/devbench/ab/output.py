@@ -97,6 +97,10 @@ def cost_note(record: dict[str, Any], top: int = 3) -> str | None:
     costly = sorted(by_bench.items(), key=lambda kv: -sum(kv[1]))[:top]
     parts = [f"{name} {sum(s) / 60:.1f} min ({len(s)} figure{'s' if len(s) > 1 else ''})" for name, s in costly]
     text = f"Cost: {total / 60:.1f} min in {len(passes)} passes"
+    figure_s = sum(sum(s) for s in by_bench.values())
+    setup_s = sum(float(f.get("setup_seconds") or 0) for f in record.get("figures", {}).values())
+    if figure_s > 0 and setup_s > 0:
+        text += f" ({100 * setup_s / figure_s:.0f}% of the figures' time in setting up their processes)"
     return f"{text}; the costliest benchmarks: {', '.join(parts)}." if parts else f"{text}."
 
 

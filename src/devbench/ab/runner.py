@@ -6,8 +6,10 @@ both sides fork a process, set it up and check the workload, then take strict tu
 combination, and its pairs of blocks give that pair's figure: the median of their log ratios.
 Several passes sample what a process's own layout does to a figure (docs/design.md, "Verdicts").
 
-After ``min_passes`` passes (and each pass after), the figures whose interval is decided stop,
-and so do those that cannot decide within ``max_passes`` (``judge.settled``); the rest run on.
+After every even pass, the figures that cannot decide within ``max_passes`` whatever the passes to
+come bring stop (``verdict.futile``: stopping them loses no verdict), and from ``min_passes`` on so
+do those whose interval is decided (``judge.settled``); the rest run on. ``Passes.all_passes`` keeps
+every figure to ``min_passes``, for an A/A run that measures what each figure can detect.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from devbench.ab.session import Opened, Worker, WorkerError, close_combination, open_combination, paired_turns
+from devbench.ab.session import (
+    BlockError,
+    Opened,
+    Worker,
+    WorkerError,
+    close_combination,
+    open_combination,
+    paired_turns,
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,10 @@ class Figure:
     versions: tuple[str, str] = ("", "")
     #: seconds its processes took, both sides, every pass: set-up, turns and tear-down (what it cost)
     seconds: float = 0.0
+    #: of those, the seconds spent opening its processes: set-up, the workload's check, sizing a block
+    setup_seconds: float = 0.0
+    #: what each pass's pair of processes took (the figure's share of each pass)
+    pass_seconds: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,8 @@ class Passes:
     #: the passes a figure measured in ``setup_cache`` gets at most (it gives one pair a pass: at least as
     #: many as its interval needs)
     max_cached: int = 0
+    #: no figure stops before ``min_passes``, even one certain to stay undecided
+    all_passes: bool = False
 
     def limit(self, fig: Figure) -> int:
         """The passes ``fig`` may get at most."""
@@ -130,7 +146,9 @@ def measure_pass(
         try:
             _measure_figure(a, b, fig, passes, first)
         finally:
-            fig.seconds += time.monotonic() - began
+            took = time.monotonic() - began
+            fig.seconds += took
+            fig.pass_seconds.append(round(took, 2))
 
 
 def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: str) -> None:
@@ -139,11 +157,13 @@ def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: st
     # the side set up first alternates by pass, so being set up first or second favours neither
     order = (a, b) if first == "base" else (b, a)
     opened: list[tuple[Worker, Opened]] = []
+    began = time.monotonic()
     for w in order:
         o = open_combination(w, combo.benchmark, combo.idx, passes.block_s, select=re.escape(combo.selector))
         opened.append((w, o))
         if o.state != "ready":
             break
+    fig.setup_seconds += time.monotonic() - began
     if [o.state for _, o in opened] != ["ready", "ready"]:
         for w, o in opened:
             if o.state == "ready":
@@ -155,6 +175,9 @@ def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: st
         # a figure measured in setup_cache reads one value per process: one pair per pass
         pairs = paired_turns(a, b, 1, warm_up=False) if combo.in_cache else paired_turns(
             a, b, passes.pairs, passes.figure_s, a_first=first == "base")  # fmt: skip
+    except BlockError as exc:
+        fig.state, fig.reason = "error", str(exc)
+        return
     finally:
         close_combination(a)
         close_combination(b)
@@ -172,8 +195,9 @@ def run_passes(
     first: tuple[Worker, Worker] | None = None,
 ) -> list[dict[str, float]]:
     """Passes until every figure has stopped or ``max_passes`` ran. ``start(side)`` starts a fresh worker
-    (``first``: the pair for the first pass, already started); ``settled(figure, passes_left)`` says
-    whether a figure may stop after a pass. Returns what each pass measured and took (``figures``,
+    (``first``: the pair for the first pass, already started); ``settled(figure, passes_left, decide)``
+    says whether a figure may stop after a pass (``decide``: for a decided interval too, else only when
+    it is certain to stay undecided). Returns what each pass measured and took (``figures``,
     ``seconds``)."""
     t0 = time.monotonic()
     record: list[dict[str, float]] = []
@@ -197,7 +221,8 @@ def run_passes(
                 continue
             if done >= passes.limit(f):
                 f.state = "done"
-            elif done >= passes.min_passes and settled(f, passes.limit(f) - done):  # settled: only after even
+            elif (done >= passes.min_passes or not passes.all_passes) and settled(
+                    f, passes.limit(f) - done, done >= passes.min_passes):  # settled: only after even  # fmt: skip
                 f.state, f.stopped_after = "stopped", done
                 stopped += 1
         left = sum(f.state == "running" for f in figures)

@@ -30,6 +30,10 @@ class WorkerError(Exception):
     """A worker that failed to start, died, or did not answer in time; the message says which and why."""
 
 
+class BlockError(Exception):
+    """A figure's first block failed on a side (its benchmark's own error): the figure is not measured."""
+
+
 @dataclass
 class Worker:
     """One side's benchmark process. ``request`` sends one JSON line and waits for the reply."""
@@ -141,12 +145,15 @@ def close_combination(worker: Worker) -> None:
         raise WorkerError(f"{worker.side}: the combination did not close: {reply}")
 
 
-def turn(worker: Worker) -> float:
-    """One block on ``worker``: its figure, NaN when the block failed (the reason goes to the log)."""
+def turn(worker: Worker, first: bool = False) -> float:
+    """One block on ``worker``: its figure, NaN when the block failed (the reason goes to the log). A failed
+    ``first`` block (the side's first call of the figure) raises ``BlockError`` with the reason instead."""
     reply = worker.request("turn")
     value = reply.get("value")
     if isinstance(value, int | float) and math.isfinite(value) and value > 0:
         return float(value)
+    if first:
+        raise BlockError(f"{worker.side}: {reply.get('error', reply)}")
     worker.log.write(f"{worker.side}: a block gave no figure: {reply}\n".encode())
     return math.nan
 
@@ -162,9 +169,10 @@ def paired_turns(
     2-vCPU VM a CPU matmul's launch overhead read 15% faster in such a block, and an A/A comparison
     called seven figures faster). The caller alternates ``a_first`` between pairs of processes.
 
-    A first pair is not kept: the first block after the other side's set-up reads slow (on the 2-vCPU
-    VM a 1 MiB host copy's first turn ran at a tenth of its speed, after a warm-up in set-up). Its time
-    sizes the rest: no more pairs than fit ``budget_s`` (at least 2), so a figure whose one call lasts
+    A first pair is not kept: it is each side's first call of the figure (the worker times none in
+    set-up), and the first block after the other side's set-up reads slow (on the 2-vCPU VM a 1 MiB
+    host copy's first turn ran at a tenth of its speed). A failure in it raises ``BlockError``. Its time
+    sizes the rest: no more pairs than fit ``budget_s`` (at least 1), so a figure whose one call lasts
     seconds (a sustained load) costs seconds, not minutes, per pass. Without ``warm_up`` (a figure read
     from a cache) exactly ``pairs``.
     """
@@ -172,11 +180,11 @@ def paired_turns(
     count = pairs
     if warm_up:
         started = time.monotonic()
-        turn(first)
-        turn(second)
+        turn(first, first=True)
+        turn(second, first=True)
         one_pair = max(time.monotonic() - started, 1e-6)
         fit = int(budget_s / one_pair) if math.isfinite(budget_s) else pairs
-        count = max(2, min(pairs, fit))
+        count = max(1, min(pairs, fit))
     out = []
     for _ in range(count):
         v1 = turn(first)

@@ -105,8 +105,8 @@ def _child(bench, reply_fd: int, block_s: float, requests, cache_file: str | Non
         return bench.func(*params)
 
     try:
+        # no block is timed here: the coordinator's first pair, not kept, is each side's first call
         number = _block_calls(call, block_s) if kind == "time" else 1
-        _turn(call, kind, number)  # a first block, not kept: the first after set-up reads slow
     except Exception as exc:
         _reply(reply_fd, {"error": _last_line(exc)})
         return
