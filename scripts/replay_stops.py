@@ -1,0 +1,94 @@
+"""What a finished ``devbench compare --all-passes`` would have cost under the default stopping rule.
+
+An ``--all-passes`` run keeps every figure to ``--min-passes``, so its intervals say what each figure
+can detect. The default stops a figure after any even pass once it is certain to stay undecided
+(``judge.settled`` without ``decide``), and a decided one from ``--min-passes`` on. This replays that
+rule on the run's own pass values and prices it with the seconds each figure took in each pass
+(``run.json``'s ``pass_seconds``) plus each pass's own overhead (starting the workers, ``setup_cache``),
+and checks that no verdict changes.
+
+    python scripts/replay_stops.py reports/compare-aa/idle [--full-run-s 388]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from devbench.ab import judge  # noqa: E402
+from devbench.ab.command import read_finished  # noqa: E402
+from devbench.ab.options import ABError  # noqa: E402
+from devbench.ab.runner import Figure  # noqa: E402
+
+
+def replayed_stop(fig: Figure, limit: int, min_passes: int, floor: float, confidence: float) -> int:
+    """The pass after which the default rule stops ``fig`` (its own count when it never does earlier)."""
+    for m in range(2, len(fig.a), 2):
+        early = Figure(fig.combo, a=fig.a[:m], b=fig.b[:m])
+        if judge.settled(early, limit - m, floor, confidence, decide=m >= min_passes):
+            return m
+    return len(fig.a)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folder", type=Path, help="the --out folder of a devbench compare --all-passes")
+    p.add_argument("--full-run-s", type=float, help="seconds of one full asv run, to give the cost in full runs")
+    args = p.parse_args(argv)
+    try:
+        figures, record = read_finished(args.folder)
+    except ABError as exc:
+        print(f"replay_stops: {exc}", file=sys.stderr)
+        return 2
+    opts = record.get("options", {})
+    if not opts.get("all_passes"):
+        print(f"replay_stops: {args.folder} is not an --all-passes run: its figures already stopped early",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    floor, confidence = float(record["floor"]), float(record["confidence"])
+    min_passes, max_passes = int(opts["min_passes"]), int(opts["max_passes"])
+    costs = {sel: f.get("pass_seconds") or [] for sel, f in record["figures"].items()}
+    passes = record["passes"]
+    overhead = [float(q["seconds"]) - sum(c[i] for c in costs.values() if len(c) > i) for i, q in enumerate(passes)]
+
+    kept_passes: list[int] = []
+    stops: dict[int, int] = {}
+    changed = []
+    for fig in figures:
+        spent = costs.get(fig.combo.selector, [])
+        if not fig.a:
+            kept_passes.append(len(spent))
+            continue
+        limit = max(max_passes, len(fig.a))
+        stop = replayed_stop(fig, limit, min_passes, floor, confidence)
+        stops[stop] = stops.get(stop, 0) + 1
+        kept_passes.append(stop)
+        early = Figure(fig.combo, a=fig.a[:stop], b=fig.b[:stop])
+        full_row, early_row = judge.verdict_row(fig, floor, confidence), judge.verdict_row(early, floor, confidence)
+        if full_row["verdict"] != early_row["verdict"]:
+            changed.append(f"{fig.combo.selector}: {full_row['verdict']} -> {early_row['verdict']}")
+
+    all_s = sum(float(q["seconds"]) for q in passes)
+    figure_s = sum(sum(c[:k]) for c, k in zip((costs.get(f.combo.selector, []) for f in figures), kept_passes,
+                                               strict=True))  # fmt: skip
+    last = max(kept_passes, default=0)
+    replay_s = figure_s + sum(overhead[:last])
+
+    def runs(s: float) -> str:
+        return f" ({s / args.full_run_s:.1f} full runs)" if args.full_run_s else ""
+
+    print(f"{args.folder}: {len(passes)} passes, {all_s / 60:.1f} min{runs(all_s)} with every figure to the end")
+    print(f"default stopping (futility after any even pass, verdicts from {min_passes} on, at most {max_passes}): "
+          f"{replay_s / 60:.1f} min{runs(replay_s)}")  # fmt: skip
+    print("figures by the pass they stop after: " + ", ".join(f"{k}: {v}" for k, v in sorted(stops.items())))
+    print(f"verdicts that change: {len(changed)}")
+    for line in changed:
+        print(f"  {line}")
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""scripts/replay_stops.py: the default's stops replayed on an --all-passes run, priced, verdicts unchanged."""
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "replay_stops.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("replay_stops", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: head/base of each pass (one pair of blocks a pass): spread far beyond the floor, inside it, and 1.5x
+RATIOS = {
+    "wild": [0.5, 0.6, 2.0, 1.8, 0.5, 2.0, 0.7, 1.6],
+    "quiet": [1.001, 0.999] * 4,
+    "slower": [1.5] * 8,
+}
+
+
+def _finished(folder: Path, all_passes: bool = True) -> Path:
+    folder.mkdir()
+    figures = {}
+    with open(folder / "pairs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["benchmark", "params", "unit", "process_pair", "pair", "base", "head"])
+        for name, ratios in RATIOS.items():
+            for p, r in enumerate(ratios):
+                w.writerow([f"bench_x.time_{name}", "", "seconds", p, 0, 1.0, r])
+            figures[f"bench_x.time_{name}"] = {
+                "state": "done", "reason": "", "stopped_after": None, "benchmark": f"bench_x.time_{name}", "idx": 0,
+                "values": [], "names": [], "unit": "seconds", "seconds": 80.0, "pass_seconds": [10.0] * 8,
+            }  # fmt: skip
+    record = {
+        "passes": [{"figures": 3, "seconds": 35.0}] * 8,  # 5 s a pass beside the figures: workers, caches
+        "options": {"min_passes": 8, "max_passes": 10, "all_passes": all_passes},
+        "figures": figures, "floor": 0.02, "confidence": 0.99,
+    }  # fmt: skip
+    (folder / "run.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_figures_certain_to_stay_undecided_stop_early_and_the_cost_follows(tmp_path, capsys):
+    assert _script().main([str(_finished(tmp_path / "run")), "--full-run-s", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "8 passes, 4.7 min (2.8 full runs) with every figure to the end" in out
+    # the wild figure stops after 4 passes (2 give too few Walsh averages to be certain); the others run 8:
+    # 4 x 10 + 8 x 10 + 8 x 10 s of figures and 8 x 5 s of passes
+    assert "4.0 min (2.4 full runs)" in out
+    assert "figures by the pass they stop after: 4: 1, 8: 2" in out and "verdicts that change: 0" in out
+
+
+def test_a_run_that_already_stopped_early_or_no_run_is_refused(tmp_path, capsys):
+    assert _script().main([str(_finished(tmp_path / "run", all_passes=False))]) == 2
+    assert "not an --all-passes run" in capsys.readouterr().err
+    assert _script().main([str(tmp_path / "nothing")]) == 2
+    assert "no run.json and pairs.csv" in capsys.readouterr().err
