@@ -136,8 +136,9 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
             if opts.bench and not figures:
                 raise ABError(f"--bench {opts.bench!r} selects no benchmark combination (of either side)")
             print(f"{running} figures to measure, {len(figures) - running} not measurable on both sides; "
-                  f"up to {opts.max_passes} pairs of processes each (a verdict from {opts.min_passes}), up to "
-                  f"{opts.pairs} pairs of blocks in each ({opts.figure_s:g} s of turns at most)", flush=True)  # fmt: skip
+                  f"up to {opts.max_passes} pairs of processes each (a verdict from {opts.min_passes}), "
+                  f"up to {opts.pairs} pairs of blocks in each ({opts.figure_s:g} s of turns at most)",
+                  flush=True)  # fmt: skip
             # a figure measured in setup_cache gives one pair a pass: it may run as many as its interval needs
             cached = next(n for n in range(1, 100) if V.signed_rank_k(n, opts.confidence) > 0)
             passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s, cached,
