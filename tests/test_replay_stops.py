@@ -1,19 +1,8 @@
 """scripts/replay_stops.py: the default's stops replayed on an --all-passes run, priced, verdicts unchanged."""
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "replay_stops.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("replay_stops", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 #: head/base of each pass (one pair of blocks a pass): spread far beyond the floor, inside it, and 1.5x
 RATIOS = {
@@ -45,8 +34,8 @@ def _finished(folder: Path, all_passes: bool = True) -> Path:
     return folder
 
 
-def test_figures_certain_to_stay_undecided_stop_early_and_the_cost_follows(tmp_path, capsys):
-    assert _script().main([str(_finished(tmp_path / "run")), "--full-run-s", "100"]) == 0
+def test_figures_certain_to_stay_undecided_stop_early_and_the_cost_follows(tmp_path, capsys, script):
+    assert script("replay_stops").main([str(_finished(tmp_path / "run")), "--full-run-s", "100"]) == 0
     out = capsys.readouterr().out
     assert "8 passes, 4.7 min (2.8 full runs) with every figure to the end" in out
     # the wild figure stops after 4 passes (2 give too few Walsh averages to be certain); the others run 8:
@@ -55,8 +44,8 @@ def test_figures_certain_to_stay_undecided_stop_early_and_the_cost_follows(tmp_p
     assert "figures by the pass they stop after: 4: 1, 8: 2" in out and "verdicts that change: 0" in out
 
 
-def test_a_run_that_already_stopped_early_or_no_run_is_refused(tmp_path, capsys):
-    assert _script().main([str(_finished(tmp_path / "run", all_passes=False))]) == 2
+def test_a_run_that_already_stopped_early_or_no_run_is_refused(tmp_path, capsys, script):
+    assert script("replay_stops").main([str(_finished(tmp_path / "run", all_passes=False))]) == 2
     assert "not an --all-passes run" in capsys.readouterr().err
-    assert _script().main([str(tmp_path / "nothing")]) == 2
+    assert script("replay_stops").main([str(tmp_path / "nothing")]) == 2
     assert "no run.json and pairs.csv" in capsys.readouterr().err

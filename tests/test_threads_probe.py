@@ -1,29 +1,18 @@
 """scripts/threads_probe.py: every setting measured in turns, written whole, bad input refused."""
 
 import csv
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "threads_probe.py"
 
-
-def _probe():
-    spec = importlib.util.spec_from_file_location("threads_probe", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_one_round_measures_every_workload_and_thread_count(tmp_path, capsys):
+def test_one_round_measures_every_workload_and_thread_count(tmp_path, capsys, script):
     import torch
 
     before = torch.get_num_threads()
     try:
-        assert _probe().main(["--rounds", "1", "--busy-max", "0", "--out", str(tmp_path)]) == 0
+        assert script("threads_probe").main(["--rounds", "1", "--busy-max", "0", "--out", str(tmp_path)]) == 0
     finally:
         torch.set_num_threads(before)
     rows = list(csv.DictReader(open(tmp_path / "threads.csv")))
@@ -38,18 +27,17 @@ def test_one_round_measures_every_workload_and_thread_count(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv", [["--rounds", "0"], ["--busy-max", "-1"]])
-def test_bad_input_exits_2(argv, capsys):
+def test_bad_input_exits_2(argv, capsys, script):
     with pytest.raises(SystemExit) as exc:
-        _probe().main(argv)
+        script("threads_probe").main(argv)
     assert exc.value.code == 2 and "--rounds >= 1" in capsys.readouterr().err
 
 
-def test_a_step_whose_float32_product_is_wrong_is_refused(monkeypatch):
+def test_a_step_whose_float32_product_is_wrong_is_refused(monkeypatch, script):
     import torch
 
     matmul = torch.Tensor.__matmul__
     off = lambda x, y: matmul(x, y) * (1.01 if x.dtype == torch.float32 else 1)  # noqa: E731
     monkeypatch.setattr(torch.Tensor, "__matmul__", off)
     with pytest.raises(AssertionError, match="float64"):
-        _probe()._step_fn()
-
+        script("threads_probe")._step_fn()
