@@ -5,14 +5,21 @@ can detect. The default stops a figure after any even pass once it is certain to
 (``judge.settled`` without ``decide``), and a decided one from ``--min-passes`` on. This replays that
 rule on the run's own pass values and prices it with the seconds each figure took in each pass
 (``run.json``'s ``pass_seconds``) plus each pass's own overhead (starting the workers, ``setup_cache``),
-and checks that no verdict changes.
+and checks that no verdict changes. It then says, per family, what each figure can detect after every
+pass (the floor plus half its interval, ``verdict.detectable``).
 
-    python scripts/replay_stops.py reports/compare-aa/idle [--full-run-s 388]
+``--pairs K`` replays the run as if each pass had kept at most ``K`` pairs of blocks (the first ``K``):
+the price of fewer turns in power. A figure's turns in a pass (its seconds less its set-up) are priced
+at ``(K + 1) / (n + 1)`` of what they took with ``n`` kept pairs, the first pair, never kept, included.
+
+    python scripts/replay_stops.py reports/compare-aa/all-passes [--full-run-s 388] [--pairs 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -33,11 +40,59 @@ def replayed_stop(fig: Figure, limit: int, min_passes: int, floor: float, confid
     return len(fig.a)
 
 
+def first_pairs(fig: Figure, k: int) -> Figure:
+    """``fig`` with the first ``k`` pairs of blocks of each pass only."""
+    return Figure(fig.combo, a=[x[:k] for x in fig.a], b=[y[:k] for y in fig.b], state=fig.state, reason=fig.reason)
+
+
+def priced(fig: Figure, spent: list[float], setup_s: float, k: int | None) -> list[float]:
+    """What each pass of ``fig`` would have cost keeping at most ``k`` pairs of blocks (``None``: as it ran)."""
+    if k is None or not fig.a:
+        return spent
+    setup = setup_s / len(spent) if spent else 0.0
+    out = []
+    for s, blocks in zip(spent, fig.a, strict=False):
+        n = len(blocks)
+        out.append(setup + max(s - setup, 0.0) * (min(k, n) + 1) / (n + 1))
+    return out
+
+
+def detect_table(figures: list[Figure], floor: float, confidence: float) -> list[str]:
+    """Per family (benchmark class): figures judged, the median detectable change, how many at 10% or less."""
+    by_family: dict[str, list[float]] = {}
+    for fig in figures:
+        if fig.state in ("skip", "error") or not fig.a:
+            continue
+        family = fig.combo.benchmark.split(".")[-2]
+        by_family.setdefault(family, []).append(judge.verdict_row(fig, floor, confidence)["detectable"])
+    rows = sorted(by_family.items(), key=lambda kv: statistics.median(kv[1]))
+    lines = [f"  {'family':<18} {'figures':>7} {'median %':>9} {'<= 10%':>7}"]
+    for family, dets in rows:
+        median = statistics.median(dets)
+        shown = f"{100 * median:.1f}" if math.isfinite(median) else "inf"
+        lines.append(f"  {family:<18} {len(dets):>7} {shown:>9} {sum(d <= 0.10 for d in dets):>7}")
+    every = [d for _, dets in rows for d in dets]
+    if every:
+        median = statistics.median(every)
+        shown = f"{100 * median:.1f}" if math.isfinite(median) else "inf"
+        lines.append(f"  {'all':<18} {len(every):>7} {shown:>9} {sum(d <= 0.10 for d in every):>7}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path, help="the --out folder of a devbench compare --all-passes")
     p.add_argument("--full-run-s", type=float, help="seconds of one full asv run, to give the cost in full runs")
+    p.add_argument(
+        "--pairs",
+        type=int,
+        metavar="K",
+        help="replay keeping at most K pairs of blocks a pass (the first K), turns priced to match",
+    )
     args = p.parse_args(argv)
+    if args.pairs is not None and args.pairs < 1:
+        print(f"replay_stops: --pairs must be at least 1, got {args.pairs}", file=sys.stderr)
+        return 2
     try:
         figures, record = read_finished(args.folder)
     except ABError as exc:
@@ -53,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     costs = {sel: f.get("pass_seconds") or [] for sel, f in record["figures"].items()}
     passes = record["passes"]
     overhead = [float(q["seconds"]) - sum(c[i] for c in costs.values() if len(c) > i) for i, q in enumerate(passes)]
+    if args.pairs is not None:
+        setups = {sel: float(f.get("setup_seconds", 0.0)) for sel, f in record["figures"].items()}
+        costs = {f.combo.selector: priced(f, costs.get(f.combo.selector, []), setups.get(f.combo.selector, 0.0),
+                                          args.pairs) for f in figures}  # fmt: skip
+        figures = [first_pairs(f, args.pairs) for f in figures]
 
     kept_passes: list[int] = []
     stops: dict[int, int] = {}
@@ -71,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if full_row["verdict"] != early_row["verdict"]:
             changed.append(f"{fig.combo.selector}: {full_row['verdict']} -> {early_row['verdict']}")
 
-    all_s = sum(float(q["seconds"]) for q in passes)
+    all_s = sum(overhead) + sum(sum(c) for c in costs.values())
     figure_s = sum(sum(c[:k]) for c, k in zip((costs.get(f.combo.selector, []) for f in figures), kept_passes,
                                                strict=True))  # fmt: skip
     last = max(kept_passes, default=0)
@@ -80,13 +140,17 @@ def main(argv: list[str] | None = None) -> int:
     def runs(s: float) -> str:
         return f" ({s / args.full_run_s:.1f} full runs)" if args.full_run_s else ""
 
-    print(f"{args.folder}: {len(passes)} passes, {all_s / 60:.1f} min{runs(all_s)} with every figure to the end")
+    kept = f", at most {args.pairs} pairs of blocks a pass" if args.pairs is not None else ""
+    print(f"{args.folder}{kept}: {len(passes)} passes, {all_s / 60:.1f} min{runs(all_s)} with every figure to the end")
     print(f"default stopping (futility after any even pass, verdicts from {min_passes} on, at most {max_passes}): "
           f"{replay_s / 60:.1f} min{runs(replay_s)}")  # fmt: skip
     print("figures by the pass they stop after: " + ", ".join(f"{k}: {v}" for k, v in sorted(stops.items())))
     print(f"verdicts that change: {len(changed)}")
     for line in changed:
         print(f"  {line}")
+    print(f"what each figure can detect after every pass (the {100 * floor:g}% floor plus half its "
+          f"{round(100 * confidence)}% interval), by family:")  # fmt: skip
+    print("\n".join(detect_table(figures, floor, confidence)))
     return 1 if changed else 0
 
 

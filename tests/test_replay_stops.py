@@ -49,3 +49,47 @@ def test_a_run_that_already_stopped_early_or_no_run_is_refused(tmp_path, capsys,
     assert "not an --all-passes run" in capsys.readouterr().err
     assert script("replay_stops").main([str(tmp_path / "nothing")]) == 2
     assert "no run.json and pairs.csv" in capsys.readouterr().err
+
+
+def _four_pairs(folder: Path) -> Path:
+    """One figure, 8 passes of 4 pairs of blocks: the first pair of each pass wild, the other three equal."""
+    folder.mkdir()
+    wild = [0.5, 2.0, 0.6, 1.8, 0.5, 2.0, 0.7, 1.6]
+    with open(folder / "pairs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["benchmark", "params", "unit", "process_pair", "pair", "base", "head"])
+        for p, r in enumerate(wild):
+            for k, ratio in enumerate([r, 1.0, 1.0, 1.0]):
+                w.writerow(["bench_x.Mixed.time_it", "", "seconds", p, k, 1.0, ratio])
+    figure = {
+        "state": "done", "reason": "", "stopped_after": None, "benchmark": "bench_x.Mixed.time_it", "idx": 0,
+        "values": [], "names": [], "unit": "seconds", "seconds": 240.0, "setup_seconds": 80.0,
+        "pass_seconds": [30.0] * 8,
+    }  # fmt: skip
+    record = {
+        "passes": [{"figures": 1, "seconds": 35.0}] * 8,
+        "options": {"min_passes": 8, "max_passes": 10, "all_passes": True},
+        "figures": {"bench_x.Mixed.time_it": figure}, "floor": 0.02, "confidence": 0.99,
+    }  # fmt: skip
+    (folder / "run.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_fewer_pairs_are_replayed_from_the_first_and_priced_by_their_turns(tmp_path, capsys, script):
+    folder = _four_pairs(tmp_path / "run")
+    assert script("replay_stops").main([str(folder)]) == 0
+    out = capsys.readouterr().out
+    # every pass's median is the three equal pairs: an interval of width 0, detectable = the 2% floor
+    assert "8 passes, 4.7 min with every figure to the end" in out
+    assert any(line.split() == ["Mixed", "1", "2.0", "1"] for line in out.splitlines())
+    assert script("replay_stops").main([str(folder), "--pairs", "1"]) == 0
+    out = capsys.readouterr().out
+    # each pass: 5 s of its own, 10 s of set-up, 20 s of turns for 4 kept pairs and the first -> 2/5 of them
+    assert "at most 1 pairs of blocks a pass: 8 passes, 3.1 min with every figure to the end" in out
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["Mixed"])
+    assert row[1] == "1" and float(row[2]) > 50 and row[3] == "0"  # only the wild first pairs are left
+
+
+def test_fewer_than_one_pair_is_refused(tmp_path, capsys, script):
+    assert script("replay_stops").main([str(_four_pairs(tmp_path / "run")), "--pairs", "0"]) == 2
+    assert "--pairs must be at least 1, got 0" in capsys.readouterr().err
