@@ -521,3 +521,16 @@ def test_a_busy_host_is_told_to_set_the_thread_count_unless_it_did():
     assert busy_host_note(0.4, 2, None) is None  # idle
     assert busy_host_note(3.0, 2, "1") is None  # the user chose
     assert busy_host_note(3.0, 1, None) is None  # one core: one thread already
+
+
+def test_the_benchmark_processes_write_bytecode_and_read_their_own_selection(monkeypatch):
+    """A pass starts fresh processes that import torch; PYTHONDONTWRITEBYTECODE (set on some CI images)
+    would have each compile it from source again. DEVBENCH_BENCH is the worker's to set."""
+    from devbench.ab.command import _worker_env
+    from devbench.ab.options import Options
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("DEVBENCH_BENCH", "anything")
+    env = _worker_env(Options(base="a", head="b", repo=Path("."), out=Path("o"), python=sys.executable))
+    assert "PYTHONDONTWRITEBYTECODE" not in env and "DEVBENCH_BENCH" not in env
+    assert env["DEVBENCH_BLOCKS"] == "1" and env["PYTHONUNBUFFERED"] == "1"

@@ -91,6 +91,9 @@ def _worker_env(opts: Options) -> dict[str, str]:
     env["DEVBENCH_BLOCKS"] = str(opts.track_blocks)
     env.pop("DEVBENCH_BENCH", None)  # set per combination by the worker
     env["PYTHONUNBUFFERED"] = "1"
+    # every pass starts a worker per side and the collectives start worlds of ranks, each importing torch:
+    # without bytecode on disk each import compiles torch from source again (as the Makefile says)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
