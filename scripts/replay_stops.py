@@ -12,7 +12,13 @@ pass (the floor plus half its interval, ``verdict.detectable``).
 the price of fewer turns in power. A figure's turns in a pass (its seconds less its set-up) are priced
 at ``(K + 1) / (n + 1)`` of what they took with ``n`` kept pairs, the first pair, never kept, included.
 
-    python scripts/replay_stops.py reports/compare-aa/all-passes [--full-run-s 388] [--pairs 2]
+``--max-passes M`` replays it as if ``--max-passes`` had been ``M`` (at least ``--min-passes``): the passes
+after ``M`` are dropped, and a figure is certain to stay undecided as soon as ``M`` values could not
+decide it. Fewer passes at most make that certain sooner (at 8 and 99% the interval is the range of
+the values, so two values either side of the floor's edge settle it), at the price of the figures
+that more passes would have decided.
+
+    python scripts/replay_stops.py reports/compare-aa/all-passes [--full-run-s 388] [--pairs 2] [--max-passes 8]
 """
 
 from __future__ import annotations
@@ -89,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar="K",
         help="replay keeping at most K pairs of blocks a pass (the first K), turns priced to match",
     )
+    p.add_argument("--max-passes", type=int, metavar="M",
+                   help="replay as if --max-passes had been M (at least the run's --min-passes)")
     args = p.parse_args(argv)
     if args.pairs is not None and args.pairs < 1:
         print(f"replay_stops: --pairs must be at least 1, got {args.pairs}", file=sys.stderr)
@@ -105,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     floor, confidence = float(record["floor"]), float(record["confidence"])
     min_passes, max_passes = int(opts["min_passes"]), int(opts["max_passes"])
+    if args.max_passes is not None:
+        if not min_passes <= args.max_passes:
+            print(f"replay_stops: --max-passes must be at least the run's --min-passes ({min_passes}), "
+                  f"got {args.max_passes}", file=sys.stderr)  # fmt: skip
+            return 2
+        max_passes = args.max_passes
     costs = {sel: f.get("pass_seconds") or [] for sel, f in record["figures"].items()}
     passes = record["passes"]
     overhead = [float(q["seconds"]) - sum(c[i] for c in costs.values() if len(c) > i) for i, q in enumerate(passes)]
@@ -117,17 +131,24 @@ def main(argv: list[str] | None = None) -> int:
     kept_passes: list[int] = []
     stops: dict[int, int] = {}
     changed = []
+    judged: list[Figure] = []  # as the replay judges them: at most --max-passes passes
     for fig in figures:
         spent = costs.get(fig.combo.selector, [])
         if not fig.a:
             kept_passes.append(len(spent))
             continue
-        limit = max(max_passes, len(fig.a))
+        ran = fig
+        if args.max_passes is not None:
+            limit = max_passes
+            fig = Figure(fig.combo, a=fig.a[:limit], b=fig.b[:limit])  # noqa: PLW2901
+        else:
+            limit = max(max_passes, len(fig.a))
+        judged.append(fig)
         stop = replayed_stop(fig, limit, min_passes, floor, confidence)
         stops[stop] = stops.get(stop, 0) + 1
         kept_passes.append(stop)
         early = Figure(fig.combo, a=fig.a[:stop], b=fig.b[:stop])
-        full_row, early_row = judge.verdict_row(fig, floor, confidence), judge.verdict_row(early, floor, confidence)
+        full_row, early_row = judge.verdict_row(ran, floor, confidence), judge.verdict_row(early, floor, confidence)
         if full_row["verdict"] != early_row["verdict"]:
             changed.append(f"{fig.combo.selector}: {full_row['verdict']} -> {early_row['verdict']}")
 
@@ -141,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return f" ({s / args.full_run_s:.1f} full runs)" if args.full_run_s else ""
 
     kept = f", at most {args.pairs} pairs of blocks a pass" if args.pairs is not None else ""
+    kept += f", at most {max_passes} passes" if args.max_passes is not None else ""
     print(f"{args.folder}{kept}: {len(passes)} passes, {all_s / 60:.1f} min{runs(all_s)} with every figure to the end")
     print(f"default stopping (futility after any even pass, verdicts from {min_passes} on, at most {max_passes}): "
           f"{replay_s / 60:.1f} min{runs(replay_s)}")  # fmt: skip
@@ -150,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {line}")
     print(f"what each figure can detect after every pass (the {100 * floor:g}% floor plus half its "
           f"{round(100 * confidence)}% interval), by family:")  # fmt: skip
-    print("\n".join(detect_table(figures, floor, confidence)))
+    print("\n".join(detect_table(judged, floor, confidence)))
     return 1 if changed else 0
 
 

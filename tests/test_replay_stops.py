@@ -93,3 +93,51 @@ def test_fewer_pairs_are_replayed_from_the_first_and_priced_by_their_turns(tmp_p
 def test_fewer_than_one_pair_is_refused(tmp_path, capsys, script):
     assert script("replay_stops").main([str(_four_pairs(tmp_path / "run")), "--pairs", "0"]) == 2
     assert "--pairs must be at least 1, got 0" in capsys.readouterr().err
+
+
+def _ten_passes(folder: Path) -> Path:
+    """Ten passes of one pair of blocks: a figure either side of the floor's edge, and a 1.5x slowdown with
+    one pass inside the floor (the fifth)."""
+    folder.mkdir()
+    ratios = {"straddle": [0.9, 1.1] * 5, "outlier": [1.5] * 4 + [1.01] + [1.5] * 5}
+    figures = {}
+    with open(folder / "pairs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["benchmark", "params", "unit", "process_pair", "pair", "base", "head"])
+        for name, values in ratios.items():
+            for p, r in enumerate(values):
+                w.writerow([f"bench_x.time_{name}", "", "seconds", p, 0, 1.0, r])
+            figures[f"bench_x.time_{name}"] = {
+                "state": "done", "reason": "", "stopped_after": None, "benchmark": f"bench_x.time_{name}", "idx": 0,
+                "values": [], "names": [], "unit": "seconds", "seconds": 100.0, "pass_seconds": [10.0] * 10,
+            }  # fmt: skip
+    record = {
+        "passes": [{"figures": 2, "seconds": 25.0}] * 10,
+        "options": {"min_passes": 8, "max_passes": 10, "all_passes": True},
+        "figures": figures, "floor": 0.02, "confidence": 0.99,
+    }  # fmt: skip
+    (folder / "run.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_fewer_passes_at_most_stop_sooner_and_lose_the_verdicts_more_passes_give(tmp_path, capsys, script):
+    """At most 10 passes, 2 values are too few to be certain; at most 8, two values either side of the floor's
+    edge are (the interval is their range). The slowdown with one pass inside the floor is slower from 10
+    values and undecided from 8: the replay says so and exits 1."""
+    folder = _ten_passes(tmp_path / "run")
+    assert script("replay_stops").main([str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "figures by the pass they stop after: 6: 1, 10: 1" in out and "verdicts that change: 0" in out
+    assert script("replay_stops").main([str(folder), "--max-passes", "8"]) == 1
+    out = capsys.readouterr().out
+    assert "at most 8 passes: 10 passes" in out and "verdicts from 8 on, at most 8)" in out
+    # the outlier cannot be slower once its fifth value is in: certain after the sixth pass
+    assert "figures by the pass they stop after: 2: 1, 6: 1" in out
+    assert "bench_x.time_outlier: slower -> undecided" in out
+    # 2 x 10 s + 6 x 10 s of figures, 6 x 5 s of passes
+    assert "default stopping (futility after any even pass, verdicts from 8 on, at most 8): 1.8 min" in out
+
+
+def test_fewer_passes_at_most_than_the_minimum_are_refused(tmp_path, capsys, script):
+    assert script("replay_stops").main([str(_ten_passes(tmp_path / "run")), "--max-passes", "6"]) == 2
+    assert "--max-passes must be at least the run's --min-passes (8), got 6" in capsys.readouterr().err
