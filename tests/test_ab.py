@@ -489,7 +489,7 @@ def test_cuda_is_asked_of_the_benchmarks_python_and_unknown_leaves_nothing_out(t
 def test_turns_alternate_strictly_and_a_long_call_gets_fewer_pairs(monkeypatch):
     """A B A B ...: every block follows one of the other side (a side's second block in a row runs warm);
     the first side alternates between passes; the discarded first pair's time sizes the rest within the
-    budget (a stand-in clock: no timing here)."""
+    budget, and a first pair that alone outlasts it is kept (a stand-in clock: no timing here)."""
     calls: list[str] = []
     clock = [0.0]
 
@@ -508,7 +508,11 @@ def test_turns_alternate_strictly_and_a_long_call_gets_fewer_pairs(monkeypatch):
     calls.clear()
     assert len(session.paired_turns("A", "B", 8, budget_s=2.5)) == 2  # a 1 s pair: 2 fit
     assert len(session.paired_turns("A", "B", 8, budget_s=5.0)) == 5
-    assert len(session.paired_turns("A", "B", 8, budget_s=0.1)) == 1  # never fewer than 1
+    calls.clear()
+    # the first pair alone outlasts the budget: it is kept, and nothing runs again
+    assert session.paired_turns("A", "B", 8, budget_s=0.1) == [(1.0, 2.0)] and calls == ["A", "B"]
+    calls.clear()
+    assert session.paired_turns("A", "B", 8, budget_s=0.1, a_first=False) == [(1.0, 2.0)] and calls == ["B", "A"]
     calls.clear()
     assert len(session.paired_turns("A", "B", 1, warm_up=False)) == 1 and calls == ["A", "B"]
 
