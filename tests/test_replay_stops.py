@@ -12,21 +12,24 @@ RATIOS = {
 }
 
 
-def _finished(folder: Path, all_passes: bool = True) -> Path:
+def _finished(folder: Path, all_passes: bool = True, ratios: dict[str, list[float]] = RATIOS) -> Path:
+    """One pair of blocks a pass per figure, 10 s a figure and 5 s beside the figures (workers, caches) a pass."""
     folder.mkdir()
     figures = {}
+    passes = max(len(r) for r in ratios.values())
     with open(folder / "pairs.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["benchmark", "params", "unit", "process_pair", "pair", "base", "head"])
-        for name, ratios in RATIOS.items():
-            for p, r in enumerate(ratios):
+        for name, values in ratios.items():
+            for p, r in enumerate(values):
                 w.writerow([f"bench_x.time_{name}", "", "seconds", p, 0, 1.0, r])
             figures[f"bench_x.time_{name}"] = {
                 "state": "done", "reason": "", "stopped_after": None, "benchmark": f"bench_x.time_{name}", "idx": 0,
-                "values": [], "names": [], "unit": "seconds", "seconds": 80.0, "pass_seconds": [10.0] * 8,
+                "values": [], "names": [], "unit": "seconds", "seconds": 10.0 * len(values),
+                "pass_seconds": [10.0] * len(values),
             }  # fmt: skip
     record = {
-        "passes": [{"figures": 3, "seconds": 35.0}] * 8,  # 5 s a pass beside the figures: workers, caches
+        "passes": [{"figures": len(ratios), "seconds": 10.0 * len(ratios) + 5.0}] * passes,
         "options": {"min_passes": 8, "max_passes": 10, "all_passes": all_passes},
         "figures": figures, "floor": 0.02, "confidence": 0.99,
     }  # fmt: skip
@@ -96,28 +99,9 @@ def test_fewer_than_one_pair_is_refused(tmp_path, capsys, script):
 
 
 def _ten_passes(folder: Path) -> Path:
-    """Ten passes of one pair of blocks: a figure either side of the floor's edge, and a 1.5x slowdown with
-    one pass inside the floor (the fifth)."""
-    folder.mkdir()
-    ratios = {"straddle": [0.9, 1.1] * 5, "outlier": [1.5] * 4 + [1.01] + [1.5] * 5}
-    figures = {}
-    with open(folder / "pairs.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["benchmark", "params", "unit", "process_pair", "pair", "base", "head"])
-        for name, values in ratios.items():
-            for p, r in enumerate(values):
-                w.writerow([f"bench_x.time_{name}", "", "seconds", p, 0, 1.0, r])
-            figures[f"bench_x.time_{name}"] = {
-                "state": "done", "reason": "", "stopped_after": None, "benchmark": f"bench_x.time_{name}", "idx": 0,
-                "values": [], "names": [], "unit": "seconds", "seconds": 100.0, "pass_seconds": [10.0] * 10,
-            }  # fmt: skip
-    record = {
-        "passes": [{"figures": 2, "seconds": 25.0}] * 10,
-        "options": {"min_passes": 8, "max_passes": 10, "all_passes": True},
-        "figures": figures, "floor": 0.02, "confidence": 0.99,
-    }  # fmt: skip
-    (folder / "run.json").write_text(json.dumps(record))
-    return folder
+    """Ten passes: a figure either side of the floor's edge, and a 1.5x slowdown with one pass inside the
+    floor (the fifth)."""
+    return _finished(folder, ratios={"straddle": [0.9, 1.1] * 5, "outlier": [1.5] * 4 + [1.01] + [1.5] * 5})
 
 
 def test_fewer_passes_at_most_stop_sooner_and_lose_the_verdicts_more_passes_give(tmp_path, capsys, script):
