@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from devbench.ab.session import Worker, close_combination, open_combination, turn  # noqa: E402
+from pairing_noise import index_of  # noqa: E402  (this folder is first on sys.path when run by path)
 
 #: the CPU figures whose one call lasts a second or more, and a product just under that
 FIGURES = [
@@ -29,13 +30,6 @@ FIGURES = [
     ("bench_parallel.ParallelMatmul.track_speedup", ("'cpu_threads'", "1024")),
     ("bench_matmul.MatmulSquare.track_tflops", ("'cpu'", "'float32'", "4096")),
 ]
-
-
-def index_of(params: list[list[str]], values: tuple[str, ...]) -> int:
-    idx = 0
-    for choices, value in zip(params, values, strict=True):
-        idx = idx * len(choices) + choices.index(value)
-    return idx
 
 
 def main(argv: list[str] | None = None) -> int:

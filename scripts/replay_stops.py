@@ -137,18 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         if not fig.a:
             kept_passes.append(len(spent))
             continue
-        ran = fig
-        if args.max_passes is not None:
-            limit = max_passes
-            fig = Figure(fig.combo, a=fig.a[:limit], b=fig.b[:limit])  # noqa: PLW2901
-        else:
-            limit = max(max_passes, len(fig.a))
-        judged.append(fig)
-        stop = replayed_stop(fig, limit, min_passes, floor, confidence)
+        limit = max_passes if args.max_passes is not None else max(max_passes, len(fig.a))
+        capped = Figure(fig.combo, a=fig.a[:limit], b=fig.b[:limit])
+        judged.append(capped)
+        stop = replayed_stop(capped, limit, min_passes, floor, confidence)
         stops[stop] = stops.get(stop, 0) + 1
         kept_passes.append(stop)
         early = Figure(fig.combo, a=fig.a[:stop], b=fig.b[:stop])
-        full_row, early_row = judge.verdict_row(ran, floor, confidence), judge.verdict_row(early, floor, confidence)
+        full_row, early_row = judge.verdict_row(fig, floor, confidence), judge.verdict_row(early, floor, confidence)
         if full_row["verdict"] != early_row["verdict"]:
             changed.append(f"{fig.combo.selector}: {full_row['verdict']} -> {early_row['verdict']}")
 
