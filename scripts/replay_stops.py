@@ -65,12 +65,13 @@ def priced(fig: Figure, spent: list[float], setup_s: float, k: int | None) -> li
 
 def detect_table(figures: list[Figure], floor: float, confidence: float) -> list[str]:
     """Per family (benchmark class): figures judged, the median detectable change, how many at 10% or less."""
+    own = judge.confidences(figures, confidence)
     by_family: dict[str, list[float]] = {}
     for fig in figures:
         if fig.state in ("skip", "error") or not fig.a:
             continue
         family = fig.combo.benchmark.split(".")[-2]
-        by_family.setdefault(family, []).append(judge.verdict_row(fig, floor, confidence)["detectable"])
+        by_family.setdefault(family, []).append(judge.verdict_row(fig, floor, own[fig.combo.selector])["detectable"])
     rows = sorted(by_family.items(), key=lambda kv: statistics.median(kv[1]))
     lines = [f"  {'family':<18} {'figures':>7} {'median %':>9} {'<= 10%':>7}"]
     for family, dets in rows:
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     stops: dict[int, int] = {}
     changed = []
     judged: list[Figure] = []  # as the replay judges them: at most --max-passes passes
+    own = judge.confidences(figures, confidence)  # a sweep's figures split the confidence
     for fig in figures:
         spent = costs.get(fig.combo.selector, [])
         if not fig.a:
@@ -140,11 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         limit = max_passes if args.max_passes is not None else max(max_passes, len(fig.a))
         capped = Figure(fig.combo, a=fig.a[:limit], b=fig.b[:limit])
         judged.append(capped)
-        stop = replayed_stop(capped, limit, min_passes, floor, confidence)
+        stop = replayed_stop(capped, limit, min_passes, floor, own[fig.combo.selector])
         stops[stop] = stops.get(stop, 0) + 1
         kept_passes.append(stop)
         early = Figure(fig.combo, a=fig.a[:stop], b=fig.b[:stop])
-        full_row, early_row = judge.verdict_row(fig, floor, confidence), judge.verdict_row(early, floor, confidence)
+        full_row = judge.verdict_row(fig, floor, own[fig.combo.selector])
+        early_row = judge.verdict_row(early, floor, own[fig.combo.selector])
         if full_row["verdict"] != early_row["verdict"]:
             changed.append(f"{fig.combo.selector}: {full_row['verdict']} -> {early_row['verdict']}")
 

@@ -183,8 +183,27 @@ def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, pla
     assert run["sides"]["head"]["sha"] == c3 and run["options"]["max_passes"] == 6
     # what it cost: each pass, and each measured figure's processes
     assert [p["figures"] for p in run["passes"]][:1] == [len([f for f in run["figures"].values()])]
-    assert len(run["passes"]) == 6 and run["figures"]["bench_ab.time_sleep"]["seconds"] > 0
+    # the sweep's two figures split the 95%: 97.5% each, which needs 7 pairs of worlds; they alone get a 7th pass
+    assert [p["figures"] for p in run["passes"]][6:] == [2]
+    assert run["figures"]["bench_ab.time_sleep"]["seconds"] > 0
     assert "Cost: " in md and "the costliest benchmarks: " in md
+
+
+def test_a_sweeps_figures_are_judged_as_one_family(planted):
+    """The figures one setup_cache measures at once split the run's confidence (Bonferroni): each interval at
+    97.5% for the fixture's two, said in compare.md; a planted halving is still called, after 7 pairs of worlds."""
+    _, _, out, _ = planted
+    rows = _rows(out / "compare.csv")
+    for n in (1, 2):
+        row = rows[f"bench_ab.Swept.track_swept(n={n})"]
+        assert row["verdict"] == V.SLOWER and row["n_base"] == "7"
+        assert float(row["confidence"]) == pytest.approx(0.975)
+    assert float(rows["bench_ab.time_sleep"]["confidence"]) == pytest.approx(0.95)
+    md = (out / "compare.md").read_text()
+    assert "The 2 figures of bench_ab.Swept come from one sweep" in md and "each interval at 97.50%" in md
+    run = json.loads((out / "run.json").read_text())
+    swept = run["figures"]["bench_ab.Swept.track_swept(1)"]
+    assert swept["in_cache"] is True and swept["setup_cache"]
 
 
 def test_a_figure_whose_first_call_fails_is_not_judged_and_says_why(planted):
@@ -200,11 +219,11 @@ def test_a_sweep_runs_once_per_side_and_pass_and_gives_one_pair(planted):
     import pandas as pd
 
     _, _, out, lines = planted
-    # one value per pass, 6 passes: the fewest for a 95% interval
-    assert len(lines) == 6 * 2 and all("track_swept\\(1\\)" in x and "track_swept\\(2\\)" in x for x in lines)
+    # one value per pass, 7 passes: the fewest for the two figures' 97.5% intervals (95% split between them)
+    assert len(lines) == 7 * 2 and all("track_swept\\(1\\)" in x and "track_swept\\(2\\)" in x for x in lines)
     blocks = pd.read_csv(out / "pairs.csv")
     blocks = blocks[blocks["benchmark"] == "bench_ab.Swept.track_swept"]
-    assert len(blocks) == 6 * 2 and blocks.groupby(["params", "process_pair"]).size().eq(1).all()
+    assert len(blocks) == 7 * 2 and blocks.groupby(["params", "process_pair"]).size().eq(1).all()
     assert set(blocks["head"] / blocks["base"]) == {0.5}
 
 
@@ -335,6 +354,30 @@ def test_a_pair_of_processes_counts_once_however_many_pairs_of_blocks_it_has():
     assert row["verdict"] == V.UNDECIDED and row["n_base"] == 7 and row["pairs"] == 28  # 7 < 8 for 99%
     fig = _figure("GB/s", [[(1.0, 1.1)] * 4] * 8)
     assert judge.verdict_row(fig, 0.02, 0.99)["verdict"] == V.FASTER
+
+
+def test_a_sweep_of_45_figures_splits_the_confidence_and_needs_14_pairs_of_worlds():
+    """One of 45 figures a sweep measures at once: ten pairs of worlds all 20% slower are a verdict alone, not in
+    the sweep (each interval at 1 - 0.01/45 needs 14); sixteen are; a figure outside the sweep keeps 99%."""
+    def swept(i: int, passes: int, head: float = 1.0) -> Figure:
+        fig = Figure(Combination("bench_c.Sweep.track_t", i, (str(i),), ("n",), "seconds", "bench_c:1", True))
+        fig.a, fig.b = [[1.0]] * passes, [[head]] * passes
+        return fig
+
+    alone = _figure("seconds", [[(1.0, 1.2)]] * 10)
+    family = [swept(0, 10, 1.2)] + [swept(i, 10) for i in range(1, 45)] + [alone]
+    own = judge.confidences(family, 0.99)
+    assert own[family[0].combo.selector] == pytest.approx(1 - 0.01 / 45) and own[alone.combo.selector] == 0.99
+    assert judge.fewest_passes(own[family[0].combo.selector]) == 14 and judge.fewest_passes(0.99) == 8
+    rows = judge.judge_all(family, 0.02, 0.99).set_index("params")
+    assert rows.loc["n=0", "verdict"] == V.UNDECIDED and rows.loc["device=cpu", "verdict"] == V.SLOWER
+    assert judge.settled(family[0], 6, 0.02, own[family[0].combo.selector], decide=False) is False
+    family[0] = swept(0, 16, 1.2)
+    assert judge.judge_all(family, 0.02, 0.99).set_index("params").loc["n=0", "verdict"] == V.SLOWER
+    skipped = [swept(i, 0) for i in range(1, 45)]
+    for f in skipped:
+        f.state = "skip"
+    assert judge.confidences([swept(0, 10, 1.2), *skipped], 0.99)[family[0].combo.selector] == 0.99
 
 
 def test_direction_turns_up_and_down_into_faster_and_slower():

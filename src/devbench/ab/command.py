@@ -142,12 +142,10 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
                   f"up to {opts.max_passes} pairs of processes each (a verdict from {opts.min_passes}), "
                   f"up to {opts.pairs} pairs of blocks in each ({opts.figure_s:g} s of turns at most)",
                   flush=True)  # fmt: skip
-            # a figure measured in setup_cache gives one pair a pass: it may run as many as its interval needs
-            cached = next(n for n in range(1, 100) if V.signed_rank_k(n, opts.confidence) > 0)
-            passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s, cached,
-                            opts.all_passes)  # fmt: skip
+            passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s,
+                            _max_cached(opts, figures), opts.all_passes)  # fmt: skip
             t0 = time.monotonic()
-            took = run_passes(start, figures, passes, _settled(opts), log, first=first) if running else []
+            took = run_passes(start, figures, passes, _settled(opts, figures), log, first=first) if running else []
         finally:
             for w in started:
                 w.stop()
@@ -163,15 +161,28 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
         "figures": {f.combo.selector: {"state": f.state, "reason": f.reason, "stopped_after": f.stopped_after,
                                        "benchmark": f.combo.benchmark, "idx": f.combo.idx,
                                        "values": list(f.combo.values), "names": list(f.combo.names),
-                                       "unit": f.combo.unit, "seconds": round(f.seconds, 2),
+                                       "unit": f.combo.unit, "setup_cache": f.combo.setup_cache,
+                                       "in_cache": f.combo.in_cache, "seconds": round(f.seconds, 2),
                                        "setup_seconds": round(f.setup_seconds, 2), "pass_seconds": f.pass_seconds}
                     for f in figures},  # fmt: skip
     }
     return figures, record
 
 
-def _settled(opts: Options):
-    return lambda fig, left, decide=True: judge.settled(fig, left, opts.floor, opts.confidence, decide)
+def _max_cached(opts: Options, figures: list[Figure]) -> int:
+    """The passes a figure measured in ``setup_cache`` may get: as many beyond the fewest its interval needs
+    (14 for one of 45 figures of a sweep at 99%) as the others get beyond ``--min-passes``."""
+    sizes = judge.sweep_sizes(figures)
+    own = [judge.confidence_of(f, sizes, opts.confidence) for f in figures if f.combo.in_cache]
+    return judge.fewest_passes(min(own)) + opts.max_passes - opts.min_passes if own else 0
+
+
+def _settled(opts: Options, figures: list[Figure]):
+    def settled(fig: Figure, left: int, decide: bool = True) -> bool:
+        own = judge.confidence_of(fig, judge.sweep_sizes(figures), opts.confidence)
+        return judge.settled(fig, left, opts.floor, own, decide)
+
+    return settled
 
 
 def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
@@ -186,7 +197,8 @@ def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
         frame = pd.read_csv(data, keep_default_na=False, dtype={"params": str})
         figures = []
         for f in record["figures"].values():
-            combo = Combination(f["benchmark"], int(f["idx"]), tuple(f["values"]), tuple(f["names"]), f["unit"])
+            combo = Combination(f["benchmark"], int(f["idx"]), tuple(f["values"]), tuple(f["names"]), f["unit"],
+                                f.get("setup_cache"), bool(f.get("in_cache", False)))  # fmt: skip
             fig = Figure(combo, state=f["state"], reason=f["reason"], stopped_after=f["stopped_after"])
             rows = frame[(frame["benchmark"] == combo.benchmark) & (frame["params"] == combo.label)]
             for _, g in rows.groupby("process_pair", sort=True):
@@ -215,6 +227,7 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
         f"{round(100 * opts.confidence)}% distribution-free interval; "
         f"a verdict needs the interval beyond (or, for same, inside) a {100 * opts.floor:g}% floor.",
     ]
+    notes += _sweep_notes(figures, opts)
     if base["sha"] == head["sha"]:
         notes.append("Both sides are the same commit: an A/A run, where every faster or slower is a false verdict.")
     elif base["benchmark_code"] == head["benchmark_code"]:
@@ -252,6 +265,21 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
         print(cost)
     print(f"wrote {opts.out}/compare.csv, compare.md, pairs.csv, run.json")
     return 1 if len(table) and (table["verdict"] == V.SLOWER).any() else 0
+
+
+def _sweep_notes(figures: list[Figure], opts: Options) -> list[str]:
+    """A line for each sweep whose figures are judged as one family (``judge.confidence_of``)."""
+    notes = []
+    for key, m in judge.sweep_sizes(figures).items():
+        if m < 2:
+            continue
+        names = sorted({f.combo.benchmark.rsplit(".", 1)[0] for f in figures if f.combo.setup_cache == key})
+        own = 1 - (1 - opts.confidence) / m
+        notes.append(f"The {m} figures of {', '.join(names)} come from one sweep (one pair of worlds a pass) and are "
+                     f"judged as one family: each interval at {100 * own:.2f}%, so that all {m} hold together at "
+                     f"{round(100 * opts.confidence)}% (Bonferroni); a verdict among them needs "
+                     f"{judge.fewest_passes(own)} or more pairs of worlds.")  # fmt: skip
+    return notes
 
 
 def compare(opts: Options) -> int:

@@ -9,6 +9,15 @@ processes, which they are not: in a whole-suite A/A run on the 2-vCPU VM the pro
 read up to 6% apart from the first on small copies, in every pass, and pooling called five figures
 faster or slower (docs/noise.md). Which side is set up first alternates by pass, so that effect
 turns into spread between passes, which this interval counts. Verdicts are ``verdict.decide``'s.
+
+The figures one ``setup_cache`` sweep measures at once (the collectives: one pair of worlds a pass
+gives every op and size) are judged as one family: each interval is at ``1 - (1 - confidence) / m``
+for the sweep's ``m`` figures of the run (Bonferroni), so that all ``m`` hold together at the run's
+confidence and the sweep, like any other figure, is called by chance at most ``1 - confidence`` of
+the time. Every other figure has its own pairs of processes and its own interval at the run's
+confidence; the floor keeps those from being called by chance, since their intervals are a few
+percent wide, while a sweep's gloo figures spread by tens of percent from world to world, and 45 of
+them at 1% each called about one in three A/A runs by chance (reports/compare-aa).
 """
 
 from __future__ import annotations
@@ -26,6 +35,32 @@ from devbench.spec import direction
 def process_pair_logs(fig: Figure) -> list[float]:
     """Each pass's figure: the median log ratio head/base of its pairs (passes with none are left out)."""
     return [statistics.median(logs) for logs in pair_logs(fig) if logs]
+
+
+def sweep_sizes(figures: Sequence[Figure]) -> dict[str, int]:
+    """How many figures of this run each ``setup_cache`` sweep measures (those not skipped, failed or changed)."""
+    sizes: dict[str, int] = {}
+    for f in figures:
+        if f.combo.in_cache and f.combo.setup_cache and f.state not in ("skip", "error", "changed"):
+            sizes[f.combo.setup_cache] = sizes.get(f.combo.setup_cache, 0) + 1
+    return sizes
+
+
+def confidence_of(fig: Figure, sizes: dict[str, int], confidence: float) -> float:
+    """The confidence of ``fig``'s own interval: the run's, or split among the figures of its sweep."""
+    m = sizes.get(fig.combo.setup_cache or "", 1) if fig.combo.in_cache else 1
+    return 1 - (1 - confidence) / m if m > 1 else confidence
+
+
+def confidences(figures: Sequence[Figure], confidence: float) -> dict[str, float]:
+    """Each figure's own confidence, by selector (``confidence_of``)."""
+    sizes = sweep_sizes(figures)
+    return {f.combo.selector: confidence_of(f, sizes, confidence) for f in figures}
+
+
+def fewest_passes(confidence: float) -> int:
+    """The fewest pairs of processes that give an interval at ``confidence`` (8 at 99%, 14 at 1 - 0.01/45)."""
+    return next(n for n in range(1, 1000) if V.signed_rank_k(n, confidence) > 0)
 
 
 def settled(fig: Figure, left: int, floor: float, confidence: float, decide: bool = True) -> bool:
@@ -50,6 +85,7 @@ def verdict_row(fig: Figure, floor: float, confidence: float) -> dict[str, Any]:
         "base": math.nan, "head": math.nan, "ratio": math.nan, "ratio_lo": math.nan, "ratio_hi": math.nan,
         "floor": floor, "verdict": V.UNDECIDED, "n_base": 0, "n_head": 0, "pairs": 0, "detectable": math.inf,
         "stopped_after": fig.stopped_after if fig.stopped_after is not None else "", "note": "",
+        "confidence": confidence,
     }  # fmt: skip
     if fig.state in ("skip", "error", "changed"):
         row["note"] = fig.reason
@@ -77,8 +113,11 @@ def verdict_row(fig: Figure, floor: float, confidence: float) -> dict[str, Any]:
 
 
 def judge_all(figures: Sequence[Figure], floor: float, confidence: float) -> Any:
-    """One row per judged figure (records of the machine, with no better direction, are left out)."""
+    """One row per judged figure (records of the machine, with no better direction, are left out), each at
+    its own confidence (``confidence_of``)."""
     import pandas as pd
 
-    rows = [verdict_row(f, floor, confidence) for f in figures if direction(f.combo.benchmark, f.combo.unit)]
+    own = confidences(figures, confidence)
+    rows = [verdict_row(f, floor, own[f.combo.selector])
+            for f in figures if direction(f.combo.benchmark, f.combo.unit)]  # fmt: skip
     return pd.DataFrame(rows)
