@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         if not fig.a:
             kept_passes.append(len(spent))
             continue
-        limit = max_passes if args.max_passes is not None else max(max_passes, len(fig.a))
+        # a sweep's figure gets the passes its own interval needs, as the run gave it (judge.most_passes)
+        most = judge.most_passes(own[fig.combo.selector], min_passes, max_passes) if fig.combo.in_cache else max_passes
+        limit = most if args.max_passes is not None else max(most, len(fig.a))
         capped = Figure(fig.combo, a=fig.a[:limit], b=fig.b[:limit])
         judged.append(capped)
         stop = replayed_stop(capped, limit, min_passes, floor, own[fig.combo.selector])

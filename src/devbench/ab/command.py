@@ -174,7 +174,7 @@ def _max_cached(opts: Options, figures: list[Figure]) -> int:
     (14 for one of 45 figures of a sweep at 99%) as the others get beyond ``--min-passes``."""
     sizes = judge.sweep_sizes(figures)
     own = [judge.confidence_of(f, sizes, opts.confidence) for f in figures if f.combo.in_cache]
-    return judge.fewest_passes(min(own)) + opts.max_passes - opts.min_passes if own else 0
+    return judge.most_passes(min(own), opts.min_passes, opts.max_passes) if own else 0
 
 
 def _settled(opts: Options, figures: list[Figure]):

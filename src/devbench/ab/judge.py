@@ -63,6 +63,13 @@ def fewest_passes(confidence: float) -> int:
     return next(n for n in range(1, 1000) if V.signed_rank_k(n, confidence) > 0)
 
 
+def most_passes(confidence: float, min_passes: int, max_passes: int) -> int:
+    """The passes a figure judged at ``confidence`` may get: ``max_passes``, or, when its interval needs more
+    than ``min_passes`` pairs (one of a sweep's figures), as many beyond its fewest as the others get beyond
+    ``min_passes`` (16 for one of 45 at 99%, with the default 8 and 10)."""
+    return max(max_passes, fewest_passes(confidence) + max_passes - min_passes)
+
+
 def settled(fig: Figure, left: int, floor: float, confidence: float, decide: bool = True) -> bool:
     """Whether ``fig`` may stop: decided now (when ``decide``), or certain to stay undecided whatever ``left``
     more passes bring. Only after an even number of passes: each side set up first as often."""
