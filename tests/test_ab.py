@@ -192,7 +192,8 @@ def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, pla
 def test_a_sweeps_figures_are_judged_as_one_family(planted):
     """The figures one setup_cache measures at once split the run's confidence (Bonferroni): each interval at
     97.5% for the fixture's two, said in compare.md; a planted halving is still called, after 7 pairs of worlds."""
-    _, _, out, _ = planted
+    _, text, out, _ = planted
+    assert "a sweep's figures, judged as one family, up to 7" in text
     rows = _rows(out / "compare.csv")
     for n in (1, 2):
         row = rows[f"bench_ab.Swept.track_swept(n={n})"]
@@ -378,6 +379,38 @@ def test_a_sweep_of_45_figures_splits_the_confidence_and_needs_14_pairs_of_world
     for f in skipped:
         f.state = "skip"
     assert judge.confidences([swept(0, 10, 1.2), *skipped], 0.99)[family[0].combo.selector] == 0.99
+
+
+def test_a_sweeps_limit_follows_its_figures_that_do_not_skip(monkeypatch):
+    """Before the first pass every figure of a sweep counts (90 figures: 17 passes at most); once the 45 of
+    a world this host cannot start skip, the other 45 split the confidence among themselves and stop at 16."""
+    from devbench.ab import command
+    from devbench.ab.options import Options
+
+    def swept(i: int) -> Figure:
+        return Figure(Combination("bench_c.Sweep.track_t", i, (str(i),), ("n",), "seconds", "bench_c:1", True))
+
+    figs = [swept(i) for i in range(90)] + [Figure(Combination("bench_c.track_other", 0, (), (), "seconds"))]
+    limit = command._cached_limit(Options(None, "HEAD", Path("."), Path("out"), sys.executable), figs)
+    passes = runner.Passes(min_passes=8, max_passes=10, pairs=1, block_s=0.01, cached_limit=limit)
+    assert passes.limit(figs[0]) == 17 and passes.limit(figs[-1]) == 10
+
+    class Stub:
+        def stop(self):
+            pass
+
+    def fake_pass(a, b, figures, passes, log, progress, first):
+        for f in figures:
+            if f.combo.idx >= 45 and f.combo.in_cache:
+                f.state = "skip"
+                continue
+            f.a.append([1.0])
+            f.b.append([2.0])  # a change no pass can doubt: the sweep's figures run to their limit
+
+    monkeypatch.setattr(runner, "measure_pass", fake_pass)
+    never = lambda f, left, decide: False  # noqa: E731
+    runner.run_passes(lambda side: Stub(), figs, passes, never, log=None, out=open(os.devnull, "w"))
+    assert {len(f.a) for f in figs[:45]} == {16} and len(figs[-1].a) == 10
 
 
 def test_direction_turns_up_and_down_into_faster_and_slower():

@@ -138,12 +138,14 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
             running = sum(f.state == "running" for f in figures)
             if opts.bench and not figures:
                 raise ABError(f"--bench {opts.bench!r} selects no benchmark combination (of either side)")
+            cached = max((_cached_limit(opts, figures)(f) for f in figures if f.combo.in_cache), default=0)
+            swept = f"; a sweep's figures, judged as one family, up to {cached}" if cached > opts.max_passes else ""
             print(f"{running} figures to measure, {len(figures) - running} not measurable on both sides; "
-                  f"up to {opts.max_passes} pairs of processes each (a verdict from {opts.min_passes}), "
+                  f"up to {opts.max_passes} pairs of processes each (a verdict from {opts.min_passes}{swept}), "
                   f"up to {opts.pairs} pairs of blocks in each ({opts.figure_s:g} s of turns at most)",
                   flush=True)  # fmt: skip
             passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s,
-                            _max_cached(opts, figures), opts.all_passes)  # fmt: skip
+                            _cached_limit(opts, figures), opts.all_passes)  # fmt: skip
             t0 = time.monotonic()
             took = run_passes(start, figures, passes, _settled(opts, figures), log, first=first) if running else []
         finally:
@@ -169,12 +171,16 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
     return figures, record
 
 
-def _max_cached(opts: Options, figures: list[Figure]) -> int:
+def _cached_limit(opts: Options, figures: list[Figure]):
     """The passes a figure measured in ``setup_cache`` may get: as many beyond the fewest its interval needs
-    (14 for one of 45 figures of a sweep at 99%) as the others get beyond ``--min-passes``."""
-    sizes = judge.sweep_sizes(figures)
-    own = [judge.confidence_of(f, sizes, opts.confidence) for f in figures if f.combo.in_cache]
-    return judge.most_passes(min(own), opts.min_passes, opts.max_passes) if own else 0
+    (14 for one of 45 figures of a sweep at 99%) as the others get beyond ``--min-passes``. Asked anew after
+    each pass: the sweep's figures that skip (known after the first) do not split the confidence."""
+
+    def limit(fig: Figure) -> int:
+        own = judge.confidence_of(fig, judge.sweep_sizes(figures), opts.confidence)
+        return judge.most_passes(own, opts.min_passes, opts.max_passes)
+
+    return limit
 
 
 def _settled(opts: Options, figures: list[Figure]):
@@ -237,7 +243,7 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
         import pandas as pd
 
         early = int((pd.to_numeric(table["stopped_after"], errors="coerce") < opts.min_passes).sum())
-        notes.append(f"{stopped} figure(s) stopped before {opts.max_passes} pairs of processes: decided, or certain "
+        notes.append(f"{stopped} figure(s) stopped before their last pair of processes: decided, or certain "
                      f"to stay undecided whatever more pairs bring ({early} of them, all certain to stay undecided, "
                      f"before {opts.min_passes}).")  # fmt: skip
     det = table.loc[~table["note"].astype(bool), "detectable"] if len(table) else table

@@ -103,14 +103,16 @@ class Passes:
     block_s: float
     figure_s: float = float("inf")
     #: the passes a figure measured in ``setup_cache`` gets at most (it gives one pair a pass: at least as
-    #: many as its interval needs)
-    max_cached: int = 0
+    #: many as its interval needs), asked after every pass: a sweep's size is known once its skips are
+    cached_limit: Callable[[Figure], int] | None = None
     #: no figure stops before ``min_passes``, even one certain to stay undecided
     all_passes: bool = False
 
     def limit(self, fig: Figure) -> int:
         """The passes ``fig`` may get at most."""
-        return max(self.max_passes, self.max_cached) if fig.combo.in_cache else self.max_passes
+        if fig.combo.in_cache and self.cached_limit is not None:
+            return max(self.max_passes, self.cached_limit(fig))
+        return self.max_passes
 
 
 def run_caches(a: Worker, b: Worker, figures: Sequence[Figure], first: str) -> dict[str, str]:
@@ -201,8 +203,7 @@ def run_passes(
     ``seconds``)."""
     t0 = time.monotonic()
     record: list[dict[str, float]] = []
-    last_pass = max(passes.limit(f) for f in figures) if figures else 0
-    for p in range(last_pass):
+    for p in itertools.count():  # every figure stops by its limit (passes.limit)
         running = [f for f in figures if f.state == "running"]
         if not running:
             break
