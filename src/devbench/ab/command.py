@@ -46,14 +46,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", help="Python whose packages run the benchmarks (default: this one)")
     p.add_argument("--repo", default=".", help="the git repository (default: .)")
     p.add_argument("--machine", help="a name for this machine in the title (default: the host name)")
-    p.add_argument("--confidence", type=float, default=CONFIDENCE, help=f"interval confidence (default {CONFIDENCE})")
+    p.add_argument("--confidence", type=float, default=CONFIDENCE,
+                   help=f"interval confidence (default {CONFIDENCE}); a sweep's m figures split it, "
+                   "1 - (1 - confidence) / m each")  # fmt: skip
     p.add_argument("--floor", type=float, default=FLOOR,
                    help=f"smallest change given a verdict, relative (default {FLOOR}: 2%%)")  # fmt: skip
     p.add_argument("--min-passes", type=int, default=MIN_PASSES,
                    help=f"pairs of processes per figure before the first verdicts (default {MIN_PASSES}); a "
                    "figure certain to stay undecided stops earlier, after any even number")  # fmt: skip
     p.add_argument("--max-passes", type=int, default=MAX_PASSES,
-                   help=f"pairs of processes per figure at most (default {MAX_PASSES})")  # fmt: skip
+                   help=f"pairs of processes per figure at most (default {MAX_PASSES}); the figures of one "
+                   "setup_cache sweep (the collectives), judged as one family, get as many more as their "
+                   "split confidence needs")  # fmt: skip
     p.add_argument("--pairs", type=int, default=PAIRS,
                    help=f"pairs of adjacent blocks per pair of processes (default {PAIRS})")  # fmt: skip
     p.add_argument("--figure-s", type=float, default=FIGURE_S,
