@@ -4,7 +4,8 @@ An ``--all-passes`` run keeps every figure to ``--min-passes``, so its intervals
 can detect. The default stops a figure after any even pass once it is certain to stay undecided
 (``judge.settled`` without ``decide``), and a decided one from ``--min-passes`` on. This replays that
 rule on the run's own pass values and prices it with the seconds each figure took in each pass
-(``run.json``'s ``pass_seconds``) plus each pass's own overhead (starting the workers, ``setup_cache``),
+(``run.json``'s ``pass_seconds``) plus each pass's own overhead (starting the workers, and ``setup_cache`` while
+a figure that reads it runs on),
 and checks that no verdict changes. It then says, per family, what each figure can detect after every
 pass (the floor plus half its interval, ``verdict.detectable``).
 
@@ -44,6 +45,21 @@ def replayed_stop(fig: Figure, limit: int, min_passes: int, floor: float, confid
         if judge.settled(early, limit - m, floor, confidence, decide=m >= min_passes):
             return m
     return len(fig.a)
+
+
+def cache_seconds(passes: list[dict], overhead: list[float], figures: dict[str, dict]) -> list[float]:
+    """What each pass spent in ``setup_cache``: as the run recorded it (``cache_seconds``), or, in a record
+    without it, the pass's overhead beyond that of the passes where no figure of a sweep ran (0 when every pass
+    had one: the whole overhead is then charged to every pass, as before)."""
+    if all("cache_seconds" in q for q in passes):
+        return [float(q["cache_seconds"]) for q in passes]
+    swept = [len(f.get("pass_seconds") or []) for f in figures.values() if f.get("in_cache")]
+    ran_sweep = [i < max(swept, default=0) for i in range(len(passes))]
+    without = [o for o, s in zip(overhead, ran_sweep, strict=True) if not s]
+    if not without:
+        return [0.0] * len(passes)
+    base = min(without)
+    return [max(o - base, 0.0) if s else 0.0 for o, s in zip(overhead, ran_sweep, strict=True)]
 
 
 def first_pairs(fig: Figure, k: int) -> Figure:
@@ -157,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     figure_s = sum(sum(c[:k]) for c, k in zip((costs.get(f.combo.selector, []) for f in figures), kept_passes,
                                                strict=True))  # fmt: skip
     last = max(kept_passes, default=0)
-    replay_s = figure_s + sum(overhead[:last])
+    # a pass runs the setup_cache sweeps only while a figure that reads one runs on
+    cache = cache_seconds(passes, overhead, record["figures"])
+    last_cached = max((k for f, k in zip(figures, kept_passes, strict=True) if f.combo.in_cache), default=0)
+    replay_s = figure_s + sum(o - c for o, c in zip(overhead[:last], cache, strict=False)) + sum(cache[:last_cached])
 
     def runs(s: float) -> str:
         return f" ({s / args.full_run_s:.1f} full runs)" if args.full_run_s else ""

@@ -205,6 +205,7 @@ def test_a_sweeps_figures_are_judged_as_one_family(planted):
     run = json.loads((out / "run.json").read_text())
     swept = run["figures"]["bench_ab.Swept.track_swept(1)"]
     assert swept["in_cache"] is True and swept["setup_cache"]
+    assert all(p["cache_seconds"] > 0 for p in run["passes"])  # every pass ran the sweep, on both sides
 
 
 def test_a_figure_whose_first_call_fails_is_not_judged_and_says_why(planted):

@@ -135,9 +135,12 @@ def run_caches(a: Worker, b: Worker, figures: Sequence[Figure], first: str) -> d
 def measure_pass(
     a: Worker, b: Worker, figures: Sequence[Figure], passes: Passes, log: IO[bytes], progress: Callable[[str], None],
     first: str = "base",
-) -> None:
-    """One pass over ``figures`` (those still running) with the workers ``a`` and ``b``."""
+) -> float:
+    """One pass over ``figures`` (those still running) with the workers ``a`` and ``b``; returns the seconds its
+    ``setup_cache`` runs took (paid only while a figure that reads one runs on)."""
+    began = time.monotonic()
     failed = run_caches(a, b, figures, first)
+    cache_s = time.monotonic() - began
     for n, fig in enumerate(figures, 1):
         combo = fig.combo
         if combo.setup_cache in failed:
@@ -151,6 +154,7 @@ def measure_pass(
             took = time.monotonic() - began
             fig.seconds += took
             fig.pass_seconds.append(round(took, 2))
+    return cache_s
 
 
 def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: str) -> None:
@@ -209,9 +213,10 @@ def run_passes(
             break
         started = time.monotonic()
         a, b = first if (p == 0 and first is not None) else (start("base"), start("head"))
+        cache_s = 0.0
         try:
             progress = _progress(p + 1, out)
-            measure_pass(a, b, running, passes, log, progress, "base" if p % 2 == 0 else "head")
+            cache_s = measure_pass(a, b, running, passes, log, progress, "base" if p % 2 == 0 else "head") or 0.0
         finally:
             a.stop()
             b.stop()
@@ -228,7 +233,7 @@ def run_passes(
                 stopped += 1
         left = sum(f.state == "running" for f in figures)
         took = time.monotonic() - started
-        record.append({"figures": len(running), "seconds": round(took, 1)})
+        record.append({"figures": len(running), "seconds": round(took, 1), "cache_seconds": round(cache_s, 1)})
         ahead = (f", about {took * (passes.min_passes - done) / 60:.1f} min to the first verdicts"
                  if done < passes.min_passes else "")  # fmt: skip
         print(f"pass {done}: {len(running)} figures in {took:.0f} s"
