@@ -233,7 +233,7 @@ def run_passes(
                 stopped += 1
         left = sum(f.state == "running" for f in figures)
         took = time.monotonic() - started
-        record.append({"figures": len(running), "seconds": round(took, 1), "cache_seconds": round(cache_s, 1)})
+        record.append({"figures": len(running), "seconds": round(took, 1), "cache_seconds": round(cache_s, 3)})
         ahead = (f", about {took * (passes.min_passes - done) / 60:.1f} min to the first verdicts"
                  if done < passes.min_passes else "")  # fmt: skip
         print(f"pass {done}: {len(running)} figures in {took:.0f} s"
