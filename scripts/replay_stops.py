@@ -47,19 +47,28 @@ def replayed_stop(fig: Figure, limit: int, min_passes: int, floor: float, confid
     return len(fig.a)
 
 
-def cache_seconds(passes: list[dict], overhead: list[float], figures: dict[str, dict]) -> list[float]:
-    """What each pass spent in ``setup_cache``: as the run recorded it (``cache_seconds``), or, in a record
-    without it, the pass's overhead beyond that of the passes where no figure of a sweep ran (0 when every pass
-    had one: the whole overhead is then charged to every pass, as before)."""
-    if all("cache_seconds" in q for q in passes):
-        return [float(q["cache_seconds"]) for q in passes]
+def cache_seconds(passes: list[dict], overhead: list[float], figures: dict[str, dict],
+                  stops: dict[str, int]) -> tuple[list[float], list[float]]:
+    """Per pass, what its ``setup_cache`` runs took, and what of it the replay charges: a key's seconds up to the
+    last pass a figure that reads it is replayed to run (``stops``, by selector). A record without ``caches``
+    (an older run) is estimated: a pass's overhead beyond that of the passes where no figure of a sweep ran,
+    charged up to the last pass a figure of a sweep runs (nothing is saved when every pass had one)."""
+    if all("caches" in q for q in passes):
+        last: dict[str, int] = {}
+        for sel, f in figures.items():
+            if f.get("setup_cache") and sel in stops:
+                last[f["setup_cache"]] = max(last.get(f["setup_cache"], 0), stops[sel])
+        spent = [sum(q["caches"].values()) for q in passes]
+        charged = [sum(s for k, s in q["caches"].items() if i < last.get(k, 0)) for i, q in enumerate(passes)]
+        return spent, charged
     swept = [len(f.get("pass_seconds") or []) for f in figures.values() if f.get("in_cache")]
     ran_sweep = [i < max(swept, default=0) for i in range(len(passes))]
     without = [o for o, s in zip(overhead, ran_sweep, strict=True) if not s]
     if not without:
-        return [0.0] * len(passes)
-    base = min(without)
-    return [max(o - base, 0.0) if s else 0.0 for o, s in zip(overhead, ran_sweep, strict=True)]
+        return [0.0] * len(passes), [0.0] * len(passes)
+    spent = [max(o - min(without), 0.0) if s else 0.0 for o, s in zip(overhead, ran_sweep, strict=True)]
+    last_swept = max((stops[sel] for sel, f in figures.items() if f.get("in_cache") and sel in stops), default=0)
+    return spent, [c if i < last_swept else 0.0 for i, c in enumerate(spent)]
 
 
 def first_pairs(fig: Figure, k: int) -> Figure:
@@ -173,10 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     figure_s = sum(sum(c[:k]) for c, k in zip((costs.get(f.combo.selector, []) for f in figures), kept_passes,
                                                strict=True))  # fmt: skip
     last = max(kept_passes, default=0)
-    # a pass runs the setup_cache sweeps only while a figure that reads one runs on
-    cache = cache_seconds(passes, overhead, record["figures"])
-    last_cached = max((k for f, k in zip(figures, kept_passes, strict=True) if f.combo.in_cache), default=0)
-    replay_s = figure_s + sum(o - c for o, c in zip(overhead[:last], cache, strict=False)) + sum(cache[:last_cached])
+    # a pass runs a setup_cache only while a figure that reads it runs on
+    stop_of = {f.combo.selector: k for f, k in zip(figures, kept_passes, strict=True)}
+    spent, charged = cache_seconds(passes, overhead, record["figures"], stop_of)
+    replay_s = figure_s + sum(o - c for o, c in zip(overhead[:last], spent, strict=False)) + sum(charged)
 
     def runs(s: float) -> str:
         return f" ({s / args.full_run_s:.1f} full runs)" if args.full_run_s else ""

@@ -205,7 +205,9 @@ def test_a_sweeps_figures_are_judged_as_one_family(planted):
     run = json.loads((out / "run.json").read_text())
     swept = run["figures"]["bench_ab.Swept.track_swept(1)"]
     assert swept["in_cache"] is True and swept["setup_cache"]
-    assert all(p["cache_seconds"] > 0 for p in run["passes"])  # every pass ran the sweep, on both sides
+    # every pass ran the sweep, on both sides, and says what it took
+    assert all(list(p["caches"]) == [swept["setup_cache"]] and p["caches"][swept["setup_cache"]] >= 0
+               for p in run["passes"])  # fmt: skip
 
 
 def test_a_figure_whose_first_call_fails_is_not_judged_and_says_why(planted):
@@ -512,6 +514,14 @@ def test_the_cost_note_sums_the_passes_and_names_the_costliest_benchmarks():
         "Cost: 2.0 min in 2 passes; the costliest benchmarks: x 1.0 min (2 figures), y 0.9 min (1 figure)."
     )
     assert output.cost_note({"figures": {}}) is None  # a record from before costs were kept
+    # a sweep's setup_cache is named by the class whose figures read it, with the passes that ran it
+    record["figures"]["s(1)"] = {"benchmark": "bench_s.Sweep.track_t", "seconds": 1.0, "setup_cache": "bench_s:9"}
+    record["passes"] = [{"figures": 4, "seconds": 90.0, "caches": {"bench_s:9": 40.0}},
+                        {"figures": 3, "seconds": 30.0, "caches": {"bench_s:9": 38.0}}]  # fmt: skip
+    assert output.cost_note(record, top=2) == (
+        "Cost: 2.0 min in 2 passes; the costliest benchmarks: bench_s.Sweep setup_cache 1.3 min (2 passes), "
+        "x 1.0 min (2 figures)."
+    )
 
 
 def test_plan_names_new_gone_and_changed_benchmarks():

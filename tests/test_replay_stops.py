@@ -128,13 +128,13 @@ def test_fewer_passes_at_most_than_the_minimum_are_refused(tmp_path, capsys, scr
 
 
 def test_a_sweep_is_charged_only_while_a_figure_that_reads_it_runs(tmp_path, capsys, script):
-    """The pass's setup_cache seconds (run.json's cache_seconds) count only up to the last pass a figure of the
-    sweep is replayed to run; a record without them is estimated from its passes where no such figure ran."""
+    """A pass's setup_cache seconds (run.json's caches) count only up to the last pass a figure that reads it is
+    replayed to run; a record without them is estimated from its passes where no figure of a sweep ran."""
     folder = _finished(tmp_path / "run", ratios={"wild": RATIOS["wild"], "slower": RATIOS["slower"]})
     record = json.loads((folder / "run.json").read_text())
     wild = record["figures"]["bench_x.time_wild"]
     wild.update(in_cache=True, setup_cache="bench_x:1")
-    record["passes"] = [{"figures": 2, "seconds": 20.0 + 25.0, "cache_seconds": 20.0}] * 8
+    record["passes"] = [{"figures": 2, "seconds": 20.0 + 25.0, "caches": {"bench_x:1": 20.0}}] * 8
     (folder / "run.json").write_text(json.dumps(record))
     assert script("replay_stops").main([str(folder), "--full-run-s", "100"]) == 0
     out = capsys.readouterr().out
@@ -142,7 +142,7 @@ def test_a_sweep_is_charged_only_while_a_figure_that_reads_it_runs(tmp_path, cap
     # 4 x 20 s of its sweep
     assert "figures by the pass they stop after: 4: 1, 8: 1" in out and "4.0 min (2.4 full runs)" in out
 
-    # without cache_seconds: the sweep ran 6 passes with 25 s beside the figures, the last 2 passes had 5 s
+    # without caches: the sweep ran 6 passes with 25 s beside the figures, the last 2 passes had 5 s
     # without it; replayed, it stops after 4, so 2 of its 6 passes of 20 s are saved (4.7 min charged them)
     folder = _finished(tmp_path / "old", ratios={"wild": RATIOS["wild"][:6], "slower": RATIOS["slower"]})
     record = json.loads((folder / "run.json").read_text())

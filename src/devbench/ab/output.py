@@ -94,8 +94,18 @@ def cost_note(record: dict[str, Any], top: int = 3) -> str | None:
         if f.get("seconds"):
             by_bench.setdefault(f["benchmark"], []).append(float(f["seconds"]))
     total = sum(float(p["seconds"]) for p in passes)
-    costly = sorted(by_bench.items(), key=lambda kv: -sum(kv[1]))[:top]
-    parts = [f"{name} {sum(s) / 60:.1f} min ({len(s)} figure{'s' if len(s) > 1 else ''})" for name, s in costly]
+    items = [(name, sum(s), f"{len(s)} figure{'s' if len(s) > 1 else ''}") for name, s in by_bench.items()]
+    # each setup_cache, both sides, in every pass that ran it: named by the class whose figures read it
+    owner = {f["setup_cache"]: f["benchmark"].rsplit(".", 1)[0]
+             for f in record.get("figures", {}).values() if f.get("setup_cache")}  # fmt: skip
+    cached: dict[str, list[float]] = {}
+    for p in passes:
+        for key, s in (p.get("caches") or {}).items():
+            cached.setdefault(key, []).append(float(s))
+    items += [(f"{owner.get(key, key)} setup_cache", sum(s), f"{len(s)} pass{'es' if len(s) > 1 else ''}")
+              for key, s in cached.items()]  # fmt: skip
+    costly = sorted(items, key=lambda item: -item[1])[:top]
+    parts = [f"{name} {s / 60:.1f} min ({what})" for name, s, what in costly]
     text = f"Cost: {total / 60:.1f} min in {len(passes)} passes"
     figure_s = sum(sum(s) for s in by_bench.values())
     setup_s = sum(float(f.get("setup_seconds") or 0) for f in record.get("figures", {}).values())

@@ -115,32 +115,34 @@ class Passes:
         return self.max_passes
 
 
-def run_caches(a: Worker, b: Worker, figures: Sequence[Figure], first: str) -> dict[str, str]:
+def run_caches(a: Worker, b: Worker, figures: Sequence[Figure], first: str) -> tuple[dict[str, str], dict[str, float]]:
     """Each ``setup_cache`` the figures need, once per side, the two sides in turn (``first`` goes first),
-    told which combinations will read it. Returns the failures by key (the figures that need it stop)."""
+    told which combinations will read it. Returns the failures by key (the figures that need it stop) and the
+    seconds each key's runs took, both sides."""
     failed: dict[str, str] = {}
+    took: dict[str, float] = {}
     needed: dict[str, list[Combination]] = {}
     for f in figures:
         if f.combo.setup_cache:
             needed.setdefault(f.combo.setup_cache, []).append(f.combo)
     for key, combos in needed.items():
         select = "|".join(re.escape(c.selector) for c in combos)
+        began = time.monotonic()
         for w in (a, b) if first == "base" else (b, a):
             reply = w.request("cache", name=combos[0].benchmark, select=select)
             if not reply.get("cached"):
                 failed[key] = f"{w.side}: {reply.get('error', reply)}"
-    return failed
+        took[key] = round(time.monotonic() - began, 3)
+    return failed, took
 
 
 def measure_pass(
     a: Worker, b: Worker, figures: Sequence[Figure], passes: Passes, log: IO[bytes], progress: Callable[[str], None],
     first: str = "base",
-) -> float:
-    """One pass over ``figures`` (those still running) with the workers ``a`` and ``b``; returns the seconds its
-    ``setup_cache`` runs took (paid only while a figure that reads one runs on)."""
-    began = time.monotonic()
-    failed = run_caches(a, b, figures, first)
-    cache_s = time.monotonic() - began
+) -> dict[str, float]:
+    """One pass over ``figures`` (those still running) with the workers ``a`` and ``b``; returns the seconds
+    each ``setup_cache`` took, both sides (paid only while a figure that reads it runs on)."""
+    failed, caches = run_caches(a, b, figures, first)
     for n, fig in enumerate(figures, 1):
         combo = fig.combo
         if combo.setup_cache in failed:
@@ -154,7 +156,7 @@ def measure_pass(
             took = time.monotonic() - began
             fig.seconds += took
             fig.pass_seconds.append(round(took, 2))
-    return cache_s
+    return caches
 
 
 def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: str) -> None:
@@ -213,10 +215,10 @@ def run_passes(
             break
         started = time.monotonic()
         a, b = first if (p == 0 and first is not None) else (start("base"), start("head"))
-        cache_s = 0.0
+        caches: dict[str, float] = {}
         try:
             progress = _progress(p + 1, out)
-            cache_s = measure_pass(a, b, running, passes, log, progress, "base" if p % 2 == 0 else "head") or 0.0
+            caches = measure_pass(a, b, running, passes, log, progress, "base" if p % 2 == 0 else "head") or {}
         finally:
             a.stop()
             b.stop()
@@ -233,7 +235,7 @@ def run_passes(
                 stopped += 1
         left = sum(f.state == "running" for f in figures)
         took = time.monotonic() - started
-        record.append({"figures": len(running), "seconds": round(took, 1), "cache_seconds": round(cache_s, 3)})
+        record.append({"figures": len(running), "seconds": round(took, 1), "caches": caches})
         ahead = (f", about {took * (passes.min_passes - done) / 60:.1f} min to the first verdicts"
                  if done < passes.min_passes else "")  # fmt: skip
         print(f"pass {done}: {len(running)} figures in {took:.0f} s"
