@@ -4,7 +4,7 @@ A/A worker pairs, as ``devbench compare`` runs them: for each figure below, both
 turn (the side first alternating by pass), then three pairs of turns, every call kept with its
 duration, the first pair included (compare keeps it only when it alone outlasts ``--figure-s``).
 
-    python scripts/first_pair.py TREE --passes 6 --out turns.csv
+    python scripts/first_pair.py TREE --passes 6 --out turns.csv [--only burst]
 
 ``TREE`` holds the ``src/`` and ``benchmarks/`` to run (a checkout or ``git worktree``).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ FIGURES = [
     ("bench_achievable.MatmulAchievable.track_tflops", ("'cpu'", "'float32'", "'sustained'")),
     ("bench_achievable.MatmulAchievable.track_tflops", ("'cpu'", "'bfloat16'", "'sustained'")),
     ("bench_achievable.MatmulAchievable.track_tflops", ("'cpu'", "'float32'", "'burst'")),
+    ("bench_achievable.MatmulAchievable.track_tflops", ("'cpu'", "'bfloat16'", "'burst'")),
     ("bench_parallel.ParallelMatmul.track_speedup", ("'cpu_threads'", "1024")),
     ("bench_matmul.MatmulSquare.track_tflops", ("'cpu'", "'float32'", "4096")),
 ]
@@ -37,7 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("tree", type=Path, help="a checkout whose src/ and benchmarks/ run on both sides")
     p.add_argument("--passes", type=int, default=6, help="pairs of processes per figure (default 6)")
     p.add_argument("--out", type=Path, default=Path("turns.csv"), help="the CSV to write (default turns.csv)")
+    p.add_argument("--only", metavar="REGEX", help="the figures whose name(params) this matches (default: all)")
     args = p.parse_args(argv)
+    try:
+        figures = [(n, v) for n, v in FIGURES if re.search(args.only or "", f"{n}({', '.join(v)})")]
+    except re.error as exc:
+        print(f"first_pair: --only {args.only!r}: {exc}", file=sys.stderr)
+        return 2
+    if not figures:
+        print(f"first_pair: --only {args.only!r} matches none of the figures", file=sys.stderr)
+        return 2
     if not (args.tree / "benchmarks").is_dir():
         print(f"first_pair: {args.tree} has no benchmarks/ folder", file=sys.stderr)
         return 2
@@ -48,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             a = Worker("A", sys.executable, args.tree, log, env).start()
             b = Worker("B", sys.executable, args.tree, log, env).start()
             try:
-                for name, values in FIGURES:
+                for name, values in figures:
                     idx = index_of(a.benchmarks[name]["params"], values)
                     first, second = ((a, "A"), (b, "B")) if n % 2 == 0 else ((b, "B"), (a, "A"))
                     for w, _ in (first, second):
