@@ -201,7 +201,7 @@ def test_a_sweeps_figures_are_judged_as_one_family(planted):
         assert float(row["confidence"]) == pytest.approx(0.975)
     assert float(rows["bench_ab.time_sleep"]["confidence"]) == pytest.approx(0.95)
     md = (out / "compare.md").read_text()
-    assert "The 2 figures of bench_ab.Swept come from one sweep" in md and "each interval at 97.50%" in md
+    assert "The 2 figures of bench_ab.Swept are measured together" in md and "each interval at 97.50%" in md
     run = json.loads((out / "run.json").read_text())
     swept = run["figures"]["bench_ab.Swept.track_swept(1)"]
     assert swept["in_cache"] is True and swept["setup_cache"]

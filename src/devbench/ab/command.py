@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -142,14 +143,15 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
             running = sum(f.state == "running" for f in figures)
             if opts.bench and not figures:
                 raise ABError(f"--bench {opts.bench!r} selects no benchmark combination (of either side)")
-            cached = max((_cached_limit(opts, figures)(f) for f in figures if f.combo.in_cache), default=0)
+            limit = _cached_limit(opts, figures)
+            cached = max((limit(f) for f in figures if f.combo.in_cache), default=0)
             swept = f"; a sweep's figures, judged as one family, up to {cached}" if cached > opts.max_passes else ""
             print(f"{running} figures to measure, {len(figures) - running} not measurable on both sides; "
                   f"up to {opts.max_passes} pairs of processes each (a verdict from {opts.min_passes}{swept}), "
                   f"up to {opts.pairs} pairs of blocks in each ({opts.figure_s:g} s of turns at most)",
                   flush=True)  # fmt: skip
-            passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s,
-                            _cached_limit(opts, figures), opts.all_passes)  # fmt: skip
+            passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s, limit,
+                            opts.all_passes)  # fmt: skip
             t0 = time.monotonic()
             took = run_passes(start, figures, passes, _settled(opts, figures), log, first=first) if running else []
         finally:
@@ -175,24 +177,22 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
     return figures, record
 
 
-def _cached_limit(opts: Options, figures: list[Figure]):
+def _own_confidence(opts: Options, figures: list[Figure]) -> Callable[[Figure], float]:
+    """A figure's own confidence as the run stands (``judge.confidence_of``): asked anew after each pass, since
+    the figures of a sweep that skip (known after the first) do not split it."""
+    return lambda fig: judge.confidence_of(fig, judge.sweep_sizes(figures), opts.confidence)
+
+
+def _cached_limit(opts: Options, figures: list[Figure]) -> Callable[[Figure], int]:
     """The passes a figure measured in ``setup_cache`` may get: as many beyond the fewest its interval needs
-    (14 for one of 45 figures of a sweep at 99%) as the others get beyond ``--min-passes``. Asked anew after
-    each pass: the sweep's figures that skip (known after the first) do not split the confidence."""
-
-    def limit(fig: Figure) -> int:
-        own = judge.confidence_of(fig, judge.sweep_sizes(figures), opts.confidence)
-        return judge.most_passes(own, opts.min_passes, opts.max_passes)
-
-    return limit
+    (14 for one of 45 figures of a sweep at 99%) as the others get beyond ``--min-passes``."""
+    own = _own_confidence(opts, figures)
+    return lambda fig: judge.most_passes(own(fig), opts.min_passes, opts.max_passes)
 
 
-def _settled(opts: Options, figures: list[Figure]):
-    def settled(fig: Figure, left: int, decide: bool = True) -> bool:
-        own = judge.confidence_of(fig, judge.sweep_sizes(figures), opts.confidence)
-        return judge.settled(fig, left, opts.floor, own, decide)
-
-    return settled
+def _settled(opts: Options, figures: list[Figure]) -> Callable[..., bool]:
+    own = _own_confidence(opts, figures)
+    return lambda fig, left, decide=True: judge.settled(fig, left, opts.floor, own(fig), decide)
 
 
 def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
@@ -285,10 +285,10 @@ def _sweep_notes(figures: list[Figure], opts: Options) -> list[str]:
             continue
         names = sorted({f.combo.benchmark.rsplit(".", 1)[0] for f in figures if f.combo.setup_cache == key})
         own = 1 - (1 - opts.confidence) / m
-        notes.append(f"The {m} figures of {', '.join(names)} come from one sweep (one pair of worlds a pass) and are "
-                     f"judged as one family: each interval at {100 * own:.2f}%, so that all {m} hold together at "
-                     f"{round(100 * opts.confidence)}% (Bonferroni); a verdict among them needs "
-                     f"{judge.fewest_passes(own)} or more pairs of worlds.")  # fmt: skip
+        notes.append(f"The {m} figures of {', '.join(names)} are measured together, by one setup_cache a pass on each "
+                     f"side, and judged as one family: each interval at {100 * own:.2f}%, so that all {m} hold "
+                     f"together at {round(100 * opts.confidence)}% (Bonferroni); a verdict among them needs "
+                     f"{judge.fewest_passes(own)} or more passes.")  # fmt: skip
     return notes
 
 
