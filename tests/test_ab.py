@@ -174,6 +174,10 @@ def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, pla
     assert "too big for the fixture" in rows["bench_ab.Only.track_pid(size=huge)"]["note"]
     assert rows["bench_ab.track_sized(n=2)"]["n_base"] == "6"
     assert "slower" in text and "wrote" in text
+    # the summary counts the verdicts of the figures judged, and those not judged apart
+    judged = [r for r in rows.values() if not r["note"]]
+    summary = ", ".join(f"{sum(r['verdict'] == v for r in judged)} {v}" for v in V.VERDICTS)
+    assert f"{summary}, {len(rows) - len(judged)} not judged" in text
     md = (out / "compare.md").read_text()
     assert "| slower | bench_ab.time_sleep |" in md and "95% interval" in md
     pairs = (out / "pairs.csv").read_text().splitlines()

@@ -583,6 +583,8 @@ def test_ab_verdicts_say_when_a_figure_was_measured_on_one_side_only():
     }  # fmt: skip
     sec = changes.verdicts(pd.DataFrame(rows), "cmp")
     assert list(sec.folded["change"]) == ["+20.0%", "no result on head"]
+    # the verdicts count the figures judged; the one not judged is counted apart, not as undecided
+    assert "**1** undecided, **1** not judged." in sec.text
     older = changes.verdicts(pd.DataFrame(rows).drop(columns="note").iloc[:1], "cmp")
     assert list(older.folded["change"]) == ["+20.0%"]
     changed = {**rows, "note": [float("nan"), "benchmark changed: its asv version differs between base and head"]}

@@ -24,7 +24,13 @@ def _interval(row: Any) -> str:
 
 
 def summary_counts(table: Any) -> dict[str, int]:
-    return {v: int((table["verdict"] == v).sum()) for v in V.VERDICTS}
+    """The verdicts of the figures judged, and how many were not (skipped or failed on a side, new, gone,
+    changed: their rows carry a note and no change)."""
+    noted = _noted(table)
+    counts = {v: int(((table["verdict"] == v) & ~noted).sum()) for v in V.VERDICTS}
+    if noted.any():
+        counts["not judged"] = int(noted.sum())
+    return counts
 
 
 def _noted(table: Any) -> Any:

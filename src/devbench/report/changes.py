@@ -79,18 +79,21 @@ def verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Section
     """A/B verdicts of ``devbench compare`` (its compare.csv), with how the host ran (``host``, its run.json's)."""
     if table is None or table.empty:
         return None
-    counts = table["verdict"].value_counts()
+    # a row with a note was not judged (skipped or failed on a side, new, gone, changed): counted apart
+    noted = table["note"].astype(object).fillna("").astype(str).astype(bool) if "note" in table else None
+    counts = (table[~noted] if noted is not None else table)["verdict"].value_counts()
+    apart = f", **{int(noted.sum())}** not judged" if noted is not None and noted.any() else ""
     text = (
         f"From `{source}`: both commits measured in pairs of processes taking turns, block by block. "
         + ", ".join(f"**{counts.get(v, 0)}** {v}" for v in V.VERDICTS)
+        + apart
         + ". Change is head / base of the figure; the interval is the comparison's."
         + (f" {host[0].upper()}{host[1:]}" if host else "")
     )
 
     def shown(sel: pd.DataFrame) -> pd.DataFrame:
-        sel = sel.reindex(
-            sel["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0).sort_values(ascending=False).index
-        )
+        size = sel["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0)
+        sel = sel.reindex(size.sort_values(ascending=False, kind="stable").index)  # stable: the same order each build
         # a figure not judged (one side only, or its benchmark changed: compare.csv's note) has no change
         notes = sel["note"].astype(object).fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
         return sel.assign(
@@ -108,7 +111,8 @@ def verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Section
         text,
         shown(decided) if len(decided) else None,
         folded=shown(rest) if len(rest) else None,
-        folded_title=f"{len(rest)} same or undecided",
+        folded_title=f"{len(rest)} same, undecided or not judged" if noted is not None and noted.any()
+        else f"{len(rest)} same or undecided",
     )
 
 
