@@ -47,28 +47,21 @@ def replayed_stop(fig: Figure, limit: int, min_passes: int, floor: float, confid
     return len(fig.a)
 
 
-def cache_seconds(passes: list[dict], overhead: list[float], figures: dict[str, dict],
-                  stops: dict[str, int]) -> tuple[list[float], list[float]]:
-    """Per pass, what its ``setup_cache`` runs took, and what of it the replay charges: a key's seconds up to the
-    last pass a figure that reads it is replayed to run (``stops``, by selector). A record without ``caches``
-    (an older run) is estimated: a pass's overhead beyond that of the passes where no figure of a sweep ran,
-    charged up to the last pass a figure of a sweep runs (nothing is saved when every pass had one)."""
-    if all("caches" in q for q in passes):
-        last: dict[str, int] = {}
-        for sel, f in figures.items():
-            if f.get("setup_cache") and sel in stops:
-                last[f["setup_cache"]] = max(last.get(f["setup_cache"], 0), stops[sel])
-        spent = [sum(q["caches"].values()) for q in passes]
-        charged = [sum(s for k, s in q["caches"].items() if i < last.get(k, 0)) for i, q in enumerate(passes)]
-        return spent, charged
-    swept = [len(f.get("pass_seconds") or []) for f in figures.values() if f.get("in_cache")]
-    ran_sweep = [i < max(swept, default=0) for i in range(len(passes))]
-    without = [o for o, s in zip(overhead, ran_sweep, strict=True) if not s]
-    if not without:
+def cache_seconds(
+    passes: list[dict], figures: dict[str, dict], stops: dict[str, int]
+) -> tuple[list[float], list[float]]:
+    """Per pass, what its ``setup_cache`` runs took (``run.json``'s ``caches``), and what of it the replay charges:
+    a key's seconds up to the last pass a figure that reads it is replayed to run (``stops``, by selector). A
+    record without ``caches`` (an older run) says nothing of them: its whole overhead is charged every pass."""
+    if not all("caches" in q for q in passes):
         return [0.0] * len(passes), [0.0] * len(passes)
-    spent = [max(o - min(without), 0.0) if s else 0.0 for o, s in zip(overhead, ran_sweep, strict=True)]
-    last_swept = max((stops[sel] for sel, f in figures.items() if f.get("in_cache") and sel in stops), default=0)
-    return spent, [c if i < last_swept else 0.0 for i, c in enumerate(spent)]
+    last: dict[str, int] = {}
+    for sel, f in figures.items():
+        if f.get("setup_cache") and sel in stops:
+            last[f["setup_cache"]] = max(last.get(f["setup_cache"], 0), stops[sel])
+    spent = [sum(q["caches"].values()) for q in passes]
+    charged = [sum(s for k, s in q["caches"].items() if i < last.get(k, 0)) for i, q in enumerate(passes)]
+    return spent, charged
 
 
 def first_pairs(fig: Figure, k: int) -> Figure:
@@ -184,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     last = max(kept_passes, default=0)
     # a pass runs a setup_cache only while a figure that reads it runs on
     stop_of = {f.combo.selector: k for f, k in zip(figures, kept_passes, strict=True)}
-    spent, charged = cache_seconds(passes, overhead, record["figures"], stop_of)
+    spent, charged = cache_seconds(passes, record["figures"], stop_of)
     replay_s = figure_s + sum(o - c for o, c in zip(overhead[:last], spent, strict=False)) + sum(charged)
 
     def runs(s: float) -> str:

@@ -413,6 +413,7 @@ def test_a_sweeps_limit_follows_its_figures_that_do_not_skip(monkeypatch):
                 continue
             f.a.append([1.0])
             f.b.append([2.0])  # a change no pass can doubt: the sweep's figures run to their limit
+        return {}  # the seconds of each setup_cache: none here
 
     monkeypatch.setattr(runner, "measure_pass", fake_pass)
     never = lambda f, left, decide: False  # noqa: E731
@@ -450,6 +451,7 @@ def test_the_pass_loop_stops_settled_figures_and_keeps_the_rest(monkeypatch):
         for f in figures:
             f.a.append([1.0])
             f.b.append([1.0])
+        return {}
 
     monkeypatch.setattr(runner, "measure_pass", fake_pass)
     figs = [Figure(Combination(n, 0, (), (), "seconds")) for n in ("a", "b")]
@@ -474,6 +476,7 @@ def test_a_figure_certain_to_stay_undecided_stops_before_the_minimum_unless_all_
         for f in figures:
             f.a.append([1.0])
             f.b.append([1.0])
+        return {}
 
     def settled(f, left, decide):
         asked.append((f.combo.benchmark, left, decide))

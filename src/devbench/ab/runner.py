@@ -218,7 +218,7 @@ def run_passes(
         caches: dict[str, float] = {}
         try:
             progress = _progress(p + 1, out)
-            caches = measure_pass(a, b, running, passes, log, progress, "base" if p % 2 == 0 else "head") or {}
+            caches = measure_pass(a, b, running, passes, log, progress, "base" if p % 2 == 0 else "head")
         finally:
             a.stop()
             b.stop()

@@ -75,14 +75,21 @@ def changes(frame: pd.DataFrame, base: str, head: str) -> Section:
                    folded=folded if len(open_) else None, folded_title=f"{len(open_)} undecided")  # fmt: skip
 
 
+def _notes(table: pd.DataFrame) -> pd.Series:
+    """compare.csv's note of each row ("" for a figure judged; older folders have no such column)."""
+    if "note" not in table:
+        return pd.Series("", index=table.index)
+    return table["note"].astype(object).fillna("").astype(str)
+
+
 def verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Section | None:
     """A/B verdicts of ``devbench compare`` (its compare.csv), with how the host ran (``host``, its run.json's)."""
     if table is None or table.empty:
         return None
     # a row with a note was not judged (skipped or failed on a side, new, gone, changed): counted apart
-    noted = table["note"].astype(object).fillna("").astype(str).astype(bool) if "note" in table else None
-    counts = (table[~noted] if noted is not None else table)["verdict"].value_counts()
-    apart = f", **{int(noted.sum())}** not judged" if noted is not None and noted.any() else ""
+    noted = _notes(table).astype(bool)
+    counts = table[~noted]["verdict"].value_counts()
+    apart = f", **{int(noted.sum())}** not judged" if noted.any() else ""
     text = (
         f"From `{source}`: both commits measured in pairs of processes taking turns, block by block. "
         + ", ".join(f"**{counts.get(v, 0)}** {v}" for v in V.VERDICTS)
@@ -95,7 +102,7 @@ def verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Section
         size = sel["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0)
         sel = sel.reindex(size.sort_values(ascending=False, kind="stable").index)  # stable: the same order each build
         # a figure not judged (one side only, or its benchmark changed: compare.csv's note) has no change
-        notes = sel["note"].astype(object).fillna("").astype(str) if "note" in sel else pd.Series("", index=sel.index)
+        notes = _notes(sel)
         return sel.assign(
             change=[n.split(":")[0] if n else _pct(r) for r, n in zip(sel["ratio"], notes, strict=True)],
             interval=[V.interval_text(a, b) for a, b in zip(sel["ratio_lo"], sel["ratio_hi"], strict=True)],
@@ -111,8 +118,7 @@ def verdicts(table: pd.DataFrame | None, source: str, host: str = "") -> Section
         text,
         shown(decided) if len(decided) else None,
         folded=shown(rest) if len(rest) else None,
-        folded_title=f"{len(rest)} same, undecided or not judged" if noted is not None and noted.any()
-        else f"{len(rest)} same or undecided",
+        folded_title=f"{len(rest)} same, undecided or not judged" if noted.any() else f"{len(rest)} same or undecided",
     )
 
 
