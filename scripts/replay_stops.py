@@ -2,12 +2,14 @@
 
 An ``--all-passes`` run keeps every figure to ``--min-passes``, so its intervals say what each figure
 can detect. The default stops a figure after any even pass once it is certain to stay undecided
-(``judge.settled`` without ``decide``), and a decided one from ``--min-passes`` on. This replays that
-rule on the run's own pass values and prices it with the seconds each figure took in each pass
-(``run.json``'s ``pass_seconds``) plus each pass's own overhead (starting the workers, and ``setup_cache`` while
-a figure that reads it runs on),
-and checks that no verdict changes. It then says, per family, what each figure can detect after every
-pass (the floor plus half its interval, ``verdict.detectable``).
+(``judge.settled`` without ``decide``), after the screen's pass (``--screen-after``, 2) once its pairs of
+processes disagree, and a decided one from ``--min-passes`` on. This replays that rule on the run's own
+pass values and prices it with the seconds each figure took in each pass (``run.json``'s
+``pass_seconds``) plus each pass's own overhead (starting the workers, and ``setup_cache`` while a figure
+that reads it runs on: the seconds it took with every figure of its sweep, so a sweep that runs on with
+few figures is priced high), and lists the verdicts that change (futility changes none; the screen can
+leave one undecided, which is its price). It then says, per family, what each figure can detect after
+every pass (the floor plus half its interval, ``verdict.detectable``).
 
 ``--pairs K`` replays the run as if each pass had kept at most ``K`` pairs of blocks (the first ``K``):
 the price of fewer turns in power. A figure's turns in a pass (its seconds less its set-up) are priced
@@ -20,6 +22,7 @@ the values, so two values either side of the floor's edge settle it), at the pri
 that more passes would have decided.
 
     python scripts/replay_stops.py reports/compare-aa/all-passes [--full-run-s 388] [--pairs 2] [--max-passes 8]
+        [--screen-after 0]
 """
 
 from __future__ import annotations
@@ -34,15 +37,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from devbench.ab import judge  # noqa: E402
 from devbench.ab.command import read_finished  # noqa: E402
-from devbench.ab.options import ABError  # noqa: E402
+from devbench.ab.options import SCREEN_AFTER, ABError  # noqa: E402
 from devbench.ab.runner import Figure  # noqa: E402
 
 
-def replayed_stop(fig: Figure, limit: int, min_passes: int, floor: float, confidence: float) -> int:
+def replayed_stop(
+    fig: Figure, limit: int, min_passes: int, floor: float, confidence: float, screen: int = SCREEN_AFTER
+) -> int:
     """The pass after which the default rule stops ``fig`` (its own count when it never does earlier)."""
     for m in range(2, len(fig.a), 2):
         early = Figure(fig.combo, a=fig.a[:m], b=fig.b[:m])
-        if judge.settled(early, limit - m, floor, confidence, decide=m >= min_passes):
+        if judge.settled(early, limit - m, floor, confidence, decide=m >= min_passes, screen=screen):
             return m
     return len(fig.a)
 
@@ -116,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-passes", type=int, metavar="M",
                    help="replay as if --max-passes had been M (at least the run's --min-passes)")
+    p.add_argument("--screen-after", type=int, default=SCREEN_AFTER, metavar="N",
+                   help=f"replay with compare's screen after N passes (default {SCREEN_AFTER}, compare's; 0: none)")
     args = p.parse_args(argv)
     if args.pairs is not None and args.pairs < 1:
         print(f"replay_stops: --pairs must be at least 1, got {args.pairs}", file=sys.stderr)
@@ -162,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         limit = most if args.max_passes is not None else max(most, len(fig.a))
         capped = Figure(fig.combo, a=fig.a[:limit], b=fig.b[:limit])
         judged.append(capped)
-        stop = replayed_stop(capped, limit, min_passes, floor, own[fig.combo.selector])
+        stop = replayed_stop(capped, limit, min_passes, floor, own[fig.combo.selector], args.screen_after)
         stops[stop] = stops.get(stop, 0) + 1
         kept_passes.append(stop)
         early = Figure(fig.combo, a=fig.a[:stop], b=fig.b[:stop])
@@ -186,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     kept = f", at most {args.pairs} pairs of blocks a pass" if args.pairs is not None else ""
     kept += f", at most {max_passes} passes" if args.max_passes is not None else ""
     print(f"{args.folder}{kept}: {len(passes)} passes, {all_s / 60:.1f} min{runs(all_s)} with every figure to the end")
-    print(f"default stopping (futility after any even pass, verdicts from {min_passes} on, at most {max_passes}): "
-          f"{replay_s / 60:.1f} min{runs(replay_s)}")  # fmt: skip
+    screened = f", the screen after {args.screen_after}" if args.screen_after else ", no screen"
+    print(f"default stopping (futility after any even pass{screened}, verdicts from {min_passes} on, at most "
+          f"{max_passes}): {replay_s / 60:.1f} min{runs(replay_s)}")  # fmt: skip
     print("figures by the pass they stop after: " + ", ".join(f"{k}: {v}" for k, v in sorted(stops.items())))
     print(f"verdicts that change: {len(changed)}")
     for line in changed:

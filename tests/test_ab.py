@@ -305,6 +305,7 @@ def test_a_benchmark_whose_code_changed_is_not_measured(project, tmp_path, capsy
         (["HEAD~2", "HEAD", "--max-passes", "7", "--min-passes", "7", "--confidence", "0.99"],
          "--max-passes 7 cannot give a 99% interval"),
         (["HEAD~2", "HEAD", "--min-passes", "9", "--max-passes", "8"], "must be at least --min-passes"),
+        (["HEAD~2", "HEAD", "--screen-after", "3"], "--screen-after must be 0 (no screen) or an even number"),
         (["HEAD~2", "HEAD", "--python", "/no/such/python"], "--python /no/such/python does not exist"),
         (["--from", "/no/such/folder"], "no run.json and pairs.csv"),
     ],
@@ -436,6 +437,28 @@ def test_a_decided_figure_settles_after_an_even_pass_and_an_open_one_runs_on():
     assert not judge.settled(leaning, 4, 0.02, 0.99)  # the low pair keeps it open; more pairs may decide it
     wild = _figure("seconds", [[(1.0, r)] for r in (0.5, 2.0, 0.6, 1.8, 0.7, 1.6, 1.0, 1.0)])
     assert judge.settled(wild, 2, 0.02, 0.99)  # futile: two more pairs cannot narrow it inside or beyond 2%
+
+
+def test_the_screen_stops_a_figure_whose_first_two_pairs_of_processes_disagree():
+    """After 2 passes, one value beyond the floor's edge and one not: no longer decidable after 8 (the interval
+    is then the values' range), so the screen stops it; without the screen 2 values are too few to be certain.
+    Two that agree (both slower, both faster, both inside the floor) run on; so does anything after the 2nd."""
+    def fig(*ratios: float, name: str = "bench_x.track_y") -> Figure:
+        return _figure("seconds", [[(1.0, r)] for r in ratios], name)
+
+    for disagree in ((0.95, 1.05), (1.01, 1.05), (0.9, 1.0)):
+        assert not judge.settled(fig(*disagree), 8, 0.02, 0.99, decide=False), disagree
+        assert judge.settled(fig(*disagree), 8, 0.02, 0.99, decide=False, screen=2), disagree
+    for agree in ((1.05, 1.3), (0.9, 0.95), (1.001, 0.999)):
+        assert not judge.settled(fig(*agree), 8, 0.02, 0.99, decide=False, screen=2), agree
+    # after 4 passes the screen is past; futility judges: one low value of four, 10 passes may still decide it
+    assert not judge.settled(fig(0.95, 1.1, 1.1, 1.1), 6, 0.02, 0.99, decide=False, screen=2)
+    # a sweep's figure (fewest 14 at 1 - 0.01/45) is screened by the same rule; none once its fewest are in
+    assert judge.settled(fig(0.5, 1.5), 14, 0.02, 1 - 0.01 / 45, decide=False, screen=2)
+    assert not judge.settled(fig(1.5, 1.6), 14, 0.02, 1 - 0.01 / 45, decide=False, screen=2)
+    # at 50% two values already give an interval: a screen after 2 is not before the fewest, and is skipped
+    assert judge.fewest_passes(0.5) == 2
+    assert not judge.settled(fig(0.95, 1.05), 8, 0.02, 0.5, decide=False, screen=2)
 
 
 def test_the_pass_loop_stops_settled_figures_and_keeps_the_rest(monkeypatch):

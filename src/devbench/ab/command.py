@@ -29,6 +29,7 @@ from devbench.ab.options import (
     MAX_PASSES,
     MIN_PASSES,
     PAIRS,
+    SCREEN_AFTER,
     TRACK_BLOCKS,
     ABError,
     Options,
@@ -59,6 +60,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"pairs of processes per figure at most (default {MAX_PASSES}); the figures of one "
                    "setup_cache sweep (the collectives), judged as one family, get as many more as their "
                    "split confidence needs")  # fmt: skip
+    p.add_argument("--screen-after", type=int, default=SCREEN_AFTER, metavar="N",
+                   help=f"after N passes (default {SCREEN_AFTER}; 0: never), stop each figure whose pairs of processes "
+                   "already disagree, one beyond the floor's edge where another is not: it could no longer be "
+                   "decided after --min-passes, and the passes beyond are kept for figures that agree")  # fmt: skip
     p.add_argument("--pairs", type=int, default=PAIRS,
                    help=f"pairs of adjacent blocks per pair of processes (default {PAIRS})")  # fmt: skip
     p.add_argument("--figure-s", type=float, default=FIGURE_S,
@@ -85,6 +90,7 @@ def options(args: argparse.Namespace) -> Options:
         base=args.base, head=args.head, repo=Path(args.repo).resolve(), out=Path(args.out),
         python=args.python or sys.executable, bench=args.bench, machine=args.machine,
         confidence=args.confidence, floor=args.floor, min_passes=args.min_passes, max_passes=args.max_passes,
+        screen_after=args.screen_after,
         pairs=args.pairs, block_s=args.block_s, figure_s=args.figure_s, track_blocks=args.track_blocks,
         twins=args.twins, keep=args.keep, all_passes=args.all_passes,
         from_dir=Path(args.from_dir) if args.from_dir else None,
@@ -192,7 +198,14 @@ def _cached_limit(opts: Options, figures: list[Figure]) -> Callable[[Figure], in
 
 def _settled(opts: Options, figures: list[Figure]) -> Callable[..., bool]:
     own = _own_confidence(opts, figures)
-    return lambda fig, left, decide=True: judge.settled(fig, left, opts.floor, own(fig), decide)
+    return lambda fig, left, decide=True: judge.settled(fig, left, opts.floor, own(fig), decide, opts.screen_after)
+
+
+def _screen_note(opts: Options) -> str:
+    if not opts.screen_after or opts.all_passes:
+        return ""
+    return (f", and after {opts.screen_after} one whose pairs of processes already disagree (one beyond the "
+            f"floor's edge where another is not: no longer decidable after {opts.min_passes})")
 
 
 def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
@@ -231,7 +244,8 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
         f"Each figure: up to {opts.max_passes} pairs of processes, one per side, taking strict turns "
         f"(A B A B ..., the side first alternating by pass), up to {opts.pairs} pairs of adjacent blocks in each; "
         f"a verdict after {opts.min_passes} or more, and a figure certain to stay undecided stops "
-        f"{'there' if opts.all_passes else 'after any even number'}; "
+        f"{'there' if opts.all_passes else 'after any even number'}"
+        f"{_screen_note(opts)}; "
         "change = head / base, the Hodges-Lehmann "
         "estimate over the pairs of processes (each the median of its pairs of blocks) with its "
         f"{round(100 * opts.confidence)}% distribution-free interval; "
@@ -246,10 +260,12 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
     if stopped:
         import pandas as pd
 
-        early = int((pd.to_numeric(table["stopped_after"], errors="coerce") < opts.min_passes).sum())
-        notes.append(f"{stopped} figure(s) stopped before their last pair of processes: decided, or certain "
-                     f"to stay undecided whatever more pairs bring ({early} of them, all certain to stay undecided, "
-                     f"before {opts.min_passes}).")  # fmt: skip
+        after = pd.to_numeric(table["stopped_after"], errors="coerce")
+        early = int((after < opts.min_passes).sum())
+        screened = int((after == opts.screen_after).sum()) if opts.screen_after and not opts.all_passes else 0
+        why = f", {screened} of those after the screen's {opts.screen_after}" if screened else ""
+        notes.append(f"{stopped} figure(s) stopped before their last pair of processes: decided, or no longer "
+                     f"decidable ({early} of them, all undecided, before {opts.min_passes}{why}).")  # fmt: skip
     det = table.loc[~table["note"].astype(bool), "detectable"] if len(table) else table
     if len(det):
         finite = det[det.map(lambda x: x < math.inf)]

@@ -70,9 +70,18 @@ def most_passes(confidence: float, min_passes: int, max_passes: int) -> int:
     return max(max_passes, fewest_passes(confidence) + max_passes - min_passes)
 
 
-def settled(fig: Figure, left: int, floor: float, confidence: float, decide: bool = True) -> bool:
+def settled(fig: Figure, left: int, floor: float, confidence: float, decide: bool = True, screen: int = 0) -> bool:
     """Whether ``fig`` may stop: decided now (when ``decide``), or certain to stay undecided whatever ``left``
-    more passes bring. Only after an even number of passes: each side set up first as often."""
+    more passes bring. Only after an even number of passes: each side set up first as often.
+
+    After exactly ``screen`` passes (0: never; none at or after the fewest) it also stops when it could no
+    longer be decided after the fewest passes that give its interval (``fewest_passes``: 8 at 99%, where
+    the interval is the range of the values): its first pairs of processes already disagree, one beyond
+    the floor's edge where another is not. Only the passes beyond the fewest (up to ``max_passes``) could
+    still decide such a figure, and they are kept for the figures whose first pairs agree. A screened
+    figure is ``undecided``, so the screen never makes a verdict, false or true, that running on would not
+    have made; what it costs is the figures that the passes beyond the fewest would have decided
+    (docs/design.md, "Verdicts")."""
     units = process_pair_logs(fig)
     if not units:
         return True  # nothing measured on some side: more passes will not judge it
@@ -81,6 +90,10 @@ def settled(fig: Figure, left: int, floor: float, confidence: float, decide: boo
     _, lo, hi = V.paired_interval(units, confidence)
     if decide and V.decide(lo, hi, floor) != V.UNDECIDED:
         return True
+    if screen and len(fig.a) == screen:
+        fewest = fewest_passes(confidence)
+        if len(units) < fewest and V.futile(units, fewest, floor, confidence):
+            return True
     return V.futile(units, len(units) + left, floor, confidence)
 
 
