@@ -2,7 +2,7 @@
 
 An ``--all-passes`` run keeps every figure to ``--min-passes``, so its intervals say what each figure
 can detect. The default stops a figure after any even pass once it is certain to stay undecided
-(``judge.settled`` without ``decide``), after the screen's pass (``--screen-after``, 2) once its pairs of
+(``judge.settled`` without ``decide``), through the screen's passes (``--screen``, 4) once its pairs of
 processes disagree, and a decided one from ``--min-passes`` on. This replays that rule on the run's own
 pass values and prices it with the seconds each figure took in each pass (``run.json``'s
 ``pass_seconds``) plus each pass's own overhead (starting the workers, and ``setup_cache`` while a figure
@@ -22,7 +22,7 @@ the values, so two values either side of the floor's edge settle it), at the pri
 that more passes would have decided.
 
     python scripts/replay_stops.py reports/compare-aa/all-passes [--full-run-s 388] [--pairs 2] [--max-passes 8]
-        [--screen-after 0]
+        [--screen 0]
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from devbench.ab import judge  # noqa: E402
 from devbench.ab.command import read_finished  # noqa: E402
-from devbench.ab.options import SCREEN_AFTER, ABError  # noqa: E402
+from devbench.ab.options import SCREEN, ABError  # noqa: E402
 from devbench.ab.runner import Figure  # noqa: E402
 
 
 def replayed_stop(
-    fig: Figure, limit: int, min_passes: int, floor: float, confidence: float, screen: int = SCREEN_AFTER
+    fig: Figure, limit: int, min_passes: int, floor: float, confidence: float, screen: int = SCREEN
 ) -> int:
     """The pass after which the default rule stops ``fig`` (its own count when it never does earlier)."""
     for m in range(2, len(fig.a), 2):
@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-passes", type=int, metavar="M",
                    help="replay as if --max-passes had been M (at least the run's --min-passes)")
-    p.add_argument("--screen-after", type=int, default=SCREEN_AFTER, metavar="N",
-                   help=f"replay with compare's screen after N passes (default {SCREEN_AFTER}, compare's; 0: none)")
+    p.add_argument("--screen", type=int, default=SCREEN, metavar="N",
+                   help=f"replay with compare's screen through N passes (default {SCREEN}, compare's; 0: none)")
     args = p.parse_args(argv)
     if args.pairs is not None and args.pairs < 1:
         print(f"replay_stops: --pairs must be at least 1, got {args.pairs}", file=sys.stderr)
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         limit = most if args.max_passes is not None else max(most, len(fig.a))
         capped = Figure(fig.combo, a=fig.a[:limit], b=fig.b[:limit])
         judged.append(capped)
-        stop = replayed_stop(capped, limit, min_passes, floor, own[fig.combo.selector], args.screen_after)
+        stop = replayed_stop(capped, limit, min_passes, floor, own[fig.combo.selector], args.screen)
         stops[stop] = stops.get(stop, 0) + 1
         kept_passes.append(stop)
         early = Figure(fig.combo, a=fig.a[:stop], b=fig.b[:stop])
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     kept = f", at most {args.pairs} pairs of blocks a pass" if args.pairs is not None else ""
     kept += f", at most {max_passes} passes" if args.max_passes is not None else ""
     print(f"{args.folder}{kept}: {len(passes)} passes, {all_s / 60:.1f} min{runs(all_s)} with every figure to the end")
-    screened = f", the screen after {args.screen_after}" if args.screen_after else ", no screen"
+    screened = f", the screen through {args.screen}" if args.screen else ", no screen"
     print(f"default stopping (futility after any even pass{screened}, verdicts from {min_passes} on, at most "
           f"{max_passes}): {replay_s / 60:.1f} min{runs(replay_s)}")  # fmt: skip
     print("figures by the pass they stop after: " + ", ".join(f"{k}: {v}" for k, v in sorted(stops.items())))

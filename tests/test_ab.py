@@ -305,7 +305,7 @@ def test_a_benchmark_whose_code_changed_is_not_measured(project, tmp_path, capsy
         (["HEAD~2", "HEAD", "--max-passes", "7", "--min-passes", "7", "--confidence", "0.99"],
          "--max-passes 7 cannot give a 99% interval"),
         (["HEAD~2", "HEAD", "--min-passes", "9", "--max-passes", "8"], "must be at least --min-passes"),
-        (["HEAD~2", "HEAD", "--screen-after", "3"], "--screen-after must be 0 (no screen) or an even number"),
+        (["HEAD~2", "HEAD", "--screen", "-2"], "--screen must be 0 (no screen) or a number of passes"),
         (["HEAD~2", "HEAD", "--python", "/no/such/python"], "--python /no/such/python does not exist"),
         (["--from", "/no/such/folder"], "no run.json and pairs.csv"),
     ],
@@ -324,15 +324,15 @@ def test_sigterm_stops_the_run_and_leaves_no_process_or_folder(project, tmp_path
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     started: list[session.Worker] = []
-    real_start = session.Worker.start
+    real_spawn = session.Worker.spawn
 
-    def start(self):
+    def spawn(self):
         started.append(self)
         if len(started) == 4:  # the second pass: the signal lands while its processes turn
             threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
-        return real_start(self)
+        return real_spawn(self)
 
-    monkeypatch.setattr(session.Worker, "start", start)
+    monkeypatch.setattr(session.Worker, "spawn", spawn)
     before = signal.getsignal(signal.SIGTERM)
     out = tmp_path / "killed"
     assert _run(project, c1, c3, "--out", str(out), "--bench", "time_sleep") == 143
@@ -418,7 +418,7 @@ def test_a_sweeps_limit_follows_its_figures_that_do_not_skip(monkeypatch):
 
     monkeypatch.setattr(runner, "measure_pass", fake_pass)
     never = lambda f, left, decide: False  # noqa: E731
-    runner.run_passes(lambda side: Stub(), figs, passes, never, log=None, out=open(os.devnull, "w"))
+    runner.run_passes(lambda: (Stub(), Stub()), figs, passes, never, log=None, out=open(os.devnull, "w"))
     assert {len(f.a) for f in figs[:45]} == {16} and len(figs[-1].a) == 10
 
 
@@ -442,7 +442,7 @@ def test_a_decided_figure_settles_after_an_even_pass_and_an_open_one_runs_on():
 def test_the_screen_stops_a_figure_whose_first_two_pairs_of_processes_disagree():
     """After 2 passes, one value beyond the floor's edge and one not: no longer decidable after 8 (the interval
     is then the values' range), so the screen stops it; without the screen 2 values are too few to be certain.
-    Two that agree (both slower, both faster, both inside the floor) run on; so does anything after the 2nd."""
+    Two that agree (both slower, both faster, both inside the floor) run on; so does anything past the screen."""
     def fig(*ratios: float, name: str = "bench_x.track_y") -> Figure:
         return _figure("seconds", [[(1.0, r)] for r in ratios], name)
 
@@ -451,8 +451,11 @@ def test_the_screen_stops_a_figure_whose_first_two_pairs_of_processes_disagree()
         assert judge.settled(fig(*disagree), 8, 0.02, 0.99, decide=False, screen=2), disagree
     for agree in ((1.05, 1.3), (0.9, 0.95), (1.001, 0.999)):
         assert not judge.settled(fig(*agree), 8, 0.02, 0.99, decide=False, screen=2), agree
-    # after 4 passes the screen is past; futility judges: one low value of four, 10 passes may still decide it
+    # a screen through 4 passes asks again after the 4th; one through 2 is past, and futility judges: one low
+    # value of four, 10 passes may still decide it
+    assert judge.settled(fig(0.95, 1.1, 1.1, 1.1), 6, 0.02, 0.99, decide=False, screen=4)
     assert not judge.settled(fig(0.95, 1.1, 1.1, 1.1), 6, 0.02, 0.99, decide=False, screen=2)
+    assert not judge.settled(fig(1.05, 1.1, 1.1, 1.1), 6, 0.02, 0.99, decide=False, screen=4)
     # a sweep's figure (fewest 14 at 1 - 0.01/45) is screened by the same rule; none once its fewest are in
     assert judge.settled(fig(0.5, 1.5), 14, 0.02, 1 - 0.01 / 45, decide=False, screen=2)
     assert not judge.settled(fig(1.5, 1.6), 14, 0.02, 1 - 0.01 / 45, decide=False, screen=2)
@@ -480,7 +483,7 @@ def test_the_pass_loop_stops_settled_figures_and_keeps_the_rest(monkeypatch):
     figs = [Figure(Combination(n, 0, (), (), "seconds")) for n in ("a", "b")]
     passes = runner.Passes(min_passes=2, max_passes=4, pairs=1, block_s=0.01)
     decided_a = lambda f, left, decide: decide and f.combo.benchmark == "a"  # noqa: E731
-    took = runner.run_passes(lambda side: Stub(), figs, passes, decided_a, log=None, out=open(os.devnull, "w"))
+    took = runner.run_passes(lambda: (Stub(), Stub()), figs, passes, decided_a, log=None, out=open(os.devnull, "w"))
     assert measured == [["a", "b"], ["a", "b"], ["b"], ["b"]]
     assert [p["figures"] for p in took] == [2, 2, 1, 1]
     assert figs[0].state == "stopped" and figs[0].stopped_after == 2 and figs[1].state == "done"
@@ -512,7 +515,7 @@ def test_a_figure_certain_to_stay_undecided_stops_before_the_minimum_unless_all_
         asked.clear()
         figs = [Figure(Combination(n, 0, (), (), "seconds")) for n in ("futile", "decided", "open")]
         passes = runner.Passes(min_passes=4, max_passes=6, pairs=1, block_s=0.01, all_passes=all_passes)
-        runner.run_passes(lambda side: Stub(), figs, passes, settled, log=None, out=open(os.devnull, "w"))
+        runner.run_passes(lambda: (Stub(), Stub()), figs, passes, settled, log=None, out=open(os.devnull, "w"))
         assert {f.combo.benchmark: f.stopped_after for f in figs if f.state == "stopped"} == stops
         assert figs[2].state == "done" and len(figs[2].a) == 6
         early = [(n, left, decide) for n, left, decide in asked if left > 2]  # asked before the 4th pass

@@ -109,7 +109,7 @@ def test_fewer_passes_at_most_stop_sooner_and_lose_the_verdicts_more_passes_give
     edge are (the interval is their range). The slowdown with one pass inside the floor is slower from 10
     values and undecided from 8: the replay says so and exits 1."""
     folder = _ten_passes(tmp_path / "run")
-    assert script("replay_stops").main([str(folder), "--screen-after", "0"]) == 0
+    assert script("replay_stops").main([str(folder), "--screen", "0"]) == 0
     out = capsys.readouterr().out
     assert "figures by the pass they stop after: 6: 1, 10: 1" in out and "verdicts that change: 0" in out
     assert script("replay_stops").main([str(folder), "--max-passes", "8"]) == 1
@@ -119,21 +119,22 @@ def test_fewer_passes_at_most_stop_sooner_and_lose_the_verdicts_more_passes_give
     assert "figures by the pass they stop after: 2: 1, 6: 1" in out
     assert "bench_x.time_outlier: slower -> undecided" in out
     # 2 x 10 s + 6 x 10 s of figures, 6 x 5 s of passes
-    assert "default stopping (futility after any even pass, the screen after 2, verdicts from 8 on, at most 8): " \
+    assert "default stopping (futility after any even pass, the screen through 4, verdicts from 8 on, at most 8): " \
         "1.8 min" in out
 
 
 def test_the_screen_stops_figures_whose_first_two_passes_disagree(tmp_path, capsys, script):
     """After 2 passes the straddling figure (0.9 then 1.1: one beyond each edge of the floor) could no longer be
-    decided after 8 and stops; the slowdown's first two agree, so it runs on and stays slower. Without the
-    screen the straddling figure needs 6 passes to be certain to stay undecided."""
+    decided after 8 and stops; the slowdown's first four agree, so it runs on past the screen (its 5th is inside
+    the floor) and stays slower. Without the screen the straddling figure needs 6 passes to be certain to stay
+    undecided."""
     folder = _ten_passes(tmp_path / "run")
     assert script("replay_stops").main([str(folder), "--full-run-s", "100"]) == 0
     out = capsys.readouterr().out
     assert "figures by the pass they stop after: 2: 1, 10: 1" in out and "verdicts that change: 0" in out
     # 2 x 10 s + 10 x 10 s of figures and 10 x 5 s of passes
-    assert "the screen after 2, verdicts from 8 on, at most 10): 2.8 min (1.7 full runs)" in out
-    assert script("replay_stops").main([str(folder), "--screen-after", "0"]) == 0
+    assert "the screen through 4, verdicts from 8 on, at most 10): 2.8 min (1.7 full runs)" in out
+    assert script("replay_stops").main([str(folder), "--screen", "0"]) == 0
     assert "no screen, verdicts from 8 on, at most 10): 3.5 min" in capsys.readouterr().out
 
 

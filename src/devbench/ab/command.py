@@ -29,13 +29,13 @@ from devbench.ab.options import (
     MAX_PASSES,
     MIN_PASSES,
     PAIRS,
-    SCREEN_AFTER,
+    SCREEN,
     TRACK_BLOCKS,
     ABError,
     Options,
     Terminated,
 )
-from devbench.ab.runner import Combination, Figure, Passes, run_passes, start_worker
+from devbench.ab.runner import Combination, Figure, Passes, run_passes, start_both
 from devbench.ab.selection import GPU_VALUES, bench_pattern, has_cuda, plan_figures
 from devbench.ab.session import Worker, WorkerError
 
@@ -60,10 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"pairs of processes per figure at most (default {MAX_PASSES}); the figures of one "
                    "setup_cache sweep (the collectives), judged as one family, get as many more as their "
                    "split confidence needs")  # fmt: skip
-    p.add_argument("--screen-after", type=int, default=SCREEN_AFTER, metavar="N",
-                   help=f"after N passes (default {SCREEN_AFTER}; 0: never), stop each figure whose pairs of processes "
-                   "already disagree, one beyond the floor's edge where another is not: it could no longer be "
-                   "decided after --min-passes, and the passes beyond are kept for figures that agree")  # fmt: skip
+    p.add_argument("--screen", type=int, default=SCREEN, metavar="N",
+                   help=f"through the first N passes (default {SCREEN}; 0: none), after each even one, stop every "
+                   "figure whose pairs of processes already disagree, one beyond the floor's edge where another is "
+                   "not: it could no longer be decided after --min-passes, and the passes beyond are kept for the "
+                   "figures that agree")  # fmt: skip
     p.add_argument("--pairs", type=int, default=PAIRS,
                    help=f"pairs of adjacent blocks per pair of processes (default {PAIRS})")  # fmt: skip
     p.add_argument("--figure-s", type=float, default=FIGURE_S,
@@ -90,7 +91,7 @@ def options(args: argparse.Namespace) -> Options:
         base=args.base, head=args.head, repo=Path(args.repo).resolve(), out=Path(args.out),
         python=args.python or sys.executable, bench=args.bench, machine=args.machine,
         confidence=args.confidence, floor=args.floor, min_passes=args.min_passes, max_passes=args.max_passes,
-        screen_after=args.screen_after,
+        screen=args.screen,
         pairs=args.pairs, block_s=args.block_s, figure_s=args.figure_s, track_blocks=args.track_blocks,
         twins=args.twins, keep=args.keep, all_passes=args.all_passes,
         from_dir=Path(args.from_dir) if args.from_dir else None,
@@ -138,13 +139,14 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
     started: list[Worker] = []
     with open(log_path, "ab") as log:
 
-        def start(side: str) -> Worker:
-            w = Worker(side, opts.python, trees[side], log, env, timeout_s=opts.request_timeout_s)
-            started.append(w)  # before it starts: a kill during its start still stops it
-            return start_worker(w)
+        def start() -> tuple[Worker, Worker]:
+            pair = [Worker(side, opts.python, trees[side], log, env, timeout_s=opts.request_timeout_s)
+                    for side in ("base", "head")]  # fmt: skip
+            started.extend(pair)  # before they start: a kill during their start still stops them
+            return start_both(*pair)
 
         try:
-            first = (start("base"), start("head"))
+            first = start()
             figures = plan_figures(first[0].benchmarks, first[1].benchmarks, pattern)
             running = sum(f.state == "running" for f in figures)
             if opts.bench and not figures:
@@ -198,13 +200,13 @@ def _cached_limit(opts: Options, figures: list[Figure]) -> Callable[[Figure], in
 
 def _settled(opts: Options, figures: list[Figure]) -> Callable[..., bool]:
     own = _own_confidence(opts, figures)
-    return lambda fig, left, decide=True: judge.settled(fig, left, opts.floor, own(fig), decide, opts.screen_after)
+    return lambda fig, left, decide=True: judge.settled(fig, left, opts.floor, own(fig), decide, opts.screen)
 
 
 def _screen_note(opts: Options) -> str:
-    if not opts.screen_after or opts.all_passes:
+    if not opts.screen or opts.all_passes:
         return ""
-    return (f", and after {opts.screen_after} one whose pairs of processes already disagree (one beyond the "
+    return (f", and through pass {opts.screen} one whose pairs of processes already disagree (one beyond the "
             f"floor's edge where another is not: no longer decidable after {opts.min_passes})")
 
 
@@ -262,8 +264,8 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
 
         after = pd.to_numeric(table["stopped_after"], errors="coerce")
         early = int((after < opts.min_passes).sum())
-        screened = int((after == opts.screen_after).sum()) if opts.screen_after and not opts.all_passes else 0
-        why = f", {screened} of those after the screen's {opts.screen_after}" if screened else ""
+        screened = int((after <= opts.screen).sum()) if opts.screen and not opts.all_passes else 0
+        why = f", {screened} of those by pass {opts.screen}" if screened else ""
         notes.append(f"{stopped} figure(s) stopped before their last pair of processes: decided, or no longer "
                      f"decidable ({early} of them, all undecided, before {opts.min_passes}{why}).")  # fmt: skip
     det = table.loc[~table["note"].astype(bool), "detectable"] if len(table) else table

@@ -74,8 +74,8 @@ def settled(fig: Figure, left: int, floor: float, confidence: float, decide: boo
     """Whether ``fig`` may stop: decided now (when ``decide``), or certain to stay undecided whatever ``left``
     more passes bring. Only after an even number of passes: each side set up first as often.
 
-    After exactly ``screen`` passes (0: never; none at or after the fewest) it also stops when it could no
-    longer be decided after the fewest passes that give its interval (``fewest_passes``: 8 at 99%, where
+    Through the first ``screen`` passes (0: none; none at or after the fewest) it also stops when it could
+    no longer be decided after the fewest passes that give its interval (``fewest_passes``: 8 at 99%, where
     the interval is the range of the values): its first pairs of processes already disagree, one beyond
     the floor's edge where another is not. Only the passes beyond the fewest (up to ``max_passes``) could
     still decide such a figure, and they are kept for the figures whose first pairs agree. A screened
@@ -90,7 +90,7 @@ def settled(fig: Figure, left: int, floor: float, confidence: float, decide: boo
     _, lo, hi = V.paired_interval(units, confidence)
     if decide and V.decide(lo, hi, floor) != V.UNDECIDED:
         return True
-    if screen and len(fig.a) == screen:
+    if len(fig.a) <= screen:
         fewest = fewest_passes(confidence)
         if len(units) < fewest and V.futile(units, fewest, floor, confidence):
             return True

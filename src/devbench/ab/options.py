@@ -15,10 +15,10 @@ FLOOR = 0.02
 #: first as often (docs/noise.md)
 MIN_PASSES = 8
 MAX_PASSES = 10
-#: after this many passes, a figure whose pairs of processes already disagree stops (``judge.settled``): it
-#: could no longer be decided after the fewest passes that give its interval (8 at 99%), and the passes beyond
-#: are kept for figures that agree. Even, so that each side is set up first as often; none at or after the fewest
-SCREEN_AFTER = 2
+#: through this many passes, after each even one, a figure whose pairs of processes already disagree stops
+#: (``judge.settled``): it could no longer be decided after the fewest passes that give its interval (8 at
+#: 99%), and the passes beyond are kept for figures that agree. None at or after the fewest
+SCREEN = 4
 #: pairs of adjacent blocks per pair of processes: even, so that each side goes first as often
 PAIRS = 4
 #: the turns of one figure in one pass take at most about this long (seconds): a figure whose call lasts
@@ -52,7 +52,7 @@ class Options:
     floor: float = FLOOR
     min_passes: int = MIN_PASSES
     max_passes: int = MAX_PASSES
-    screen_after: int = SCREEN_AFTER
+    screen: int = SCREEN
     pairs: int = PAIRS
     block_s: float = BLOCK_S
     figure_s: float = FIGURE_S
@@ -91,8 +91,8 @@ class Options:
             )
         if self.min_passes < 1:
             raise ABError(f"--min-passes must be at least 1, got {self.min_passes}")
-        if self.screen_after < 0 or self.screen_after % 2:
-            raise ABError(f"--screen-after must be 0 (no screen) or an even number of passes, got {self.screen_after}")
+        if self.screen < 0:
+            raise ABError(f"--screen must be 0 (no screen) or a number of passes, got {self.screen}")
         if self.bench:
             import re
 

@@ -7,8 +7,9 @@ combination, and its pairs of blocks give that pair's figure: the median of thei
 Several passes sample what a process's own layout does to a figure (docs/design.md, "Verdicts").
 
 After every even pass, the figures that cannot decide within ``max_passes`` whatever the passes to
-come bring stop (``verdict.futile``: stopping them loses no verdict), and from ``min_passes`` on so
-do those whose interval is decided (``judge.settled``); the rest run on. ``Passes.all_passes`` keeps
+come bring stop (``verdict.futile``: stopping them loses no verdict), after the screen's pass those
+no longer decidable after the fewest passes, and from ``min_passes`` on those whose interval is
+decided (``judge.settled`` says which); the rest run on. ``Passes.all_passes`` keeps
 every figure to ``min_passes``, for an A/A run that measures what each figure can detect.
 """
 
@@ -194,7 +195,7 @@ def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: st
 
 
 def run_passes(
-    start: Callable[[str], Worker],
+    start: Callable[[], tuple[Worker, Worker]],
     figures: list[Figure],
     passes: Passes,
     settled: Callable[[Figure, int], bool],
@@ -202,11 +203,11 @@ def run_passes(
     out: IO[str] = sys.stdout,
     first: tuple[Worker, Worker] | None = None,
 ) -> list[dict[str, float]]:
-    """Passes until every figure has stopped or ``max_passes`` ran. ``start(side)`` starts a fresh worker
-    (``first``: the pair for the first pass, already started); ``settled(figure, passes_left, decide)``
-    says whether a figure may stop after a pass (``decide``: for a decided interval too, else only when
-    it is certain to stay undecided). Returns what each pass measured and took (``figures``,
-    ``seconds``)."""
+    """Passes until every figure has stopped or ``max_passes`` ran. ``start()`` starts a fresh worker per
+    side, base and head (``first``: the pair for the first pass, already started);
+    ``settled(figure, passes_left, decide)`` says whether a figure may stop after a pass (``decide``: for a
+    decided interval too, else only when it can no longer be decided). Returns what each pass measured and
+    took (``figures``, ``seconds``)."""
     t0 = time.monotonic()
     record: list[dict[str, float]] = []
     for p in itertools.count():  # every figure stops by its limit (passes.limit)
@@ -214,7 +215,7 @@ def run_passes(
         if not running:
             break
         started = time.monotonic()
-        a, b = first if (p == 0 and first is not None) else (start("base"), start("head"))
+        a, b = first if (p == 0 and first is not None) else start()
         caches: dict[str, float] = {}
         try:
             progress = _progress(p + 1, out)
@@ -236,8 +237,11 @@ def run_passes(
         left = sum(f.state == "running" for f in figures)
         took = time.monotonic() - started
         record.append({"figures": len(running), "seconds": round(took, 1), "caches": caches})
-        ahead = (f", about {took * (passes.min_passes - done) / 60:.1f} min to the first verdicts"
-                 if done < passes.min_passes else "")  # fmt: skip
+        # the next pass costs about what the figures that run on took in this one, and the caches
+        per_pass = sum(f.pass_seconds[-1] for f in figures if f.state == "running" and f.pass_seconds)
+        per_pass += sum(caches.values()) if left else 0.0
+        ahead = (f", at most about {per_pass * (passes.min_passes - done) / 60:.1f} min to the first verdicts"
+                 if done < passes.min_passes and left else "")  # fmt: skip
         print(f"pass {done}: {len(running)} figures in {took:.0f} s"
               f"{f', {stopped} settled' if stopped else ''}; {left} run on "
               f"({(time.monotonic() - t0) / 60:.1f} min so far{ahead})", file=out, flush=True)  # fmt: skip
@@ -260,11 +264,19 @@ def _progress(pass_number: int, out: IO[str]) -> Callable[[str], None]:
     return say
 
 
-def start_worker(worker: Worker) -> Worker:
-    try:
-        return worker.start()
-    except (WorkerError, OSError) as exc:
-        raise WorkerError(f"could not start the {worker.side} benchmark process: {exc}") from None
+def start_both(base: Worker, head: Worker) -> tuple[Worker, Worker]:
+    """Both sides' workers, started together (their imports overlap; nothing is timed yet) and ready."""
+    for w in (base, head):
+        try:
+            w.spawn()
+        except (WorkerError, OSError) as exc:
+            raise WorkerError(f"could not start the {w.side} benchmark process: {exc}") from None
+    for w in (base, head):
+        try:
+            w.ready()
+        except (WorkerError, OSError) as exc:
+            raise WorkerError(f"could not start the {w.side} benchmark process: {exc}") from None
+    return base, head
 
 
 def pair_logs(fig: Figure) -> list[list[float]]:

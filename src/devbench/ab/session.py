@@ -50,6 +50,13 @@ class Worker:
     _buffer: bytes = b""
 
     def start(self) -> Worker:
+        """Start the process and wait until it has listed its benchmarks."""
+        return self.spawn().ready()
+
+    def spawn(self) -> Worker:
+        """Start the process; ``ready`` waits for its list of benchmarks. Two sides' workers are spawned
+        together and then awaited (``start_both``): each imports torch and the suite, a second or more, and
+        nothing is timed while they do."""
         read_fd, write_fd = os.pipe()
         env = {**self.env, "PYTHONPATH": os.pathsep.join([str(self.tree / "src"), str(self.tree)])}
         try:
@@ -61,6 +68,9 @@ class Worker:
         finally:
             os.close(write_fd)
         self._reply_fd = read_fd
+        return self
+
+    def ready(self) -> Worker:
         hello = self._read(self.timeout_s)
         if "benchmarks" not in hello:
             raise WorkerError(f"{self.side}: the benchmark process did not list its benchmarks: {hello}")
