@@ -275,6 +275,11 @@ def test_from_judges_a_finished_compare_again_without_measuring(planted, tmp_pat
     assert main(["compare", "--from", str(first), "--out", str(again), "--floor", "1.5", "--confidence", "0.95"]) == 0
     assert _rows(again / "compare.csv")["bench_ab.track_rate"]["verdict"] == V.SAME
     assert (again / "pairs.csv").read_text() == (first / "pairs.csv").read_text()
+    assert "--changes-only" not in (again / "compare.md").read_text()
+    gate = tmp_path / "gate"
+    judge_again = ["--floor", "1.5", "--confidence", "0.95", "--changes-only"]
+    assert main(["compare", "--from", str(first), "--out", str(gate), *judge_again]) == 0
+    assert "Looked only for faster and slower (--changes-only)" in (gate / "compare.md").read_text()
 
 
 def test_a_benchmark_whose_code_changed_is_not_measured(project, tmp_path, capsys):
@@ -462,6 +467,19 @@ def test_the_screen_stops_a_figure_whose_first_two_pairs_of_processes_disagree()
     # at 50% two values already give an interval: a screen after 2 is not before the fewest, and is skipped
     assert judge.fewest_passes(0.5) == 2
     assert not judge.settled(fig(0.95, 1.05), 8, 0.02, 0.5, decide=False, screen=2)
+
+
+def test_changes_only_stops_a_figure_that_can_only_end_same():
+    """Two values inside the floor may end same after 8 passes: the default runs on, --changes-only stops; two
+    that agree beyond it run on either way, and a decided slowdown is kept."""
+    inside = _figure("seconds", [[(1.0, 1.001)], [(1.0, 0.999)]])
+    assert not judge.settled(inside, 8, 0.02, 0.99, decide=False, screen=4)
+    assert judge.settled(inside, 8, 0.02, 0.99, decide=False, screen=4, changes_only=True)
+    beyond = _figure("seconds", [[(1.0, 1.05)], [(1.0, 1.06)]])
+    assert not judge.settled(beyond, 8, 0.02, 0.99, decide=False, screen=4, changes_only=True)
+    slower = _figure("seconds", [[(1.0, 1.5)]] * 8)
+    assert judge.settled(slower, 2, 0.02, 0.99, changes_only=True)
+    assert judge.verdict_row(slower, 0.02, 0.99)["verdict"] == V.SLOWER
 
 
 def test_the_pass_loop_stops_settled_figures_and_keeps_the_rest(monkeypatch):

@@ -163,3 +163,14 @@ def test_a_sweep_is_charged_only_while_a_figure_that_reads_it_runs(tmp_path, cap
     (folder / "run.json").write_text(json.dumps(record))
     assert script("replay_stops").main([str(folder), "--full-run-s", "100"]) == 0
     assert "5.3 min (3.2 full runs)" in capsys.readouterr().out  # 4 x 10 + 8 x 10 s of figures, 8 x 25 s beside
+
+
+def test_changes_only_stops_the_figures_that_could_only_end_same(tmp_path, capsys, script):
+    """The quiet figure (every pass inside the floor) ends same after 8 passes; replayed --changes-only it stops
+    after 2, undecided, and the replay says so and exits 1. The slowdown runs on and stays slower."""
+    folder = _finished(tmp_path / "run")
+    assert script("replay_stops").main([str(folder), "--changes-only"]) == 1
+    out = capsys.readouterr().out
+    assert "the screen through 4, changes only, verdicts from 8 on" in out
+    assert "figures by the pass they stop after: 2: 1, 4: 1, 8: 1" in out
+    assert "bench_x.time_quiet: same -> undecided" in out and "time_slower" not in out

@@ -101,6 +101,19 @@ def test_a_figure_that_may_still_decide_is_not_futile():
     assert V.decide(lo, hi, 0.02) == V.UP
 
 
+def test_without_same_futile_means_neither_up_nor_down_can_come():
+    """Values inside the floor may still end same (not futile), but can no longer end up or down: without
+    ``same`` they are futile, exhaustively over the values to come."""
+    values = [0.001, -0.002, 0.0, 0.003, -0.001, 0.002]
+    assert not V.futile(values, 8, 0.02, 0.99)
+    assert V.futile(values, 8, 0.02, 0.99, same=False)
+    for extra in itertools.product((-1.0, -0.01, 0.0, 0.01, 1.0), repeat=2):
+        _, lo, hi = V.paired_interval(values + list(extra), 0.99)
+        assert V.decide(lo, hi, 0.02) in (V.UNDECIDED, V.SAME)
+    slower = [0.1, 0.11, 0.09, 0.1, 0.12, 0.1]
+    assert not V.futile(slower, 8, 0.02, 0.99, same=False)
+
+
 def test_detectable_is_the_floor_plus_half_the_interval():
     assert V.detectable(-0.05, 0.05, 0.02) == pytest.approx(math.expm1(math.log1p(0.02) + 0.05))
     assert V.detectable(-math.inf, 0.1, 0.02) == math.inf

@@ -107,9 +107,12 @@ def decide(lo: float, hi: float, floor: float) -> str:
     return UNDECIDED
 
 
-def futile(values: Sequence[float], final_n: int, floor: float, confidence: float = CONFIDENCE) -> bool:
+def futile(
+    values: Sequence[float], final_n: int, floor: float, confidence: float = CONFIDENCE, same: bool = True
+) -> bool:
     """Whether the paired interval of ``final_n`` values, the first of which are ``values``, is certain to
-    be undecided whatever the values still to come.
+    be undecided whatever the values still to come (without ``same``: certain to be neither up nor down,
+    whether or not it could still fit inside the floor).
 
     More values only add Walsh averages, so the final k-th smallest is at most the k-th smallest of
     those there now, and the final k-th largest at least their k-th largest (k from ``final_n``).
@@ -128,7 +131,7 @@ def futile(values: Sequence[float], final_n: int, floor: float, confidence: floa
         return False
     low, high = walsh[k - 1], walsh[len(walsh) - k]
     up, down = math.log1p(floor), -math.log1p(floor)
-    return low <= up and high >= down and (low < down or high > up)
+    return low <= up and high >= down and (not same or low < down or high > up)
 
 
 def detectable(lo: float, hi: float, floor: float) -> float:

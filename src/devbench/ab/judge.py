@@ -70,7 +70,10 @@ def most_passes(confidence: float, min_passes: int, max_passes: int) -> int:
     return max(max_passes, fewest_passes(confidence) + max_passes - min_passes)
 
 
-def settled(fig: Figure, left: int, floor: float, confidence: float, decide: bool = True, screen: int = 0) -> bool:
+def settled(
+    fig: Figure, left: int, floor: float, confidence: float, decide: bool = True, screen: int = 0,
+    changes_only: bool = False,
+) -> bool:
     """Whether ``fig`` may stop: decided now (when ``decide``), or certain to stay undecided whatever ``left``
     more passes bring. Only after an even number of passes: each side set up first as often.
 
@@ -81,7 +84,11 @@ def settled(fig: Figure, left: int, floor: float, confidence: float, decide: boo
     still decide such a figure, and they are kept for the figures whose first pairs agree. A screened
     figure is ``undecided``, so the screen never makes a verdict, false or true, that running on would not
     have made; what it costs is the figures that the passes beyond the fewest would have decided
-    (docs/design.md, "Verdicts")."""
+    (docs/design.md, "Verdicts").
+
+    With ``changes_only`` the figure is looked at only for ``faster`` and ``slower``: it stops as soon as
+    neither can be reached any more, even while its interval could still fit inside the floor (no ``same``
+    is sought, and the passes it would take are saved)."""
     units = process_pair_logs(fig)
     if not units:
         return True  # nothing measured on some side: more passes will not judge it
@@ -92,9 +99,9 @@ def settled(fig: Figure, left: int, floor: float, confidence: float, decide: boo
         return True
     if len(fig.a) <= screen:
         fewest = fewest_passes(confidence)
-        if len(units) < fewest and V.futile(units, fewest, floor, confidence):
+        if len(units) < fewest and V.futile(units, fewest, floor, confidence, same=not changes_only):
             return True
-    return V.futile(units, len(units) + left, floor, confidence)
+    return V.futile(units, len(units) + left, floor, confidence, same=not changes_only)
 
 
 def verdict_row(fig: Figure, floor: float, confidence: float) -> dict[str, Any]:

@@ -53,6 +53,8 @@ class Options:
     min_passes: int = MIN_PASSES
     max_passes: int = MAX_PASSES
     screen: int = SCREEN
+    #: look only for faster and slower: a figure stops once neither can be reached (no ``same`` is sought)
+    changes_only: bool = False
     pairs: int = PAIRS
     block_s: float = BLOCK_S
     figure_s: float = FIGURE_S
