@@ -15,8 +15,8 @@ every pass (the floor plus half its interval, ``verdict.detectable``).
 the price of fewer turns in power. A figure's turns in a pass (its seconds less its set-up) are priced
 at ``(K + 1) / (n + 1)`` of what they took with ``n`` kept pairs, the first pair, never kept, included.
 
-``--changes-only`` replays ``devbench compare --changes-only``: a figure stops once it can be neither
-faster nor slower, so the passes the ``same`` verdicts took are saved, and those verdicts are lost.
+``--same`` replays ``devbench compare --same``: a figure that may still end ``same`` runs on until it does
+or no longer can, where the default stops it once it can be neither faster nor slower.
 
 ``--max-passes M`` replays it as if ``--max-passes`` had been ``M`` (at least ``--min-passes``): the passes
 after ``M`` are dropped, and a figure is certain to stay undecided as soon as ``M`` values could not
@@ -25,7 +25,7 @@ the values, so two values either side of the floor's edge settle it), at the pri
 that more passes would have decided.
 
     python scripts/replay_stops.py reports/compare-aa/all-passes [--full-run-s 388] [--pairs 2] [--max-passes 8]
-        [--screen 0] [--changes-only]
+        [--screen 0] [--same]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from devbench.ab.runner import Figure  # noqa: E402
 
 def replayed_stop(
     fig: Figure, limit: int, min_passes: int, floor: float, confidence: float, screen: int = SCREEN,
-    changes_only: bool = False,
+    changes_only: bool = True,
 ) -> int:
     """The pass after which the default rule stops ``fig`` (its own count when it never does earlier)."""
     for m in range(2, len(fig.a), 2):
@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-passes", type=int, metavar="M",
                    help="replay as if --max-passes had been M (at least the run's --min-passes)")
-    p.add_argument("--changes-only", action="store_true",
-                   help="replay compare --changes-only: a figure stops once it can be neither faster nor slower")
+    p.add_argument("--same", action="store_true",
+                   help="replay compare --same: a figure that may still end same runs on")
     p.add_argument("--screen", type=int, default=SCREEN, metavar="N",
                    help=f"replay with compare's screen through N passes (default {SCREEN}, compare's; 0: none)")
     args = p.parse_args(argv)
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         capped = Figure(fig.combo, a=fig.a[:limit], b=fig.b[:limit])
         judged.append(capped)
         stop = replayed_stop(capped, limit, min_passes, floor, own[fig.combo.selector], args.screen,
-                             args.changes_only)  # fmt: skip
+                             not args.same)  # fmt: skip
         stops[stop] = stops.get(stop, 0) + 1
         kept_passes.append(stop)
         early = Figure(fig.combo, a=fig.a[:stop], b=fig.b[:stop])
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     kept += f", at most {max_passes} passes" if args.max_passes is not None else ""
     print(f"{args.folder}{kept}: {len(passes)} passes, {all_s / 60:.1f} min{runs(all_s)} with every figure to the end")
     screened = f", the screen through {args.screen}" if args.screen else ", no screen"
-    screened += ", changes only" if args.changes_only else ""
+    screened += ", same sought" if args.same else ", changes only"
     print(f"default stopping (futility after any even pass{screened}, verdicts from {min_passes} on, at most "
           f"{max_passes}): {replay_s / 60:.1f} min{runs(replay_s)}")  # fmt: skip
     print("figures by the pass they stop after: " + ", ".join(f"{k}: {v}" for k, v in sorted(stops.items())))

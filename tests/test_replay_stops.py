@@ -38,7 +38,7 @@ def _finished(folder: Path, all_passes: bool = True, ratios: dict[str, list[floa
 
 
 def test_figures_certain_to_stay_undecided_stop_early_and_the_cost_follows(tmp_path, capsys, script):
-    assert script("replay_stops").main([str(_finished(tmp_path / "run")), "--full-run-s", "100"]) == 0
+    assert script("replay_stops").main([str(_finished(tmp_path / "run")), "--full-run-s", "100", "--same"]) == 0
     out = capsys.readouterr().out
     assert "8 passes, 4.7 min (2.8 full runs) with every figure to the end" in out
     # the wild figure stops after 4 passes (2 give too few Walsh averages to be certain); the others run 8:
@@ -80,12 +80,12 @@ def _four_pairs(folder: Path) -> Path:
 
 def test_fewer_pairs_are_replayed_from_the_first_and_priced_by_their_turns(tmp_path, capsys, script):
     folder = _four_pairs(tmp_path / "run")
-    assert script("replay_stops").main([str(folder)]) == 0
+    assert script("replay_stops").main([str(folder), "--same"]) == 0
     out = capsys.readouterr().out
     # every pass's median is the three equal pairs: an interval of width 0, detectable = the 2% floor
     assert "8 passes, 4.7 min with every figure to the end" in out
     assert any(line.split() == ["Mixed", "1", "2.0", "1"] for line in out.splitlines())
-    assert script("replay_stops").main([str(folder), "--pairs", "1"]) == 0
+    assert script("replay_stops").main([str(folder), "--pairs", "1", "--same"]) == 0
     out = capsys.readouterr().out
     # each pass: 5 s of its own, 10 s of set-up, 20 s of turns for 4 kept pairs and the first -> 2/5 of them
     assert "at most 1 pairs of blocks a pass: 8 passes, 3.1 min with every figure to the end" in out
@@ -109,18 +109,17 @@ def test_fewer_passes_at_most_stop_sooner_and_lose_the_verdicts_more_passes_give
     edge are (the interval is their range). The slowdown with one pass inside the floor is slower from 10
     values and undecided from 8: the replay says so and exits 1."""
     folder = _ten_passes(tmp_path / "run")
-    assert script("replay_stops").main([str(folder), "--screen", "0"]) == 0
+    assert script("replay_stops").main([str(folder), "--screen", "0", "--same"]) == 0
     out = capsys.readouterr().out
     assert "figures by the pass they stop after: 6: 1, 10: 1" in out and "verdicts that change: 0" in out
-    assert script("replay_stops").main([str(folder), "--max-passes", "8"]) == 1
+    assert script("replay_stops").main([str(folder), "--max-passes", "8", "--same"]) == 1
     out = capsys.readouterr().out
     assert "at most 8 passes: 10 passes" in out and "verdicts from 8 on, at most 8)" in out
     # the outlier cannot be slower once its fifth value is in: certain after the sixth pass
     assert "figures by the pass they stop after: 2: 1, 6: 1" in out
     assert "bench_x.time_outlier: slower -> undecided" in out
     # 2 x 10 s + 6 x 10 s of figures, 6 x 5 s of passes
-    assert "default stopping (futility after any even pass, the screen through 4, verdicts from 8 on, at most 8): " \
-        "1.8 min" in out
+    assert "the screen through 4, same sought, verdicts from 8 on, at most 8): 1.8 min" in out
 
 
 def test_the_screen_stops_figures_whose_first_two_passes_disagree(tmp_path, capsys, script):
@@ -129,13 +128,13 @@ def test_the_screen_stops_figures_whose_first_two_passes_disagree(tmp_path, caps
     the floor) and stays slower. Without the screen the straddling figure needs 6 passes to be certain to stay
     undecided."""
     folder = _ten_passes(tmp_path / "run")
-    assert script("replay_stops").main([str(folder), "--full-run-s", "100"]) == 0
+    assert script("replay_stops").main([str(folder), "--full-run-s", "100", "--same"]) == 0
     out = capsys.readouterr().out
     assert "figures by the pass they stop after: 2: 1, 10: 1" in out and "verdicts that change: 0" in out
     # 2 x 10 s + 10 x 10 s of figures and 10 x 5 s of passes
-    assert "the screen through 4, verdicts from 8 on, at most 10): 2.8 min (1.7 full runs)" in out
-    assert script("replay_stops").main([str(folder), "--screen", "0"]) == 0
-    assert "no screen, verdicts from 8 on, at most 10): 3.5 min" in capsys.readouterr().out
+    assert "the screen through 4, same sought, verdicts from 8 on, at most 10): 2.8 min (1.7 full runs)" in out
+    assert script("replay_stops").main([str(folder), "--screen", "0", "--same"]) == 0
+    assert "no screen, same sought, verdicts from 8 on, at most 10): 3.5 min" in capsys.readouterr().out
 
 
 def test_fewer_passes_at_most_than_the_minimum_are_refused(tmp_path, capsys, script):
@@ -152,7 +151,7 @@ def test_a_sweep_is_charged_only_while_a_figure_that_reads_it_runs(tmp_path, cap
     wild.update(in_cache=True, setup_cache="bench_x:1")
     record["passes"] = [{"figures": 2, "seconds": 20.0 + 25.0, "caches": {"bench_x:1": 20.0}}] * 8
     (folder / "run.json").write_text(json.dumps(record))
-    assert script("replay_stops").main([str(folder), "--full-run-s", "100"]) == 0
+    assert script("replay_stops").main([str(folder), "--full-run-s", "100", "--same"]) == 0
     out = capsys.readouterr().out
     # the wild figure (the sweep) stops after 4 passes: 4 x 10 + 8 x 10 s of figures, 8 x 5 s of workers and
     # 4 x 20 s of its sweep
@@ -161,15 +160,18 @@ def test_a_sweep_is_charged_only_while_a_figure_that_reads_it_runs(tmp_path, cap
     # a record without caches (an older run): every pass's whole overhead is charged, as it ran
     record["passes"] = [{"figures": 2, "seconds": 45.0}] * 8
     (folder / "run.json").write_text(json.dumps(record))
-    assert script("replay_stops").main([str(folder), "--full-run-s", "100"]) == 0
+    assert script("replay_stops").main([str(folder), "--full-run-s", "100", "--same"]) == 0
     assert "5.3 min (3.2 full runs)" in capsys.readouterr().out  # 4 x 10 + 8 x 10 s of figures, 8 x 25 s beside
 
 
-def test_changes_only_stops_the_figures_that_could_only_end_same(tmp_path, capsys, script):
-    """The quiet figure (every pass inside the floor) ends same after 8 passes; replayed --changes-only it stops
-    after 2, undecided, and the replay says so and exits 1. The slowdown runs on and stays slower."""
+def test_the_default_gives_up_the_same_verdicts_that_same_seeks(tmp_path, capsys, script):
+    """The quiet figure (every pass inside the floor) ends same after 8 passes when same is sought; replayed as
+    compare's default (changes only) it stops after 2, undecided, and the replay says so and exits 1. The
+    slowdown runs on and stays slower."""
     folder = _finished(tmp_path / "run")
-    assert script("replay_stops").main([str(folder), "--changes-only"]) == 1
+    assert script("replay_stops").main([str(folder), "--same"]) == 0
+    assert "the screen through 4, same sought, verdicts from 8 on" in capsys.readouterr().out
+    assert script("replay_stops").main([str(folder)]) == 1
     out = capsys.readouterr().out
     assert "the screen through 4, changes only, verdicts from 8 on" in out
     assert "figures by the pass they stop after: 2: 1, 4: 1, 8: 1" in out

@@ -124,10 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure BASE and HEAD in pairs of processes, one per side, that take strict turns (A B A B ...) "
         "timing one block each, offline in this Python's environment; judge every figure from the log ratios of "
         "adjacent blocks with a distribution-free interval against a floor. Drift of the host slower than one pair "
-        "of blocks cancels inside the pair. Exit 0: nothing slower; 1: a figure is slower; 2: bad input; "
+        "of blocks cancels inside the pair. By default it looks for changes: a figure that can no longer be "
+        "faster or slower stops, undecided (--same also bounds the unchanged ones, at more cost). Exit 0: nothing "
+        "slower; 1: a figure is slower; 2: bad input; "
         "130: interrupted (Ctrl-C); 143: terminated (kill).",
         epilog="examples:\n  devbench compare main HEAD\n  devbench compare v0.1 HEAD --bench MatmulSquare"
-        "\n  devbench compare HEAD HEAD --bench DeviceCopy      # an A/A run: what this host can detect"
+        "\n  devbench compare main HEAD --same                  # also bound what did not change"
+        "\n  devbench compare HEAD HEAD --bench DeviceCopy --all-passes   # A/A: what this host can detect"
         "\n  devbench compare --from .asv/compare --floor 0.05 --out /tmp/again   # judged again, nothing measured"
         "\n  make compare BASE=main",
         formatter_class=argparse.RawDescriptionHelpFormatter,

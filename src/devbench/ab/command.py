@@ -65,10 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "figure whose pairs of processes already disagree, one beyond the floor's edge where another is "
                    "not: it could no longer be decided after --min-passes, and the passes beyond are kept for the "
                    "figures that agree")  # fmt: skip
-    p.add_argument("--changes-only", action="store_true",
-                   help="look only for faster and slower (a regression gate): a figure stops as soon as neither "
-                   "can be reached any more, so none is judged same; cheaper where many figures would be "
-                   "(docs/design.md, \"Verdicts\")")  # fmt: skip
+    p.add_argument("--same", action="store_true",
+                   help="also bound the figures that did not change: one that may still end same (its interval "
+                   "inside the floor) runs on until it does or no longer can. By default compare looks for faster "
+                   "and slower only, and a figure stops as soon as neither can be reached; --same costs more where "
+                   "many figures could end same (docs/design.md, \"Verdicts\")")  # fmt: skip
     p.add_argument("--pairs", type=int, default=PAIRS,
                    help=f"pairs of adjacent blocks per pair of processes (default {PAIRS})")  # fmt: skip
     p.add_argument("--figure-s", type=float, default=FIGURE_S,
@@ -95,7 +96,7 @@ def options(args: argparse.Namespace) -> Options:
         base=args.base, head=args.head, repo=Path(args.repo).resolve(), out=Path(args.out),
         python=args.python or sys.executable, bench=args.bench, machine=args.machine,
         confidence=args.confidence, floor=args.floor, min_passes=args.min_passes, max_passes=args.max_passes,
-        screen=args.screen, changes_only=args.changes_only,
+        screen=args.screen, same=args.same,
         pairs=args.pairs, block_s=args.block_s, figure_s=args.figure_s, track_blocks=args.track_blocks,
         twins=args.twins, keep=args.keep, all_passes=args.all_passes,
         from_dir=Path(args.from_dir) if args.from_dir else None,
@@ -205,7 +206,7 @@ def _cached_limit(opts: Options, figures: list[Figure]) -> Callable[[Figure], in
 def _settled(opts: Options, figures: list[Figure]) -> Callable[..., bool]:
     own = _own_confidence(opts, figures)
     return lambda fig, left, decide=True: judge.settled(fig, left, opts.floor, own(fig), decide, opts.screen,
-                                                      opts.changes_only)
+                                                      not opts.same)
 
 
 def _screen_note(opts: Options) -> str:
@@ -258,10 +259,10 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
         f"{round(100 * opts.confidence)}% distribution-free interval; "
         f"a verdict needs the interval beyond (or, for same, inside) a {100 * opts.floor:g}% floor.",
     ]
-    if opts.changes_only:
-        notes.append("Looked only for faster and slower (--changes-only): a figure stopped as soon as neither could "
-                     "be reached any more, so none was judged same; undecided says no change was found, not that "
-                     "one was bounded within the floor.")  # fmt: skip
+    if not opts.same:
+        notes.append("Looked for faster and slower only (the default): a figure stopped as soon as neither could be "
+                     "reached any more, so an unchanged figure ends undecided, not same: undecided says no change was "
+                     "found, not that one was bounded within the floor (--same seeks that too).")  # fmt: skip
     notes += _sweep_notes(figures, opts)
     if base["sha"] == head["sha"]:
         notes.append("Both sides are the same commit: an A/A run, where every faster or slower is a false verdict.")

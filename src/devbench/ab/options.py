@@ -53,8 +53,9 @@ class Options:
     min_passes: int = MIN_PASSES
     max_passes: int = MAX_PASSES
     screen: int = SCREEN
-    #: look only for faster and slower: a figure stops once neither can be reached (no ``same`` is sought)
-    changes_only: bool = False
+    #: also seek ``same``: a figure that may still end inside the floor runs on until it can no longer be
+    #: decided (by default a figure stops once it can be neither faster nor slower)
+    same: bool = False
     pairs: int = PAIRS
     block_s: float = BLOCK_S
     figure_s: float = FIGURE_S
