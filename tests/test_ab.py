@@ -284,6 +284,10 @@ def test_from_judges_a_finished_compare_again_without_measuring(planted, tmp_pat
     seek_same = ["--floor", "1.5", "--confidence", "0.95", "--same"]
     assert main(["compare", "--from", str(first), "--out", str(tmp_path / "same"), *seek_same]) == 0
     assert "Looked for faster and slower only" not in (tmp_path / "same" / "compare.md").read_text()
+    # at 99.9999% no figure of 6 passes has a bounded interval: the note says so, and how to measure it
+    assert main(["compare", "--from", str(first), "--out", str(tmp_path / "strict"), "--confidence", "0.999999"]) == 0
+    text = (tmp_path / "strict" / "compare.md").read_text()
+    assert "No figure ran the 21 pairs of processes a bounded interval needs" in text and "Smallest" not in text
 
 
 def test_a_benchmark_whose_code_changed_is_not_measured(project, tmp_path, capsys):

@@ -281,10 +281,14 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
     det = table.loc[~table["note"].astype(bool), "detectable"] if len(table) else table
     if len(det):
         finite = det[det.map(lambda x: x < math.inf)]
-        med = f"{100 * finite.median():.1f}%" if len(finite) else "n/a"
-        notes.append(f"Smallest change each figure could be called (floor + half its interval): median {med} over "
-                     f"the {len(finite)} with a bounded interval, {int((finite <= 0.10).sum())} of {len(det)} "
-                     "figures at 10% or less.")  # fmt: skip
+        if len(finite):
+            notes.append(f"Smallest change each figure could be called (floor + half its interval): median "
+                         f"{100 * finite.median():.1f}% over the {len(finite)} with a bounded interval, "
+                         f"{int((finite <= 0.10).sum())} of {len(det)} figures at 10% or less.")  # fmt: skip
+        else:
+            notes.append(f"No figure ran the {judge.fewest_passes(opts.confidence)} pairs of processes a bounded "
+                         "interval needs, so none says what change it could have seen: --all-passes measures "
+                         "that.")  # fmt: skip
     cost = output.cost_note(record)
     if cost:
         notes.append(cost)
