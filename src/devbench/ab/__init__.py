@@ -11,8 +11,9 @@ How a comparison runs (docs/design.md, "Verdicts"):
    set up and check their workload, then take strict turns, A B A B ..., one block each.
 4. ``judge``: per figure, each pair of processes gives the median log ratio of its pairs of
    blocks; the change is their Hodges-Lehmann estimate with a distribution-free interval
-   (``devbench.verdict``); a figure stops once decided or certain to stay undecided, or after
-   the 2nd pass when its two pairs of processes disagree (the screen: no longer decidable after 8).
+   (``devbench.verdict``); a figure stops once decided, once it can be neither faster nor slower
+   (with ``--same``: once it can no longer be decided at all), or after the 2nd or 4th pass when
+   its pairs of processes disagree (the screen: no longer decidable after 8).
 5. ``output``: the table, ``compare.md``, ``compare.csv``, ``pairs.csv`` and ``run.json``.
 
 ``options`` holds the run's settings as one frozen record; ``command`` is the command line.

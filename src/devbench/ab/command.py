@@ -55,7 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"smallest change given a verdict, relative (default {FLOOR}: 2%%)")  # fmt: skip
     p.add_argument("--min-passes", type=int, default=MIN_PASSES,
                    help=f"pairs of processes per figure before the first verdicts (default {MIN_PASSES}); a "
-                   "figure certain to stay undecided stops earlier, after any even number")  # fmt: skip
+                   "figure that can no longer be faster or slower (with --same: decided at all) stops earlier, "
+                   "after any even number")  # fmt: skip
     p.add_argument("--max-passes", type=int, default=MAX_PASSES,
                    help=f"pairs of processes per figure at most (default {MAX_PASSES}); the figures of one "
                    "setup_cache sweep (the collectives), judged as one family, get as many more as their "
@@ -251,7 +252,8 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
     notes = [
         f"Each figure: up to {opts.max_passes} pairs of processes, one per side, taking strict turns "
         f"(A B A B ..., the side first alternating by pass), up to {opts.pairs} pairs of adjacent blocks in each; "
-        f"a verdict after {opts.min_passes} or more, and a figure certain to stay undecided stops "
+        f"a verdict after {opts.min_passes} or more, and a figure certain to stay undecided"
+        f"{'' if opts.same else ' (neither faster nor slower)'} stops "
         f"{'there' if opts.all_passes else 'after any even number'}"
         f"{_screen_note(opts)}; "
         "change = head / base, the Hodges-Lehmann "

@@ -7,9 +7,10 @@ combination, and its pairs of blocks give that pair's figure: the median of thei
 Several passes sample what a process's own layout does to a figure (docs/design.md, "Verdicts").
 
 After every even pass, the figures that cannot decide within ``max_passes`` whatever the passes to
-come bring stop (``verdict.futile``: stopping them loses no verdict), after the screen's pass those
-no longer decidable after the fewest passes, and from ``min_passes`` on those whose interval is
-decided (``judge.settled`` says which); the rest run on. ``Passes.all_passes`` keeps
+come bring stop (``verdict.futile``: stopping them loses no verdict; by default "decide" means faster
+or slower, with ``--same`` same too), through the screen's passes those no longer decidable after
+the fewest passes, and from ``min_passes`` on those whose interval is decided (``judge.settled``
+says which); the rest run on. ``Passes.all_passes`` keeps
 every figure to ``min_passes``, for an A/A run that measures what each figure can detect.
 """
 
@@ -266,16 +267,14 @@ def _progress(pass_number: int, out: IO[str]) -> Callable[[str], None]:
 
 def start_both(base: Worker, head: Worker) -> tuple[Worker, Worker]:
     """Both sides' workers, started together (their imports overlap; nothing is timed yet) and ready."""
-    for w in (base, head):
-        try:
+    w = base
+    try:
+        for w in (base, head):
             w.spawn()
-        except (WorkerError, OSError) as exc:
-            raise WorkerError(f"could not start the {w.side} benchmark process: {exc}") from None
-    for w in (base, head):
-        try:
+        for w in (base, head):
             w.ready()
-        except (WorkerError, OSError) as exc:
-            raise WorkerError(f"could not start the {w.side} benchmark process: {exc}") from None
+    except (WorkerError, OSError) as exc:
+        raise WorkerError(f"could not start the {w.side} benchmark process: {exc}") from None
     return base, head
 
 
