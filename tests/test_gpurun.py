@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -215,3 +218,114 @@ def test_bad_input_exits_2_with_the_reason(argv, message, capsys):
 def test_the_help_names_the_budget_and_the_examples():
     out = subprocess.run([sys.executable, "-m", "devbench.cli", "gpu-run", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--budget-s" in out.stdout and "devbench gpu-run --plan-only" in out.stdout
+
+
+# --- a stop keeps what finished and leaves no process behind ---------------------------------------------------
+
+_GRANDCHILD = (
+    "import os, sys, time\n"
+    "os.setpgid(0, 0)\n"  # a process group of its own, as asv gives its forkserver and benchmark processes
+    "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    "time.sleep(600)\n"
+)
+
+_STOP_SUITE = '''
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GRANDCHILD = {grandchild!r}
+
+
+class Fast:
+    def track_one(self):
+        return 1.0
+
+
+class Slow:
+    timeout = 900
+
+    def setup(self):
+        # asv passes its benchmarks few environment variables: the pid goes beside the repository
+        pidfile = Path(__file__).resolve().parents[2] / "pid"
+        subprocess.Popen([sys.executable, "-c", GRANDCHILD, str(pidfile)])
+
+    def track_two(self):
+        time.sleep(600)
+        return 2.0
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def test_a_stage_at_its_limit_ends_the_processes_that_left_its_group(tmp_path):
+    from devbench.gpurun import _group_run
+
+    pidfile = tmp_path / "pid"
+    parent = "import subprocess, sys, time\n"
+    parent += f"subprocess.Popen([sys.executable, '-c', {_GRANDCHILD!r}, {str(pidfile)!r}])\ntime.sleep(600)\n"
+    with open(tmp_path / "log", "w") as log:
+        start = time.monotonic()
+        code, took = _group_run([sys.executable, "-c", parent], 3.0, log)
+    assert code == 124 and took < 30 and time.monotonic() - start < 30
+    assert _wait(pidfile.exists, 5.0)
+    assert _wait(lambda: not _alive(int(pidfile.read_text())), 5.0), "the grandchild outlived the stage"
+
+
+@pytest.mark.slow
+def test_sigterm_during_asv_exits_143_keeps_what_asv_finished_and_leaves_no_process(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    shutil.copy(ROOT / "asv.conf.json", repo)
+    (repo / "benchmarks" / "__init__.py").write_text("")
+    (repo / "benchmarks" / "bench_stop.py").write_text(_STOP_SUITE.format(grandchild=_GRANDCHILD))
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "suite")
+    out, pidfile, log = tmp_path / "out", tmp_path / "pid", tmp_path / "log"
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "devbench.cli", "gpu-run", "--repo", str(repo), "--machine", "cpu-box",
+           "--no-tests", "--no-validate", "--budget-s", "900", "--out", str(out)]  # fmt: skip
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            # the fast benchmark is done and saved, and the slow one's set-up has started its grandchild
+            assert _wait(lambda: re.search(r"bench_stop\.Fast\.track_one\s+1\.0", log.read_text()) is not None
+                         and pidfile.exists(), 240), log.read_text()[-3000:]  # fmt: skip
+            grandchild = int(pidfile.read_text())
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    text = log.read_text()
+    assert code == 143, text[-3000:]
+    assert _wait(lambda: not _alive(grandchild), 5.0), "the stage's grandchild outlived gpu-run"
+    assert "stopped: terminated (SIGTERM)" in text
+    record = json.loads((out / "plan.json").read_text())
+    states = {p["benchmark"]: (p["state"], p["reason"]) for p in record["points"]}
+    assert states["bench_stop.Fast.track_one"][0] == "run"
+    assert states["bench_stop.Slow.track_two"] == ("cut", "terminated (SIGTERM) before asv finished it")
+    assert record["stopped"] == "terminated (SIGTERM)" and record["stages"][-1]["note"] == "stopped"
+    with tarfile.open(out / "results.tgz") as tar:
+        result = next(n for n in tar.getnames() if re.search(r"results/cpu-box/[0-9a-f]{8}-existing.*\.json$", n))
+        data = json.load(tar.extractfile(result))
+    assert data["results"]["bench_stop.Fast.track_one"][0] == [1.0]
+    assert "bench_stop.Slow.track_two" not in data["results"]

@@ -80,21 +80,68 @@ class Stopped(Exception):
         self.code = code
 
 
+def session_pids(sid: int) -> list[int]:
+    """Every live process of session ``sid`` (Linux's /proc; elsewhere only its leader, if alive)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        names = []
+    pids = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            if os.getsid(int(name)) == sid:
+                pids.append(int(name))
+        except OSError:  # gone meanwhile, or not ours to ask
+            continue
+    if not names:
+        try:
+            os.kill(sid, 0)
+            pids.append(sid)
+        except OSError:
+            pass
+    return pids
+
+
+def kill_session(sid: int, wait_s: float = 5.0) -> list[int]:
+    """SIGKILL every process of session ``sid`` until none is left (or ``wait_s`` passes); returns those left.
+
+    A process group is not enough: asv starts its forkserver, each benchmark's process and each
+    ``setup_cache`` with ``setpgid(0, 0)``, in groups of their own, but they stay in the session
+    that ``_group_run`` opened (as ``scripts/group.sh`` does for ``make test``). A process that
+    opens a session of its own would escape; nothing the suite starts does.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = session_pids(sid)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
 def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tuple[int, float]:
-    """Run ``cmd`` in a process group of its own, its output to ``log``; stop the whole group at the limit.
-    Returns the exit code (124 at the time limit) and the seconds it ran."""
+    """Run ``cmd`` in a session of its own, its output to ``log``; at the limit (or on Ctrl-C or SIGTERM)
+    end every process of that session. Returns the exit code (124 at the time limit) and the seconds it ran."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
     try:
         code = proc.wait(timeout=max(1.0, timeout_s))
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_session(proc.pid)
         proc.wait()
         code = 124
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_session(proc.pid)
         proc.wait()
         raise
+    # a stage that ended by itself may still have left processes in its session (an orphaned world)
+    kill_session(proc.pid, wait_s=1.0)
     return code, time.monotonic() - start
 
 
@@ -148,6 +195,7 @@ class Run:
         self.out = Path(args.out).resolve()
         self.start = time.monotonic()
         self.stages: list[dict[str, Any]] = []
+        self.stage_started = time.time()
 
     def left(self) -> float:
         return self.args.budget_s - (time.monotonic() - self.start)
@@ -161,9 +209,16 @@ class Run:
             self.stages.append({"stage": name, "estimate_s": estimate_s, "actual_s": 0.0, "rc": None,
                                 "note": "skipped: out of time"})  # fmt: skip
             return 124
+        self.stage_started = time.time()
         with open(log_path, "w") if log_path else open(os.devnull, "w") as sink:
             log = sink if log_path else None
-            code, took = _group_run(cmd, limit_s, log, cwd=self.repo, env=env)
+            try:
+                code, took = _group_run(cmd, limit_s, log, cwd=self.repo, env=env)
+            except BaseException:
+                took = round(time.time() - self.stage_started, 1)
+                self.stages.append({"stage": name, "estimate_s": round(estimate_s, 1), "rc": None,
+                                    "actual_s": took, "note": "stopped"})  # fmt: skip
+                raise
         if log_path:
             sys.stdout.write(log_path.read_text()[-4000:])
         note = "stopped at its time limit" if code == 124 else ""
@@ -174,8 +229,72 @@ class Run:
 
 
 def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> list[str]:
-    return [python, "-m", "asv", "run", "-E", f"existing:{python}", "--machine", machine, "--set-commit-hash", sha,
-            "-a", f"rounds={rounds}", "--show-stderr", "--bench", regex]  # fmt: skip
+    # devbench.asvrun is asv with each benchmark's results saved as it ends: a stage stopped at its limit
+    # keeps every benchmark asv finished
+    return [python, "-m", "devbench.asvrun", "run", "-E", f"existing:{python}", "--machine", machine,
+            "--set-commit-hash", sha, "-a", f"rounds={rounds}", "--show-stderr", "--bench", regex]  # fmt: skip
+
+
+def measured_since(results: Path, sha: str, since: float) -> set[str]:
+    """Benchmarks of commit ``sha`` in the asv results folder ``results`` (one machine's) that asv started at
+    or after ``since`` (seconds since the epoch), read from the results asv saved."""
+    done: set[str] = set()
+    for path in results.glob("*.json"):
+        if path.name == "machine.json":
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("commit_hash") != sha:
+            continue
+        cols = data.get("result_columns", [])
+        if "started_at" not in cols:
+            continue
+        at = cols.index("started_at")
+        for name, row in data.get("results", {}).items():
+            started = row[at] if at < len(row) else None
+            if started is not None and started / 1000.0 >= since - 1.0:  # asv keeps milliseconds
+                done.add(name)
+    return done
+
+
+class Summary:
+    """What the run has done so far: written to plan.json and packed after every stage, and printed at the end."""
+
+    def __init__(self, run: Run, plan: P.Plan, machine: str) -> None:
+        self.run, self.plan, self.machine = run, plan, machine
+        self.stopped = ""
+
+    def save(self) -> None:
+        _write_plan(self.run, self.plan, self.stopped)
+        try:
+            pack(self.run.repo, self.machine, self.run.out / "results.tgz")
+        except OSError as exc:
+            print(f"gpu-run: could not pack the results: {exc}", file=sys.stderr, flush=True)
+
+    def cut(self, points: list[P.Point], since: float, why: str) -> list[P.Point]:
+        """Mark the ``points`` whose benchmark asv did not finish since ``since`` as cut, saying ``why``."""
+        results = self.run.repo / ".asv" / "results" / self.machine
+        done = measured_since(results, _sha(self.run.repo), since)
+        lost = [p for p in points if p.benchmark not in done]
+        for p in lost:
+            p.state, p.reason = "cut", why
+        return lost
+
+    def text(self) -> str:
+        counts = {s: sum(p.state == s for p in self.plan.points) for s in ("run", "cut", "dropped", "skip")}
+        lines = [f"gpu-run: {counts['run']} points measured or tried, {counts['cut']} cut by a stop, "
+                 f"{counts['dropped']} dropped by the plan, {counts['skip']} not runnable here"]  # fmt: skip
+        by: dict[str, list[str]] = {}
+        for p in self.plan.points:
+            if p.state == "cut":
+                by.setdefault(p.benchmark, []).append(p.label or "(no params)")
+        for name, labels in by.items():
+            lines.append(f"  cut: {name}: {len(labels)} point(s), e.g. {labels[0]}")
+        if self.stopped:
+            lines.append(f"  stopped: {self.stopped}")
+        return "\n".join(lines)
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -196,6 +315,25 @@ def execute(args: argparse.Namespace) -> int:
     _write_plan(run, plan)
     if args.plan_only:
         return 0
+    summary = Summary(run, plan, machine)
+    running: list[P.Point] = []
+    try:
+        return _stages(run, plan, summary, reserve, python, machine, sha, running)
+    except (KeyboardInterrupt, Stopped) as stop:
+        why = "interrupted (Ctrl-C)" if isinstance(stop, KeyboardInterrupt) else "terminated (SIGTERM)"
+        summary.stopped = why
+        if running:
+            summary.cut(running, run.stage_started, f"{why} before asv finished it")
+        raise
+    finally:
+        summary.save()
+        print(summary.text(), flush=True)
+
+
+def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: str, machine: str, sha: str,
+            running: list[P.Point]) -> int:  # fmt: skip
+    """The stages after the plan; ``running`` holds the points of the asv stage under way (for a stop)."""
+    args = run.args
     _smi(run.out / "smi-before.txt")
     record = [python, "-m", "devbench.cli", "machine", "--machine", machine]
     if subprocess.run(record, cwd=run.repo).returncode != 0:
@@ -216,26 +354,31 @@ def execute(args: argparse.Namespace) -> int:
             print(f"== tier 1 re-planned: tier 0 took {scale:.2f}x its estimate; {len(kept)} of {before} points kept"
                   + (f" ({before - len(kept)} more dropped: plan.json names them)" if len(kept) < before else ""),
                   flush=True)  # fmt: skip
-            _write_plan(run, plan)
         if not kept:
             continue
         regex = selection_regex(kept)
         env = {**os.environ, "DEVBENCH_BENCH": regex}  # a setup_cache sweep measures only what is read
+        running[:] = kept
         code = run.stage(f"asv tier {tier}", _asv_cmd(python, machine, sha, args.rounds, regex),
                          run.left() - reserve, plan.estimate_s(tier), env=env)  # fmt: skip
+        running[:] = []
+        if code == 124:
+            lost = summary.cut(kept, run.stage_started, "the stage reached its time limit before asv finished it")
+            print(f"== asv tier {tier}: {len(kept) - len(lost)} of {len(kept)} points kept, {len(lost)} cut",
+                  flush=True)  # fmt: skip
         failed |= code != 0
+        summary.save()
     if args.tests and (run.repo / "tests").is_dir():
         code = run.stage("cuda tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"],
                          run.left() - PACK_S - (VALIDATE_S if args.validate else 0), TESTS_S,
                          log_path=run.out / "tests.txt")  # fmt: skip
         failed |= code not in (0, 5)  # 5: no test selected (none needs CUDA in this tree)
+        summary.save()
     if args.validate:
         code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine],
                          run.left() - PACK_S, VALIDATE_S, log_path=run.out / "validate.txt")  # fmt: skip
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
     _smi(run.out / "smi-after.txt")
-    pack(run.repo, machine, run.out / "results.tgz")
-    _write_plan(run, plan)
     took = time.monotonic() - run.start
     print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f}; expected {plan.estimate_s() + sum_reserves(args):.0f} s; "
           f"packed into {run.out}", flush=True)  # fmt: skip
@@ -246,8 +389,9 @@ def sum_reserves(args: argparse.Namespace) -> float:
     return (TESTS_S if args.tests else 0.0) + (VALIDATE_S if args.validate else 0.0)
 
 
-def _write_plan(run: Run, plan: P.Plan) -> None:
+def _write_plan(run: Run, plan: P.Plan, stopped: str = "") -> None:
     record = P.to_json(plan) | {"stages": run.stages, "elapsed_s": round(time.monotonic() - run.start, 1),
+                                "stopped": stopped,
                                 "options": {k: v for k, v in vars(run.args).items() if k != "func"}}  # fmt: skip
     tmp = run.out / ".plan.json.tmp"
     tmp.write_text(json.dumps(record, indent=1))
@@ -262,10 +406,15 @@ def pack(repo: Path, machine: str, dest: Path) -> list[str]:
     members = [m for m in members if m.exists()]
     fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tgz", dir=dest.parent)
     os.close(fd)
-    with tarfile.open(tmp, "w:gz") as tar:
-        for m in members:
-            tar.add(m, arcname=str(m.relative_to(repo)))
-    os.replace(tmp, dest)
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            for m in members:
+                # asvrun's saves go through a temporary folder beside the results: never pack one
+                tar.add(m, arcname=str(m.relative_to(repo)), filter=lambda t: None if "/.saving-" in t.name else t)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return [str(m.relative_to(repo)) for m in members]
 
 

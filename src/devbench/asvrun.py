@@ -1,0 +1,76 @@
+"""``python -m devbench.asvrun ARGS``: ``asv ARGS``, with each benchmark's results on disk as soon as it ends.
+
+asv writes a commit's results once, after every selected benchmark of an environment has run
+(``asv/commands/run.py``: ``result.save`` after ``run_benchmarks``), and writes the file in
+place. A run stopped at a time limit, by SIGTERM or by a lost machine therefore keeps nothing
+of what it measured, and one stopped while writing leaves a truncated file that asv then
+refuses to load. ``devbench gpu-run`` starts asv through this module instead, which changes
+two things and nothing else:
+
+* ``Results.save`` writes into a temporary folder beside the results and renames the file into
+  place, so the file on disk is always a whole one (the old one or the new one);
+* ``Results.add_result``, which asv calls as each benchmark ends, saves at once: what asv has
+  printed ``ok`` for is on disk before the next benchmark starts.
+
+The save uses asv's own results API (``load_data`` before the run tells where the results go;
+``save`` writes the same file asv would), so what ends on disk is what asv itself would write.
+A dry run, where asv never loads earlier results, saves nothing, as asv's own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+
+#: the attribute where a ``Results`` keeps the folder asv loaded it from (set by the patched ``load_data``)
+_DIR = "_devbench_results_dir"
+
+
+def save_as_it_goes() -> None:
+    """Patch asv's ``Results`` so that every benchmark's result is saved as it ends, each save atomic."""
+    from asv import results as R
+
+    if getattr(R.Results, "_devbench_patched", False):
+        return
+    load_data, add_result, save = R.Results.load_data, R.Results.add_result, R.Results.save
+
+    def atomic_save(self, result_dir):
+        tmp = tempfile.mkdtemp(prefix=".saving-", dir=result_dir)
+        try:
+            save(self, tmp)
+            dest = os.path.join(result_dir, self._filename)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.replace(os.path.join(tmp, self._filename), dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def remembering_load(self, result_dir):
+        setattr(self, _DIR, result_dir)
+        return load_data(self, result_dir)
+
+    def saving_add(self, *args, **kwargs):
+        add_result(self, *args, **kwargs)
+        where = getattr(self, _DIR, None)
+        if where is not None:
+            atomic_save(self, where)
+
+    R.Results.load_data = remembering_load
+    R.Results.add_result = saving_add
+    R.Results.save = atomic_save
+    R.Results._devbench_patched = True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    save_as_it_goes()
+    from asv.main import main as asv_main
+
+    sys.argv = ["asv", *(sys.argv[1:] if argv is None else argv)]
+    code = asv_main()
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
