@@ -37,7 +37,11 @@ class Collectives(Benchmark):
     timeout = 1200.0
     #: devbench gpu-run (devbench.plan): 1 MiB and 256 MiB first; the sweep is set-up cache, the figures read it
     headline = [{"nbytes": [MiB, 256 * MiB]}]
-    plan_cache_s = 30.0
+    #: a world per backend and size, each started, swept through every op and size, and stopped; gloo
+    #: ranks need a core each, NCCL ranks a GPU each (world.backend_reason)
+    plan_cache_s = {"per": ["backend", "world"], "s": {"gloo": 20.0, "nccl": 15.0}}
+    plan_needs = [{"where": {"backend": ["gloo"]}, "cores_from": "world"},
+                  {"where": {"backend": ["nccl"]}, "gpus_from": "world"}]  # fmt: skip
     plan_setup_s = 0.0
     plan_s = 0.0
     figures_in_setup_cache = True  # devbench compare: one pair of figures per pair of processes

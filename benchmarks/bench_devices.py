@@ -6,7 +6,7 @@ Moves and copies are in bench_transfer (``SameDeviceMove``, ``HostDevice``).
 from pathlib import Path
 
 from devbench import runinfo
-from devbench.devices import num_gpus, try_all_gpus, try_gpu
+from devbench.devices import initialise_cuda, num_gpus, try_all_gpus, try_gpu
 from devbench.measure import pin_threads
 from devbench.suite import Benchmark, records_gpu_state
 
@@ -38,8 +38,14 @@ class TryGpu(Benchmark):
     (benchmarks/README.md, "Noise").
     """
 
+    samples_gpu_state = False  # microseconds a call: no sampling thread beside it
+    #: 2: CUDA is initialised first where it can be, as in a training loop: torch then keeps the device count,
+    #: where before each call loaded NVML and counted the devices again
+    work_version = 2
+
     def setup(self):
         pin_threads()
+        initialise_cuda()
 
     def time_try_gpu(self):
         try_gpu()

@@ -51,6 +51,7 @@ class LaunchOverhead(Benchmark):
     param_names = ["device", "task", "mode"]
     #: devbench gpu-run runs these first (devbench.plan)
     headline = [{"device": ["cuda"]}]
+    samples_gpu_state = False  # microseconds a call: no sampling thread beside it
 
     def setup(self, device, task, mode):
         pin_threads()

@@ -119,6 +119,7 @@ class TinyOp(Benchmark):
 
     params = [DEVICES, [1, 1000]]
     param_names = ["device", "numel"]
+    samples_gpu_state = False  # microseconds a call: no sampling thread beside it
 
     def setup(self, device, numel):
         pin_threads()

@@ -352,6 +352,9 @@ class SameDeviceMove(Benchmark):
 
     params = [DEVICES, ["to", "shorthand"]]
     param_names = ["device", "method"]
+    samples_gpu_state = False  # microseconds a call: no sampling thread beside it
+    #: 2: no device synchronisation after the move: a no-op queues no GPU work, and only the cuda line paid it
+    work_version = 2
 
     def setup(self, device, method):
         pin_threads()
@@ -369,7 +372,6 @@ class SameDeviceMove(Benchmark):
 
     def time_move(self, device, method):
         self.move()
-        synchronize(self.device)
 
 
 @records_gpu_state
@@ -428,6 +430,9 @@ class HiddenCopy(Benchmark):
 
     params = [DEVICES, list(HIDDEN)]
     param_names = ["device", "read"]
+    samples_gpu_state = False  # microseconds a call: no sampling thread beside it
+    #: 2: no device synchronisation after the read: each read has already waited for the copy it made
+    work_version = 2
 
     def setup(self, device, read):
         pin_threads()
@@ -439,4 +444,3 @@ class HiddenCopy(Benchmark):
 
     def time_read(self, device, read):
         self.read()
-        synchronize(self.device)

@@ -23,6 +23,13 @@ if [ ! -d .devrun/wheels ] || [ ! -f .devrun/repo.bundle ]; then
     echo "device-run: no .devrun/ here: run 'make device-bundle' first and carry .devrun"
     exit 2
 fi
+want=$(cat .devrun/python 2>/dev/null || echo 3.12)
+have=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)
+if [ "$want" != "$have" ]; then
+    echo "device-run: .devrun/ holds wheels for Python $want, but python3 here is $have:" \
+         "run 'DEVICE_PYTHON=$have make device-bundle' and carry .devrun again"
+    exit 2
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .devrun/wheels/*.whl || exit 1
 export PYTHONPATH="/tmp/site:$PWD/src"

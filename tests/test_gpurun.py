@@ -118,6 +118,42 @@ def test_a_replan_with_what_tier_0_cost_keeps_fewer_tier_1_points():
     assert {p.benchmark for p in cpu.kept(1)} == {"bench_m.Mat.track_tflops", "bench_m.Mat.time_mm"}
 
 
+def test_a_setup_cache_priced_per_combination_counts_each_kept_one_once_and_worlds_need_their_ranks():
+    search = _bench("bench_a.Ach.track_tflops", [["cpu", "cuda"], ["float32", "bfloat16"], ["burst", "sustained"]],
+                    ["device", "dtype", "run"], setup_cache=True, plan_s=1.0, plan_setup_s=0.0,
+                    plan_cache_s={"per": ["device", "dtype"], "s": {"cpu": 70.0, "cuda": 50.0}})
+    worlds = _bench("bench_c.Coll.track_busbw", [["gloo", "nccl"], [2, 4], ["all_reduce"]], ["backend", "world", "op"],
+                    setup_cache=True, plan_s=0.0, plan_setup_s=0.0,
+                    plan_cache_s={"per": ["backend", "world"], "s": {"gloo": 20.0, "nccl": 15.0}},
+                    plan_needs=[{"where": {"backend": ["gloo"]}, "cores_from": "world"},
+                                {"where": {"backend": ["nccl"]}, "gpus_from": "world"}])  # fmt: skip
+    costs = P.Costs(launch_s=0.0, cuda_context_s=0.0, asv_call_s=0.0, gpus=1, gpu_setup_s=2.0, cores=2)
+    plan = P.make_plan({b["name"]: b for b in (search, worlds)}, _all, costs, budget_s=10_000, reserve_s=0)
+    # four searches (two devices x two dtypes), each once for its two runs; 8 figures of 1 s
+    searched = [p for p in plan.kept() if p.benchmark == "bench_a.Ach.track_tflops"]
+    assert len(searched) == 8 and {p.unit_s for p in searched} == {70.0, 50.0}
+    states = {p.label: (p.state, p.reason) for p in plan.points if p.benchmark == "bench_c.Coll.track_busbw"}
+    assert states["backend=gloo, world=2, op=all_reduce"] == ("run", "")
+    assert states["backend=gloo, world=4, op=all_reduce"] == ("skip", "needs 4 cores, this machine has 2")
+    assert states["backend=nccl, world=2, op=all_reduce"] == ("skip", "needs 2 GPU(s), this machine has 1")
+    # one gloo world of 20 s, four searches, eight figures
+    assert plan.estimate_s() == pytest.approx(20.0 + 2 * 70.0 + 2 * 50.0 + 8 * 1.0)
+    # a budget below one search and one world: each benchmark's first point, priced with its unit, and no more
+    small = P.make_plan({b["name"]: b for b in (search, worlds)}, _all, costs, budget_s=80.0, reserve_s=0)
+    kept = [p.label for p in small.kept()]
+    assert kept == ["device=cpu, dtype=float32, run=burst", "backend=gloo, world=2, op=all_reduce"]
+    assert small.estimate_s() == pytest.approx(70.0 + 1.0 + 20.0)
+
+
+def test_a_gpu_point_without_its_own_setup_figure_pays_the_probed_gpu_setup():
+    costs = P.Costs(launch_s=0.1, cuda_context_s=0.5, asv_call_s=5.0, gpus=1, gpu_setup_s=3.0)
+    listing = {"bench_x.X.time_a": _bench("bench_x.X.time_a", [["cpu", "cuda"]], ["device"], repeat=[1, 1, 1.0],
+                                          sample_time=1.0, warmup_time=0.0)}  # fmt: skip
+    by = {p.label: p for p in P.make_plan(listing, _all, costs, 1000, 0).points}
+    assert by["device=cuda"].estimate_s == pytest.approx(0.1 + 0.5 + P.SETUP_S + 3.0 + 1.0)
+    assert by["device=cpu"].estimate_s == pytest.approx(0.1 + P.SETUP_S + 1.0)
+
+
 def test_the_selection_regex_selects_exactly_the_kept_points_in_asvs_names():
     plan = P.make_plan(_listing(), _all, ONE_GPU, budget_s=20, reserve_s=0)
     regex = re.compile(selection_regex(plan.kept()))

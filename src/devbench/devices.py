@@ -55,6 +55,17 @@ def num_gpus() -> int:
     return torch.cuda.device_count()
 
 
+def initialise_cuda() -> bool:
+    """Initialise CUDA in this process where there is a GPU (a training loop has, by its first step); True if so.
+
+    Until CUDA is initialised torch does not keep the device count: every ``num_gpus()`` loads NVML
+    and counts the devices again, so a benchmark of ``try_gpu`` would time that instead."""
+    if num_gpus() == 0:
+        return False
+    torch.cuda.init()
+    return True
+
+
 def try_gpu(i: int = 0) -> torch.device:
     """``gpu(i)`` if it exists, else ``cpu()``."""
     return gpu(i) if num_gpus() >= i + 1 else cpu()

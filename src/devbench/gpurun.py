@@ -68,7 +68,15 @@ if gpus:
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
 t3 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus}))
+setup = 0.0
+if gpus:  # what a GPU point's set-up costs: cuBLAS's start-up and a float64-checked product at a large size
+    from devbench.workloads.matmul import Matmul, checked
+    checked(Matmul(4096, "float32", torch.device("cuda", 0)))
+    torch.cuda.synchronize()
+    setup = time.perf_counter() - t3
+cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus,
+                  "setup_s": setup, "cores": cores}))
 """
 
 
@@ -152,7 +160,8 @@ def probe_costs(python: str) -> P.Costs:
         raise RuntimeError(f"the probe of {python} failed: {out.stderr.strip().splitlines()[-1:]}")
     got = json.loads(out.stdout.strip().splitlines()[-1])
     return P.Costs(launch_s=got["fork_s"], cuda_context_s=got["context_s"],
-                   asv_call_s=ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]))  # fmt: skip
+                   asv_call_s=ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]),
+                   gpu_setup_s=got["setup_s"], cores=int(got["cores"]))  # fmt: skip
 
 
 def list_benchmarks(repo: Path, python: str, log: Any) -> dict[str, dict[str, Any]]:

@@ -15,15 +15,19 @@ Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a ro
 
 * launch: the fork of asv's forkserver and, for a GPU point, a CUDA context (``Costs.launch_s``,
   measured on the machine before the plan is made);
-* set-up: the class's ``plan_setup_s``, else ``SETUP_S``;
+* set-up: the class's ``plan_setup_s``, else ``SETUP_S``, plus for a GPU point ``Costs.gpu_setup_s``
+  (cuBLAS's start-up and a float64-checked product at a large size, timed by the probe on the machine);
 * samples: a ``time_`` benchmark samples for at most ``min(repeat[2], repeat[1] * sample_time)``
   seconds (asv's rule, ``warmup_time`` before it); a ``track_`` one takes the class's ``plan_s``,
   else ``TRACK_S`` (the engine's 11 blocks of 0.1 s, and its sizing).
 
-A point that needs more GPUs than the machine has (``gpus_needed``: a ``'cuda'`` value, or the class's
-``plan_gpus``) is not run: asv would fork a process only to skip it. A ``setup_cache``
-(``plan_cache_s``) counts once per benchmark module and tier. Each asv call adds
-``Costs.asv_call_s`` (asv imports the suite twice: discovery and its forkserver).
+A point that needs more GPUs or cores than the machine has (``gpus_needed``: a ``'cuda'`` value, the
+class's ``plan_gpus``, or its ``plan_needs``) is not run: asv would fork a process only to skip it. A
+``setup_cache`` (``plan_cache_s``) counts once per benchmark module and tier, or, where it is declared
+as ``{"per": [param, ...], "s": seconds or {value of the first param: seconds}}``, once per distinct
+combination of those params among the tier's kept points (a search per device and dtype, a world per
+backend and size). Each asv call adds ``Costs.asv_call_s`` (asv imports the suite twice: discovery
+and its forkserver).
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class Costs:
     cuda_context_s: float  # first CUDA call of a process (0 without CUDA)
     asv_call_s: float  # one asv run: start, discovery, forkserver's import of the suite
     gpus: int  # CUDA devices visible (0: none, or a CPU-only torch)
+    gpu_setup_s: float = 0.0  # a GPU point's set-up beyond SETUP_S: cuBLAS start-up and a checked product, probed
+    cores: int = 0  # CPU cores (0: not known, no point is skipped for want of cores)
 
 
 @dataclass
@@ -61,8 +67,10 @@ class Point:
     tier: int
     rank: int  # its place among its benchmark's points of the same tier
     estimate_s: float
-    state: str = "run"  # run, skip (cannot run here), dropped (over the budget)
+    state: str = "run"  # run, skip (cannot run here), dropped (over the budget), cut (a stop ended it unrun)
     reason: str = ""
+    unit: tuple[str, ...] | None = None  # its set-up cache unit where the class prices one per combination
+    unit_s: float = 0.0
 
     @property
     def selector(self) -> str:
@@ -99,6 +107,7 @@ class Plan:
             modules = {p.benchmark.split(".", 1)[0] for p in kept}
             total += self.costs.asv_call_s + sum(p.estimate_s for p in kept)
             total += sum(self.cache_s.get((m, t), 0.0) for m in modules)
+            total += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
         return total
 
 
@@ -139,6 +148,45 @@ def gpus_needed(bench: dict[str, Any], values: tuple[str, ...]) -> int:
     return need
 
 
+def _value(bench: dict[str, Any], values: tuple[str, ...], name: str, what: str) -> str:
+    names = list(bench.get("param_names", []))
+    if name not in names:
+        raise ValueError(f"{bench['name']}: {what} names {name!r}, which is not a parameter ({names})")
+    return values[names.index(name)]
+
+
+def needs(bench: dict[str, Any], values: tuple[str, ...]) -> tuple[int, int]:
+    """(GPUs, cores) the point needs: ``gpus_needed``, and the class's ``plan_needs`` entries, each
+    ``{"where": {param: [values]}, "gpus_from": param}`` or ``"cores_from"``: a matching point needs as many
+    GPUs (cores) as that param's value (a world of N ranks, one per GPU or core)."""
+    gpus, cores = gpus_needed(bench, values), 0
+    for entry in bench.get("plan_needs", []) or []:
+        if not _matches(bench, values, entry.get("where", {}), "plan_needs"):
+            continue
+        if "gpus_from" in entry:
+            gpus = max(gpus, int(_value(bench, values, entry["gpus_from"], "plan_needs")))
+        if "cores_from" in entry:
+            cores = max(cores, int(_value(bench, values, entry["cores_from"], "plan_needs")))
+    return gpus, cores
+
+
+def cache_units(bench: dict[str, Any], values: tuple[str, ...]) -> tuple[tuple[str, ...], float] | None:
+    """The set-up cache unit this point needs, with its seconds: ``None`` where the class's ``plan_cache_s``
+    is one figure for the module (or absent); else the point's values of the ``per`` params."""
+    declared = bench.get("plan_cache_s")
+    if not isinstance(declared, dict):
+        return None
+    per = list(declared.get("per", []))
+    key = tuple(_value(bench, values, name, "plan_cache_s") for name in per)
+    seconds = declared.get("s", 0.0)
+    if isinstance(seconds, dict):
+        first = key[0].strip("'") if key else ""
+        if first not in seconds:
+            raise ValueError(f"{bench['name']}: plan_cache_s has no seconds for {per[0]}={first} ({sorted(seconds)})")
+        seconds = seconds[first]
+    return (bench["name"].rsplit(".", 1)[0], *key), float(seconds)
+
+
 def sample_s(bench: dict[str, Any]) -> float:
     """Seconds one round of the benchmark spends sampling (its set-up and launch apart)."""
     kind = bench["name"].rsplit(".", 1)[-1].split("_", 1)[0]
@@ -166,7 +214,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
         for idx, values in enumerate(product):
             values = tuple(values)
             tier = 0 if is_headline(bench, values) else 1
-            need = gpus_needed(bench, values)
+            need, cores = needs(bench, values)
             point = Point(name, idx, values, tuple(bench["param_names"]), tier, ranks[tier], 0.0)
             if not pattern_ok(point.selector):
                 continue
@@ -176,8 +224,16 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.reason = f"needs {need} GPU(s), this machine has {costs.gpus}" if costs.gpus else "no CUDA here"
                 out.append(point)
                 continue
+            if costs.cores and cores > costs.cores:
+                point.state, point.reason = "skip", f"needs {cores} cores, this machine has {costs.cores}"
+                out.append(point)
+                continue
+            unit = cache_units(bench, values)
+            if unit is not None:
+                point.unit, point.unit_s = unit
             launch = costs.launch_s + (costs.cuda_context_s if need else 0.0)
-            per_round = launch + float(bench.get("plan_setup_s", SETUP_S)) + sample_s(bench)
+            setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))
+            per_round = launch + setup + sample_s(bench)
             point.estimate_s = rounds * per_round
             out.append(point)
     return out
@@ -188,7 +244,8 @@ def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budg
     """The plan: every selected point, tier 0 first, dropped from the lowest priority until it fits."""
     plan = Plan(points(listing, pattern_ok, costs, rounds), budget_s, reserve_s, costs, rounds)
     for name, bench in listing.items():
-        if bench.get("plan_cache_s") and bench.get("setup_cache"):
+        once = bench.get("plan_cache_s")
+        if isinstance(once, int | float) and once and bench.get("setup_cache"):
             module = name.split(".", 1)[0]
             for tier in (0, 1):
                 plan.cache_s[(module, tier)] = max(plan.cache_s.get((module, tier), 0.0), float(bench["plan_cache_s"]))
@@ -214,6 +271,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         p.state, p.reason = "dropped", "over the time budget"
     calls: set[int] = set()
     caches: set[tuple[str, int]] = set()
+    units: set[tuple[tuple[str, ...], int]] = set()
     total = 0.0
 
     def take(p: Point) -> float:
@@ -226,6 +284,9 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         if (module, p.tier) not in caches:
             caches.add((module, p.tier))
             added += plan.cache_s.get((module, p.tier), 0.0)
+        if p.unit is not None and (p.unit, p.tier) not in units:
+            units.add((p.unit, p.tier))
+            added += p.unit_s
         p.state, p.reason = "run", ""
         return added
 
@@ -241,6 +302,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         module = p.benchmark.split(".", 1)[0]
         added = p.estimate_s + (0.0 if p.tier in calls else plan.costs.asv_call_s)
         added += 0.0 if (module, p.tier) in caches else plan.cache_s.get((module, p.tier), 0.0)
+        added += p.unit_s if p.unit is not None and (p.unit, p.tier) not in units else 0.0
         if (total + added) * scale <= seconds + 1e-9:  # sums in another order round apart
             total += take(p)
 
@@ -265,7 +327,8 @@ def format_plan(plan: Plan) -> str:
         f"plan: {len(plan.kept())} of {len(plan.points)} points in {plan.rounds} round(s); "
         f"budget {plan.budget_s:.0f} s, of which {plan.reserve_s:.0f} s held for tests, validate and packing",
         f"costs measured here: a process {c.launch_s:.2f} s"
-        + (f", its CUDA context {c.cuda_context_s:.2f} s ({c.gpus} GPU(s))" if c.gpus else ", no CUDA device")
+        + (f", its CUDA context {c.cuda_context_s:.2f} s ({c.gpus} GPU(s)), a GPU set-up {c.gpu_setup_s:.2f} s"
+           if c.gpus else ", no CUDA device")
         + f", an asv call {c.asv_call_s:.1f} s",
         "",
         f"{'benchmark':<56} {'points':>6} {'run':>5} {'skip':>5} {'drop':>5} {'expect':>8}",

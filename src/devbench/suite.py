@@ -168,8 +168,11 @@ def _cuda_identities() -> list[dict]:
 
 
 def _start_sampler(bench: object) -> None:
-    """Sample the GPUs' clocks and power from the end of set-up to tear-down: the timed part."""
-    if not torch.cuda.is_initialized():
+    """Sample the GPUs' clocks and power from the end of set-up to tear-down: the timed part.
+
+    Not for a class with ``samples_gpu_state = False``: its figures are microseconds long, and a
+    thread that wakes every 50 ms for ctypes calls under the GIL would be timed with them."""
+    if not torch.cuda.is_initialized() or not getattr(bench, "samples_gpu_state", True):
         return
     from devbench import gpustate
 
@@ -280,6 +283,9 @@ class Benchmark:
     #: what is computed or copied, how it is timed), so that asv keeps the figures from before apart
     #: (``_work_versions``; ``benchmarks/work-lock.json`` records every class's)
     work_version = 1
+    #: whether ``@records_gpu_state`` samples clocks and power on a thread while the benchmark is timed; False
+    #: for figures of microseconds (a launch, a no-op move), where the thread would be part of what is timed
+    samples_gpu_state = True
     #: whether the figures are measured in ``setup_cache`` (a sweep) and the benchmark methods only read
     #: them: ``devbench compare`` then takes one pair of figures per pair of processes, not one per block
     figures_in_setup_cache = False

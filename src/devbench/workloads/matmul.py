@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +40,19 @@ def tf32(enabled: bool) -> Iterator[None]:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
+
+
+#: set (to 1) in NVIDIA's NGC PyTorch images: cuBLAS then runs float32 products in TF32 whatever torch asks
+TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+
+
+def tf32_override_reason(device: torch.device, dtype: str) -> str | None:
+    """Why a float32 product on ``device`` would not be float32 here (the TF32 override is on), or None."""
+    value = os.environ.get(TF32_OVERRIDE_ENV, "")
+    if dtype != "float32" or torch.device(device).type != "cuda" or value.strip() in ("", "0"):
+        return None
+    return (f"{TF32_OVERRIDE_ENV}={value} forces TF32 in cuBLAS under float32, so a float32 figure would be a TF32 "
+            f"one: unset it to measure float32 (the tf32 figures measure TF32)")  # fmt: skip
 
 
 @functools.cache
@@ -113,6 +127,9 @@ class Matmul:
             raise ValueError(f"sets must be >= 1, got {self.sets}")
         if min(self.shape) < 1:
             raise ValueError(f"matmul dimensions must be >= 1, got m, k, n = {self.shape}")
+        reason = tf32_override_reason(self.device, self.dtype)
+        if reason:
+            raise NotImplementedError(reason)  # asv records it as a skip with this reason
         torch_dtype, self.allow_tf32 = DTYPES[self.dtype]
         m, k, n = self.shape
         self.inputs = [

@@ -1,0 +1,99 @@
+"""What a review of the GPU code found, each held on the CPU as far as it can be.
+
+A figure must measure what it names on a GPU: no NVML start-up in ``try_gpu``, no device sync after
+work that queued none or already waited, no sampling thread inside microsecond figures, no float32
+figure that is really TF32; and ``scripts/device-run.sh`` must say which Python its wheels are for.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import bench_devices, bench_launch, bench_matmul, bench_transfer  # noqa: E402
+
+from devbench import suite  # noqa: E402
+from devbench.devices import initialise_cuda, num_gpus  # noqa: E402
+from devbench.workloads import matmul as M  # noqa: E402
+
+MICROSECOND_CLASSES = [bench_devices.TryGpu, bench_launch.LaunchOverhead, bench_matmul.TinyOp,
+                       bench_transfer.SameDeviceMove, bench_transfer.HiddenCopy]  # fmt: skip
+
+
+@pytest.mark.parametrize("cls", MICROSECOND_CLASSES, ids=lambda c: c.__name__)
+def test_no_sampling_thread_runs_beside_a_microsecond_figure(cls, monkeypatch):
+    started = []
+
+    class Recorder:
+        def __enter__(self):
+            started.append(True)
+            return self
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # as on a GPU, once set-up used CUDA
+    from devbench import gpustate
+
+    monkeypatch.setattr(gpustate, "Sampler", Recorder)
+    suite._start_sampler(cls.__new__(cls))
+    assert started == [], f"{cls.__name__} would be timed beside the NVML sampling thread"
+    # a class that keeps the default still samples: the switch is what stops it
+    suite._start_sampler(bench_matmul.MatmulSquare.__new__(bench_matmul.MatmulSquare))
+    assert started == [True]
+
+
+@pytest.mark.parametrize(("cls", "params"), [(bench_transfer.SameDeviceMove, ("cpu", "to")),
+                                             (bench_transfer.HiddenCopy, ("cpu", "item"))])  # fmt: skip
+def test_a_move_or_read_that_queues_no_gpu_work_is_timed_without_a_device_sync(cls, params, monkeypatch):
+    bench = cls()
+    bench.setup(*params)
+    calls = []
+    monkeypatch.setattr(bench_transfer, "synchronize", lambda *a: calls.append(a))
+    bench.time_move(*params) if cls is bench_transfer.SameDeviceMove else bench.time_read(*params)
+    assert calls == []
+
+
+def test_try_gpu_is_timed_after_cuda_is_initialised_as_in_a_training_loop(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench_devices, "initialise_cuda", lambda: calls.append(True) or False)
+    bench_devices.TryGpu().setup()
+    assert calls == [True]
+    if num_gpus() == 0:
+        assert initialise_cuda() is False  # nothing to initialise: no CUDA call made
+
+
+def test_the_tf32_override_is_named_and_float32_on_a_gpu_skips(monkeypatch):
+    monkeypatch.setenv(M.TF32_OVERRIDE_ENV, "1")
+    with pytest.raises(NotImplementedError, match="TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 forces TF32"):
+        M.Matmul(64, "float32", torch.device("cuda", 0))
+    # other dtypes and the CPU are unaffected; the reason is None without the variable
+    assert M.tf32_override_reason(torch.device("cuda", 0), "tf32") is None
+    assert M.tf32_override_reason(torch.device("cpu"), "float32") is None
+    M.Matmul(16, "float32", torch.device("cpu"))
+    monkeypatch.setenv(M.TF32_OVERRIDE_ENV, "0")
+    assert M.tf32_override_reason(torch.device("cuda", 0), "float32") is None
+    monkeypatch.delenv(M.TF32_OVERRIDE_ENV)
+    assert M.tf32_override_reason(torch.device("cuda", 0), "float32") is None
+
+
+def test_device_run_names_a_python_it_has_no_wheels_for(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "device-run.sh", tmp_path / "scripts")
+    devrun = tmp_path / ".devrun"
+    (devrun / "wheels").mkdir(parents=True)
+    (devrun / "repo.bundle").write_text("")
+    (devrun / "commit").write_text("0" * 40)
+    (devrun / "python").write_text("2.7\n")
+    env = {**os.environ, "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", str(tmp_path / "scripts" / "device-run.sh"), "box"], env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "wheels for Python 2.7, but python3 here is" in done.stdout
+    assert "DEVICE_PYTHON=" in done.stdout
