@@ -58,7 +58,10 @@ class Worker:
         together and then awaited (``start_both``): each imports torch and the suite, a second or more, and
         nothing is timed while they do."""
         read_fd, write_fd = os.pipe()
-        env = {**self.env, "PYTHONPATH": os.pathsep.join([str(self.tree / "src"), str(self.tree)])}
+        # the tree's own code first; what the caller's PYTHONPATH held after it (packages installed with
+        # --target, as scripts/device-run.sh does for asv on a machine with no package index)
+        paths = [str(self.tree / "src"), str(self.tree), *filter(None, [self.env.get("PYTHONPATH")])]
+        env = {**self.env, "PYTHONPATH": os.pathsep.join(paths)}
         try:
             self.proc = subprocess.Popen(
                 [self.python, str(WORKER), str(self.tree / "benchmarks"), str(write_fd)],
