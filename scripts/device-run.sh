@@ -33,6 +33,13 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .devrun/wheels/*.whl || exit 1
 export PYTHONPATH="/tmp/site:$PWD/src"
+# asv gives the processes it starts (discovery, benchmarks) an environment without PYTHONPATH: a .pth file
+# in python3's own site-packages puts the wheels and this tree's package on every such process's path
+site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf '%s\n' /tmp/site "$PWD/src" > "$site/devbench-device-run.pth" || {
+    echo "device-run: cannot write $site/devbench-device-run.pth: asv's processes would not find devbench"
+    exit 1
+}
 
 # The working tree came without .git, or with one at another commit: take the bundled repository's.
 commit=$(cat .devrun/commit)

@@ -343,14 +343,14 @@ def test_host_device_copies_on_a_gpu(direction, memory, non_blocking):
 def test_streams_bidirectional_and_overlap_on_a_gpu():
     h2d = T.host_device_copy("h2d", 4 * T.MiB, CUDA, "pinned", True)
     d2h = T.host_device_copy("d2h", 4 * T.MiB, CUDA, "pinned", True)
-    r = T.bidirectional(h2d, d2h, calls=8)
+    r = T.bidirectional(Lanes([CUDA, CUDA]), h2d, d2h, calls=8)
     assert r.total > 0 and r.h2d > 0 and r.d2h > 0
     h2d.check()
     d2h.check()
     from devbench.workloads.matmul import Matmul
 
     mm = Matmul(1024, "float32", CUDA)
-    o = T.overlap(h2d, mm, CUDA, calls=4)
+    o = T.overlap(Lanes([CUDA, CUDA]), h2d, mm, calls=4)
     assert min(o.copy, o.compute, o.serial, o.concurrent) > 0
     h2d.check()
     mm.check()  # the product made on a side stream is still right
