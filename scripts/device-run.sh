@@ -33,18 +33,9 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .devrun/wheels/*.whl || exit 1
 export PYTHONPATH="/tmp/site:$PWD/src"
-# asv gives the processes it starts (discovery, benchmarks) an environment without PYTHONPATH: a .pth file
-# in python3's own site-packages puts the wheels and this tree's package on every such process's path
-# (the folder that holds numpy: a distribution's patched sysconfig can name one that is not on the path)
-site=$(env -u PYTHONPATH python3 -c 'import os, numpy; print(os.path.dirname(os.path.dirname(numpy.__file__)))')
-printf '%s\n' /tmp/site "$PWD/src" > "$site/devbench-device-run.pth" || {
-    echo "device-run: cannot write $site/devbench-device-run.pth: asv's processes would not find devbench"
-    exit 1
-}
-if ! env -u PYTHONPATH python3 -c 'import devbench, asv_runner' 2>/dev/null; then
-    echo "device-run: python3 without PYTHONPATH still cannot import devbench and asv_runner ($site)"
-    exit 1
-fi
+# asv drops PYTHONPATH from the environment of the processes it starts (discovery, benchmarks) and puts
+# ASV_PYTHONPATH in its place: the wheels and this tree's package reach them that way
+export ASV_PYTHONPATH="$PYTHONPATH"
 
 # The working tree came without .git, or with one at another commit: take the bundled repository's.
 commit=$(cat .devrun/commit)
