@@ -3,7 +3,7 @@
 import time
 
 from devbench.measure import pin_threads
-from devbench.suite import DEVICES, Benchmark, records_gpu_state, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, once, records_gpu_state, require_device, with_samples
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
 #: Pairs of loops behind the in-process ratio (each pair is one sample).
@@ -30,11 +30,17 @@ class LogNorms(Benchmark):
         self.device = require_device(device)
         if self.device.type == "cpu" and n > 100:
             raise NotImplementedError(f"n={n} exists to keep a GPU busy; on the CPU a loop takes seconds")
-        self.loop = NormLoop(n, steps, self.device)
+        # asv runs setup before every sample: the loop is built and checked once per process (suite.once);
+        # checked again each sample, 1,000 float64-checked steps cost the H200 36 s a point
+        self.loop = once(("LogNorms", device, strategy, steps, n), lambda: self._checked(strategy, steps, n))
         self.run = self.loop.strategy(strategy)
-        self.loop.check(strategy)  # also the warm-up
+
+    def _checked(self, strategy, steps, n):
+        loop = NormLoop(n, steps, self.device)
+        loop.check(strategy)  # also the warm-up
         if strategy != "on_device":
-            self.loop.check("on_device")
+            loop.check("on_device")
+        return loop
 
     def time_loop(self, device, strategy, steps, n):
         self.run()  # every strategy ends with its norms on the host: synchronized

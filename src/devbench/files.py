@@ -165,8 +165,17 @@ def md_escape(text: object) -> str:
     return str(text).translate(_MD_SPECIAL)
 
 
+#: the asv machine a run records under, set by ``devbench gpu-run`` for every process it starts: the GPU-state,
+#: search and run-info records then carry the machine's asv name rather than the host's
+MACHINE_ENV = "DEVBENCH_MACHINE"
+
+
 def default_machine() -> str:
-    """asv's machine name for this host: the single entry of ~/.asv-machine.json, else the hostname."""
+    """asv's machine name for this host: ``DEVBENCH_MACHINE``, else the single entry of ~/.asv-machine.json,
+    else the hostname."""
+    named = os.environ.get(MACHINE_ENV, "").strip()
+    if named:
+        return named
     path = Path.home() / ".asv-machine.json"
     try:
         names = [k for k in json.loads(path.read_text()) if k != "version"]

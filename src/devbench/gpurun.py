@@ -39,6 +39,8 @@ from devbench import plan as P
 TESTS_S = 60.0
 VALIDATE_S = 90.0
 PACK_S = 5.0
+#: a stage given less than this is not started: asv alone takes seconds to start
+MIN_STAGE_S = 10.0
 #: what asv costs to start beside importing the suite twice
 ASV_START_S = 2.0
 #: ``devbench validate``'s exit when the method agrees with the reference but the recorded figure drifted
@@ -213,7 +215,7 @@ class Run:
               env: dict[str, str] | None = None) -> int:  # fmt: skip
         print(f"== {name}: expected {estimate_s:.0f} s, limit {limit_s:.0f} s ({self.left():.0f} s of the budget left)",
               flush=True)  # fmt: skip
-        if limit_s < 5:
+        if limit_s < MIN_STAGE_S:
             print(f"== {name}: skipped, out of time", flush=True)
             self.stages.append({"stage": name, "estimate_s": estimate_s, "actual_s": 0.0, "rc": None,
                                 "note": "skipped: out of time"})  # fmt: skip
@@ -354,6 +356,11 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     tier0 = plan.estimate_s(0)
     for tier in (0, 1):
         kept = plan.kept(tier)
+        if tier == 1 and kept and run.left() - reserve < MIN_STAGE_S:
+            for p in kept:
+                p.state, p.reason = "dropped", "no time left after tier 0"
+            print(f"== tier 1: no time left after tier 0; its {len(kept)} points dropped", flush=True)
+            continue
         if tier == 1 and kept:
             done = [s for s in run.stages if s["stage"] == "asv tier 0"]
             scale = min(4.0, max(0.5, done[0]["actual_s"] / tier0)) if done and tier0 > 0 else 1.0
@@ -466,6 +473,9 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"devbench gpu-run: {problem}", file=sys.stderr)
         return 2
+    from devbench.files import MACHINE_ENV
+
+    os.environ[MACHINE_ENV] = args.machine  # every stage's records name the asv machine, not the host
 
     def terminated(signum: int, frame: Any) -> None:
         raise Stopped(143)
