@@ -47,6 +47,9 @@ class ParallelMatmul(Benchmark):
             raise ValueError(f"unknown mode {mode!r}")
         # sized and checked once per process: asv runs setup again before every sample
         self.pair = once(("ParallelMatmul", mode, n), lambda: ParallelPair(n, devices))
+        reason = self.pair.host_bound()
+        if reason:
+            raise NotImplementedError(reason)
 
     def time_parallel(self, mode, n):
         self.pair.run_parallel()

@@ -236,6 +236,8 @@ class PeerCopy(Benchmark):
     param_names = ["route", "nbytes"]
     headline = [{"nbytes": [256 * MiB]}]
     plan_gpus = 2
+    #: 2: the NVLink share is traced for at least a quarter of a second and read once NVML's counters settle
+    work_version = 2
 
     def setup(self, route, nbytes):
         pin_threads()

@@ -97,3 +97,16 @@ def test_device_run_names_a_python_it_has_no_wheels_for(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "wheels for Python 2.7, but python3 here is" in done.stdout
     assert "DEVICE_PYTHON=" in done.stdout
+
+
+def test_parallel_gpus_fed_by_one_thread_skip_when_the_thread_would_be_timed():
+    from devbench.workloads.parallel import ParallelPair, host_bound_reason
+
+    # a 40 us product (float32 n=1,024 on an H100) and 8-10 us to issue one: 2 lanes fine, 8 host-bound
+    assert host_bound_reason(2, 8e-6, 40e-6) is None
+    reason = host_bound_reason(8, 10e-6, 40e-6)
+    assert reason is not None and "8 lanes fed by one thread would time the thread" in reason
+    assert "lasts 40 us" in reason and "takes 10 us" in reason
+    # CPU threads are lanes of their own: never host-bound by this rule
+    pair = ParallelPair(32, ["cpu", "cpu"], lane_s=0.001)
+    assert pair.host_bound() is None and pair.issue_s == 0.0

@@ -2,6 +2,7 @@
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -402,18 +403,49 @@ def test_the_path_label_says_what_the_copies_used_before_what_they_could():
     assert T.PeerPath(True, None, None).label == "P2P"
 
 
-def test_the_traced_share_is_the_counted_bytes_over_the_bytes_copied():
-    copy = T.Copy(1 * T.MiB, "cpu", "cpu")
-    calls = T.TRACE_BYTES // T.MiB
-    counter = iter([10_000, 10_000 + calls * T.MiB])  # every byte sent over NVLink
-    assert T.trace_path(copy, True, True, lambda: next(counter)).nvlink_share == pytest.approx(1.0)
-    counter = iter([5, 5 + calls * T.MiB // 100])  # 1% of them: another process's traffic, not the copy
-    assert T.trace_path(copy, True, True, lambda: next(counter)).label == "PCIe P2P"
+class _CountedCopy:
+    """What ``trace_path`` uses of a copy: its size, a call that copies, and a sync; here it counts its calls."""
+
+    def __init__(self, nbytes: int, takes_s: float = 0.0) -> None:
+        self.nbytes, self.calls, self.takes_s = nbytes, 0, takes_s
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.takes_s:
+            time.sleep(self.takes_s)
+
+    def sync(self) -> None:
+        pass
+
+
+def test_the_traced_share_is_the_counted_bytes_over_the_bytes_copied(monkeypatch):
+    monkeypatch.setattr(T, "TRACE_MIN_S", 0.0)
+    monkeypatch.setattr(T, "TRACE_POLL_S", 0.001)
+    copy = _CountedCopy(T.MiB)
+    assert T.trace_path(copy, True, True, lambda: 10_000 + copy.calls * T.MiB).nvlink_share == pytest.approx(1.0)
+    assert copy.calls == T.TRACE_BYTES // T.MiB  # the bytes asked for, no more when the clock asks for none
+    copy = _CountedCopy(T.MiB)  # 1% of them: another process's traffic, not the copy
+    assert T.trace_path(copy, True, True, lambda: 5 + copy.calls * T.MiB // 100).label == "PCIe P2P"
     assert T.trace_path(copy, False, None, lambda: None) == T.PeerPath(False, None, None)
-    small = T.Copy(4 * T.KiB, "cpu", "cpu")
-    seen = []
-    T.trace_path(small, True, None, lambda: seen.append(small._next) or 0)
-    assert len(seen) == 2  # read before and after, not per copy
+    small = _CountedCopy(4 * T.KiB)
+    reads = []
+    T.trace_path(small, True, None, lambda: reads.append(small.calls) or 0)
+    assert len(reads) == 3 and small.calls == T.TRACE_MAX_CALLS  # before, then after until two reads agree
+
+
+def test_the_trace_lasts_long_enough_and_waits_for_counters_that_lag(monkeypatch):
+    monkeypatch.setattr(T, "TRACE_POLL_S", 0.001)
+    copy = _CountedCopy(256 * T.MiB, takes_s=0.001)  # one copy is enough bytes; the clock keeps it going
+    reads = []
+
+    def sent():  # NVML's counters lag: the first two reads after the copies still say 0
+        reads.append(copy.calls)
+        return 0 if len(reads) <= 2 else copy.calls * copy.nbytes
+
+    start = time.monotonic()
+    path = T.trace_path(copy, True, True, sent)
+    assert time.monotonic() - start >= T.TRACE_MIN_S
+    assert path.nvlink_share == pytest.approx(1.0) and path.label == "NVLink"
 
 
 def test_the_matrix_checks_times_and_traces_every_direction(capsys):

@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Sequence
 
 import torch
 
+from devbench.devices import synchronize
 from devbench.lanes import Lanes
 from devbench.workloads.matmul import Matmul
+
+#: products issued back to back to time the host's share of one (its dispatch and launch)
+ISSUE_CALLS = 32
+#: CUDA lanes are issued from one thread: when issuing one product on every lane takes this share of one
+#: product's device time or more, the lanes wait on the host and a speedup would time the thread
+HOST_BOUND_SHARE = 0.5
+
+
+def host_bound_reason(lanes: int, issue_s: float, product_s: float, share: float = HOST_BOUND_SHARE) -> str | None:
+    """Why ``lanes`` CUDA lanes fed by one thread would measure that thread, or None when they would not."""
+    if lanes * issue_s < share * product_s:
+        return None
+    return (f"one product lasts {product_s * 1e6:.0f} us on the device and issuing one takes {issue_s * 1e6:.0f} us "
+            f"on the host: {lanes} lanes fed by one thread would time the thread, not the devices")  # fmt: skip
 
 
 class ParallelPair:
@@ -36,6 +52,27 @@ class ParallelPair:
         self.run_sequential()
         warm = self.run_parallel()
         self.reps = max(1, math.ceil(lane_s / max(warm, 1e-6)))
+        self.issue_s = self.product_s = 0.0
+        if self.lanes.cuda:
+            self.issue_s = self._issue_s()
+            self.product_s = self.run_sequential() / (len(self.seq) * self.reps)
+
+    def _issue_s(self) -> float:
+        """Host seconds to issue one product on lane 0: queued back to back, timed before the device is waited on."""
+        mm, device = self.seq[0], self.lanes.devices[0]
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(ISSUE_CALLS):
+            mm()
+        took = time.perf_counter() - start
+        synchronize(device)
+        return took / ISSUE_CALLS
+
+    def host_bound(self) -> str | None:
+        """Why this pair's speedup would time the issuing thread (CUDA lanes only), or None."""
+        if not self.lanes.cuda:
+            return None
+        return host_bound_reason(len(self.lanes), self.issue_s, self.product_s)
 
     def run_parallel(self) -> float:
         """Seconds for every lane's ``reps`` products at once, every device synchronized."""

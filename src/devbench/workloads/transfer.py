@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -465,6 +466,12 @@ NVLINK_SHARE = 0.5
 TRACE_BYTES = 64 * MiB
 #: and at most this many copies for it (4 KiB copies: 16 MiB)
 TRACE_MAX_CALLS = 4096
+#: and for at least this long: NVML updates the counters on its own interval, so a sub-millisecond copy of
+#: 256 MiB over NVLink could read as no traffic at all
+TRACE_MIN_S = 0.25
+#: after the copies, the counters are read every TRACE_POLL_S until two reads agree, for at most TRACE_SETTLE_S
+TRACE_POLL_S = 0.02
+TRACE_SETTLE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -494,17 +501,35 @@ class PeerPath:
 
 
 def trace_path(copy: Copy, peer_access: bool, nvlink: bool | None, sent: Callable[[], int | None]) -> PeerPath:
-    """Run ``copy`` for about ``TRACE_BYTES`` with ``sent()`` (bytes the source GPU has sent over
-    NVLink so far, None when unknown) read before and after: the path the copies took."""
-    calls = min(TRACE_MAX_CALLS, max(1, -(-TRACE_BYTES // copy.nbytes)))
+    """Run ``copy`` for at least ``TRACE_BYTES`` and ``TRACE_MIN_S`` with ``sent()`` (bytes the source GPU has
+    sent over NVLink so far, None when unknown) read before, and after once its counters have settled: the
+    path the copies took."""
+    most = TRACE_MAX_CALLS
     copy.sync()
     before = sent()
-    for _ in range(calls):
+    start, calls = time.monotonic(), 0
+    while calls < most and (calls * copy.nbytes < TRACE_BYTES or time.monotonic() - start < TRACE_MIN_S):
         copy()
+        calls += 1
+        if calls % 64 == 0:
+            copy.sync()  # keep the queue short, so the clock sees the copies, not their launches
     copy.sync()
-    after = sent()
+    after = _settled(sent) if before is not None else None
     share = None if before is None or after is None else max(0.0, (after - before) / (calls * copy.nbytes))
     return PeerPath(peer_access, nvlink, share)
+
+
+def _settled(sent: Callable[[], int | None]) -> int | None:
+    """``sent()`` once two reads ``TRACE_POLL_S`` apart agree (or ``TRACE_SETTLE_S`` has passed)."""
+    last = sent()
+    deadline = time.monotonic() + TRACE_SETTLE_S
+    while last is not None and time.monotonic() < deadline:
+        time.sleep(TRACE_POLL_S)
+        now = sent()
+        if now == last:
+            break
+        last = now
+    return last
 
 
 def peer_matrix(
