@@ -319,7 +319,9 @@ def execute(args: argparse.Namespace) -> int:
         listing = list_benchmarks(run.repo, python, log)
     (run.out / "listing.log").unlink()
     only = re.compile(args.bench) if args.bench else None
-    reserve = PACK_S + (TESTS_S if args.tests else 0.0) + (VALIDATE_S if args.validate else 0.0)
+    # held back for the CUDA tests, validate and the packing; at most half of a short budget, so that the
+    # benchmarks always get the other half (the tests and validate then run under what is left)
+    reserve = min(PACK_S + sum_reserves(args), max(PACK_S, run.left() / 2))
     plan = P.make_plan(listing, lambda s: only is None or only.search(s) is not None, costs,
                        run.left(), reserve, rounds=args.rounds)  # fmt: skip
     print(P.format_plan(plan), flush=True)
