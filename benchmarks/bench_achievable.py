@@ -21,14 +21,13 @@ from pathlib import Path
 
 import torch
 
-from devbench.measure import burst, one_call_s, pin_threads, sustained
+from devbench.measure import burst, one_call_s, sustained
 from devbench.suite import (
     DEVICES,
     Benchmark,
     no_cuda_reason,
     once,
     record_sampled,
-    records_gpu_state,
     require_device,
     selected,
     with_samples,
@@ -114,7 +113,6 @@ def _read(device: str, dtype: str) -> bool:
     return any(selected(name, (device, dtype, run)) for run in ("burst", "sustained"))
 
 
-@records_gpu_state
 class MatmulAchievable(Benchmark):
     """TFLOP/s of the fastest matmul shape found on this device, burst and sustained.
 
@@ -140,7 +138,6 @@ class MatmulAchievable(Benchmark):
 
     def setup_cache(self):
         found, records = {}, []
-        pin_threads()
         for device in DEVICES:
             reason = no_cuda_reason() if device == "cuda" else None
             for dtype in DTYPES:
@@ -162,7 +159,6 @@ class MatmulAchievable(Benchmark):
         return found
 
     def setup(self, found, device, dtype, run):
-        pin_threads()
         self.device = require_device(device)
         best = found.get((device, dtype))
         if isinstance(best, str) or best is None:

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from devbench import runinfo
 from devbench.devices import initialise_cuda, num_gpus, try_all_gpus, try_gpu
-from devbench.measure import pin_threads
-from devbench.suite import Benchmark, records_gpu_state
+from devbench.suite import Benchmark
 
 
 class RunInfo:
@@ -29,7 +28,6 @@ class RunInfo:
     track_gpu_count.unit = "GPUs"
 
 
-@records_gpu_state
 class TryGpu(Benchmark):
     """``try_gpu()`` asks the driver how many GPUs there are; code calls it per batch.
 
@@ -44,7 +42,6 @@ class TryGpu(Benchmark):
     work_version = 2
 
     def setup(self):
-        pin_threads()
         initialise_cuda()
 
     def time_try_gpu(self):

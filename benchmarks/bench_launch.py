@@ -19,10 +19,9 @@ from devbench.measure import (
     hold_reason,
     measure,
     one_call_s,
-    pin_threads,
     warm_up,
 )
-from devbench.suite import DEVICES, Benchmark, once, records_gpu_state, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
 from devbench.workloads.launch import GRAPH_CALLS, TASKS, SmallTask, graph_reason, graphed
 
 MODES = ["per_call", "queued", "held", "graph"]
@@ -36,7 +35,6 @@ def _task(task: str, device: torch.device) -> SmallTask:
     return t
 
 
-@records_gpu_state
 class LaunchOverhead(Benchmark):
     """Microseconds per call of a small task, timed four ways (``mode``).
 
@@ -54,7 +52,6 @@ class LaunchOverhead(Benchmark):
     samples_gpu_state = False  # microseconds a call: no sampling thread beside it
 
     def setup(self, device, task, mode):
-        pin_threads()
         self.device = require_device(device)
         reason = hold_reason(self.device) if mode == "held" else graph_reason(self.device) if mode == "graph" else None
         if reason:

@@ -2,15 +2,13 @@
 
 import time
 
-from devbench.measure import pin_threads
-from devbench.suite import DEVICES, Benchmark, once, records_gpu_state, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
 #: Pairs of loops behind the in-process ratio (each pair is one sample).
 RATIO_SAMPLES = 5
 
 
-@records_gpu_state
 class LogNorms(Benchmark):
     """``steps`` products of n x n matrices, each one's norm logged by ``strategy``.
 
@@ -26,7 +24,6 @@ class LogNorms(Benchmark):
     headline = [{"steps": [1000], "n": [1024]}]
 
     def setup(self, device, strategy, steps, n):
-        pin_threads()
         self.device = require_device(device)
         if self.device.type == "cpu" and n > 100:
             raise NotImplementedError(f"n={n} exists to keep a GPU busy; on the CPU a loop takes seconds")

@@ -5,9 +5,9 @@ import contextlib
 import torch
 
 from devbench.devices import synchronize
-from devbench.measure import MATMUL_BLOCK_S, measure, pin_threads, plan_blocks, warm_up
+from devbench.measure import MATMUL_BLOCK_S, measure, plan_blocks, warm_up
 from devbench.spec import matmul_flops as flops
-from devbench.suite import DEVICES, Benchmark, once, records_gpu_state, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
 from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
@@ -29,7 +29,6 @@ def _skip_reason(device: torch.device, dtype: str, n: int) -> str | None:
     return None
 
 
-@records_gpu_state
 class MatmulSquare(Benchmark):
     """C = A @ B for n x n matrices: wall time of one product and throughput in TFLOP/s.
 
@@ -44,7 +43,6 @@ class MatmulSquare(Benchmark):
 
     def setup(self, device, dtype, n):
         self._tf32 = contextlib.nullcontext()  # asv calls teardown after a skip too
-        pin_threads()
         self.device = require_device(device)
         reason = _skip_reason(self.device, dtype, n)
         if reason:
@@ -68,7 +66,6 @@ class MatmulSquare(Benchmark):
     track_tflops.unit = "TFLOP/s"
 
 
-@records_gpu_state
 class MatmulSpeedup(Benchmark):
     """GPU throughput over CPU throughput for one product, both measured in this process.
 
@@ -84,7 +81,6 @@ class MatmulSpeedup(Benchmark):
 
     def setup(self, dtype, n):
         self._tf32 = contextlib.nullcontext()  # asv calls teardown after a skip too
-        pin_threads()
         self.gpu = require_device("cuda")
         cpu_dtype = "float32" if dtype == "tf32" else dtype
         reason = _skip_reason(self.gpu, dtype, n) or cpu_skip_reason(cpu_dtype, n)
@@ -109,7 +105,6 @@ class MatmulSpeedup(Benchmark):
     track_gpu_over_cpu.unit = "x"
 
 
-@records_gpu_state
 class TinyOp(Benchmark):
     """One elementwise add on 1 and 1,000 elements, with the launch and the sync.
 
@@ -122,7 +117,6 @@ class TinyOp(Benchmark):
     samples_gpu_state = False  # microseconds a call: no sampling thread beside it
 
     def setup(self, device, numel):
-        pin_threads()
         self.device = require_device(device)
         self.add = tiny_add(numel, self.device)
         warm_up(self.add, self.device)

@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from devbench.devices import synchronize
-from devbench.measure import pin_threads, randn, warm_up
-from devbench.suite import DEVICES, Benchmark, once, records_gpu_state, require_device
+from devbench.measure import randn, warm_up
+from devbench.suite import DEVICES, Benchmark, once, require_device
 from devbench.workloads.model import (
     BATCH,
     MODEL_INPUTS,
@@ -25,7 +25,6 @@ from devbench.workloads.model import (
 MODELS = list(MODEL_INPUTS)
 
 
-@records_gpu_state
 class Forward(Benchmark):
     """Inference on a batch of 256 already on the device: the chapter's one-unit
     ``LazyLinear`` (all launch overhead) and a 4-layer, 12.6M-parameter MLP."""
@@ -34,7 +33,6 @@ class Forward(Benchmark):
     param_names = ["device", "model"]
 
     def setup(self, device, model):
-        pin_threads()
         self.device = require_device(device)
         # asv runs setup again before every sample: built, checked and warmed once per process
         self.net, self.x = once(("Forward", device, model), lambda: self._built(model))
@@ -56,7 +54,6 @@ class Forward(Benchmark):
         synchronize(self.device)
 
 
-@records_gpu_state
 class TrainingStep(Benchmark):
     """Forward, backward and SGD step, the batch moved from host memory each step by the
     chapter's ``prepare_batch``: plain ``.to(device)`` from pageable memory, or from
@@ -70,7 +67,6 @@ class TrainingStep(Benchmark):
     headline = [{"device": ["cuda"]}]
 
     def setup(self, device, model, batch_transfer):
-        pin_threads()
         self.device = require_device(device)
         pinned = batch_transfer != "plain"
         if pinned and self.device.type != "cuda":
@@ -92,7 +88,6 @@ class TrainingStep(Benchmark):
         synchronize(self.device)
 
 
-@records_gpu_state
 class StateDict(Benchmark):
     """Writing a model's parameters from the device to a file and reading them back onto
     the device (``torch.load(map_location=device, weights_only=True)``), 1M and 100M
@@ -104,7 +99,6 @@ class StateDict(Benchmark):
     timeout = 600.0
 
     def setup(self, device, parameters):
-        pin_threads()
         self.device = require_device(device)
         # asv runs setup (and teardown, which removes the file) again before every sample: the
         # model is built once per process and the round trip checked once, the file written each time

@@ -4,14 +4,13 @@ import torch
 
 from devbench.devices import num_gpus
 from devbench.measure import pin_threads
-from devbench.suite import Benchmark, once, records_gpu_state, require_device, require_gpus, with_samples
+from devbench.suite import Benchmark, once, require_device, require_gpus, with_samples
 from devbench.workloads.parallel import ParallelPair
 
 MODES = ["gpus", "streams", "cpu_threads"]
 SIZES = [1024, 4096, 8192]
 
 
-@records_gpu_state
 class ParallelMatmul(Benchmark):
     """N lanes of float32 matmuls at once vs the same work one after another on one lane.
 
@@ -32,7 +31,6 @@ class ParallelMatmul(Benchmark):
     work_version = 2
 
     def setup(self, mode, n):
-        pin_threads()
         if mode == "gpus":
             devices = require_gpus(max(2, num_gpus()))
         elif mode == "streams":

@@ -20,13 +20,12 @@ from devbench.measure import (
     calls_for,
     measure,
     median_block,
-    pin_threads,
     plan_blocks,
     randn,
     warm_up,
 )
 from devbench.spec import GiB, MiB, gbps, size_label
-from devbench.suite import DEVICES, Benchmark, once, records_gpu_state, require_device, require_gpus, with_samples
+from devbench.suite import DEVICES, Benchmark, once, require_device, require_gpus, with_samples
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
     HIDDEN,
@@ -89,7 +88,6 @@ def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
         raise NotImplementedError(f"{size_label(nbytes)}: {reason}")
 
 
-@records_gpu_state
 class HostDevice(Benchmark):
     """Host -> GPU (``h2d``) and GPU -> host (``d2h``) copies of 4 KiB to 1 GiB.
 
@@ -105,7 +103,6 @@ class HostDevice(Benchmark):
     plan_gpus = 1
 
     def setup(self, direction, memory, mode, nbytes):
-        pin_threads()
         dev = require_device("cuda")
         if memory == "pinned" and pinned_reason():
             raise NotImplementedError(pinned_reason())
@@ -126,7 +123,6 @@ class HostDevice(Benchmark):
     track_gbps.unit = "GB/s"
 
 
-@records_gpu_state
 class HostDeviceBidirectional(Benchmark):
     """Host -> GPU and GPU -> host at once, on two streams, from and to pinned memory.
 
@@ -140,7 +136,6 @@ class HostDeviceBidirectional(Benchmark):
     rounds = 1
 
     def setup(self, nbytes):
-        pin_threads()
         dev = require_device("cuda")
         if pinned_reason():
             raise NotImplementedError(pinned_reason())
@@ -171,7 +166,6 @@ class HostDeviceBidirectional(Benchmark):
     track_total_gbps.unit = track_h2d_gbps.unit = track_d2h_gbps.unit = "GB/s"
 
 
-@records_gpu_state
 class DeviceCopy(Benchmark):
     """A copy within one device's memory: ``copy_`` on a GPU, a STREAM-like copy on the CPU.
 
@@ -186,7 +180,6 @@ class DeviceCopy(Benchmark):
     headline = [{"device": ["cuda"], "nbytes": [64 * MiB, GiB]}, {"device": ["cpu"], "nbytes": [64 * MiB]}]
 
     def setup(self, device, nbytes):
-        pin_threads()
         self.device = require_device(device)
         _require_fit(2 * sets_for(nbytes, cache_bytes(self.device)), nbytes, self.device)
         self.copy = once(("DeviceCopy", device, nbytes), lambda: _checked(Copy(nbytes, self.device, self.device)))
@@ -222,7 +215,6 @@ def _peer_path(copy: Copy) -> PeerPath:
     return trace_path(copy, peer, gpustate.nvlink_joined(src, dst, None, ids), gpustate.nvlink_reader(src, None, ids))
 
 
-@records_gpu_state
 class PeerCopy(Benchmark):
     """GPU 0 -> GPU 1 and back over sizes (NVLink or PCIe, peer-to-peer when the driver allows it).
 
@@ -240,7 +232,6 @@ class PeerCopy(Benchmark):
     work_version = 2
 
     def setup(self, route, nbytes):
-        pin_threads()
         gpus = require_gpus(2)
         src, dst = (gpus[0], gpus[1]) if route == "0->1" else (gpus[1], gpus[0])
         _require_fit(sets_for(nbytes, max(cache_bytes(src), cache_bytes(dst))), nbytes, src, dst)
@@ -274,7 +265,6 @@ class PeerCopy(Benchmark):
 MATRIX_SIZES = [256 * MiB]
 
 
-@records_gpu_state
 class PeerMatrix(Benchmark):
     """Both directions of every pair of GPUs at 256 MiB, each copy checked, timed and traced.
 
@@ -318,7 +308,6 @@ class PeerMatrix(Benchmark):
     track_slowest_gbps.unit = track_median_gbps.unit = "GB/s"
 
 
-@records_gpu_state
 class ManySmallCopies(Benchmark):
     """4 MiB as 1,024 copies of 4 KiB vs one copy, and 256 small tensors one by one vs packed.
 
@@ -332,7 +321,6 @@ class ManySmallCopies(Benchmark):
     work_version = 2
 
     def setup(self, device, kind):
-        pin_threads()
         self.device = require_device(device)
         memory = "pinned" if self.device.type == "cuda" else "pageable"
         self.batch = ManySmall(kind, self.device, memory)
@@ -344,7 +332,6 @@ class ManySmallCopies(Benchmark):
         synchronize(self.device)
 
 
-@records_gpu_state
 class SameDeviceMove(Benchmark):
     """Moving a tensor to the device it is on: ``.to(device)``, or ``.cuda(i)`` / ``.cpu()``.
 
@@ -359,7 +346,6 @@ class SameDeviceMove(Benchmark):
     work_version = 2
 
     def setup(self, device, method):
-        pin_threads()
         self.device = require_device(device)
         self.x = randn(1000, device=self.device)
         if method == "to":
@@ -376,7 +362,6 @@ class SameDeviceMove(Benchmark):
         self.move()
 
 
-@records_gpu_state
 class CopyComputeOverlap(Benchmark):
     """A pinned 64 MiB host -> GPU copy on one stream while matmuls run on another.
 
@@ -392,7 +377,6 @@ class CopyComputeOverlap(Benchmark):
     calls = 8
 
     def setup(self, device):
-        pin_threads()
         self.device = require_device(device)
         if self.device.type == "cpu":
             raise NotImplementedError("a CPU has no copy engine: a host copy and a matmul share the same cores")
@@ -422,7 +406,6 @@ class CopyComputeOverlap(Benchmark):
     track_hidden.unit = "%"
 
 
-@records_gpu_state
 class HiddenCopy(Benchmark):
     """Reading a 1,000-element tensor from Python: each read of a GPU tensor is a copy and a sync.
 
@@ -437,7 +420,6 @@ class HiddenCopy(Benchmark):
     work_version = 2
 
     def setup(self, device, read):
-        pin_threads()
         self.device = require_device(device)
         x = randn(1000, device=self.device)
         check_hidden_copy(read, x)

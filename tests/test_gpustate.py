@@ -94,8 +94,8 @@ def test_report_flags_a_figure_measured_while_throttled(tmp_path):
         return json.dumps({"time": start + t, "machine": "h200", "benchmark": name, "params": params,
                            "phase": phase, **GPU, **over})  # fmt: skip
 
-    big = {"device": "cuda", "dtype": "bfloat16", "n": 8192}
-    small = {"device": "cuda", "dtype": "bfloat16", "n": 1024}
+    big = {"device": "cuda", "dtype": "float32", "n": 8192}
+    small = {"device": "cuda", "dtype": "float32", "n": 1024}
     folder = tmp_path / "asv" / "gpustate"
     folder.mkdir()
     (folder / "h200.jsonl").write_text(
@@ -111,12 +111,12 @@ def test_report_flags_a_figure_measured_while_throttled(tmp_path):
     frame = load_results(results).frame
     mine = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.track_tflops")]
     by_params = mine.set_index("params")["gpu_throttled"]
-    assert by_params["device=cuda, dtype=bfloat16, n=8192"] == True  # noqa: E712 - pandas' boolean NA type
-    assert by_params["device=cuda, dtype=bfloat16, n=1024"] == False  # noqa: E712
+    assert by_params["device=cuda, dtype=float32, n=8192"] == True  # noqa: E712 - pandas' boolean NA type
+    assert by_params["device=cuda, dtype=float32, n=1024"] == False  # noqa: E712
     assert by_params.isna().sum() == len(by_params) - 2  # no record: unknown, not "fine"
-    state = mine.set_index("params")["gpu_state"]["device=cuda, dtype=bfloat16, n=8192"]
+    state = mine.set_index("params")["gpu_state"]["device=cuda, dtype=float32, n=8192"]
     assert state == "SM 1755-1980 MHz, 71 C max, 400 W max"
-    timed = mine.set_index("params").loc["device=cuda, dtype=bfloat16, n=8192"]
+    timed = mine.set_index("params").loc["device=cuda, dtype=float32, n=8192"]
     assert (timed["gpu_mhz"], timed["gpu_watts"]) == (1800, 390.0)  # sampled while it was timed
     # the time_ twin ran in another window: its records would have to be its own
     other = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.time_matmul")]
@@ -127,7 +127,7 @@ def test_report_flags_a_figure_measured_while_throttled(tmp_path):
     md = (out / "report.md").read_text()
     section = md.split("## GPU state: figures measured while throttled", 1)[1].split("\n## ", 1)[0]
     assert "2 GPU figures" in section and "1 were measured while the GPU was held back" in section
-    assert "device=cuda, dtype=bfloat16, n=8192" in section and "n=1024" not in section
+    assert "device=cuda, dtype=float32, n=8192" in section and "n=1024" not in section
 
 
 def test_state_is_read_at_most_every_half_second_per_phase(fake_gpu, monkeypatch):
@@ -279,17 +279,37 @@ def test_nvlink_counters_and_topology_are_read_for_the_cuda_device_named():
     assert gpustate.nvlink_joined(0, 2, nv, [*cuda, {"uuid": "GPU-z"}]) is None  # a GPU NVML does not see
 
 
-def test_the_base_class_records_nothing_unless_the_class_says_so():
-    """Recording is visible where a benchmark is defined: ``@records_gpu_state``; the base class wraps nothing."""
+def test_the_base_class_pins_threads_and_records_unless_the_class_opts_out(monkeypatch):
+    """A benchmark class carries no machinery: ``Benchmark`` wraps its set-up (threads pinned first, the GPU
+    state recorded after) and its ``setup_cache``; a class opts out with ``pins_threads``/``gpu_state``."""
+    import inspect
+
+    from devbench import measure
+
+    pinned = []
+    monkeypatch.setattr(measure, "pin_threads", lambda threads=None: pinned.append(threads) or 1)
 
     class Plain(Benchmark):
         def setup(self, n):
+            self.seen = list(pinned)
+
+        def setup_cache(self):
+            return len(pinned)
+
+    class Unpinned(Benchmark):
+        pins_threads = False
+        gpu_state = False
+
+        def setup(self, n):
             pass
 
-    assert not getattr(Plain.setup, "devbench_gpu_state", False)
-    assert not getattr(Plain.teardown, "devbench_gpu_state", False)
-    assert Fake.setup.devbench_gpu_state and Fake.teardown.devbench_gpu_state
+    assert Plain.setup.devbench_gpu_state and Plain.teardown.devbench_gpu_state
+    bench = Plain()
+    bench.setup(4)
+    assert bench.seen == [None]  # pinned before the class's own set-up ran
+    assert Plain().setup_cache() == 2
+    Unpinned().setup(4)
+    assert pinned == [None, None]
+    assert "def setup(self, n)" in inspect.getsource(Plain.setup)  # asv versions the source, unwrapped
     assert records_gpu_state(Fake) is Fake and Fake.setup.__wrapped__.__name__ == "setup"  # wrapped once only
-    import inspect
-
-    assert "def setup(self, device, n)" in inspect.getsource(Fake.setup)  # asv versions the source, unwrapped
+    assert "def setup(self, device, n)" in inspect.getsource(Fake.setup)

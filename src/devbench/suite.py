@@ -209,9 +209,27 @@ def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str =
 def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(setup)
     def wrapped(self, *args):
+        if getattr(self, "pins_threads", False):
+            from devbench.measure import pin_threads
+
+            pin_threads()
         setup(self, *args)
-        _record_gpu_state(self, args, "before")
-        _start_sampler(self)
+        if getattr(self, "gpu_state", True):
+            _record_gpu_state(self, args, "before")
+            _start_sampler(self)
+
+    wrapped.devbench_gpu_state = True
+    return wrapped
+
+
+def _pinned_cache(setup_cache: Callable[..., object]) -> Callable[..., object]:
+    @functools.wraps(setup_cache)
+    def wrapped(self, *args):
+        if getattr(self, "pins_threads", False):
+            from devbench.measure import pin_threads
+
+            pin_threads()
+        return setup_cache(self, *args)
 
     wrapped.devbench_gpu_state = True
     return wrapped
@@ -220,8 +238,9 @@ def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
 def _before_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(teardown)
     def wrapped(self, *args):
-        _stop_sampler(self, args)
-        _record_gpu_state(self, args, "after")
+        if getattr(self, "gpu_state", True):
+            _stop_sampler(self, args)
+            _record_gpu_state(self, args, "after")
         teardown(self, *args)
 
     wrapped.devbench_gpu_state = True
@@ -274,10 +293,19 @@ class Benchmark:
     short benchmark's samples span seconds of the host's ups and downs rather than a
     tenth of one (see benchmarks/README.md, "Noise").
 
-    Nothing else happens here: a class that records the GPUs' state says so with
-    ``@records_gpu_state``, and ``work_version`` (below) is the one attribute that changes
-    the version asv records.
+    Every subclass's ``setup`` is wrapped (``records_gpu_state``, applied here): torch's CPU
+    threads are pinned before it (``pins_threads``), and the GPUs' NVML state is recorded after
+    it and around the timing (``gpu_state``, ``samples_gpu_state``); its ``setup_cache`` runs with
+    the threads pinned too. A class opts out by setting the attribute to False. The wrappers keep
+    the source asv versions a benchmark by, and ``work_version`` (below) is the one attribute
+    that changes the version asv records.
     """
+
+    #: pin torch's intra-op CPU threads (``measure.pin_threads``: DEVBENCH_THREADS or one per core)
+    #: before ``setup`` and ``setup_cache``, so that every figure runs with the same count
+    pins_threads = True
+    #: record the GPUs' NVML state right after set-up and before tear-down (only where CUDA was used)
+    gpu_state = True
 
     #: the version of the work this class times: raise it when that work changes (its sizes, durations,
     #: what is computed or copied, how it is timed), so that asv keeps the figures from before apart
@@ -297,6 +325,7 @@ class Benchmark:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
+        records_gpu_state(cls)
         if "work_version" in cls.__dict__:
             _work_versions(cls, cls.__dict__["work_version"])
 
@@ -305,7 +334,8 @@ class Benchmark:
 
 
 def records_gpu_state(cls: type) -> type:
-    """Class decorator: record the GPUs' NVML state around each benchmark of ``cls`` that uses CUDA.
+    """Wrap ``cls``'s set-up and tear-down (every ``Benchmark`` subclass gets this from the base class):
+    record the GPUs' NVML state around each benchmark of ``cls`` that uses CUDA, and pin the threads first.
 
     Its ``setup`` and ``teardown`` are wrapped: right after set-up and before tear-down the state
     (clocks, temperature, power, throttle reasons) is appended to ``.asv/gpustate``
@@ -320,4 +350,7 @@ def records_gpu_state(cls: type) -> type:
     teardown = getattr(cls, "teardown", None)
     if teardown is not None and not getattr(teardown, "devbench_gpu_state", False):
         cls.teardown = _before_teardown(teardown)
+    setup_cache = cls.__dict__.get("setup_cache")
+    if setup_cache is not None and not getattr(setup_cache, "devbench_gpu_state", False):
+        cls.setup_cache = _pinned_cache(setup_cache)
     return cls
