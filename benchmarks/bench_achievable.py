@@ -8,15 +8,12 @@ The benchmarks then time that shape twice: ``burst`` (after a second of idling, 
 quarter of a second of work) and ``sustained`` (after five seconds of back-to-back
 work), with the GPU's clock and power sampled during the measured blocks.
 
-A search is cached per user (``~/.cache/devbench/achievable.json``, keyed by machine,
-torch, device name, dtype, grid and budget; ``DEVBENCH_SEARCH=fresh`` searches again),
-so repeated runs and ``devbench compare`` time one shape.
+A search is cached per user (``devbench.workloads.achievable.searched``: keyed by machine,
+torch, device, CPU threads, dtype, grid, budget and whether the run was a quick one;
+``DEVBENCH_SEARCH=fresh`` searches again), so repeated runs and ``devbench compare`` time
+one shape, and a search made by ``make test``'s quick run never stands for a real one.
 """
 
-import json
-import os
-import sys
-import time
 from pathlib import Path
 
 import torch
@@ -34,13 +31,12 @@ from devbench.suite import (
 )
 from devbench.workloads.achievable import (
     CPU_BUDGET_S,
-    FINAL_BLOCK_S,
-    FINAL_BLOCKS,
-    FINALISTS,
     GPU_BUDGET_S,
     candidates,
-    search,
+    free_bytes,
     search_reason,
+    searched,
+    write_records,
 )
 from devbench.workloads.matmul import Matmul, checked, tf32
 
@@ -48,63 +44,6 @@ DTYPES = ["float32", "tf32", "bfloat16"]
 
 #: Where the searches are written, beside asv's results (the report reads it).
 ACHIEVABLE_DIR = Path(".asv") / "achievable"
-
-#: Set to "fresh" to search again even when this machine, torch, device and grid were searched before.
-SEARCH_ENV = "DEVBENCH_SEARCH"
-
-
-def _cache_file() -> Path:
-    """Found shapes, per user: the search is a property of the hardware and library, not of a commit, so
-    `devbench compare` (two exported trees, many rounds) and repeated runs time the same shape."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "devbench" / "achievable.json"
-
-
-def _cache_key(device: torch.device, dtype: str, shapes: list, budget: float) -> str:
-    from devbench.files import default_machine
-
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    method = [FINALISTS, FINAL_BLOCK_S, FINAL_BLOCKS]  # a search made another way is searched again
-    return json.dumps([default_machine(), torch.__version__, name, dtype, shapes, budget, method])
-
-
-def _searched(device: torch.device, dtype: str, shapes: list, budget: float) -> dict:
-    """The search record for this device and dtype: from the cache, else searched now (and cached)."""
-    path, key = _cache_file(), _cache_key(device, dtype, [list(s) for s in shapes], budget)
-    try:
-        cache = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        cache = {}
-    if os.environ.get(SEARCH_ENV) != "fresh" and isinstance(cache.get(key), dict):
-        print(f"{device} {dtype}: shape from an earlier search ({path}; {SEARCH_ENV}=fresh searches again)",
-              file=sys.stderr)  # fmt: skip
-        return {**cache[key], "cached": True}
-    print(f"searching {len(shapes)} shapes on {device} {dtype} ({budget:g} s at most)", file=sys.stderr)
-    record = search(device, dtype, shapes, budget).as_record()
-    cache[key] = record
-    try:
-        from devbench.files import write_atomic
-
-        write_atomic(path, json.dumps(cache) + "\n")
-    except OSError as exc:  # a read-only home: search again next time
-        print(f"could not cache the search in {path}: {exc}", file=sys.stderr)
-    return {**record, "cached": False}
-
-
-def _free_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    from devbench.workloads.transfer import host_available
-
-    return host_available()
-
-
-def _write(records: list[dict]) -> None:
-    from devbench.files import append_jsonl, default_machine
-
-    machine = default_machine()
-    stamp = {"time": time.time(), "machine": machine, "torch": torch.__version__}
-    append_jsonl(Path(__file__).resolve().parents[1] / ACHIEVABLE_DIR, machine, [{**stamp, **r} for r in records])
 
 
 def _read(device: str, dtype: str) -> bool:
@@ -150,12 +89,12 @@ class MatmulAchievable(Benchmark):
                     continue
                 dev = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
                 budget = GPU_BUDGET_S if device == "cuda" else CPU_BUDGET_S
-                record = _searched(dev, dtype, candidates(dev, dtype, _free_bytes(dev)), budget)
+                record = searched(dev, dtype, candidates(dev, dtype, free_bytes(dev)), budget)
                 best = record["best"]
                 found[(device, dtype)] = (best["m"], best["k"], best["n"])
                 records.append(record)
         if records:
-            _write(records)
+            write_records(Path(__file__).resolve().parents[1] / ACHIEVABLE_DIR, records)
         return found
 
     def setup(self, found, device, dtype, run):

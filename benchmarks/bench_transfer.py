@@ -24,7 +24,7 @@ from devbench.measure import (
     randn,
     warm_up,
 )
-from devbench.spec import GiB, MiB, gbps, size_label
+from devbench.spec import GiB, MiB, gbps
 from devbench.suite import DEVICES, Benchmark, once, require_device, require_gpus, with_samples
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
@@ -40,7 +40,7 @@ from devbench.workloads.transfer import (
     bidirectional,
     cache_bytes,
     check_hidden_copy,
-    fit_reason,
+    copies_fit_reason,
     hidden_copy,
     host_device_copy,
     overlap,
@@ -80,12 +80,9 @@ def _checked(copy: Copy) -> Copy:
 
 
 def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
-    need: dict[torch.device, int] = {}
-    for d in devices:
-        need[d] = need.get(d, 0) + copy_sets * nbytes
-    reason = fit_reason(need)
+    reason = copies_fit_reason(copy_sets, nbytes, *devices)
     if reason:
-        raise NotImplementedError(f"{size_label(nbytes)}: {reason}")
+        raise NotImplementedError(reason)
 
 
 class HostDevice(Benchmark):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from devbench.measure import threads_pinned
 from devbench.workloads import achievable as A
 from devbench.workloads.matmul import Matmul
 
@@ -109,16 +110,10 @@ def test_what_is_not_searched_says_why():
         A.search_reason(CPU, "int8")
 
 
-def test_a_search_is_cached_per_machine_torch_device_and_grid(monkeypatch, tmp_path):
-    """Repeated runs (and both sides of devbench compare) time the shape one search found."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks import bench_achievable as B
-
+def test_a_search_is_cached_per_machine_threads_and_kind_of_run(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv(B.SEARCH_ENV, raising=False)
+    monkeypatch.delenv(A.SEARCH_ENV, raising=False)
+    monkeypatch.delenv("DEVBENCH_BLOCKS", raising=False)
     monkeypatch.setattr("devbench.files.default_machine", lambda: "box")
     searches = []
 
@@ -126,13 +121,27 @@ def test_a_search_is_cached_per_machine_torch_device_and_grid(monkeypatch, tmp_p
         searches.append(dtype)
         return A.Search(str(device), dtype, [A.ShapeResult(*shapes[-1], tflops=1.0, error=0.0)], budget_s=budget)
 
-    monkeypatch.setattr(B, "search", fake_search)
+    monkeypatch.setattr(A, "search", fake_search)
     shapes = [(8, 8, 8), (16, 8, 8)]
-    first = B._searched(CPU, "float32", shapes, 5.0)
-    again = B._searched(CPU, "float32", shapes, 5.0)
+    first = A.searched(CPU, "float32", shapes, 5.0)
+    again = A.searched(CPU, "float32", shapes, 5.0)
     assert searches == ["float32"] and not first["cached"] and again["cached"]
     assert again["best"] == {"m": 16, "k": 8, "n": 8, "tflops": 1.0}
-    B._searched(CPU, "float32", [(8, 8, 8)], 5.0)  # another grid: another search
-    monkeypatch.setenv(B.SEARCH_ENV, "fresh")
-    B._searched(CPU, "float32", shapes, 5.0)
+    # the record says where and when it was made
+    assert again["made"]["machine"] == "box" and again["made"]["threads"] == torch.get_num_threads()
+    assert again["made"]["quick"] is False and again["made"]["when"].endswith("Z")
+    A.searched(CPU, "float32", [(8, 8, 8)], 5.0)  # another grid: another search
+    monkeypatch.setenv(A.SEARCH_ENV, "fresh")
+    A.searched(CPU, "float32", shapes, 5.0)
     assert searches == ["float32"] * 3
+    monkeypatch.delenv(A.SEARCH_ENV)
+    # a quick run (make test's asv --quick, compare's passes) searches for itself, never for a real run
+    monkeypatch.setenv("DEVBENCH_BLOCKS", "1")
+    assert A.searched(CPU, "float32", shapes, 5.0)["made"]["quick"] is True
+    assert searches == ["float32"] * 4
+    monkeypatch.delenv("DEVBENCH_BLOCKS")
+    assert A.searched(CPU, "float32", shapes, 5.0)["cached"]  # the real run's own search, not the quick one
+    # another thread count is another machine for a CPU search
+    with threads_pinned(max(1, torch.get_num_threads() + 1)):
+        assert not A.searched(CPU, "float32", shapes, 5.0)["cached"]
+    assert searches == ["float32"] * 5

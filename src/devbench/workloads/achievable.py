@@ -13,13 +13,17 @@ reads high, and may only have been lucky.
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
-from devbench.measure import measure, plan_blocks, warm_up
+from devbench.measure import BLOCKS_ENV, measure, plan_blocks, warm_up
 from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32
 
 #: The grid: m and n from DIMS, k from K_DIMS; the square sizes first (the suite's
@@ -191,3 +195,77 @@ def search(
                 torch.cuda.empty_cache()
     out.seconds = time.perf_counter() - t0
     return out
+
+
+# --- the searches a user's runs share ----------------------------------------------------------------------
+
+#: Set to "fresh" to search again even where this machine, torch, device and grid were searched before.
+SEARCH_ENV = "DEVBENCH_SEARCH"
+
+
+def cache_file() -> Path:
+    """Found shapes, per user: a search is a property of the hardware and library, not of a commit, so
+    ``devbench compare`` (two exported trees, many passes) and repeated runs time the same shape."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "devbench" / "achievable.json"
+
+
+def made_where(device: torch.device) -> dict:
+    """What a search depends on beyond its grid: the machine, torch, the device, the CPU threads, and whether
+    the run was a quick one (``DEVBENCH_BLOCKS``: asv --quick in make test, devbench compare's passes), whose
+    search shares the machine with other work and must never stand for a real run's."""
+    from devbench.devices import _cpu_model
+    from devbench.files import default_machine
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
+    return {"machine": default_machine(), "torch": torch.__version__, "device": name,
+            "threads": torch.get_num_threads(), "quick": bool(os.environ.get(BLOCKS_ENV))}  # fmt: skip
+
+
+def _cache_key(device: torch.device, dtype: str, shapes: list, budget: float) -> str:
+    method = [FINALISTS, FINAL_BLOCK_S, FINAL_BLOCKS]  # a search made another way is searched again
+    return json.dumps([made_where(device), dtype, shapes, budget, method], sort_keys=True)
+
+
+def searched(device: torch.device, dtype: str, shapes: list[Shape], budget: float) -> dict:
+    """The search record for this device and dtype: from the cache where the same machine, torch, threads,
+    kind of run, grid and budget made one, else searched now (and cached, with where and when)."""
+    from devbench.files import write_atomic
+
+    path, key = cache_file(), _cache_key(device, dtype, [list(s) for s in shapes], budget)
+    try:
+        cache = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    if os.environ.get(SEARCH_ENV) != "fresh" and isinstance(cache.get(key), dict):
+        made = cache[key].get("made", {})
+        print(f"{device} {dtype}: shape from an earlier search ({path}, made {made.get('when', 'at an unknown time')}; "
+              f"{SEARCH_ENV}=fresh searches again)", file=sys.stderr)  # fmt: skip
+        return {**cache[key], "cached": True}
+    print(f"searching {len(shapes)} shapes on {device} {dtype} ({budget:g} s at most)", file=sys.stderr)
+    record = search(device, dtype, shapes, budget).as_record()
+    made = {**made_where(device), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    cache[key] = {**record, "made": made}
+    try:
+        write_atomic(path, json.dumps(cache) + "\n")
+    except OSError as exc:  # a read-only home: search again next time
+        print(f"could not cache the search in {path}: {exc}", file=sys.stderr)
+    return {**record, "made": made, "cached": False}
+
+
+def free_bytes(device: torch.device) -> int:
+    """Bytes free for a search's buffers on ``device`` (the host's available memory for the CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    from devbench.workloads.transfer import host_available
+
+    return host_available()
+
+
+def write_records(folder: Path, records: list[dict]) -> None:
+    """Append what the searches timed to ``folder/<machine>.jsonl`` (the report reads it)."""
+    from devbench.files import append_jsonl, default_machine
+
+    machine = default_machine()
+    stamp = {"time": time.time(), "machine": machine, "torch": torch.__version__}
+    append_jsonl(folder, machine, [{**stamp, **r} for r in records])

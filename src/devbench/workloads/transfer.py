@@ -134,6 +134,16 @@ def fit_reason(need: dict[torch.device, int]) -> str | None:
     return None
 
 
+def copies_fit_reason(copy_sets: int, nbytes: int, *devices: torch.device) -> str | None:
+    """Why ``copy_sets`` buffers of ``nbytes`` on each of ``devices`` (a device named twice holds twice) would
+    not fit, or ``None``."""
+    need: dict[torch.device, int] = {}
+    for d in devices:
+        need[d] = need.get(d, 0) + copy_sets * nbytes
+    reason = fit_reason(need)
+    return f"{size_label(nbytes)}: {reason}" if reason else None
+
+
 def pinned_reason() -> str | None:
     """Why pinned (page-locked) host memory cannot be had here, or ``None``."""
     if not torch.cuda.is_available():
