@@ -67,6 +67,9 @@ class MatmulAchievable(Benchmark):
     #: devbench gpu-run (devbench.plan): bf16 on the GPU first; setup_cache searches each selected device and
     #: dtype (its budget, and its finalists timed again), then a burst (~1.3 s) or a sustained (~7 s) figure
     headline = [{"device": ["cuda"], "dtype": ["bfloat16"]}]
+    #: this CPU's dtypes without a fast path are not searched (read from its flags, no CUDA touched)
+    skips = [{"where": {"device": ["cpu"], "dtype": [d]}, "reason": search_reason(torch.device("cpu"), d)}
+             for d in DTYPES if search_reason(torch.device("cpu"), d)]  # fmt: skip
     plan_cache_s = {"per": ["device", "dtype"], "s": {"cpu": CPU_BUDGET_S + 15.0, "cuda": GPU_BUDGET_S + 10.0}}
     plan_s = 4.5
     #: 2: the search's best is the fastest of its finalists timed again, longer; it was

@@ -50,6 +50,9 @@ class LaunchOverhead(Benchmark):
     #: devbench gpu-run runs these first (devbench.plan)
     headline = [{"device": ["cuda"]}]
     samples_gpu_state = False  # microseconds a call: no sampling thread beside it
+    skips = [{"where": {"device": ["cpu"], "mode": ["held"]}, "reason": hold_reason(torch.device("cpu"))},
+             {"where": {"device": ["cpu"], "mode": ["graph"]},
+              "reason": graph_reason(torch.device("cpu"))}]  # fmt: skip
 
     def setup(self, device, task, mode):
         self.device = require_device(device)

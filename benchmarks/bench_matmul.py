@@ -40,6 +40,8 @@ class MatmulSquare(Benchmark):
     param_names = ["device", "dtype", "n"]
     #: devbench gpu-run runs these first (devbench.plan)
     headline = [{"device": ["cuda"], "n": [1024, 8192]}, {"device": ["cpu"], "dtype": ["float32"], "n": [1024]}]
+    skips = [{"where": {"device": ["cpu"], "n": [8192]}, "reason": cpu_skip_reason("float32", 8192)},
+             {"where": {"device": ["cpu"], "dtype": ["tf32"]}, "reason": cpu_skip_reason("tf32", 1024)}]  # fmt: skip
 
     def setup(self, device, dtype, n):
         self._tf32 = contextlib.nullcontext()  # asv calls teardown after a skip too

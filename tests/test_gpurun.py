@@ -154,6 +154,31 @@ def test_a_gpu_point_without_its_own_setup_figure_pays_the_probed_gpu_setup():
     assert by["device=cpu"].estimate_s == pytest.approx(0.1 + P.SETUP_S + 1.0)
 
 
+def test_a_declared_skip_is_not_priced_and_the_base_class_raises_its_reason():
+    from devbench.suite import Benchmark
+
+    skips = [{"where": {"device": ["cpu"], "n": [8192]}, "reason": "the CPU curve stops at 4096"}]
+    listing = {"bench_x.X.time_a": _bench("bench_x.X.time_a", [["cpu", "cuda"], [1024, 8192]], ["device", "n"],
+                                          skips=skips)}  # fmt: skip
+    by = {p.label: p for p in P.make_plan(listing, _all, ONE_GPU, 1000, 0).points}
+    assert (by["device=cpu, n=8192"].state, by["device=cpu, n=8192"].reason) == ("skip", "the CPU curve stops at 4096")
+    assert by["device=cuda, n=8192"].state == by["device=cpu, n=1024"].state == "run"
+
+    class X(Benchmark):
+        params = [["cpu", "cuda"], [1024, 8192]]
+        param_names = ["device", "n"]
+
+        def setup(self, device, n):
+            self.ran = True
+
+    X.skips = skips
+    with pytest.raises(NotImplementedError, match="the CPU curve stops at 4096"):
+        X().setup("cpu", 8192)
+    bench = X()
+    bench.setup("cpu", 1024)
+    assert bench.ran
+
+
 def test_the_selection_regex_selects_exactly_the_kept_points_in_asvs_names():
     plan = P.make_plan(_listing(), _all, ONE_GPU, budget_s=20, reserve_s=0)
     regex = re.compile(selection_regex(plan.kept()))

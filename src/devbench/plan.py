@@ -187,6 +187,14 @@ def cache_units(bench: dict[str, Any], values: tuple[str, ...]) -> tuple[tuple[s
     return (bench["name"].rsplit(".", 1)[0], *key), float(seconds)
 
 
+def declared_skip(bench: dict[str, Any], values: tuple[str, ...]) -> str | None:
+    """The reason of the class's first ``skips`` entry the point matches (as ``suite.declared_skip``), or None."""
+    for entry in bench.get("skips", []) or []:
+        if _matches(bench, values, entry.get("where", {}), "skips"):
+            return str(entry.get("reason", "skipped"))
+    return None
+
+
 def sample_s(bench: dict[str, Any]) -> float:
     """Seconds one round of the benchmark spends sampling (its set-up and launch apart)."""
     kind = bench["name"].rsplit(".", 1)[-1].split("_", 1)[0]
@@ -222,6 +230,11 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             if need > costs.gpus:
                 point.state = "skip"
                 point.reason = f"needs {need} GPU(s), this machine has {costs.gpus}" if costs.gpus else "no CUDA here"
+                out.append(point)
+                continue
+            declared = declared_skip(bench, values)
+            if declared:
+                point.state, point.reason = "skip", declared
                 out.append(point)
                 continue
             if costs.cores and cores > costs.cores:

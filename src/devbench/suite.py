@@ -206,9 +206,27 @@ def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str =
     gpustate.record(name, params, phase, folder, gpus=gpus)
 
 
+def declared_skip(bench: object, args: tuple) -> str | None:
+    """The reason of the first of the class's ``skips`` entries that the point ``args`` matches, or None.
+
+    ``skips = [{"where": {param: [values]}, "reason": "..."}]``: points that never run, whatever the machine
+    (a GPU-only mode on the CPU, a size the CPU curve stops before). The base class raises the reason before
+    ``setup`` runs, and ``devbench.plan`` reads the same entries, so a planned run does not price them."""
+    names = list(getattr(bench, "param_names", []))
+    values = args[len(args) - len(names) :] if names else ()
+    for entry in getattr(bench, "skips", ()) or ():
+        where = entry["where"]
+        if all(name in names and values[names.index(name)] in wanted for name, wanted in where.items()):
+            return entry["reason"]
+    return None
+
+
 def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(setup)
     def wrapped(self, *args):
+        reason = declared_skip(self, args)
+        if reason:
+            raise NotImplementedError(reason)
         if getattr(self, "pins_threads", False):
             from devbench.measure import pin_threads
 
@@ -306,6 +324,8 @@ class Benchmark:
     pins_threads = True
     #: record the GPUs' NVML state right after set-up and before tear-down (only where CUDA was used)
     gpu_state = True
+    #: points that never run, with the reason asv records (``declared_skip``; the plan reads them too)
+    skips: list[dict] = []
 
     #: the version of the work this class times: raise it when that work changes (its sizes, durations,
     #: what is computed or copied, how it is timed), so that asv keeps the figures from before apart
