@@ -685,3 +685,31 @@ def test_the_benchmark_processes_write_bytecode_and_read_their_own_selection(mon
     env = _worker_env(Options(base="a", head="b", repo=Path("."), out=Path("o"), python=sys.executable))
     assert "PYTHONDONTWRITEBYTECODE" not in env and "DEVBENCH_BENCH" not in env
     assert env["DEVBENCH_BLOCKS"] == "1" and env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_a_change_anywhere_in_what_a_side_exports_is_not_an_a_a_run(tmp_path):
+    """A slowdown planted in ``src/devbench/__init__.py`` (which every benchmark imports) was called slower under a
+    note that said both sides ran the same benchmark code; a README is still not code."""
+    from devbench.ab.export import benchmark_code
+
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "src" / "devbench").mkdir(parents=True)
+    (repo / "benchmarks" / "bench_a.py").write_text("def time_a():\n    pass\n")
+    (repo / "src" / "devbench" / "__init__.py").write_text("")
+    (repo / "asv.conf.json").write_text("{}")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    first = _git(repo, "rev-parse", "HEAD")
+    (repo / "README.md").write_text("words\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "docs")
+    docs = _git(repo, "rev-parse", "HEAD")
+    (repo / "src" / "devbench" / "__init__.py").write_text("import time\ntime.sleep(0.001)\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "slower")
+    slower = _git(repo, "rev-parse", "HEAD")
+    assert benchmark_code(repo, first) == benchmark_code(repo, docs)
+    assert benchmark_code(repo, docs) != benchmark_code(repo, slower)
+    assert "src/devbench/__init__.py=" in benchmark_code(repo, slower)

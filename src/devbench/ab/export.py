@@ -14,18 +14,10 @@ from pathlib import Path
 
 from devbench.ab.options import ABError
 
-#: what the benchmarks run: two commits with the same Python files here (and the same asv
-#: configuration) measure the same code; documentation beside them does not count
-BENCHMARK_CODE = (
-    "asv.conf.json",
-    "benchmarks",
-    "src/devbench/workloads",
-    "src/devbench/measure.py",
-    "src/devbench/lanes.py",
-    "src/devbench/suite.py",
-    "src/devbench/spec.py",
-    "src/devbench/devices.py",
-)
+#: what the benchmarks run: every Python file of what a side exports (``export``) and its asv configuration.
+#: Two commits with the same ones here measure the same code; documentation beside them does not count. Any
+#: module of ``src/`` counts, not only the workloads: every benchmark imports ``devbench`` itself.
+BENCHMARK_CODE = ("asv.conf.json", "benchmarks", "src")
 
 
 @dataclass(frozen=True)
