@@ -101,7 +101,7 @@ def session_pids(sid: int) -> list[int]:
         if not name.isdigit():
             continue
         try:
-            if os.getsid(int(name)) == sid:
+            if os.getsid(int(name)) == sid and not _zombie(int(name)):
                 pids.append(int(name))
         except OSError:  # gone meanwhile, or not ours to ask
             continue
@@ -112,6 +112,15 @@ def session_pids(sid: int) -> list[int]:
         except OSError:
             pass
     return pids
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and only waits to be reaped (it runs nothing and cannot be killed)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def kill_session(sid: int, wait_s: float = 5.0) -> list[int]:
@@ -213,8 +222,8 @@ class Run:
 
     def stage(self, name: str, cmd: list[str], limit_s: float, estimate_s: float, log_path: Path | None = None,
               env: dict[str, str] | None = None) -> int:  # fmt: skip
-        print(f"== {name}: expected {estimate_s:.0f} s, limit {limit_s:.0f} s ({self.left():.0f} s of the budget left)",
-              flush=True)  # fmt: skip
+        print(f"== {name}: expected {estimate_s:.0f} s, limit {max(0.0, limit_s):.0f} s "
+              f"({max(0.0, self.left()):.0f} s of the budget left)", flush=True)  # fmt: skip
         if limit_s < MIN_STAGE_S:
             print(f"== {name}: skipped, out of time", flush=True)
             self.stages.append({"stage": name, "estimate_s": estimate_s, "actual_s": 0.0, "rc": None,
@@ -398,7 +407,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
     _smi(run.out / "smi-after.txt")
     took = time.monotonic() - run.start
-    print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f}; expected {plan.estimate_s() + sum_reserves(args):.0f} s; "
+    print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f}; expected {plan.estimate_s() + plan.reserve_s:.0f} s; "
           f"packed into {run.out}", flush=True)  # fmt: skip
     return 1 if failed else 0
 
