@@ -256,6 +256,8 @@ def _pinned_cache(setup_cache: Callable[..., object]) -> Callable[..., object]:
 def _before_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(teardown)
     def wrapped(self, *args):
+        if declared_skip(self, args):
+            return  # the class's own setup never ran: nor does its teardown
         if getattr(self, "gpu_state", True):
             _stop_sampler(self, args)
             _record_gpu_state(self, args, "after")
