@@ -626,3 +626,19 @@ def test_tables_keep_significant_digits_and_every_value_its_unit():
     legend = records.env_legend(pd.DataFrame({"env": ["virtualenv-py3.11-torch2.13.0", "existing-py_x"],
                                               "machine": ["m", "m"]}))  # fmt: skip
     assert list(legend["torch"]) == ["2.13.0 (from the name)", "not recorded"]
+
+
+def test_the_same_problem_for_many_benchmarks_is_one_row_naming_them():
+    from devbench.report.problems import Problem
+    from devbench.report.sections import _problem_rows
+
+    old = "result file(s) measured an older version of this benchmark's code"
+    problems = [Problem(f"bench_x.B{i}.time_a", f"{i % 3 + 1} {old}") for i in range(8)]
+    problems.append(Problem("results/vm/broken.json", "not JSON"))
+    rows = _problem_rows(problems)
+    assert len(rows) == 2
+    first = rows.iloc[0]
+    assert first["file or benchmark"].startswith("8 benchmarks or files: bench_x.B0.time_a, ")
+    assert first["file or benchmark"].endswith("and 2 more")
+    assert first["problem"] == "some result files measured an older version of this benchmark's code"
+    assert rows.iloc[1].tolist() == ["results/vm/broken.json", "not JSON"]

@@ -25,6 +25,26 @@ from devbench.spec import size_label
 # --- Sections -------------------------------------------------------------------------------------------
 
 
+
+def _problem_rows(problems: list) -> pd.DataFrame:
+    """One row per kind of problem: the same message (its file counts aside) for many benchmarks is one row
+    naming them, so that a history measured with older benchmark code does not fill the report's first page."""
+    import re
+
+    groups: dict[str, list] = {}
+    for p in problems:
+        groups.setdefault(re.sub(r"^\d+ ", "N ", p.message), []).append(p)
+    rows = []
+    for key, members in groups.items():
+        if len(members) == 1:
+            rows.append((members[0].path, members[0].message))
+            continue
+        names = [m.path for m in members]
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        message = key.replace("N result file(s)", "some result files")
+        rows.append((f"{len(names)} benchmarks or files: {shown}", message))
+    return pd.DataFrame({"file or benchmark": [r[0] for r in rows], "problem": [r[1] for r in rows]})
+
 def _machines(loaded: Loaded) -> Section:
     f = loaded.frame
     wanted = ("gpu", "gpu_count", "cuda", "driver", "cpu", "num_cpu")
@@ -350,16 +370,8 @@ def build(
         rep.sections.append(Section("Environments", "What each environment label stands for.", legend))
     if loaded.problems:
         rep.sections.append(
-            Section(
-                "Problems",
-                "These inputs were skipped or are left out of comparisons:",
-                pd.DataFrame(
-                    {
-                        "file or benchmark": [p.path for p in loaded.problems],
-                        "problem": [p.message for p in loaded.problems],
-                    }
-                ),
-            )
+            Section("Problems", "These inputs were skipped or are left out of comparisons:",
+                    _problem_rows(loaded.problems))  # fmt: skip
         )
     tp = D.matmul_throughput(lat)
     bw = D.transfer_bandwidth(lat)
