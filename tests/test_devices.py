@@ -136,6 +136,11 @@ def test_describe_reports_gpus_from_torch(monkeypatch):
     assert devices.gpu_summary(rec)["gpu"] == "2 x NVIDIA H100 80GB HBM3"
     table = cli.format_info(rec)
     assert "NVIDIA H100 80GB HBM3" in table and "0->1: yes" in table
+    # a link trained below its maximum is named, with what its copies are judged against
+    rec["gpus"][1].update(pcie_gen=4, pcie_width=16, pcie_gen_max=5, pcie_width_max=16)
+    table = cli.format_info(rec)
+    assert "gen4 x16 (max gen5 x16)" in table
+    assert "note: GPU 1: PCIe link trained at Gen4 x16, below its Gen5 x16" in table
 
 
 def test_info_command_table(capsys):

@@ -26,16 +26,22 @@ def _rows(record: dict[str, Any]) -> list[tuple[str, str]]:
 
 def format_info(record: dict[str, Any]) -> str:
     """``describe()`` as a table a person reads, like ``nvidia-smi``'s header."""
+    from devbench.expected import link_note
+
     lines = [f"{k:<13} {v}" for k, v in _rows(record)]
+    notes: list[str] = []
     if record["gpus"]:
-        head = f"{'#':>2}  {'name':<28} {'memory':>10} {'SMs':>4} {'cc':>4}  {'PCIe':<10}"
+        head = f"{'#':>2}  {'name':<28} {'memory':>10} {'SMs':>4} {'cc':>4}  {'PCIe':<24}"
         lines += ["", head, "-" * len(head)]
         for g in record["gpus"]:
             pcie = f"gen{g['pcie_gen']} x{g['pcie_width']}" if g.get("pcie_gen") else "n/a"
+            if link_note(g):
+                pcie += f" (max gen{g['pcie_gen_max']} x{g['pcie_width_max']})"
+                notes.append(f"GPU {g['index']}: {link_note(g)}: its host<->device copies are judged against that")
             mem = f"{g.get('memory_gib', 0):.1f} GiB"
             lines.append(
                 f"{g['index']:>2}  {str(g.get('name')):<28} {mem:>10} {g.get('sm_count', '?'):>4} "
-                f"{g.get('compute_capability', '?'):>4}  {pcie:<10}"
+                f"{g.get('compute_capability', '?'):>4}  {pcie:<24}"
             )
     if record.get("peer_access"):
         lines += ["", "peer access (P2P / NVLink):"]
@@ -43,7 +49,7 @@ def format_info(record: dict[str, Any]) -> str:
         for pair, ok in record["peer_access"].items():
             link = {True: "NVLink", False: "no NVLink"}.get(nvlink.get(pair), "NVLink unknown")
             lines.append(f"  {pair}: {'yes' if ok else 'no'} ({link})")
-    for note in record["notes"]:
+    for note in [*record["notes"], *notes]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
 
