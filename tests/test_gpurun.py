@@ -397,3 +397,23 @@ def test_sigterm_during_asv_exits_143_keeps_what_asv_finished_and_leaves_no_proc
         data = json.load(tar.extractfile(result))
     assert data["results"]["bench_stop.Fast.track_one"][0] == [1.0]
     assert "bench_stop.Slow.track_two" not in data["results"]
+
+
+def test_the_h200_runs_headline_figures_are_judged_against_its_link_memory_and_datasheet():
+    from devbench.gpurun import figure_value, health_lines
+
+    results = ROOT / "reports" / "asv-results" / "h200"
+    sha = json.loads(next(p for p in results.glob("*.json") if p.name != "machine.json").read_text())["commit_hash"]
+    h200 = {"name": "NVIDIA H200", "pcie_gen": 5, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}
+    assert figure_value(results, sha, "bench_transfer.HostDevice.track_gbps",
+                        ("h2d", "pinned", "blocking", 256 * 2**20)) == pytest.approx(55.29, abs=0.01)  # fmt: skip
+    assert figure_value(results, sha, "bench_transfer.HostDevice.track_gbps", ("d2h", "pinned", "blocking", 1)) is None
+    lines = health_lines(results, sha, h200)
+    by = {line.split("  ")[1].strip(): line for line in lines}
+    assert set(by) == {"pinned h2d 256 MiB", "device copy 1 GiB, r+w", "achievable bf16, burst", "float32 n=8192"}
+    assert " ok " in by["pinned h2d 256 MiB"] and "88% of 63" in by["pinned h2d 256 MiB"]
+    assert " ok " in by["device copy 1 GiB, r+w"] and "89% of 4800" in by["device copy 1 GiB, r+w"]
+    # the same figures on an H100 whose link trained at Gen4: the copy is judged against Gen4's 31.5 GB/s
+    gen4 = {"name": "NVIDIA H100 80GB HBM3", "pcie_gen": 4, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}
+    line = health_lines(results, sha, gen4)[0]
+    assert "175% of 31.51 (PCIe Gen4 x16" in line and "the machine's facts may be wrong" in line

@@ -279,6 +279,56 @@ def measured_since(results: Path, sha: str, since: float) -> set[str]:
     return done
 
 
+#: the headline figures gpu-run judges against what the machine should do (devbench.expected): benchmark,
+#: params, the kind of expected figure, and whether the host memory is pageable
+HEALTH_FIGURES = [
+    ("bench_transfer.HostDevice.track_gbps", ("h2d", "pinned", "blocking", 256 * 2**20), "h2d", "pinned h2d 256 MiB"),
+    ("bench_transfer.HostDevice.track_gbps", ("d2h", "pinned", "blocking", 256 * 2**20), "d2h", "pinned d2h 256 MiB"),
+    ("bench_transfer.DeviceCopy.track_gbps_read_write", ("cuda", 2**30), "device_copy", "device copy 1 GiB, r+w"),
+    ("bench_achievable.MatmulAchievable.track_tflops", ("cuda", "bfloat16", "burst"), "matmul:bfloat16",
+     "achievable bf16, burst"),
+    ("bench_matmul.MatmulSquare.track_tflops", ("cuda", "float32", 8192), "matmul:float32", "float32 n=8192"),
+]  # fmt: skip
+
+
+def figure_value(results: Path, sha: str, name: str, params: tuple) -> float | None:
+    """The figure asv saved for benchmark ``name`` at ``params`` (commit ``sha``), or None."""
+    want = [repr(p) for p in params]
+    for path in results.glob("*.json"):
+        if path.name == "machine.json":
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        row = data.get("results", {}).get(name) if data.get("commit_hash") == sha else None
+        if row is None:
+            continue
+        cols = data["result_columns"]
+        import itertools
+
+        combos = list(itertools.product(*row[cols.index("params")]))
+        if tuple(want) in combos:
+            value = row[cols.index("result")][combos.index(tuple(want))]
+            if isinstance(value, int | float) and value == value:
+                return float(value)
+    return None
+
+
+def health_lines(results: Path, sha: str, gpu: dict[str, Any]) -> list[str]:
+    """Each headline GPU figure of this run beside what the machine should do (``devbench.expected.judge``)."""
+    from devbench.expected import judge
+
+    lines = []
+    for name, params, kind, label in HEALTH_FIGURES:
+        value = figure_value(results, sha, name, params)
+        if value is None:
+            continue
+        health = judge(value, kind, gpu)
+        lines.append(f"  {label:<26} {value:>9.4g}  {health.verdict:<7} {health.reason}")
+    return lines
+
+
 class Summary:
     """What the run has done so far: written to plan.json and packed after every stage, and printed at the end."""
 
@@ -406,10 +456,27 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
                          run.left() - PACK_S, VALIDATE_S, log_path=run.out / "validate.txt")  # fmt: skip
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
     _smi(run.out / "smi-after.txt")
+    _print_health(run, python, machine, sha)
     took = time.monotonic() - run.start
     print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f}; expected {plan.estimate_s() + plan.reserve_s:.0f} s; "
           f"packed into {run.out}", flush=True)  # fmt: skip
     return 1 if failed else 0
+
+
+def _print_health(run: Run, python: str, machine: str, sha: str) -> None:
+    """Print the headline GPU figures' health (GPU 0's facts from ``devbench info --json``); nothing without a GPU."""
+    out = subprocess.run([python, "-m", "devbench.cli", "info", "--json"], cwd=run.repo, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    try:
+        gpus = json.loads(out.stdout).get("gpus", []) if out.returncode == 0 else []
+    except ValueError:
+        gpus = []
+    if not gpus:
+        return
+    lines = health_lines(run.repo / ".asv" / "results" / machine, sha, gpus[0])
+    if lines:
+        print(f"health: GPU 0 ({gpus[0].get('name')}), each figure against what this machine should do", flush=True)
+        print("\n".join(lines), flush=True)
 
 
 def sum_reserves(args: argparse.Namespace) -> float:
