@@ -20,6 +20,7 @@ and what the earlier stages made is packed whatever a later one does.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -255,10 +256,9 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
             "--set-commit-hash", sha, "-a", f"rounds={rounds}", "--show-stderr", "--bench", regex]  # fmt: skip
 
 
-def measured_since(results: Path, sha: str, since: float) -> set[str]:
-    """Benchmarks of commit ``sha`` in the asv results folder ``results`` (one machine's) that asv started at
-    or after ``since`` (seconds since the epoch), read from the results asv saved."""
-    done: set[str] = set()
+def _saved(results: Path, sha: str) -> list[dict[str, Any]]:
+    """The result files asv saved for commit ``sha`` in one machine's results folder (unreadable ones left out)."""
+    found = []
     for path in results.glob("*.json"):
         if path.name == "machine.json":
             continue
@@ -266,9 +266,17 @@ def measured_since(results: Path, sha: str, since: float) -> set[str]:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if data.get("commit_hash") != sha:
-            continue
-        cols = data.get("result_columns", [])
+        if data.get("commit_hash") == sha and "result_columns" in data:
+            found.append(data)
+    return found
+
+
+def measured_since(results: Path, sha: str, since: float) -> set[str]:
+    """Benchmarks of commit ``sha`` in the asv results folder ``results`` (one machine's) that asv started at
+    or after ``since`` (seconds since the epoch), read from the results asv saved."""
+    done: set[str] = set()
+    for data in _saved(results, sha):
+        cols = data["result_columns"]
         if "started_at" not in cols:
             continue
         at = cols.index("started_at")
@@ -280,7 +288,7 @@ def measured_since(results: Path, sha: str, since: float) -> set[str]:
 
 
 #: the headline figures gpu-run judges against what the machine should do (devbench.expected): benchmark,
-#: params, the kind of expected figure, and whether the host memory is pageable
+#: params, the kind of expected figure (devbench.expected.expected), and the label printed
 HEALTH_FIGURES = [
     ("bench_transfer.HostDevice.track_gbps", ("h2d", "pinned", "blocking", 256 * 2**20), "h2d", "pinned h2d 256 MiB"),
     ("bench_transfer.HostDevice.track_gbps", ("d2h", "pinned", "blocking", 256 * 2**20), "d2h", "pinned d2h 256 MiB"),
@@ -293,23 +301,15 @@ HEALTH_FIGURES = [
 
 def figure_value(results: Path, sha: str, name: str, params: tuple) -> float | None:
     """The figure asv saved for benchmark ``name`` at ``params`` (commit ``sha``), or None."""
-    want = [repr(p) for p in params]
-    for path in results.glob("*.json"):
-        if path.name == "machine.json":
-            continue
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        row = data.get("results", {}).get(name) if data.get("commit_hash") == sha else None
+    want = tuple(repr(p) for p in params)
+    for data in _saved(results, sha):
+        row = data.get("results", {}).get(name)
         if row is None:
             continue
         cols = data["result_columns"]
-        import itertools
-
         combos = list(itertools.product(*row[cols.index("params")]))
-        if tuple(want) in combos:
-            value = row[cols.index("result")][combos.index(tuple(want))]
+        if want in combos:
+            value = row[cols.index("result")][combos.index(want)]
             if isinstance(value, int | float) and value == value:
                 return float(value)
     return None
