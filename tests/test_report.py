@@ -642,3 +642,28 @@ def test_the_same_problem_for_many_benchmarks_is_one_row_naming_them():
     assert first["file or benchmark"].endswith("and 2 more")
     assert first["problem"] == "some result files measured an older version of this benchmark's code"
     assert rows.iloc[1].tolist() == ["results/vm/broken.json", "not JSON"]
+
+
+def test_the_health_section_judges_each_gpu_figure_against_its_machine(tmp_path):
+    results = tmp_path / "asv" / "results"
+    shutil.copytree(REPO / "reports" / "asv-results", results)
+    record = results / "h200" / "machine.json"
+    data = json.loads(record.read_text())
+    data["pcie"] = "gen4 x16 (max gen5 x16)"  # as devbench machine records it; a link trained low
+    record.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    assert main(["--results", str(results), "--out", str(out), "--format", "md", "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    section = md.split("## Health: each GPU figure against its machine", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
+    # 55.3 GB/s pinned h2d over a link recorded at Gen4 x16 (31.5 GB/s): above what it should reach
+    assert "h2d pinned blocking 256 MiB" in rows and "may be wrong" in rows["h2d pinned blocking 256 MiB"]
+    assert " ok " in rows["device copy 1 GiB, read + written"] and "89%" in rows["device copy 1 GiB, read + written"]
+    assert "matmul tf32 n=1024" not in rows  # too small to fill the GPU: not judged against the peak
+    assert " ok " in rows["matmul float32 n=8192"]
+    assert not any("cpu" in k for k in rows)  # the CPU's own copies are not GPU figures
+    # without the link in the machine record, its host<->device figures are unknown, and the row says why
+    data.pop("pcie")
+    record.write_text(json.dumps(data))
+    assert main(["--results", str(results), "--out", str(out), "--format", "md", "--quiet"]) == 0
+    assert "names no PCIe link (devbench machine records it)" in (out / "report.md").read_text()

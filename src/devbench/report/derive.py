@@ -312,3 +312,78 @@ def launch_split(frame: pd.DataFrame) -> pd.DataFrame:
     t["launch"] = (t["queued"] - t["held"]).clip(lower=0)
     t["sync"] = (t["per_call"] - t["queued"]).clip(lower=0)
     return t[cols]
+
+
+def _link(text: object) -> dict:
+    """The PCIe fields of an asv machine's ``pcie`` entry ("gen5 x16 (max gen5 x16)"), as ``expected`` reads them."""
+    import re
+
+    found = re.findall(r"gen(\d+) x(\d+)", str(text or ""))
+    if not found:
+        return {}
+    gen, width = (int(v) for v in found[0])
+    top_gen, top_width = (int(v) for v in found[-1])
+    return {"pcie_gen": gen, "pcie_width": width, "pcie_gen_max": top_gen, "pcie_width_max": top_width}
+
+
+#: the copies judged: pinned and pageable host<->device, and the on-device copy, at 64 MiB and more (smaller
+#: ones measure latency, not the link)
+HEALTH_MIN_BYTES = 64 * 2**20
+#: and the square products of this size and more (a 1,024 product cannot fill a GPU of 132 SMs)
+HEALTH_MIN_N = 4096
+
+
+def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFrame) -> pd.DataFrame:
+    """Each GPU machine's copies (64 MiB and more) and largest square product per dtype against what the
+    machine should do (``devbench.expected``): the expected figure, the share, ``ok``/``low``/``unknown`` and why.
+    A machine's PCIe link comes from its asv record's ``pcie`` (``devbench machine``); without it the
+    host<->device figures are ``unknown``."""
+    from devbench.expected import Health, judge
+
+    cols = ["where", "figure", "measured", "unit", "verdict", "share", "reason"]
+    names = _gpu_names(frame)
+    if names.empty:
+        return pd.DataFrame(columns=cols)
+    first = usable(frame).drop_duplicates("machine").set_index("machine")
+    links = first["machine_pcie"] if "machine_pcie" in first else pd.Series(dtype=object)
+    rows = []
+
+    def gpu_of(machine: str) -> dict | None:
+        name = names.get(machine)
+        if name is None or str(name) in ("none", "nan", ""):
+            return None
+        return {"name": str(name).split(" x ", 1)[-1], **_link(links.get(machine))}
+
+    for r in bandwidth.itertuples():
+        gpu = gpu_of(r.machine)
+        kind = str(r.copy)
+        if gpu is None or float(r.nbytes) < HEALTH_MIN_BYTES:
+            continue
+        if kind.startswith(("h2d", "d2h")):
+            figure, measured = f"{kind} {spec.size_label(int(r.nbytes))}", float(r.gbps)
+            if "pcie_gen" in gpu:
+                health_ = judge(measured, kind[:3], gpu, pageable="pageable" in kind)
+            else:
+                health_ = Health("unknown", None, "the machine's asv record names no PCIe link (devbench machine "
+                                 "records it)")  # fmt: skip
+        elif kind == "on-device cuda":
+            measured = 2 * float(r.gbps)  # the memory reads and writes every byte copied
+            health_ = judge(measured, "device_copy", gpu)
+            figure = f"device copy {spec.size_label(int(r.nbytes))}, read + written"
+        else:
+            continue
+        rows.append([where_label(pd.DataFrame([r._asdict()])).iloc[0], figure, measured, "GB/s", health_.verdict,
+                     health_.share, health_.reason])  # fmt: skip
+    gpu_tp = throughput[throughput["device"] == "cuda"] if not throughput.empty else throughput
+    if not gpu_tp.empty:
+        # the largest size per dtype, where one product can fill the GPU: a small one is not meant to reach the peak
+        large = gpu_tp[gpu_tp["n"].astype(float) >= HEALTH_MIN_N]
+        top = large.sort_values("n").groupby(["machine", "env", "dtype"]).tail(1)
+        for r in top.itertuples():
+            gpu = gpu_of(r.machine)
+            if gpu is None:
+                continue
+            health_ = judge(float(r.tflops), f"matmul:{r.dtype}", gpu)
+            rows.append([where_label(pd.DataFrame([r._asdict()])).iloc[0], f"matmul {r.dtype} n={int(r.n)}",
+                         float(r.tflops), "TFLOP/s", health_.verdict, health_.share, health_.reason])  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)

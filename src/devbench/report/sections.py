@@ -285,6 +285,21 @@ def _peers(peers: pd.DataFrame | None) -> Section | None:
     return Section("GPU pairs: copy bandwidth (GB/s), every direction", text, table)
 
 
+def _health(frame: pd.DataFrame, tp: pd.DataFrame, bw: pd.DataFrame) -> Section | None:
+    table = D.health(frame, tp, bw)
+    if table.empty:
+        return None
+    table = table.assign(share=[f"{100 * v:.0f}%" if pd.notna(v) else "n/a" for v in table["share"]])
+    text = (
+        "Each GPU figure against what its own machine should do (devbench.expected): host<->device copies "
+        "against the PCIe link as the machine record says it trained, per direction after encoding; the "
+        "device copy (bytes read plus written) against the GPU's datasheet memory bandwidth; the largest "
+        "square product per dtype against the datasheet dense TFLOP/s. `low`: below 70% of expected, with "
+        "the likely reason where one can be read; `unknown`: no expected figure, and why."
+    )
+    return Section("Health: each GPU figure against its machine", text, sig(table))
+
+
 def _gpu_state(frame: pd.DataFrame) -> Section | None:
     if "gpu_throttled" not in frame.columns or frame["gpu_throttled"].isna().all():
         return None
@@ -389,6 +404,7 @@ def build(
         _collectives(cb),
         _fleet(loaded.fleet),
         _peers(loaded.peers),
+        _health(lat, tp, bw),
         _gpu_state(lat),
     ):
         if sec is not None:
