@@ -485,6 +485,17 @@ def test_a_search_of_another_commit_divides_nothing():
     same = _frame([{**r, "commit": "b" * 40, "commit_short": "bbbbbbbb"} for r in rows])
     cpu = _row(D.fraction_of_peak(same, searches=searches), device="cpu", n=1024)
     assert cpu["peak"] == 0.41 and cpu["fraction"] == pytest.approx(0.04 / 0.41)
+    # a search below a square product of the same run (made on a busy host, or cut short) is no ceiling:
+    # the square is, and no fraction passes 100%
+    low = searches.assign(search_tflops=[0.023, 780.0])
+    busy = _frame([{**r, "commit": "b" * 40, "commit_short": "bbbbbbbb"}
+                   | ({"value": 0.001} if r["benchmark"].endswith("MatmulAchievable.track_tflops") else {})
+                   for r in rows])  # fmt: skip
+    peak = D.fraction_of_peak(busy, searches=low)
+    cpu = _row(peak, device="cpu", n=1024)
+    assert cpu["peak"] == pytest.approx(0.04) and cpu["fraction"] == pytest.approx(1.0)
+    assert cpu["peak_source"] == "n=1024, above the search's best (512x1024x512, 0.023)"
+    assert (peak["fraction"].dropna() <= 1.0).all()
 
 
 def test_unknown_gpu_gets_no_fraction():

@@ -98,9 +98,9 @@ def _peak(tp_frame: pd.DataFrame) -> Section | None:
         "where its burst and sustained ran at the same commit and environment as the square products, else a "
         "known GPU's datasheet dense figure (devbench.peaks). Figures of two runs are not divided: they can "
         "differ in code and in the host's hour. A CPU without a search at its commit gets no fraction, and "
-        "its row says where the latest search was; unknown GPUs get none either. Above 100%: a square product "
-        "beat the search's best on a noisy host (the search times each shape briefly, then its finalists for "
-        "half a second)."
+        "its row says where the latest search was; unknown GPUs get none either. A ceiling is never below a "
+        "product timed in the same run: where a square product beat the search's best (a search on a busy "
+        "host), that product is the peak and the row says so."
     )
     return Section("Fraction of peak", text, sig(table))
 
