@@ -397,3 +397,46 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
             rows.append([where_label(pd.DataFrame([r._asdict()])).iloc[0], f"matmul {r.dtype} n={int(r.n)}",
                          float(r.tflops), "TFLOP/s", health_.verdict, health_.share, health_.reason])  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
+
+
+def with_health(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with ``expected``, ``expected_source`` and ``health`` (ok, low, unknown) on the GPU figures the
+    health section judges, every commit of them (the history's own normal); empty elsewhere. For the CSV and
+    Parquet: one ``expected`` per machine and kind, so a long history costs a few divisions."""
+    from devbench.expected import LOW_SHARE, expected
+
+    out = frame.assign(expected=np.nan, expected_source="", health="")
+    if "machine_gpu" not in out or out.empty:
+        return out
+    bench, value = out["benchmark"].astype(str), pd.to_numeric(out["value"], errors="coerce")
+
+    def col(name: str) -> pd.Series:
+        return out[name].astype(str) if name in out else pd.Series("", index=out.index)
+
+    nbytes = pd.to_numeric(out["nbytes"], errors="coerce") if "nbytes" in out else pd.Series(np.nan, index=out.index)
+    n = pd.to_numeric(out["n"], errors="coerce") if "n" in out else pd.Series(np.nan, index=out.index)
+    kinds = pd.Series("", index=out.index)
+    copies = (bench == "bench_transfer.HostDevice.track_gbps") & (nbytes >= HEALTH_MIN_BYTES)
+    kinds[copies] = col("direction")[copies]
+    device = (bench == "bench_transfer.DeviceCopy.track_gbps_read_write") & (col("device") == "cuda")
+    kinds[device & (nbytes >= HEALTH_MIN_BYTES)] = "device_copy"
+    products = (bench == "bench_matmul.MatmulSquare.track_tflops") & (col("device") == "cuda") & (n >= HEALTH_MIN_N)
+    kinds[products] = "matmul:" + col("dtype")[products]
+    judged = kinds != ""
+    if not judged.any():
+        return out
+    for (_machine, kind), rows in out[judged].groupby([out["machine"][judged], kinds[judged]]).groups.items():
+        first = out.loc[rows[0]]
+        name = str(first["machine_gpu"]).split(" x ", 1)[-1]
+        link = _link(first.get("machine_pcie"))
+        want = expected(kind, {"name": name, **link})
+        if kind in ("h2d", "d2h") and not link:
+            want = type(want)(None, "no PCIe link in the machine's asv record (devbench machine records it)")
+        if want.value is None:
+            out.loc[rows, ["expected_source", "health"]] = [want.source, "unknown"]
+            continue
+        share = value[rows] / want.value
+        out.loc[rows, "expected"] = want.value
+        out.loc[rows, "expected_source"] = want.source
+        out.loc[rows, "health"] = np.where(share >= LOW_SHARE, "ok", "low")
+    return out
