@@ -5,9 +5,9 @@ Benchmarks import these so that the rules of docs/design.md live in one place:
 * ``DEVICES`` is the device param, the same on every machine (rule 1);
 * ``require_device`` / ``require_gpus`` turn param values into devices or raise
   ``NotImplementedError`` with the reason, which asv records as a skip (rule 1);
-* ``Benchmark`` holds the suite's sampling settings and the work version;
-  ``@records_gpu_state`` marks a class that records the GPUs' NVML state around each
-  benchmark that uses CUDA (``devbench.gpustate``).
+* ``Benchmark`` holds the suite's sampling settings and the work version, and wraps every
+  subclass's set-up: its declared ``skips`` raised first, the CPU threads pinned, the GPUs'
+  NVML state recorded around each benchmark that uses CUDA (``devbench.gpustate``).
 
 Timing, inputs and threads are ``devbench.measure``'s (no asv there, so workloads can
 use it). Nothing here touches CUDA at import time (rule 2).
