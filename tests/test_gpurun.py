@@ -417,3 +417,12 @@ def test_the_h200_runs_headline_figures_are_judged_against_its_link_memory_and_d
     gen4 = {"name": "NVIDIA H100 80GB HBM3", "pcie_gen": 4, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}
     line = health_lines(results, sha, gen4)[0]
     assert "175% of 31.51 (PCIe Gen4 x16" in line and "the machine's facts may be wrong" in line
+
+
+def test_a_plan_with_cut_points_still_formats_and_counts_them():
+    plan = P.make_plan(_listing(), _all, ONE_GPU, budget_s=1000, reserve_s=0)
+    first = plan.kept()[0]
+    first.state, first.reason = "cut", "terminated (SIGTERM) before asv finished it"
+    rows = {r["benchmark"]: r for r in P.summary_rows(plan)}
+    assert rows[first.benchmark]["cut"] == 1
+    assert "plan: " in P.format_plan(plan)

@@ -21,7 +21,9 @@ Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a ro
   seconds (asv's rule, ``warmup_time`` before it); a ``track_`` one takes the class's ``plan_s``,
   else ``TRACK_S`` (the engine's 11 blocks of 0.1 s, and its sizing).
 
-A point that needs more GPUs or cores than the machine has (``gpus_needed``: a ``'cuda'`` value, the
+A point that matches one of the class's ``skips`` (a skip that depends only on params, raised by the
+base class before set-up: ``suite.declared_skip``) is not run or priced either. A point that needs more
+GPUs or cores than the machine has (``gpus_needed``: a ``'cuda'`` value, the
 class's ``plan_gpus``, or its ``plan_needs``) is not run: asv would fork a process only to skip it. A
 ``setup_cache`` (``plan_cache_s``) counts once per benchmark module and tier, or, where it is declared
 as ``{"per": [param, ...], "s": seconds or {value of the first param: seconds}}``, once per distinct
@@ -325,7 +327,7 @@ def summary_rows(plan: Plan) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for p in plan.points:
         row = rows.setdefault(p.benchmark, {"benchmark": p.benchmark, "points": 0, "run": 0, "skip": 0,
-                                            "dropped": 0, "estimate_s": 0.0})  # fmt: skip
+                                            "dropped": 0, "cut": 0, "estimate_s": 0.0})  # fmt: skip
         row["points"] += 1
         row[p.state] += 1
         if p.state == "run":

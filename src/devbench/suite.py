@@ -333,7 +333,7 @@ class Benchmark:
     #: what is computed or copied, how it is timed), so that asv keeps the figures from before apart
     #: (``_work_versions``; ``benchmarks/work-lock.json`` records every class's)
     work_version = 1
-    #: whether ``@records_gpu_state`` samples clocks and power on a thread while the benchmark is timed; False
+    #: whether clocks and power are sampled on a thread while the benchmark is timed (the base class's wrappers); False
     #: for figures of microseconds (a launch, a no-op move), where the thread would be part of what is timed
     samples_gpu_state = True
     #: whether the figures are measured in ``setup_cache`` (a sweep) and the benchmark methods only read
