@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from devbench.ab.export import export, resolve  # noqa: E402
-from devbench.ab.session import Worker, close_combination, open_combination, turn  # noqa: E402
+from devbench.compare.export import export, resolve  # noqa: E402
+from devbench.compare.session import Worker, close_combination, open_combination, turn  # noqa: E402
 
 #: (label, benchmark, params): a small and a large product, a small and a large copy, per-step logging
 FIGURES = [

@@ -38,10 +38,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from devbench.ab import judge  # noqa: E402
-from devbench.ab.command import read_finished  # noqa: E402
-from devbench.ab.options import SCREEN, ABError  # noqa: E402
-from devbench.ab.runner import Figure  # noqa: E402
+from devbench.compare import judge, stopping  # noqa: E402
+from devbench.compare.options import SCREEN, ABError  # noqa: E402
+from devbench.compare.record import read_finished  # noqa: E402
+from devbench.compare.runner import Figure  # noqa: E402
 
 
 def replayed_stop(
@@ -51,7 +51,7 @@ def replayed_stop(
     """The pass after which the default rule stops ``fig`` (its own count when it never does earlier)."""
     for m in range(2, len(fig.a), 2):
         early = Figure(fig.combo, a=fig.a[:m], b=fig.b[:m])
-        if judge.settled(early, limit - m, floor, confidence, decide=m >= min_passes, screen=screen,
+        if stopping.settled(early, limit - m, floor, confidence, decide=m >= min_passes, screen=screen,
                          changes_only=changes_only):  # fmt: skip
             return m
     return len(fig.a)
@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             kept_passes.append(len(spent))
             continue
         # a sweep's figure gets the passes its own interval needs, as the run gave it (judge.most_passes)
-        most = judge.most_passes(own[fig.combo.selector], min_passes, max_passes) if fig.combo.in_cache else max_passes
+        own_c = own[fig.combo.selector]
+        most = stopping.most_passes(own_c, min_passes, max_passes) if fig.combo.in_cache else max_passes
         limit = most if args.max_passes is not None else max(most, len(fig.a))
         capped = Figure(fig.combo, a=fig.a[:limit], b=fig.b[:limit])
         judged.append(capped)

@@ -17,7 +17,7 @@ from asv.runner import BenchmarkResult
 from devbench import verdict as V
 from devbench.report import changes as CH
 from devbench.report import steps as ST
-from devbench.report.compare import commit_pair
+from devbench.report.asvrule import commit_pair
 from devbench.report.load import load_results
 
 BENCH = {

@@ -16,7 +16,7 @@ from asv.util import human_value
 from asv_runner.statistics import get_err
 
 from devbench import files
-from devbench.report import compare as C
+from devbench.report import asvrule as C
 from devbench.report import derive as D
 from devbench.report.cli import main
 from devbench.report.fields import parse_param

@@ -103,10 +103,10 @@ LAYERS = [
     ("devbench.plan", ["torch", "asv", "asv_runner", "pandas"]),
     ("devbench.gpurun", ["torch", "asv", "asv_runner", "pandas", "devbench.report"]),  # it runs them, in processes
     # the coordinator never imports the benchmarks, torch or the report; the worker only asv_runner, when run
-    ("devbench.ab.command", ["torch", "asv", "asv_runner", "devbench.report", "benchmarks"]),
-    ("devbench.ab.worker", ["torch", "asv", "asv_runner", "devbench.report", "pandas"]),
+    ("devbench.compare.cli", ["torch", "asv", "asv_runner", "devbench.report", "benchmarks"]),
+    ("devbench.compare.worker", ["torch", "asv", "asv_runner", "devbench.report", "pandas"]),
     ("devbench.worklock", ["torch", "asv", "pandas", "devbench.suite", "benchmarks"]),  # parses, never imports
-    ("devbench.report.cli", ["torch", "devbench.ab"]),
+    ("devbench.report.cli", ["torch", "devbench.compare"]),
     ("devbench.report.sections", ["torch"]),
     ("devbench.measure", ["asv", "devbench.suite", "benchmarks"]),
     ("devbench.workloads.matmul", ["asv", "devbench.suite", "benchmarks"]),
@@ -223,8 +223,8 @@ def test_the_cycle_finder_finds_one_inside_functions_too():
 #: (importer, imported) prefixes that must never meet, at module level or inside functions: a lower
 #: layer never reaches up, and the report and the compare code read each other's files only
 FORBIDDEN_IMPORTS = [
-    ("devbench.report", "devbench.ab"),
-    ("devbench.ab", "devbench.report"),
+    ("devbench.report", "devbench.compare"),
+    ("devbench.compare", "devbench.report"),
     ("devbench.gpustate", "devbench.devices"),
     ("devbench.gpustate", "devbench.machine"),
     ("devbench.files", "devbench"),
@@ -235,7 +235,7 @@ FORBIDDEN_IMPORTS = [
     ("devbench.workloads", "devbench.suite"),
     # the plan is pure arithmetic; gpu-run drives the tools and no tool drives it
     ("devbench.plan", "devbench"),
-    ("devbench.ab", "devbench.gpurun"),
+    ("devbench.compare", "devbench.gpurun"),
     ("devbench.report", "devbench.gpurun"),
 ]
 

@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_arguments(p)
     p.set_defaults(func=validate.run)
 
-    from devbench.ab import command as ab_command
+    from devbench.compare import cli as compare_cli
 
     p = sub.add_parser(
         "compare",
@@ -141,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         "\n  make compare BASE=main",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ab_command.add_arguments(p)
-    p.set_defaults(func=ab_command.run)
+    compare_cli.add_arguments(p)
+    p.set_defaults(func=compare_cli.run)
 
     from devbench import gpurun
 

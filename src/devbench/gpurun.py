@@ -179,8 +179,8 @@ def probe_costs(python: str) -> P.Costs:
 
 
 def list_benchmarks(repo: Path, python: str, log: Any) -> dict[str, dict[str, Any]]:
-    """The suite's benchmarks as asv_runner discovers them (``devbench.ab.worker``'s listing)."""
-    from devbench.ab.session import Worker
+    """The suite's benchmarks as asv_runner discovers them (``devbench.compare.worker``'s listing)."""
+    from devbench.compare.session import Worker
 
     worker = Worker("plan", python, repo, log, dict(os.environ), timeout_s=300.0)
     try:

@@ -42,7 +42,7 @@ from typing import Any
 SETUP_S = 0.3
 #: seconds of one ``track_`` figure when its class declares none: 11 blocks of 0.1 s and their sizing
 TRACK_S = 1.3
-#: parameter values that need a CUDA device (as ``devbench.ab.selection``)
+#: parameter values that need a CUDA device (as ``devbench.compare.selection``)
 GPU_VALUES = ("'cuda'", "'nccl'")
 
 

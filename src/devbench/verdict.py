@@ -3,7 +3,7 @@
 No torch, no asv, no pandas: plain numbers in, so the rule is tested on synthetic values
 (``tests/test_verdict.py``).
 
-The values are log ratios head/base, one per pair of processes (``devbench.ab.judge``): each
+The values are log ratios head/base, one per pair of processes (``devbench.compare.judge``): each
 already the median over adjacent blocks of the two processes, so drift of the host slower
 than a pair of blocks has cancelled inside it.
 

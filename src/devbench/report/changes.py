@@ -8,7 +8,7 @@ import math
 import pandas as pd
 
 from devbench import verdict as V
-from devbench.report import compare as C
+from devbench.report import asvrule as C
 from devbench.report import steps as ST
 from devbench.report.derive import where_label
 from devbench.report.parts import Section, _clip, _human, _pct

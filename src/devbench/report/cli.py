@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from devbench.files import OutputError, check_out_dir, staged_dir
     from devbench.report import sections, writers
-    from devbench.report.compare import commit_pair
+    from devbench.report.asvrule import commit_pair
     from devbench.report.load import load_results
     from devbench.report.parallel import Forked
     from devbench.report.problems import ReportError
@@ -202,7 +202,7 @@ def _judging(args: argparse.Namespace):
 
 def _host_line(path: Path) -> str:
     """How the compare behind the A/B table measured, from its run.json: machine, pairs of processes and
-    time; empty where the file is unreadable. (Read here, not through ``devbench.ab``: the report and
+    time; empty where the file is unreadable. (Read here, not through ``devbench.compare``: the report and
     the compare code do not import each other.)"""
     import json
 
@@ -260,7 +260,7 @@ def _select(frame, args: argparse.Namespace):
     """The rows ``--since`` and ``--commits`` keep; ``ReportError`` when none is left."""
     import pandas as pd
 
-    from devbench.report.compare import commits_in
+    from devbench.report.asvrule import commits_in
     from devbench.report.problems import ReportError
 
     if args.since:

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from devbench.report import asvrule as C
 from devbench.report import changes as CH
-from devbench.report import compare as C
 from devbench.report import derive as D
 from devbench.report import plots as P
 from devbench.report import steps as ST

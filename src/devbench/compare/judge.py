@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from devbench import verdict as V
-from devbench.ab.runner import Figure, pair_logs
+from devbench.compare.runner import Figure, pair_logs
 from devbench.spec import direction
 
 
@@ -56,52 +56,6 @@ def confidences(figures: Sequence[Figure], confidence: float) -> dict[str, float
     """Each figure's own confidence, by selector (``confidence_of``)."""
     sizes = sweep_sizes(figures)
     return {f.combo.selector: confidence_of(f, sizes, confidence) for f in figures}
-
-
-def fewest_passes(confidence: float) -> int:
-    """The fewest pairs of processes that give an interval at ``confidence`` (8 at 99%, 14 at 1 - 0.01/45)."""
-    return next(n for n in range(1, 1000) if V.signed_rank_k(n, confidence) > 0)
-
-
-def most_passes(confidence: float, min_passes: int, max_passes: int) -> int:
-    """The passes a figure judged at ``confidence`` may get: ``max_passes``, or, when its interval needs more
-    than ``min_passes`` pairs (one of a sweep's figures), as many beyond its fewest as the others get beyond
-    ``min_passes`` (16 for one of 45 at 99%, with the default 8 and 10)."""
-    return max(max_passes, fewest_passes(confidence) + max_passes - min_passes)
-
-
-def settled(
-    fig: Figure, left: int, floor: float, confidence: float, decide: bool = True, screen: int = 0,
-    changes_only: bool = False,
-) -> bool:
-    """Whether ``fig`` may stop: decided now (when ``decide``), or certain to stay undecided whatever ``left``
-    more passes bring. Only after an even number of passes: each side set up first as often.
-
-    Through the first ``screen`` passes (0: none; none at or after the fewest) it also stops when it could
-    no longer be decided after the fewest passes that give its interval (``fewest_passes``: 8 at 99%, where
-    the interval is the range of the values): its first pairs of processes already disagree, one beyond
-    the floor's edge where another is not. Only the passes beyond the fewest (up to ``max_passes``) could
-    still decide such a figure, and they are kept for the figures whose first pairs agree. A screened
-    figure is ``undecided``, so the screen never makes a verdict, false or true, that running on would not
-    have made; what it costs is the figures that the passes beyond the fewest would have decided
-    (docs/design.md, "Verdicts").
-
-    With ``changes_only`` the figure is looked at only for ``faster`` and ``slower``: it stops as soon as
-    neither can be reached any more, even while its interval could still fit inside the floor (no ``same``
-    is sought, and the passes it would take are saved)."""
-    units = process_pair_logs(fig)
-    if not units:
-        return True  # nothing measured on some side: more passes will not judge it
-    if len(fig.a) % 2:
-        return False
-    _, lo, hi = V.paired_interval(units, confidence)
-    if decide and V.decide(lo, hi, floor) != V.UNDECIDED:
-        return True
-    if len(fig.a) <= screen:
-        fewest = fewest_passes(confidence)
-        if len(units) < fewest and V.futile(units, fewest, floor, confidence, same=not changes_only):
-            return True
-    return V.futile(units, len(units) + left, floor, confidence, same=not changes_only)
 
 
 def verdict_row(fig: Figure, floor: float, confidence: float) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from devbench.ab.runner import Combination, Figure, combinations
+from devbench.compare.runner import Combination, Figure, combinations
 
 #: parameter values that need CUDA (a device, a backend): on a machine without it every such combination skips
 GPU_VALUES = ("cuda", "nccl")

@@ -1,6 +1,6 @@
 """One side's benchmark process of a paired comparison: it times one block when the coordinator says so.
 
-Run by path, not as ``devbench.ab.worker``: the side's own ``src/`` and ``benchmarks/`` come first
+Run by path, not as ``devbench.compare.worker``: the side's own ``src/`` and ``benchmarks/`` come first
 on ``PYTHONPATH``, so this file imports nothing of devbench and only the standard library and
 ``asv_runner`` (asv's own discovery, parameters, set-up and tear-down). The benchmarks are imported
 once (torch with them); each benchmark combination then runs in a child forked for it, as asv's

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from devbench.ab.options import ABError
+from devbench.compare.options import ABError
 
 #: what the benchmarks run: every Python file of what a side exports (``export``) and its asv configuration.
 #: Two commits with the same ones here measure the same code; documentation beside them does not count. Any

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from devbench.ab.session import (
+from devbench.compare.session import (
     BlockError,
     Opened,
     Worker,

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from asv.commands.compare import _is_result_better as asv_rule
 
-from devbench.report import compare as C
+from devbench.report import asvrule as C
 from devbench.report.fields import STATS
 
 

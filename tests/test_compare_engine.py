@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from devbench import verdict as V
-from devbench.ab import judge, runner, selection, session
-from devbench.ab.runner import Combination, Figure
 from devbench.cli import main
+from devbench.compare import judge, runner, selection, session, stopping
+from devbench.compare.runner import Combination, Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from asv_fixture import _git  # noqa: E402
@@ -390,10 +390,10 @@ def test_a_sweep_of_45_figures_splits_the_confidence_and_needs_14_pairs_of_world
     family = [swept(0, 10, 1.2)] + [swept(i, 10) for i in range(1, 45)] + [alone]
     own = judge.confidences(family, 0.99)
     assert own[family[0].combo.selector] == pytest.approx(1 - 0.01 / 45) and own[alone.combo.selector] == 0.99
-    assert judge.fewest_passes(own[family[0].combo.selector]) == 14 and judge.fewest_passes(0.99) == 8
+    assert stopping.fewest_passes(own[family[0].combo.selector]) == 14 and stopping.fewest_passes(0.99) == 8
     rows = judge.judge_all(family, 0.02, 0.99).set_index("params")
     assert rows.loc["n=0", "verdict"] == V.UNDECIDED and rows.loc["device=cpu", "verdict"] == V.SLOWER
-    assert judge.settled(family[0], 6, 0.02, own[family[0].combo.selector], decide=False) is False
+    assert stopping.settled(family[0], 6, 0.02, own[family[0].combo.selector], decide=False) is False
     family[0] = swept(0, 16, 1.2)
     assert judge.judge_all(family, 0.02, 0.99).set_index("params").loc["n=0", "verdict"] == V.SLOWER
     skipped = [swept(i, 0) for i in range(1, 45)]
@@ -405,14 +405,13 @@ def test_a_sweep_of_45_figures_splits_the_confidence_and_needs_14_pairs_of_world
 def test_a_sweeps_limit_follows_its_figures_that_do_not_skip(monkeypatch):
     """Before the first pass every figure of a sweep counts (90 figures: 17 passes at most); once the 45 of
     a world this host cannot start skip, the other 45 split the confidence among themselves and stop at 16."""
-    from devbench.ab import command
-    from devbench.ab.options import Options
+    from devbench.compare.options import Options
 
     def swept(i: int) -> Figure:
         return Figure(Combination("bench_c.Sweep.track_t", i, (str(i),), ("n",), "seconds", "bench_c:1", True))
 
     figs = [swept(i) for i in range(90)] + [Figure(Combination("bench_c.track_other", 0, (), (), "seconds"))]
-    limit = command._cached_limit(Options(None, "HEAD", Path("."), Path("out"), sys.executable), figs)
+    limit = stopping.limit(Options(None, "HEAD", Path("."), Path("out"), sys.executable), figs)
     passes = runner.Passes(min_passes=8, max_passes=10, pairs=1, block_s=0.01, cached_limit=limit)
     assert passes.limit(figs[0]) == 17 and passes.limit(figs[-1]) == 10
 
@@ -443,13 +442,13 @@ def test_direction_turns_up_and_down_into_faster_and_slower():
 
 def test_a_decided_figure_settles_after_an_even_pass_and_an_open_one_runs_on():
     decided = _figure("seconds", [[(1.0, 1.5), (1.0, 1.5)]] * 8)
-    assert judge.settled(decided, 2, 0.02, 0.99)
+    assert stopping.settled(decided, 2, 0.02, 0.99)
     odd = _figure("seconds", [[(1.0, 1.5), (1.0, 1.5)]] * 9)
-    assert not judge.settled(odd, 1, 0.02, 0.99)  # one side set up first once more: not yet
+    assert not stopping.settled(odd, 1, 0.02, 0.99)  # one side set up first once more: not yet
     leaning = _figure("seconds", [[(1.0, r)] for r in (1.05, 1.06, 1.04, 1.05, 1.05, 1.07, 0.99, 1.05)])
-    assert not judge.settled(leaning, 4, 0.02, 0.99)  # the low pair keeps it open; more pairs may decide it
+    assert not stopping.settled(leaning, 4, 0.02, 0.99)  # the low pair keeps it open; more pairs may decide it
     wild = _figure("seconds", [[(1.0, r)] for r in (0.5, 2.0, 0.6, 1.8, 0.7, 1.6, 1.0, 1.0)])
-    assert judge.settled(wild, 2, 0.02, 0.99)  # futile: two more pairs cannot narrow it inside or beyond 2%
+    assert stopping.settled(wild, 2, 0.02, 0.99)  # futile: two more pairs cannot narrow it inside or beyond 2%
 
 
 def test_the_screen_stops_a_figure_whose_first_two_pairs_of_processes_disagree():
@@ -460,21 +459,21 @@ def test_the_screen_stops_a_figure_whose_first_two_pairs_of_processes_disagree()
         return _figure("seconds", [[(1.0, r)] for r in ratios], name)
 
     for disagree in ((0.95, 1.05), (1.01, 1.05), (0.9, 1.0)):
-        assert not judge.settled(fig(*disagree), 8, 0.02, 0.99, decide=False), disagree
-        assert judge.settled(fig(*disagree), 8, 0.02, 0.99, decide=False, screen=2), disagree
+        assert not stopping.settled(fig(*disagree), 8, 0.02, 0.99, decide=False), disagree
+        assert stopping.settled(fig(*disagree), 8, 0.02, 0.99, decide=False, screen=2), disagree
     for agree in ((1.05, 1.3), (0.9, 0.95), (1.001, 0.999)):
-        assert not judge.settled(fig(*agree), 8, 0.02, 0.99, decide=False, screen=2), agree
+        assert not stopping.settled(fig(*agree), 8, 0.02, 0.99, decide=False, screen=2), agree
     # a screen through 4 passes asks again after the 4th; one through 2 is past, and futility judges: one low
     # value of four, 10 passes may still decide it
-    assert judge.settled(fig(0.95, 1.1, 1.1, 1.1), 6, 0.02, 0.99, decide=False, screen=4)
-    assert not judge.settled(fig(0.95, 1.1, 1.1, 1.1), 6, 0.02, 0.99, decide=False, screen=2)
-    assert not judge.settled(fig(1.05, 1.1, 1.1, 1.1), 6, 0.02, 0.99, decide=False, screen=4)
+    assert stopping.settled(fig(0.95, 1.1, 1.1, 1.1), 6, 0.02, 0.99, decide=False, screen=4)
+    assert not stopping.settled(fig(0.95, 1.1, 1.1, 1.1), 6, 0.02, 0.99, decide=False, screen=2)
+    assert not stopping.settled(fig(1.05, 1.1, 1.1, 1.1), 6, 0.02, 0.99, decide=False, screen=4)
     # a sweep's figure (fewest 14 at 1 - 0.01/45) is screened by the same rule; none once its fewest are in
-    assert judge.settled(fig(0.5, 1.5), 14, 0.02, 1 - 0.01 / 45, decide=False, screen=2)
-    assert not judge.settled(fig(1.5, 1.6), 14, 0.02, 1 - 0.01 / 45, decide=False, screen=2)
+    assert stopping.settled(fig(0.5, 1.5), 14, 0.02, 1 - 0.01 / 45, decide=False, screen=2)
+    assert not stopping.settled(fig(1.5, 1.6), 14, 0.02, 1 - 0.01 / 45, decide=False, screen=2)
     # at 50% two values already give an interval: a screen after 2 is not before the fewest, and is skipped
-    assert judge.fewest_passes(0.5) == 2
-    assert not judge.settled(fig(0.95, 1.05), 8, 0.02, 0.5, decide=False, screen=2)
+    assert stopping.fewest_passes(0.5) == 2
+    assert not stopping.settled(fig(0.95, 1.05), 8, 0.02, 0.5, decide=False, screen=2)
 
 
 def test_looking_for_changes_only_stops_a_figure_that_can_only_end_same():
@@ -482,12 +481,12 @@ def test_looking_for_changes_only_stops_a_figure_that_can_only_end_same():
     for changes only (compare's default), it stops. Two that agree beyond the floor run on either way, and a
     decided slowdown is kept."""
     inside = _figure("seconds", [[(1.0, 1.001)], [(1.0, 0.999)]])
-    assert not judge.settled(inside, 8, 0.02, 0.99, decide=False, screen=4)
-    assert judge.settled(inside, 8, 0.02, 0.99, decide=False, screen=4, changes_only=True)
+    assert not stopping.settled(inside, 8, 0.02, 0.99, decide=False, screen=4)
+    assert stopping.settled(inside, 8, 0.02, 0.99, decide=False, screen=4, changes_only=True)
     beyond = _figure("seconds", [[(1.0, 1.05)], [(1.0, 1.06)]])
-    assert not judge.settled(beyond, 8, 0.02, 0.99, decide=False, screen=4, changes_only=True)
+    assert not stopping.settled(beyond, 8, 0.02, 0.99, decide=False, screen=4, changes_only=True)
     slower = _figure("seconds", [[(1.0, 1.5)]] * 8)
-    assert judge.settled(slower, 2, 0.02, 0.99, changes_only=True)
+    assert stopping.settled(slower, 2, 0.02, 0.99, changes_only=True)
     assert judge.verdict_row(slower, 0.02, 0.99)["verdict"] == V.SLOWER
 
 
@@ -551,15 +550,15 @@ def test_a_figure_certain_to_stay_undecided_stops_before_the_minimum_unless_all_
 
 def test_futility_alone_is_asked_for_before_the_minimum():
     wild = _figure("seconds", [[(1.0, r)] for r in (0.5, 0.6, 2.0, 1.8)])
-    assert judge.settled(wild, 6, 0.02, 0.99, decide=False)  # 4 of 10: already certain to stay undecided
+    assert stopping.settled(wild, 6, 0.02, 0.99, decide=False)  # 4 of 10: already certain to stay undecided
     quiet = _figure("seconds", [[(1.0, r)] for r in (1.001, 0.999)])
-    assert not judge.settled(quiet, 8, 0.02, 0.99, decide=False)  # may still end same
+    assert not stopping.settled(quiet, 8, 0.02, 0.99, decide=False)  # may still end same
     decided = _figure("seconds", [[(1.0, 1.5), (1.0, 1.5)]] * 8)
-    assert judge.settled(decided, 2, 0.02, 0.99) and not judge.settled(decided, 2, 0.02, 0.99, decide=False)
+    assert stopping.settled(decided, 2, 0.02, 0.99) and not stopping.settled(decided, 2, 0.02, 0.99, decide=False)
 
 
 def test_the_cost_note_sums_the_passes_and_names_the_costliest_benchmarks():
-    from devbench.ab import output
+    from devbench.compare.record import cost_note
 
     record = {
         "passes": [{"figures": 3, "seconds": 90.0}, {"figures": 2, "seconds": 30.0}],
@@ -570,15 +569,15 @@ def test_the_cost_note_sums_the_passes_and_names_the_costliest_benchmarks():
             "z": {"benchmark": "z", "seconds": 0.0},  # skipped: cost nothing, not named
         },
     }
-    assert output.cost_note(record, top=2) == (
+    assert cost_note(record, top=2) == (
         "Cost: 2.0 min in 2 passes; the costliest benchmarks: x 1.0 min (2 figures), y 0.9 min (1 figure)."
     )
-    assert output.cost_note({"figures": {}}) is None  # a record from before costs were kept
+    assert cost_note({"figures": {}}) is None  # a record from before costs were kept
     # a sweep's setup_cache is named by the class whose figures read it, with the passes that ran it
     record["figures"]["s(1)"] = {"benchmark": "bench_s.Sweep.track_t", "seconds": 1.0, "setup_cache": "bench_s:9"}
     record["passes"] = [{"figures": 4, "seconds": 90.0, "caches": {"bench_s:9": 40.0}},
                         {"figures": 3, "seconds": 30.0, "caches": {"bench_s:9": 38.0}}]  # fmt: skip
-    assert output.cost_note(record, top=2) == (
+    assert cost_note(record, top=2) == (
         "Cost: 2.0 min in 2 passes; the costliest benchmarks: bench_s.Sweep setup_cache 1.3 min (2 passes), "
         "x 1.0 min (2 figures)."
     )
@@ -665,7 +664,7 @@ def test_turns_alternate_strictly_and_a_long_call_gets_fewer_pairs(monkeypatch):
 
 
 def test_a_busy_host_is_told_to_set_the_thread_count_unless_it_did():
-    from devbench.ab.command import busy_host_note
+    from devbench.compare.run import busy_host_note
 
     note = busy_host_note(1.3, 2, None)
     assert "load 1.3 on 2 cores" in note and "DEVBENCH_THREADS" in note
@@ -677,8 +676,8 @@ def test_a_busy_host_is_told_to_set_the_thread_count_unless_it_did():
 def test_the_benchmark_processes_write_bytecode_and_read_their_own_selection(monkeypatch):
     """A pass starts fresh processes that import torch; PYTHONDONTWRITEBYTECODE (set on some CI images)
     would have each compile it from source again. DEVBENCH_BENCH is the worker's to set."""
-    from devbench.ab.command import _worker_env
-    from devbench.ab.options import Options
+    from devbench.compare.run import _worker_env
+    from devbench.compare.options import Options
 
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.setenv("DEVBENCH_BENCH", "anything")
@@ -690,7 +689,7 @@ def test_the_benchmark_processes_write_bytecode_and_read_their_own_selection(mon
 def test_a_change_anywhere_in_what_a_side_exports_is_not_an_a_a_run(tmp_path):
     """A slowdown planted in ``src/devbench/__init__.py`` (which every benchmark imports) was called slower under a
     note that said both sides ran the same benchmark code; a README is still not code."""
-    from devbench.ab.export import benchmark_code
+    from devbench.compare.export import benchmark_code
 
     repo = tmp_path / "repo"
     (repo / "benchmarks").mkdir(parents=True)
