@@ -7,8 +7,8 @@ import torch
 from devbench.devices import synchronize
 from devbench.measure import MATMUL_BLOCK_S, measure, plan_blocks, warm_up
 from devbench.spec import matmul_flops as flops
-from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
-from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add
+from devbench.suite import DEVICES, Benchmark, check_once, once, require_device, with_samples
+from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add, warmed
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
 
@@ -27,6 +27,12 @@ def _skip_reason(device: torch.device, dtype: str, n: int) -> str | None:
     if dtype in ("tf32", "bfloat16") and major < 8:
         return f"{dtype} matmul units need compute capability 8.0+, this GPU is {major}.x"
     return None
+
+
+def _ready(key: tuple, mm: Matmul) -> Matmul:
+    """``mm`` checked and warm (warm only where this side of a compare has checked it: ``check_once``)."""
+    check_once(key, lambda: checked(mm), lambda: warmed(mm))
+    return mm
 
 
 class MatmulSquare(Benchmark):
@@ -49,7 +55,8 @@ class MatmulSquare(Benchmark):
         reason = _skip_reason(self.device, dtype, n)
         if reason:
             raise NotImplementedError(reason)
-        self.mm = once(("MatmulSquare", device, dtype, n), lambda: checked(Matmul(n, dtype, self.device)))
+        self.mm = once(("MatmulSquare", device, dtype, n), lambda: _ready(("MatmulSquare", device, dtype, n),
+                                                                          Matmul(n, dtype, self.device)))
         self._tf32 = tf32(self.mm.allow_tf32)
         self._tf32.__enter__()
 

@@ -8,7 +8,7 @@ import torch
 
 from devbench.devices import synchronize
 from devbench.measure import randn, warm_up
-from devbench.suite import DEVICES, Benchmark, once, require_device
+from devbench.suite import DEVICES, Benchmark, check_once, once, require_device
 from devbench.workloads.model import (
     BATCH,
     MODEL_INPUTS,
@@ -105,7 +105,8 @@ class StateDict(Benchmark):
         self.dir = Path(tempfile.mkdtemp(prefix="devbench-state-"))
         self.path = self.dir / "model.pt"
         save_state(self.model, self.path)
-        once(("StateDict checked", device, parameters), self._check)
+        once(("StateDict checked", device, parameters),
+             lambda: check_once(("StateDict", device, parameters), self._check, lambda: None))
 
     def _check(self):
         check_state(load_state(self.path, self.device), self.model, self.device)

@@ -25,7 +25,7 @@ from devbench.measure import (
     warm_up,
 )
 from devbench.spec import GiB, MiB, gbps
-from devbench.suite import DEVICES, Benchmark, once, require_device, require_gpus, with_samples
+from devbench.suite import DEVICES, Benchmark, check_once, once, require_device, require_gpus, with_samples
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
     HIDDEN,
@@ -72,9 +72,10 @@ def _bandwidth(copy: Copy, scale: float = 1.0) -> dict:
     return with_samples(*_block_gbps(copy, scale))
 
 
-def _checked(copy: Copy) -> Copy:
-    """``copy`` checked byte for byte and warm (built once per process: ``devbench.suite.once``)."""
-    copy.check()
+def _checked(copy: Copy, key: tuple) -> Copy:
+    """``copy`` checked byte for byte (once per side of a compare: ``check_once``) and warm; built once per
+    process (``devbench.suite.once``) under ``key``."""
+    check_once(key, copy.check, lambda: None)
     warm_up(copy, copy.timing_device)
     return copy
 
@@ -106,10 +107,9 @@ class HostDevice(Benchmark):
             raise NotImplementedError(pinned_reason())
         host = torch.device("cpu")
         _require_fit(sets_for(nbytes, max(cache_bytes(host), cache_bytes(dev))), nbytes, host, dev)
-        self.copy = once(
-            ("HostDevice", direction, memory, mode, nbytes),
-            lambda: _checked(host_device_copy(direction, nbytes, dev, memory, non_blocking=mode == "non_blocking")),
-        )
+        key = ("HostDevice", direction, memory, mode, nbytes)
+        self.copy = once(key, lambda: _checked(host_device_copy(direction, nbytes, dev, memory,
+                                                                non_blocking=mode == "non_blocking"), key))
 
     def time_copy(self, direction, memory, mode, nbytes):
         self.copy()
@@ -180,7 +180,8 @@ class DeviceCopy(Benchmark):
     def setup(self, device, nbytes):
         self.device = require_device(device)
         _require_fit(2 * sets_for(nbytes, cache_bytes(self.device)), nbytes, self.device)
-        self.copy = once(("DeviceCopy", device, nbytes), lambda: _checked(Copy(nbytes, self.device, self.device)))
+        key = ("DeviceCopy", device, nbytes)
+        self.copy = once(key, lambda: _checked(Copy(nbytes, self.device, self.device), key))
 
     def time_copy(self, device, nbytes):
         self.copy()

@@ -105,6 +105,30 @@ def once(key: tuple, build: Callable[[], object]) -> object:
     return _BUILT[key]
 
 
+#: set by ``devbench compare`` to a folder of its own per side: the workloads that side has checked in an
+#: earlier process of the same compare (``check_once``). Unset under asv: every process checks.
+CHECKED_ENV = "DEVBENCH_CHECKED"
+
+
+def check_once(key: tuple, check: Callable[[], object], warm: Callable[[], object]) -> None:
+    """``check()``, or, where this side of a compare already checked ``key`` in an earlier process, ``warm()``.
+
+    A check proves that the code and the inputs give the right answer; both are the same in every
+    process of one side of a compare (the same exported tree, seeded inputs), so the first process that
+    checks ``key`` proves it for the later ones, which only warm up (a check is a workload's first warm-up).
+    asv and every other run check in every process. A failed check records nothing.
+    """
+    folder = os.environ.get(CHECKED_ENV)
+    mark = Path(folder) / hashlib.sha1(repr(key).encode()).hexdigest() if folder else None
+    if mark is not None and mark.exists():
+        warm()
+        return
+    check()
+    if mark is not None:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(repr(key) + "\n")
+
+
 def with_samples(samples: Iterable[float], number: int = 1) -> dict:
     """A ``track_`` figure with its samples, in the form asv keeps for timing results.
 

@@ -13,8 +13,8 @@ CONFIDENCE = 0.99
 FLOOR = 0.02
 #: pairs of processes (passes) before the first verdicts, and at most: even, so that each side is set up
 #: first as often (docs/noise.md)
-MIN_PASSES = 8
-MAX_PASSES = 10
+MIN_PASSES = 10
+MAX_PASSES = 14
 #: through this many passes, after each even one, a figure whose pairs of processes already disagree stops
 #: (``judge.settled``): it could no longer be decided after the fewest passes that give its interval (8 at
 #: 99%), and the passes beyond are kept for figures that agree. None at or after the fewest

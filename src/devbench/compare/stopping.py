@@ -22,6 +22,14 @@ def most_passes(confidence: float, min_passes: int, max_passes: int) -> int:
     return max(max_passes, fewest_passes(confidence) + max_passes - min_passes)
 
 
+def robust_passes(confidence: float) -> int:
+    """The fewest pairs of processes whose interval at ``confidence`` leaves out the most extreme value at each
+    end (``k`` >= 2: 9 at 99%). Below it the interval is the range of the values, so one pair of processes the
+    host disturbed is its bound; from it on, that pair only moves a bound by one Walsh average (halfway to the
+    next value), and a change of 2x that one pair reads as none is still called."""
+    return next(n for n in range(1, 1000) if V.signed_rank_k(n, confidence) >= 2)
+
+
 def settled(
     fig: Figure, left: int, floor: float, confidence: float, decide: bool = True, screen: int = 0,
     changes_only: bool = False,
@@ -29,14 +37,14 @@ def settled(
     """Whether ``fig`` may stop: decided now (when ``decide``), or certain to stay undecided whatever ``left``
     more passes bring. Only after an even number of passes: each side set up first as often.
 
-    Through the first ``screen`` passes (0: none; none at or after the fewest) it also stops when it could
-    no longer be decided after the fewest passes that give its interval (``fewest_passes``: 8 at 99%, where
-    the interval is the range of the values): its first pairs of processes already disagree, one beyond
-    the floor's edge where another is not. Only the passes beyond the fewest (up to ``max_passes``) could
-    still decide such a figure, and they are kept for the figures whose first pairs agree. A screened
-    figure is ``undecided``, so the screen never makes a verdict, false or true, that running on would not
-    have made; what it costs is the figures that the passes beyond the fewest would have decided
-    (docs/design.md, "Verdicts").
+    Through the first ``screen`` passes (0: none) it also stops when it could no longer be decided after
+    ``robust_passes`` pairs of processes (9 at 99%), whatever they bring: the interval there leaves out the
+    most extreme value at each end, so one pair of processes that reads apart from the others (a real 2x
+    read as none by a pair the host disturbed) cannot stop the figure; two values that disagree, one beyond
+    the floor's edge and one not, stop it only when their mean lies inside the floor, and four only when the
+    second smallest and second largest of their Walsh averages straddle its edges. A screened figure is
+    ``undecided``, so the screen never makes a verdict, false or true, that running on would not have
+    made; what it costs is the figures that more passes would have decided (docs/design.md, "Verdicts").
 
     With ``changes_only`` the figure is looked at only for ``faster`` and ``slower``: it stops as soon as
     neither can be reached any more, even while its interval could still fit inside the floor (no ``same``
@@ -50,8 +58,8 @@ def settled(
     if decide and V.decide(lo, hi, floor) != V.UNDECIDED:
         return True
     if len(fig.a) <= screen:
-        fewest = fewest_passes(confidence)
-        if len(units) < fewest and V.futile(units, fewest, floor, confidence, same=not changes_only):
+        at = robust_passes(confidence)
+        if len(units) < at and V.futile(units, at, floor, confidence, same=not changes_only):
             return True
     return V.futile(units, len(units) + left, floor, confidence, same=not changes_only)
 

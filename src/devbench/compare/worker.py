@@ -16,7 +16,9 @@ argument names (stdout is the benchmarks' own, sent to stderr with the rest of t
   ``{"skip": reason}`` or ``{"error": reason}``;
 * ``{"op": "cache", "name": N, "select": P}``: run the benchmark's ``setup_cache`` once, in a forked
   process (it may touch CUDA, which the parent never does), for the combinations ``P`` selects;
-  the combinations opened after it read that result, as asv's do: ``{"cached": true}``;
+  the combinations opened after it read that result, as asv's do: ``{"cached": true}``. A result
+  that is no figure is kept in ``KEEP_DIR`` (the third argument) and read by later workers of the
+  same side (``{"cached": true, "kept": true}``);
 * ``{"op": "turn"}``: one block: ``{"value": v}`` (seconds per call, or the ``track_`` figure);
 * ``{"op": "close"}``: tear down, the child exits: ``{"closed": true}``;
 * ``{"op": "quit"}``, or the end of stdin: the worker exits.
@@ -25,10 +27,12 @@ argument names (stdout is the benchmarks' own, sent to stderr with the rest of t
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
 import pickle
+import shutil
 import statistics
 import sys
 import tempfile
@@ -152,21 +156,41 @@ def _in_child(select: str, work) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def _run_cache(bench, request: dict, cache_dir: str, cached: dict[str, str]) -> dict:
-    """``setup_cache`` of ``bench`` in a forked process, its result pickled for the combinations to come."""
+def _run_cache(bench, request: dict, cache_dir: str, cached: dict[str, str], keep_dir: str | None) -> dict:
+    """``setup_cache`` of ``bench`` in a forked process, its result pickled for the combinations to come.
+
+    A result that is no figure (``figures_in_setup_cache`` unset: a search, a shared input) is kept in
+    ``keep_dir`` for the workers of later passes of the same side, which read it instead of running it
+    again; a sweep that measures its figures there runs in every pass (it is that pass's pair of values)."""
     if bench is None or bench._setup_cache is None:
         return {"error": f"no setup_cache in {request.get('name')!r}"}
+    select = request.get("select", "")
+    keep = None
+    if keep_dir and not _figures_in_cache(bench):
+        digest = hashlib.sha1(f"{bench.setup_cache_key}\n{select}".encode()).hexdigest()
+        keep = os.path.join(keep_dir, f"{digest}.pickle")
+        if os.path.exists(keep):
+            cached[bench.setup_cache_key] = keep
+            return {"cached": True, "kept": True}
     path = os.path.join(cache_dir, f"{len(cached)}.pickle")
 
     def run() -> None:
         with open(path, "wb") as f:
             pickle.dump(bench.do_setup_cache(), f)
 
-    code = _in_child(request.get("select", ""), run)
+    code = _in_child(select, run)
     if code != 0:
         return {"error": f"setup_cache of {bench.name} ended with {code} (its traceback is in the log)"}
+    if keep is not None:
+        os.makedirs(keep_dir, exist_ok=True)
+        shutil.copyfile(path, keep + ".tmp")
+        os.replace(keep + ".tmp", keep)  # whole or absent: a worker killed here leaves no half file
     cached[bench.setup_cache_key] = path
     return {"cached": True}
+
+
+def _figures_in_cache(bench) -> bool:
+    return any(getattr(s, "figures_in_setup_cache", False) for s in bench._attr_sources)
 
 
 def _attr(bench, name: str, default=None):
@@ -190,11 +214,11 @@ def _describe(bench) -> dict:
         "version": bench.version,
         "setup_cache": bench.setup_cache_key if bench._setup_cache is not None else None,
         # the figure is measured in setup_cache itself (a sweep), so a turn reads the same value again
-        "figures_in_setup_cache": any(getattr(s, "figures_in_setup_cache", False) for s in bench._attr_sources),
+        "figures_in_setup_cache": _figures_in_cache(bench),
     }
 
 
-def main(benchmark_dir: str, reply_fd: int) -> int:
+def main(benchmark_dir: str, reply_fd: int, keep_dir: str | None = None) -> int:
     from asv_runner.discovery import disc_benchmarks
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(benchmark_dir)))
@@ -210,7 +234,8 @@ def main(benchmark_dir: str, reply_fd: int) -> int:
         if op == "quit":
             return 0
         if op == "cache":
-            _reply(reply_fd, _run_cache(benchmarks.get(request.get("name", "")), request, cache_dir, cached))
+            _reply(reply_fd, _run_cache(benchmarks.get(request.get("name", "")), request, cache_dir, cached,
+                                          keep_dir))
             continue
         if op != "open":
             _reply(reply_fd, {"error": f"unknown request {op!r}"})
@@ -230,9 +255,9 @@ def main(benchmark_dir: str, reply_fd: int) -> int:
 
 
 if __name__ == "__main__":
-    # usage: python worker.py BENCHMARK_DIR REPLY_FD
+    # usage: python worker.py BENCHMARK_DIR REPLY_FD [KEEP_DIR]
     # this file's folder is no path the side should import from: its devbench comes from PYTHONPATH
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     os.dup2(2, 1)  # the benchmarks' prints go to stderr; replies have their own descriptor
-    sys.exit(main(sys.argv[1], int(sys.argv[2])))
+    sys.exit(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None))
