@@ -117,3 +117,36 @@ def test_with_samples_checks_its_input():
         suite.with_samples([])
     with pytest.raises(ValueError, match="finite"):
         suite.with_samples([1.0, float("inf")])
+
+
+def test_check_once_checks_in_every_process_under_asv_and_once_per_side_in_a_compare(tmp_path, monkeypatch):
+    """Without DEVBENCH_CHECKED (asv, gpu-run) every process checks. With it (a compare's side), the first
+    check of a key is recorded and later processes only warm up; a failed check records nothing."""
+    from devbench import suite
+
+    calls = []
+    monkeypatch.delenv(suite.CHECKED_ENV, raising=False)
+    for _ in range(2):
+        suite.check_once(("K", 1), lambda: calls.append("check"), lambda: calls.append("warm"))
+    assert calls == ["check", "check"]
+
+    calls.clear()
+    monkeypatch.setenv(suite.CHECKED_ENV, str(tmp_path / "side"))
+
+    def bad():
+        calls.append("bad")
+        raise AssertionError("wrong answer")
+
+    with pytest.raises(AssertionError):
+        suite.check_once(("K", 2), bad, lambda: calls.append("warm"))
+    suite.check_once(("K", 1), lambda: calls.append("check"), lambda: calls.append("warm"))
+    suite.check_once(("K", 1), lambda: calls.append("check"), lambda: calls.append("warm"))
+    suite.check_once(("K", 2), lambda: calls.append("check2"), lambda: calls.append("warm2"))
+    assert calls == ["bad", "check", "warm", "check2"]
+
+
+def test_a_compare_worker_names_the_checked_folder_the_suite_reads():
+    from devbench import suite
+    from devbench.compare import session
+
+    assert session.CHECKED_ENV == suite.CHECKED_ENV
