@@ -511,6 +511,22 @@ def test_the_screen_stops_a_figure_only_when_no_one_pair_of_processes_holds_it()
     assert not stopping.settled(fig(1.5, 1.6, 1.5, 1.6), 14, 0.02, sweep, decide=False, screen=4, changes_only=True)
 
 
+def test_the_screen_stops_a_figure_no_pair_of_processes_shows_a_change_in():
+    """Looking for changes only, the screen also stops a figure where no pair of processes, on its own pairs of
+    blocks, lies wholly beyond the floor on one side; a pair whose every block reads a change keeps the figure
+    running, whatever the other pair read. Seeking same too, this rule does not stop anything."""
+    noisy = _figure("seconds", [[(1.0, 1.06), (1.0, 0.97), (1.0, 1.04), (1.0, 1.01)],
+                                [(1.0, 1.05), (1.0, 1.03), (1.0, 0.96), (1.0, 1.07)]])  # fmt: skip
+    assert stopping.settled(noisy, 12, 0.02, 0.99, decide=False, screen=4, changes_only=True)
+    assert not stopping.settled(noisy, 12, 0.02, 0.99, decide=False, screen=4)
+    assert not stopping.settled(noisy, 12, 0.02, 0.99, decide=False, screen=0, changes_only=True)
+    odd = _figure("seconds", [[(1.0, 2.0), (1.0, 2.1), (1.0, 1.9), (1.0, 2.0)],
+                              [(1.0, 1.0), (1.0, 1.2), (1.0, 0.9), (1.0, 1.05)]])  # fmt: skip
+    assert not stopping.settled(odd, 12, 0.02, 0.99, decide=False, screen=4, changes_only=True)
+    assert stopping.shows_change([0.7, 0.69, 0.71], 0.02) and not stopping.shows_change([], 0.02)
+    assert not stopping.shows_change([0.7, 0.01, 0.71], 0.02)
+
+
 def test_a_2x_is_called_though_one_pair_of_processes_reads_no_change():
     """A planted 2x in a product (every value about log 2 slower) with one disturbed pair of processes that
     reads no change, among the first two or later: the screen never stops it, and from ``--min-passes`` (10)

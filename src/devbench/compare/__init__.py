@@ -1,20 +1,21 @@
 """``devbench compare``: two commits measured in paired, time-adjacent turns, a verdict per figure.
 
-How a comparison runs (docs/design.md, "Verdicts"):
+How a comparison runs (docs/design.md, "Verdicts"), module by module:
 
-1. ``export``: each commit's ``benchmarks/`` and ``src/`` are exported with ``git archive``;
-   nothing is installed.
-2. ``selection``: the figures asked for, less the machine's records, the twins and (without
+1. ``cli``: the command line; ``options``: the run's settings as one frozen record.
+2. ``export``: each commit's ``benchmarks/``, ``src/`` and ``asv.conf.json``, exported with
+   ``git archive``; nothing is installed.
+3. ``selection``: the figures asked for, less the machine's records, the twins and (without
    CUDA) the GPU combinations.
-3. ``runner`` and ``session``: passes of paired processes. In each pass one worker per side
-   (``worker.py``, run in that side's tree) forks a process per combination; the two processes
-   set up and check their workload, then take strict turns, A B A B ..., one block each.
-4. ``judge``: per figure, each pair of processes gives the median log ratio of its pairs of
+4. ``run``, ``runner`` and ``session``: passes of paired processes. In each pass one worker per
+   side (``worker.py``, run in that side's tree) forks a process per combination; the two
+   processes set up their workload (checked by the first process of each side), then take
+   strict turns, A B A B ..., one block each.
+5. ``stopping``: after each even pass, which figures stop (decided, certain to stay undecided,
+   or screened: no longer decidable after ``robust_passes``, whatever one pair of processes read).
+6. ``judge``: per figure, each pair of processes gives the median log ratio of its pairs of
    blocks; the change is their Hodges-Lehmann estimate with a distribution-free interval
-   (``devbench.verdict``); a figure stops once decided, once it can be neither faster nor slower
-   (with ``--same``: once it can no longer be decided at all), or after the 2nd or 4th pass when
-   its pairs of processes disagree (the screen: no longer decidable after 8).
-5. ``output``: the table, ``compare.md``, ``compare.csv``, ``pairs.csv`` and ``run.json``.
-
-``options`` holds the run's settings as one frozen record; ``command`` is the command line.
+   (``devbench.verdict``).
+7. ``record``: the table, ``compare.md``, ``compare.csv``, ``pairs.csv`` and ``run.json``, and
+   reading a finished one back (``--from``).
 """

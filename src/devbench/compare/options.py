@@ -12,12 +12,12 @@ CONFIDENCE = 0.99
 #: fits inside it. A declared size of effect, not a fit to any host's noise
 FLOOR = 0.02
 #: pairs of processes (passes) before the first verdicts, and at most: even, so that each side is set up
-#: first as often (docs/noise.md)
+#: first as often (docs/noise.md). At 10 the 99% interval leaves out the three most extreme Walsh averages
+#: at each end (at 8 it is the values' range, which one disturbed pair of processes holds hostage)
 MIN_PASSES = 10
 MAX_PASSES = 14
-#: through this many passes, after each even one, a figure whose pairs of processes already disagree stops
-#: (``judge.settled``): it could no longer be decided after the fewest passes that give its interval (8 at
-#: 99%), and the passes beyond are kept for figures that agree. None at or after the fewest
+#: through this many passes, after each even one, a figure stops when it could no longer be decided after
+#: ``stopping.robust_passes`` (9 at 99%) whatever those bring: one pair of processes cannot stop it
 SCREEN = 4
 #: pairs of adjacent blocks per pair of processes: even, so that each side goes first as often
 PAIRS = 4

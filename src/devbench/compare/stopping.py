@@ -1,13 +1,23 @@
-"""STOPPING_DOC"""
+"""When a figure may stop: decided, certain to stay undecided, or screened.
+
+After every even pass (each side set up first as often) ``runner.run_passes`` asks ``settled`` of every
+figure still running. A figure stops when its interval is decided (from ``--min-passes`` on), when no
+passes to come could decide it (``verdict.futile``: stopping it loses no verdict), or, through the
+screen's passes, when it could no longer be decided after ``robust_passes`` pairs of processes: the
+fewest whose interval leaves out the most extreme value at each end, so that one pair of processes the
+host disturbed can neither decide a figure nor stop one. ``limit`` gives each figure its most passes (a
+sweep's figures, judged as one family, more) and ``stopper`` binds the rule to a run's options.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from devbench import verdict as V
 from devbench.compare.judge import confidence_of, process_pair_logs, sweep_sizes
 from devbench.compare.options import Options
-from devbench.compare.runner import Figure
+from devbench.compare.runner import Figure, pair_logs
 
 
 def fewest_passes(confidence: float) -> int:
@@ -18,7 +28,7 @@ def fewest_passes(confidence: float) -> int:
 def most_passes(confidence: float, min_passes: int, max_passes: int) -> int:
     """The passes a figure judged at ``confidence`` may get: ``max_passes``, or, when its interval needs more
     than ``min_passes`` pairs (one of a sweep's figures), as many beyond its fewest as the others get beyond
-    ``min_passes`` (16 for one of 45 at 99%, with the default 8 and 10)."""
+    ``min_passes`` (18 for one of 45 at 99%, with the default 10 and 14)."""
     return max(max_passes, fewest_passes(confidence) + max_passes - min_passes)
 
 
@@ -28,6 +38,13 @@ def robust_passes(confidence: float) -> int:
     host disturbed is its bound; from it on, that pair only moves a bound by one Walsh average (halfway to the
     next value), and a change of 2x that one pair reads as none is still called."""
     return next(n for n in range(1, 1000) if V.signed_rank_k(n, confidence) >= 2)
+
+
+def shows_change(logs: list[float], floor: float) -> bool:
+    """Whether one pair of processes, on its own pairs of blocks, shows a change: every one of its log ratios
+    beyond the floor on the same side."""
+    edge = math.log1p(floor)
+    return bool(logs) and (all(x > edge for x in logs) or all(x < -edge for x in logs))
 
 
 def settled(
@@ -42,7 +59,10 @@ def settled(
     most extreme value at each end, so one pair of processes that reads apart from the others (a real 2x
     read as none by a pair the host disturbed) cannot stop the figure; two values that disagree, one beyond
     the floor's edge and one not, stop it only when their mean lies inside the floor, and four only when the
-    second smallest and second largest of their Walsh averages straddle its edges. A screened figure is
+    second smallest and second largest of their Walsh averages straddle its edges. Looking for changes
+    only (the default), the screen also stops a figure none of whose pairs of processes shows a change on
+    its own (``shows_change``: every pair of blocks beyond the floor on one side): where one pair of
+    processes reads a real change and another was disturbed, the first keeps it running. A screened figure is
     ``undecided``, so the screen never makes a verdict, false or true, that running on would not have
     made; what it costs is the figures that more passes would have decided (docs/design.md, "Verdicts").
 
@@ -60,6 +80,8 @@ def settled(
     if len(fig.a) <= screen:
         at = robust_passes(confidence)
         if len(units) < at and V.futile(units, at, floor, confidence, same=not changes_only):
+            return True
+        if changes_only and not any(shows_change(logs, floor) for logs in pair_logs(fig)):
             return True
     return V.futile(units, len(units) + left, floor, confidence, same=not changes_only)
 
