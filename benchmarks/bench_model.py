@@ -35,12 +35,12 @@ class Forward(Benchmark):
     def setup(self, device, model):
         self.device = require_device(device)
         # asv runs setup again before every sample: built, checked and warmed once per process
-        self.net, self.x = once(("Forward", device, model), lambda: self._built(model))
+        self.net, self.x = once(("Forward", device, model), lambda: self._built(device, model))
 
-    def _built(self, model):
+    def _built(self, device, model):
         net = build_model(model, self.device)
         x = randn((BATCH, MODEL_INPUTS[model]), device=self.device)
-        check_forward(net, x)
+        check_once(("Forward", device, model), lambda: check_forward(net, x), lambda: None)
         self.net, self.x = net, x
         warm_up(self._forward, self.device)
         return net, x
@@ -70,15 +70,16 @@ class TrainingStep(Benchmark):
 
     def setup(self, device, model, batch_transfer):
         self.device = require_device(device)
-        self.step = once(("TrainingStep", device, model, batch_transfer), lambda: self._built(model, batch_transfer))
+        key = ("TrainingStep", device, model, batch_transfer)
+        self.step = once(key, lambda: self._built(key, model, batch_transfer))
 
-    def _built(self, model, batch_transfer):
+    def _built(self, key, model, batch_transfer):
         """The step, checked and warm: once per process (asv runs setup again before every sample)."""
         if batch_transfer == "pinned_prefetch":
             step = PrefetchedTrainStep(model, self.device)
         else:
             step = TrainStep(model, self.device, batch_transfer != "plain")
-        step.check()
+        check_once(key, step.check, lambda: None)
         warm_up(step, self.device)
         return step
 

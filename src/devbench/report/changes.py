@@ -169,6 +169,10 @@ def history(frame: pd.DataFrame, steps: pd.DataFrame) -> tuple[Section | None, p
         "`changed`: a figure whose unit says no better direction. GPU figures measured while throttled are "
         f"left out. {len(steps)} steps found, largest first. A step in a history of single runs can also be "
         "the host changing speed between days: confirm one with `devbench compare`. "
+        "`cause`: `machine` where a ceiling of the same run (the memory copy, the achievable product) moved the "
+        "same way between the two commits by at least half as much, `code` where the ceilings were measured and "
+        "did not, `unknown` where they were not (`ceilings` says how each moved); a change to a ceiling's own "
+        "workload moves that ceiling and reads as the machine. "
         "Plot: the series with the largest steps, each divided by its first commit's value (1.0 = no change), "
         "the axis from zero, the shaded band asv's 99% interval, the dashed red line where the step is; the "
         "y label says which way is better."
@@ -182,6 +186,9 @@ def history(frame: pd.DataFrame, steps: pd.DataFrame) -> tuple[Section | None, p
         after=[_human(v, u) for v, u in zip(steps["after"], steps["unit"], strict=True)],
         commits=[f"{a[:8]} -> {b[:8]}" for a, b in zip(steps["commit_before"], steps["commit_after"], strict=True)],
         floor=[f"{100 * f:.0f}%" for f in steps["floor"]],
-    )[["verdict", "where", "benchmark", "params", "change", "before", "after", "commits", "floor"]]
+    )
+    cols = ["verdict", "where", "benchmark", "params", "change", "before", "after", "commits", "floor"]
+    cols += [c for c in ("cause", "ceilings") if c in table]
+    table = table[cols]
     clipped, more = _clip(table)
     return Section("Changes in the history (detected steps)", text, clipped, plot="history", more=more), steps

@@ -17,6 +17,7 @@ from devbench.report import changes as CH
 from devbench.report import derive as D
 from devbench.report import plots as P
 from devbench.report import steps as ST
+from devbench.report.ceilings import attribute
 from devbench.report.derive import latest, where_label
 from devbench.report.load import Loaded
 from devbench.report.parts import MAX_ROWS, Report, Section, _clip, _human, sig  # noqa: F401 - _human: tests
@@ -419,7 +420,7 @@ def build(
         if sec is not None:
             rep.sections.append(sec)
     found, figures = apart() if apart is not None else (ST.detect(cur), None)
-    hist, flagged = CH.history(cur, found)
+    hist, flagged = CH.history(cur, attribute(found, cur))
     if hist is not None:
         rep.sections.append(hist)
     rep.sections.append(_all_latest(cur))

@@ -10,7 +10,8 @@ was throttled are left out of the series first.
 
 Steps are fitted to log values, so a level's error and the floor are relative changes.
 A cheap screen first (do the medians on two sides of a quarter, half or three-quarter
-split differ by the floor?) spares the fit on the many series that are flat.
+split differ by the floor, or a middle quarter's from the rest's?) spares the fit on the many
+series that are flat.
 No torch.
 """
 
@@ -73,10 +74,15 @@ def _levels(logs: np.ndarray, floor: float) -> list[tuple[int, int, float, float
 
 
 def _split_screen(logs: np.ndarray, floor: float) -> bool:
-    """True when the medians on two sides of a quarter, half or three-quarter split differ by the floor."""
+    """True when the medians on two sides of a quarter, half or three-quarter split differ by the floor, or a
+    middle quarter's median differs by it from the rest's (a level that came and went: a stretch of runs on
+    a busy host)."""
     n, limit, values = len(logs), math.log1p(floor), logs.tolist()  # statistics' median: 20x numpy's on ~50 points
     for cut in {n // 4, n // 2, (3 * n) // 4}:
         if cut >= 2 and n - cut >= 2 and abs(statistics.median(values[:cut]) - statistics.median(values[cut:])) > limit:
+            return True
+    for a, b in ((n // 4, n // 2), (n // 2, (3 * n) // 4)):
+        if b - a >= 2 and abs(statistics.median(values[a:b]) - statistics.median(values[:a] + values[b:])) > limit:
             return True
     return False
 
