@@ -55,22 +55,38 @@ def test_a_step_with_no_ceiling_at_both_commits_is_unknown_and_says_why():
     no_ceiling = frame[~frame["benchmark"].isin([COPY[0], BEST[0]])]
     found = CE.attribute(ST.detect(no_ceiling), no_ceiling)
     assert len(found) and set(found["cause"]) == {CE.UNKNOWN}
-    assert set(found["ceilings"]) == {"no ceiling measured at both commits"}
+    assert set(found["ceilings"]) == {"no ceiling measured on both levels"}
     empty = CE.attribute(ST.detect(no_ceiling.iloc[0:0]), no_ceiling)
     assert empty.empty and "cause" in empty
 
 
-def test_a_ceiling_moving_the_other_way_or_by_little_does_not_make_a_step_the_machines():
+def test_every_ceiling_must_move_for_the_machine_and_none_for_the_code():
+    """Both ceilings down by the step: machine. Only the copy (its own workload changed, or the memory alone
+    taken): unknown, saying so. The copy the other way or by little, the product flat: code."""
     steps = pd.DataFrame([{"machine": "vm", "env": "e", "benchmark": LOOP[0],
                            "params": ", ".join(f"{k}={v}" for k, v in LOOP[2].items()), "unit": "seconds",
                            "ratio": 1.5, "commit_before": "c00", "commit_after": "c01"}])  # fmt: skip
-    for copy_after, cause in ((8.0 / 1.5, CE.MACHINE), (8.0 * 1.3, CE.CODE), (8.0 / 1.1, CE.CODE)):
-        frame = pd.concat([_history([1.0, 1.0], [1.0, 1.0])], ignore_index=True)
-        frame.loc[(frame["benchmark"] == COPY[0]) & (frame["commit"] == "c01"), "value"] = copy_after
-        frame.loc[(frame["benchmark"] == BEST[0]) & (frame["commit"] == "c01"), "value"] = 0.15
-        frame.loc[(frame["benchmark"] == BEST[0]) & (frame["commit"] == "c00"), "value"] = 0.15
-        frame.loc[(frame["benchmark"] == COPY[0]) & (frame["commit"] == "c00"), "value"] = 8.0
-        assert CE.attribute(steps, frame)["cause"].iloc[0] == cause, copy_after
+    for copy_after, best_after, cause in ((8.0 / 1.5, 0.1, CE.MACHINE), (8.0 / 1.5, 0.15, CE.UNKNOWN),
+                                          (8.0 * 1.3, 0.15, CE.CODE), (8.0 / 1.1, 0.15, CE.CODE)):  # fmt: skip
+        frame = _history([1.0, 1.0], [1.0, 1.0])
+        at = frame["commit"] == "c01"
+        frame.loc[(frame["benchmark"] == COPY[0]) & at, "value"] = copy_after
+        frame.loc[(frame["benchmark"] == BEST[0]) & at, "value"] = best_after
+        frame.loc[(frame["benchmark"] == BEST[0]) & ~at, "value"] = 0.15
+        frame.loc[(frame["benchmark"] == COPY[0]) & ~at, "value"] = 8.0
+        got = CE.attribute(steps, frame).iloc[0]
+        assert got["cause"] == cause, (copy_after, best_after, got["ceilings"])
+
+
+def test_a_ceilings_odd_run_beside_the_step_does_not_decide_it():
+    """The ceilings are read over each level's commits, not at the two commits beside the step: one high
+    reading of the achievable product at the last commit before a code step does not make it the machine's."""
+    frame = _history([1.0] * 14, [1.0] * 8 + [1.6] * 6)
+    frame.loc[(frame["benchmark"] == BEST[0]) & (frame["commit"] == "c07"), "value"] = 0.15 * 1.6
+    found = CE.attribute(ST.detect(frame), frame)
+    loop = found[found["benchmark"] == LOOP[0]]
+    assert list(loop["commit_after"]) == ["c08"] and list(loop["cause"]) == [CE.CODE]
+    assert loop["level_before"].iloc[0].split() == [f"c{i:02d}" for i in range(8)]
 
 
 def test_figures_over_their_ceiling_of_the_same_run():

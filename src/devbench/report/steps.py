@@ -44,6 +44,8 @@ COLUMNS = [
     "commit_before",
     "commit_after",
     "points",
+    "level_before",
+    "level_after",
 ]
 
 
@@ -153,11 +155,12 @@ def detect(frame: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd.DataFrame:
             newest.append({**where, "verdict": _verdict(shift, way), "ratio": math.exp(shift),
                            "before": math.exp(statistics.median(prev.tolist())), "after": math.exp(logs[-1]),
                            "commit_before": str(commits[-2]), "commit_after": str(commits[-1]), "alone": alone,
-                           "sign": shift > 0})  # fmt: skip
+                           "sign": shift > 0, "level_before": " ".join(map(str, commits[-len(prev) - 1 : -1])),
+                           "level_after": str(commits[-1])})  # fmt: skip
         if logs.max() - logs.min() <= limit or not _split_screen(logs, floor):
             continue  # no two halves differ by the floor: no level can
         levels = _levels(logs, floor)
-        for (_, r0, v0, e0), (l1, _, v1, e1) in zip(levels, levels[1:], strict=False):
+        for (l0, r0, v0, e0), (l1, r1, v1, e1) in zip(levels, levels[1:], strict=False):
             step = v1 - v0
             if abs(step) <= limit + max(e0, e1):
                 continue
@@ -165,6 +168,8 @@ def detect(frame: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd.DataFrame:
                 {
                     **where, "verdict": _verdict(step, way), "ratio": math.exp(step), "before": math.exp(v0),
                     "after": math.exp(v1), "commit_before": str(commits[r0 - 1]), "commit_after": str(commits[l1]),
+                    "level_before": " ".join(map(str, commits[l0:r0])),
+                    "level_after": " ".join(map(str, commits[l1:r1])),
                 }
             )  # fmt: skip
     rows += _newest(newest, runs, {(r["machine"], r["env"], r["benchmark"], r["params"], r["commit_after"])
