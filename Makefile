@@ -95,10 +95,10 @@ report: venv
 	$(VENV)/bin/devbench report --results .asv/results --out $(REPORT_DIR)
 
 # The committed sample report (reports/sample/): its inputs (asv results of the CPU VM and of an
-# H200, and the A/A devbench compare in reports/compare-aa/idle/) are committed, so anyone can
+# H200, and the A/A devbench compare in reports/compare-power/aa-idle/) are committed, so anyone can
 # rebuild it. `make report` writes the user's own report to reports/latest/, which git ignores.
 sample-report: venv
-	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-aa/idle --out reports/sample
+	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-power/aa-idle --out reports/sample
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'
