@@ -108,3 +108,18 @@ def test_a_stretch_of_runs_on_a_busy_host_is_found_and_is_the_machine():
     found = CE.attribute(ST.detect(frame), frame)
     square = found[found["benchmark"] == SQUARE[0]]
     assert set(square["commit_after"]) == {"c04", "c08"} and set(found["cause"]) == {CE.MACHINE}
+
+
+def test_a_results_folder_without_benchmarks_json_still_gives_a_report(tmp_path):
+    """asv's benchmarks.json names the params; results copied without it (no device, dtype or run columns)
+    give a report, not a traceback."""
+    import shutil
+    from pathlib import Path
+
+    from devbench.cli import main
+
+    src = Path(__file__).resolve().parents[1] / "reports" / "history-attribution" / "vm"
+    shutil.copytree(src, tmp_path / "results" / "vm")
+    assert main(["report", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out"),
+                 "--format", "md"]) == 0  # fmt: skip
+    assert (tmp_path / "out" / "report.md").is_file()

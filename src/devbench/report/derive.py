@@ -215,7 +215,7 @@ def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFra
     out = searches[["machine", "device", "dtype", "shape", "search_tflops"]].copy()
     sub = usable(latest(frame))
     sub = sub[sub["benchmark"] == spec.ACHIEVABLE_TFLOPS.benchmark]
-    if not sub.empty:
+    if not sub.empty and {"device", "dtype", "run"} <= set(sub.columns):  # no params without benchmarks.json
         extra = [c for c in ("gpu_mhz", "gpu_watts") if c in sub.columns]
         sub = sub[["machine", "device", "dtype", "run", "value", "env", "commit", "commit_short", *extra]]
         sub = sub.astype({"machine": str, "env": str, "commit": str, "commit_short": str})
