@@ -53,9 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "split confidence needs")  # fmt: skip
     p.add_argument("--screen", type=int, default=SCREEN, metavar="N",
                    help=f"through the first N passes (default {SCREEN}; 0: none), after each even one, stop every "
-                   "figure whose pairs of processes already disagree, one beyond the floor's edge where another is "
-                   "not: it could no longer be decided after --min-passes, and the passes beyond are kept for the "
-                   "figures that agree")  # fmt: skip
+                   "figure that could no longer be decided after 9 pairs of processes (at 99%%: where one odd pair "
+                   "is never the interval's bound), or, looking for changes only, in which no pair of processes "
+                   "shows a change on its own pairs of blocks; a stopped figure is undecided")  # fmt: skip
     p.add_argument("--same", action="store_true",
                    help="also bound the figures that did not change: one that may still end same (its interval "
                    "inside the floor) runs on until it does or no longer can. By default compare looks for faster "

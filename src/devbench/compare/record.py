@@ -148,8 +148,10 @@ def publish(out_dir: Path, files: dict[str, bytes | str]) -> None:
 def _screen_note(opts: Options) -> str:
     if not opts.screen or opts.all_passes:
         return ""
-    return (f", and through pass {opts.screen} one whose pairs of processes already disagree (one beyond the "
-            f"floor's edge where another is not: no longer decidable after {opts.min_passes})")
+    at = stopping.robust_passes(opts.confidence)
+    own = "" if opts.same else ", or in which no pair of processes shows a change on its own blocks"
+    return (f", and through pass {opts.screen} one that could no longer be decided after {at} pairs of processes "
+            f"(where one odd pair is never the interval's bound){own}")
 
 
 def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
