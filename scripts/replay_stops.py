@@ -1,15 +1,15 @@
 """What a finished ``devbench compare --all-passes`` would have cost under the default stopping rule.
 
-An ``--all-passes`` run keeps every figure to ``--min-passes``, so its intervals say what each figure
-can detect. The default stops a figure after any even pass once it is certain to stay undecided
-(``judge.settled`` without ``decide``), through the screen's passes (``--screen``, 4) once its pairs of
-processes disagree, and a decided one from ``--min-passes`` on. This replays that rule on the run's own
-pass values and prices it with the seconds each figure took in each pass (``run.json``'s
-``pass_seconds``) plus each pass's own overhead (starting the workers, and ``setup_cache`` while a figure
-that reads it runs on: the seconds it took with every figure of its sweep, so a sweep that runs on with
-few figures is priced high), and lists the verdicts that change (futility changes none; the screen can
-leave one undecided, which is its price). It then says, per family, what each figure can detect after
-every pass (the floor plus half its interval, ``verdict.detectable``).
+An ``--all-passes`` run keeps every figure to ``--min-passes``, so its intervals say what each figure can
+detect. The default stops a figure after any even pass once it is certain to stay undecided
+(``stopping.settled`` without ``decide``), through the screen's passes (``--screen``, 4) once it could no
+longer be decided after ``stopping.robust_passes``, and a decided one from ``--min-passes`` on. This
+replays that rule on the run's own pass values and prices it with the seconds each figure took in each
+pass (``run.json``'s ``pass_seconds``) plus each pass's own overhead (starting the workers, and
+``setup_cache`` while a figure that reads it runs on: the seconds it took with every figure of its sweep,
+so a sweep that runs on with few figures is priced high), and lists the verdicts that change (futility
+changes none; the screen can leave one undecided, which is its price). It then says, per family, what
+each figure can detect after every pass (the floor plus half its interval, ``verdict.detectable``).
 
 ``--pairs K`` replays the run as if each pass had kept at most ``K`` pairs of blocks (the first ``K``):
 the price of fewer turns in power. A figure's turns in a pass (its seconds less its set-up) are priced

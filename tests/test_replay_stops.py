@@ -123,18 +123,22 @@ def test_fewer_passes_at_most_stop_sooner_and_lose_the_verdicts_more_passes_give
 
 
 def test_the_screen_stops_figures_whose_first_two_passes_disagree(tmp_path, capsys, script):
-    """After 2 passes the straddling figure (0.9 then 1.1: one beyond each edge of the floor) could no longer be
-    decided after 8 and stops; the slowdown's first four agree, so it runs on past the screen (its 5th is inside
-    the floor) and stays slower. Without the screen the straddling figure needs 6 passes to be certain to stay
-    undecided."""
+    """After 2 passes the straddling figure (0.9 then 1.1: their mean inside the floor, and no pair of processes
+    showing a change on its own) could no longer be decided after 9 passes and, looking for changes only,
+    stops; the slowdown's first four agree, so it runs on past the screen (its 5th is inside the floor) and
+    stays slower. Seeking same too, the straddling figure may still end same: the screen leaves it, and
+    futility stops it after 4. Without the screen it also needs 4 passes."""
     folder = _ten_passes(tmp_path / "run")
-    assert script("replay_stops").main([str(folder), "--full-run-s", "100", "--same"]) == 0
+    assert script("replay_stops").main([str(folder), "--full-run-s", "100"]) == 0
     out = capsys.readouterr().out
     assert "figures by the pass they stop after: 2: 1, 10: 1" in out and "verdicts that change: 0" in out
     # 2 x 10 s + 10 x 10 s of figures and 10 x 5 s of passes
-    assert "the screen through 4, same sought, verdicts from 8 on, at most 10): 2.8 min (1.7 full runs)" in out
-    assert script("replay_stops").main([str(folder), "--screen", "0", "--same"]) == 0
-    assert "no screen, same sought, verdicts from 8 on, at most 10): 3.5 min" in capsys.readouterr().out
+    assert "the screen through 4, changes only, verdicts from 8 on, at most 10): 2.8 min (1.7 full runs)" in out
+    assert script("replay_stops").main([str(folder), "--full-run-s", "100", "--same"]) == 0
+    out = capsys.readouterr().out
+    assert "figures by the pass they stop after: 4: 1, 10: 1" in out and "verdicts that change: 0" in out
+    assert script("replay_stops").main([str(folder), "--screen", "0"]) == 0
+    assert "no screen, changes only, verdicts from 8 on, at most 10): 3.2 min" in capsys.readouterr().out
 
 
 def test_fewer_passes_at_most_than_the_minimum_are_refused(tmp_path, capsys, script):
