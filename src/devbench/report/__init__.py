@@ -4,10 +4,10 @@
   benchmark and parameter combination (asv's own ``asv.util.load_json`` reads the files);
 - ``derive``: TFLOP/s and GB/s from times, GPU/CPU speedup and crossover, logging ratios,
   parallel scaling, fraction of peak;
-- ``compare``: commit vs commit with asv compare's rule, machine vs machine, env vs env, history;
-- ``render``: Markdown, HTML, CSV and PNG, written atomically; ``cli``: ``devbench report``.
+- ``asvrule``: commit vs commit with asv compare's rule, machine vs machine, env vs env, history;
+- ``sections``, ``plots``, ``writers``: the report's parts, drawn and written atomically as Markdown, HTML,
+  CSV, Parquet and PNG; ``cli``: ``devbench report``.
+
+The package itself imports nothing: ``devbench --help`` and every other command build their parsers
+from ``report.cli`` without importing pandas or asv.
 """
-
-from devbench.report.load import Loaded, ReportError, load_results
-
-__all__ = ["Loaded", "ReportError", "load_results"]
