@@ -2,9 +2,6 @@ import os
 import signal
 
 import pytest
-import torch
-
-from devbench.devices import num_gpus
 
 
 def pytest_configure(config):
@@ -25,6 +22,11 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # imported here: the process that only hands tests to pytest-xdist's workers never needs torch
+    import torch
+
+    from devbench.devices import num_gpus
+
     if torch.backends.cuda.is_built() and num_gpus() > 0:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")

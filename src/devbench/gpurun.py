@@ -458,7 +458,8 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
                          run.left() - PACK_S, VALIDATE_S, log_path=run.out / "validate.txt")  # fmt: skip
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
     _smi(run.out / "smi-after.txt")
-    _print_health(run, python, machine, sha)
+    if plan.costs.gpus:  # the probe found a GPU: without one there is no GPU figure to judge
+        _print_health(run, python, machine, sha)
     took = time.monotonic() - run.start
     print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f}; expected {plan.estimate_s() + plan.reserve_s:.0f} s; "
           f"packed into {run.out}", flush=True)  # fmt: skip
