@@ -39,7 +39,9 @@ def test_an_unknown_gpu_or_link_is_unknown_and_says_why():
                       ("matmul:bfloat16", "no datasheet bfloat16 figure")]:  # fmt: skip
         health = E.judge(100.0, kind, odd)
         assert health.verdict == "unknown" and health.share is None and why in health.reason
-    assert E.judge(10.0, "peer", {"name": "NVIDIA L4"}).reason == "L4 has no NVLink"
+    no_link = E.judge(10.0, "peer", {"name": "NVIDIA L4"})
+    assert no_link.reason == "L4 has no NVLink, and NVML did not report the PCIe link"
+    assert E.judge(100.0, "busbw", odd).verdict == "unknown"
     with pytest.raises(ValueError, match="unknown kind 'nvme'"):
         E.expected("nvme", H200)
 
@@ -52,3 +54,28 @@ def test_every_known_gpu_names_its_source_and_the_most_specific_key_wins():
     assert E.model("Tesla V100-PCIE-32GB").label == "V100 PCIe"
     assert E.pcie_gbps(3, 16) == pytest.approx(15.75, rel=1e-3) and E.pcie_gbps(None, 16) is None
     assert E.link_note(H200) is None
+
+
+def test_a_gpu_pair_and_a_collective_are_judged_against_one_direction_of_nvlink_with_the_path_as_reason():
+    # H200 SXM: NVLink 900 GB/s both ways, 450 one way; nccl-tests' busbw reads against one direction
+    want = E.expected("peer", H200)
+    assert want.value == 450.0 and "NVLink per direction" in want.source and "H200 datasheet" in want.source
+    assert E.judge(400.0, "peer", H200, path="NVLink").verdict == "ok"
+    staged = E.judge(20.0, "peer", H200, path="through host")
+    assert staged.verdict == "low" and "peer access off" in staged.reason
+    pcie = E.judge(50.0, "peer", H200, path="PCIe P2P")
+    assert pcie.verdict == "low" and "the copy took PCIe P2P, not NVLink" in pcie.reason
+    assert "no reason could be read" in E.judge(200.0, "peer", H200, path="NVLink").reason
+    bus = E.expected("busbw", H200)
+    assert bus.value == 450.0 and "as nccl-tests reads busbw" in bus.source
+    assert E.judge(360.0, "busbw", H200).verdict == "ok"
+
+
+def test_a_model_without_nvlink_is_judged_against_its_pcie_link_and_names_a_link_trained_low():
+    l4 = {"name": "NVIDIA L4", "pcie_gen": 3, "pcie_width": 16, "pcie_gen_max": 4, "pcie_width_max": 16}
+    want = E.expected("peer", l4)
+    assert want.value == pytest.approx(E.pcie_gbps(3, 16)) and "L4 has no NVLink: PCIe Gen3 x16" in want.source
+    low = E.judge(5.0, "busbw", l4)
+    assert low.verdict == "low" and "PCIe link trained at Gen3 x16, below its Gen4 x16" in low.reason
+    # over PCIe, a PCIe P2P path is the expected one, not a reason
+    assert "not NVLink" not in E.judge(5.0, "peer", l4, path="PCIe P2P").reason

@@ -426,3 +426,29 @@ def test_a_plan_with_cut_points_still_formats_and_counts_them():
     rows = {r["benchmark"]: r for r in P.summary_rows(plan)}
     assert rows[first.benchmark]["cut"] == 1
     assert "plan: " in P.format_plan(plan)
+
+
+def test_a_gpu_pair_and_an_nccl_busbw_are_judged_with_the_path_the_copies_took(tmp_path):
+    from devbench.gpurun import health_lines
+
+    mib256 = 256 * 2**20
+    routes, sizes = ["0->1", "1->0"], [2**20, mib256]
+
+    def row(values, params):
+        return [values, [[repr(v) for v in p] for p in params]]
+
+    data = {"commit_hash": "a" * 40, "result_columns": ["result", "params"], "results": {
+        "bench_transfer.PeerCopy.track_gbps": row([90.0, 30.0, 88.0, 380.0], [routes, sizes]),
+        "bench_transfer.PeerCopy.track_peer_access": row([1.0, 0.0, 1.0, 1.0], [routes, sizes]),
+        "bench_transfer.PeerCopy.track_nvlink_share": row([None, None, None, None], [routes, sizes]),
+        "bench_collectives.Collectives.track_busbw": row([120.0], [["nccl"], [2], ["all_reduce"], [mib256]]),
+    }}  # fmt: skip
+    (tmp_path / "aaaaaaaa-existing.json").write_text(json.dumps(data))
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "pcie_gen": 5, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}
+    by = {line.split("  ")[1].strip(): line for line in health_lines(tmp_path, "a" * 40, h100)}
+    # 0->1 at 256 MiB without peer access: staged through host, low against NVLink's 450 GB/s one way
+    staged = by["GPU 0->1 256 MiB (through host)"]
+    assert " low " in staged and "peer access off" in staged and "7% of 450" in staged
+    assert " low " in by["all_reduce busbw, 2 GPUs"] and "27% of 450" in by["all_reduce busbw, 2 GPUs"]
+    assert "nccl-tests reads busbw" in by["all_reduce busbw, 2 GPUs"]
+    assert not any("peer matrix" in k for k in by)  # not measured: no line

@@ -678,3 +678,51 @@ def test_the_health_section_judges_each_gpu_figure_against_its_machine(tmp_path)
     record.write_text(json.dumps(data))
     assert main(["--results", str(results), "--out", str(out), "--format", "md", "--quiet"]) == 0
     assert "names no PCIe link (devbench machine records it)" in (out / "report.md").read_text()
+
+
+def _gpu_rows(machine_gpu: str, pcie: str, rows: list[tuple[str, dict, float]]) -> pd.DataFrame:
+    """A frame as load_results gives it: one machine and commit, one row per (benchmark, params, value)."""
+    base = {"machine": "box", "env": "e", "commit": "c" * 40, "commit_short": "cccccccc", "date": 1,
+            "status": "ok", "version_current": True, "machine_gpu": machine_gpu, "machine_pcie": pcie}  # fmt: skip
+    return pd.DataFrame([{**base, "benchmark": b, **p, "value": v} for b, p, v in rows])
+
+
+def test_the_health_section_judges_gpu_pairs_and_nccl_busbw_against_nvlink_with_the_path_as_reason():
+    mib = 2**20
+    frame = _gpu_rows("8 x NVIDIA H100 80GB HBM3", "gen5 x16 (max gen5 x16)", [
+        ("bench_transfer.PeerCopy.track_gbps", {"route": "0->1", "nbytes": str(256 * mib)}, 380.0),
+        ("bench_transfer.PeerCopy.track_peer_access", {"route": "0->1", "nbytes": str(256 * mib)}, 1.0),
+        ("bench_transfer.PeerCopy.track_nvlink_share", {"route": "0->1", "nbytes": str(256 * mib)}, 0.99),
+        ("bench_transfer.PeerCopy.track_gbps", {"route": "1->0", "nbytes": str(256 * mib)}, 24.0),
+        ("bench_transfer.PeerCopy.track_peer_access", {"route": "1->0", "nbytes": str(256 * mib)}, 0.0),
+        ("bench_transfer.PeerCopy.track_gbps", {"route": "0->1", "nbytes": str(mib)}, 90.0),  # too small to judge
+        *[("bench_collectives.Collectives.track_busbw", {"backend": "nccl", "world": "8", "op": "all_reduce",
+                                                        "nbytes": str(n)}, v)
+          for n, v in ((64 * mib, 300.0), (256 * mib, 200.0))],
+        ("bench_collectives.Collectives.track_busbw", {"backend": "gloo", "world": "2", "op": "all_reduce",
+                                                       "nbytes": str(256 * mib)}, 3.0),
+    ])  # fmt: skip
+    peers = pd.DataFrame([{"machine": "box", "nbytes": 256 * mib, "src": s, "dst": d, "gbps": g, "path": p}
+                          for s, d, g, p in ((0, 1, 390.0, "NVLink"), (1, 0, 385.0, "NVLink"),
+                                             (0, 2, 60.0, "PCIe P2P"))])  # fmt: skip
+    table = D.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame),
+                     D.collective_bandwidth(frame), peers)  # fmt: skip
+    rows = {r.figure: r for r in table.itertuples()}
+    ok = rows["GPU 0->1 256 MiB (NVLink)"]
+    assert ok.verdict == "ok" and ok.share == pytest.approx(380 / 450) and "NVLink per direction" in ok.reason
+    staged = rows["GPU 1->0 256 MiB (through host)"]
+    assert staged.verdict == "low" and "peer access off" in staged.reason
+    assert not any("1 MiB" in f for f in rows)
+    slow = rows["peer matrix slowest: GPU 0->2 256 MiB (PCIe P2P)"]
+    assert slow.verdict == "low" and "the copy took PCIe P2P, not NVLink" in slow.reason
+    assert rows["peer matrix median: GPU 1->0 256 MiB (NVLink)"].verdict == "ok"
+    # the largest NCCL size only (200 of 450: low), nccl-tests' reading named; gloo is not a GPU figure
+    bus = rows["all_reduce busbw, 8 GPUs, 256 MiB"]
+    assert bus.verdict == "low" and bus.share == pytest.approx(200 / 450) and "nccl-tests reads busbw" in bus.reason
+    assert [f for f in rows if "busbw" in f] == ["all_reduce busbw, 8 GPUs, 256 MiB"]
+    # the CSV's columns judge the same figures, every size of 64 MiB and more
+    marked = D.with_health(frame)
+    judged = marked[marked["health"] != ""]
+    assert set(judged["benchmark"]) == {"bench_transfer.PeerCopy.track_gbps",
+                                        "bench_collectives.Collectives.track_busbw"}
+    assert (judged["expected"] == 450.0).all() and len(judged) == 4

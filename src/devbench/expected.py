@@ -6,11 +6,15 @@ expected figure comes from the machine's own facts, each with its source named:
 * host <-> device copies: the PCIe link as NVML reports it trained (generation x width), per
   direction, after the line encoding (8b/10b up to Gen2, 128b/130b from Gen3);
 * a device-local copy (bytes read plus written): the GPU model's memory bandwidth (datasheet);
-* a GPU -> GPU copy over NVLink: the model's NVLink bandwidth per direction (datasheet);
+* a GPU -> GPU copy (``PeerCopy``, each pair of ``PeerMatrix``): the model's NVLink bandwidth per
+  direction (datasheet), or, on a model without NVLink, the PCIe link as trained;
+* a collective's bus bandwidth (NCCL): the same link, one direction, as nccl-tests reads busbw (its
+  bus factor makes busbw comparable with what one link carries one way, whatever the op and world);
 * a matrix product: the model's dense datasheet TFLOP/s (``devbench.peaks``).
 
 ``judge`` gives ``ok``, ``low`` (below ``LOW_SHARE`` of expected, with the likely reason where
-one can be read: a link trained below its maximum, pageable memory, a throttle reason active) or
+one can be read: a link trained below its maximum, pageable memory, peer access off or a GPU pair's
+copy that NVLink did not carry, a throttle reason active) or
 ``unknown`` (no expected figure, and why). No torch import: the report may use this.
 """
 
@@ -31,6 +35,23 @@ ABOVE_SHARE = 1.1
 #: GT/s per lane by PCIe generation, and the share of the bits that carry data (line encoding)
 PCIE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 PCIE_ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
+
+
+#: a GPU -> GPU copy counts as over NVLink when the source GPU's NVLink counters sent at least this share of its bytes
+NVLINK_SHARE = 0.5
+
+
+def path_label(peer_access: bool, nvlink: bool | None = None, nvlink_share: float | None = None) -> str:
+    """How a GPU -> GPU copy travelled, in a word: ``through host`` without peer access; ``NVLink`` or ``PCIe P2P``
+    by the share of its bytes NVLink's counters sent; with "(topology)" where there were no counters and only
+    NVML's topology says what the link could do; ``P2P`` where nothing is known."""
+    if not peer_access:
+        return "through host"
+    if nvlink_share is not None and nvlink_share == nvlink_share:  # NaN: no counters
+        return "NVLink" if nvlink_share >= NVLINK_SHARE else "PCIe P2P"
+    if nvlink is not None:
+        return "NVLink (topology)" if nvlink else "PCIe P2P (topology)"
+    return "P2P"
 
 
 @dataclass(frozen=True)
@@ -106,7 +127,8 @@ def expected(kind: str, gpu: dict[str, Any]) -> Expected:
     """The expected figure of ``kind`` on the GPU ``gpu`` (a ``devbench.devices.describe()`` GPU entry).
 
     ``kind``: ``h2d`` or ``d2h`` (pinned host memory, GB/s), ``device_copy`` (GB/s read plus written),
-    ``peer`` (GB/s over NVLink, one direction), ``matmul:<dtype>`` (TFLOP/s)."""
+    ``peer`` (GB/s GPU -> GPU, one direction), ``busbw`` (an NCCL collective's bus bandwidth, GB/s),
+    ``matmul:<dtype>`` (TFLOP/s)."""
     name = gpu.get("name")
     if kind in ("h2d", "d2h"):
         gbps = pcie_gbps(gpu.get("pcie_gen"), gpu.get("pcie_width"))
@@ -125,16 +147,24 @@ def expected(kind: str, gpu: dict[str, Any]) -> Expected:
         return Expected(None, f"{name or 'this GPU'} is not in devbench.expected.MODELS")
     if kind == "device_copy":
         return Expected(found.memory_gbps, found.source)
-    if kind == "peer":
-        if found.nvlink_gbps is None:
-            return Expected(None, f"{found.label} has no NVLink")
-        return Expected(found.nvlink_gbps, found.source)
-    raise ValueError(f"unknown kind {kind!r}; expected h2d, d2h, device_copy, peer or matmul:<dtype>")
+    if kind in ("peer", "busbw"):
+        what = "NVLink per direction" + (", as nccl-tests reads busbw" if kind == "busbw" else "")
+        if found.nvlink_gbps is not None:
+            return Expected(found.nvlink_gbps, f"{what}: {found.source}")
+        gbps = pcie_gbps(gpu.get("pcie_gen"), gpu.get("pcie_width"))
+        if gbps is None:
+            return Expected(None, f"{found.label} has no NVLink, and NVML did not report the PCIe link")
+        return Expected(gbps, f"{found.label} has no NVLink: PCIe Gen{gpu['pcie_gen']} x{gpu['pcie_width']} as "
+                              f"trained, per direction, after encoding")  # fmt: skip
+    raise ValueError(f"unknown kind {kind!r}; expected h2d, d2h, device_copy, peer, busbw or matmul:<dtype>")
 
 
 def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = False,
-          throttle: list[str] | None = None) -> Health:  # fmt: skip
-    """``ok``, ``low`` (below ``LOW_SHARE`` of expected, with the likely reason) or ``unknown`` (and why)."""
+          throttle: list[str] | None = None, path: str | None = None) -> Health:  # fmt: skip
+    """``ok``, ``low`` (below ``LOW_SHARE`` of expected, with the likely reason) or ``unknown`` (and why).
+
+    ``path``: how a GPU -> GPU copy travelled, as ``PeerPath.label`` names it ("NVLink", "PCIe P2P",
+    "through host", or one of the first two with "(topology)" where NVML had no counters)."""
     want = expected(kind, gpu)
     if want.value is None:
         return Health("unknown", None, want.source)
@@ -143,12 +173,16 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
         above = "; above what it should reach: the machine's facts may be wrong" if share > ABOVE_SHARE else ""
         return Health("ok", share, f"{share:.0%} of {want.value:.4g} ({want.source}){above}")
     reasons = []
-    if kind in ("h2d", "d2h"):
-        note = link_note(gpu)
-        if note:
-            reasons.append(note)
-        if pageable:
-            reasons.append("pageable host memory: the driver stages the copy through a pinned buffer")
+    found = model(gpu.get("name"))
+    over_pcie = kind in ("h2d", "d2h") or (kind in ("peer", "busbw") and found is not None and not found.nvlink_gbps)
+    if over_pcie and link_note(gpu):
+        reasons.append(link_note(gpu))
+    if pageable and kind in ("h2d", "d2h"):
+        reasons.append("pageable host memory: the driver stages the copy through a pinned buffer")
+    if kind == "peer" and path == "through host":
+        reasons.append("peer access off: the driver stages the copy through host memory")
+    elif kind == "peer" and path and not over_pcie and not path.startswith("NVLink"):
+        reasons.append(f"the copy took {path}, not NVLink")
     if throttle:
         reasons.append("throttled while it ran: " + ", ".join(throttle))
     why = "; ".join(reasons) if reasons else "no reason could be read from the machine's state"

@@ -298,6 +298,10 @@ HEALTH_FIGURES = [
     ("bench_achievable.MatmulAchievable.track_tflops", ("cuda", "bfloat16", "burst"), "matmul:bfloat16",
      "achievable bf16, burst"),
     ("bench_matmul.MatmulSquare.track_tflops", ("cuda", "float32", 8192), "matmul:float32", "float32 n=8192"),
+    ("bench_transfer.PeerCopy.track_gbps", ("0->1", 256 * 2**20), "peer", "GPU 0->1 256 MiB"),
+    ("bench_transfer.PeerMatrix.track_slowest_gbps", (256 * 2**20,), "peer", "peer matrix, slowest pair"),
+    ("bench_collectives.Collectives.track_busbw", ("nccl", 2, "all_reduce", 256 * 2**20), "busbw",
+     "all_reduce busbw, 2 GPUs"),
 ]  # fmt: skip
 
 
@@ -319,14 +323,20 @@ def figure_value(results: Path, sha: str, name: str, params: tuple) -> float | N
 
 def health_lines(results: Path, sha: str, gpu: dict[str, Any]) -> list[str]:
     """Each headline GPU figure of this run beside what the machine should do (``devbench.expected.judge``)."""
-    from devbench.expected import judge
+    from devbench.expected import judge, path_label
 
     lines = []
     for name, params, kind, label in HEALTH_FIGURES:
         value = figure_value(results, sha, name, params)
         if value is None:
             continue
-        health = judge(value, kind, gpu)
+        path = None
+        if name == "bench_transfer.PeerCopy.track_gbps":  # the path its copies took, from the same run's figures
+            access = figure_value(results, sha, "bench_transfer.PeerCopy.track_peer_access", params)
+            share = figure_value(results, sha, "bench_transfer.PeerCopy.track_nvlink_share", params)
+            path = None if access is None else path_label(bool(access), None, share)
+            label = f"{label} ({path})" if path else label
+        health = judge(value, kind, gpu, path=path)
         lines.append(f"  {label:<26} {value:>9.4g}  {health.verdict:<7} {health.reason}")
     return lines
 

@@ -8,6 +8,8 @@ so these are empty on other projects' results.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -343,11 +345,15 @@ HEALTH_MIN_BYTES = 64 * 2**20
 HEALTH_MIN_N = 4096
 
 
-def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFrame) -> pd.DataFrame:
-    """Each GPU machine's copies (64 MiB and more) and largest square product per dtype against what the
-    machine should do (``devbench.expected``): the expected figure, the share, ``ok``/``low``/``unknown`` and why.
-    A machine's PCIe link comes from its asv record's ``pcie`` (``devbench machine``); without it the
-    host<->device figures are ``unknown``."""
+def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFrame,
+           collectives: pd.DataFrame | None = None, peers: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each GPU machine's figures against what the machine should do (``devbench.expected``): the expected
+    figure, the share, ``ok``/``low``/``unknown`` and why. Judged: host<->device, device and GPU -> GPU copies
+    of 64 MiB and more (a GPU pair's copy with the path it took), the largest square product per dtype, the
+    slowest and the median pair of the newest peer matrix (``peers``, ``records.load_peers``), and each NCCL
+    collective's bus bandwidth at its largest size (``collectives``, ``collective_bandwidth``). A machine's
+    PCIe link comes from its asv record's ``pcie`` (``devbench machine``); without it the host<->device
+    figures are ``unknown``."""
     from devbench.expected import Health, judge
 
     cols = ["where", "figure", "measured", "unit", "verdict", "share", "reason"]
@@ -356,6 +362,7 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
         return pd.DataFrame(columns=cols)
     first = usable(frame).drop_duplicates("machine").set_index("machine")
     links = first["machine_pcie"] if "machine_pcie" in first else pd.Series(dtype=object)
+    paths = _peer_paths(frame)
     rows = []
 
     def gpu_of(machine: str) -> dict | None:
@@ -363,6 +370,9 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
         if name is None or str(name) in ("none", "nan", ""):
             return None
         return {"name": str(name).split(" x ", 1)[-1], **_link(links.get(machine))}
+
+    def where(r: Any) -> str:
+        return str(where_label(pd.DataFrame([r._asdict()])).iloc[0])
 
     for r in bandwidth.itertuples():
         gpu = gpu_of(r.machine)
@@ -380,10 +390,14 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
             measured = 2 * float(r.gbps)  # the memory reads and writes every byte copied
             health_ = judge(measured, "device_copy", gpu)
             figure = f"device copy {spec.size_label(int(r.nbytes))}, read + written"
+        elif kind.startswith("peer "):
+            route, measured = kind.split(" ", 1)[1], float(r.gbps)
+            path = paths.get((r.machine, r.env, r.commit, route, int(float(r.nbytes))))
+            health_ = judge(measured, "peer", gpu, path=path)
+            figure = f"GPU {route} {spec.size_label(int(r.nbytes))}" + (f" ({path})" if path else "")
         else:
             continue
-        rows.append([where_label(pd.DataFrame([r._asdict()])).iloc[0], figure, measured, "GB/s", health_.verdict,
-                     health_.share, health_.reason])  # fmt: skip
+        rows.append([where(r), figure, measured, "GB/s", health_.verdict, health_.share, health_.reason])
     gpu_tp = throughput[throughput["device"] == "cuda"] if not throughput.empty else throughput
     if not gpu_tp.empty:
         # the largest size per dtype, where one product can fill the GPU: a small one is not meant to reach the peak
@@ -394,9 +408,52 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
             if gpu is None:
                 continue
             health_ = judge(float(r.tflops), f"matmul:{r.dtype}", gpu)
-            rows.append([where_label(pd.DataFrame([r._asdict()])).iloc[0], f"matmul {r.dtype} n={int(r.n)}",
-                         float(r.tflops), "TFLOP/s", health_.verdict, health_.share, health_.reason])  # fmt: skip
+            rows.append([where(r), f"matmul {r.dtype} n={int(r.n)}", float(r.tflops), "TFLOP/s", health_.verdict,
+                         health_.share, health_.reason])  # fmt: skip
+    for machine, pairs in ({} if peers is None or peers.empty else dict(tuple(peers.groupby("machine")))).items():
+        gpu = gpu_of(machine)
+        if gpu is None:
+            continue
+        for nbytes, one in pairs.groupby("nbytes"):
+            one = one.sort_values("gbps").reset_index(drop=True)
+            for which, r in (("slowest", one.iloc[0]), ("median", one.iloc[(len(one) - 1) // 2])):
+                path = str(r["path"]) if isinstance(r.get("path"), str) and r["path"] else None
+                health_ = judge(float(r["gbps"]), "peer", gpu, path=path)
+                figure = f"peer matrix {which}: GPU {r['src']}->{r['dst']} {spec.size_label(int(nbytes))}"
+                rows.append([str(machine), figure + (f" ({path})" if path else ""), float(r["gbps"]), "GB/s",
+                             health_.verdict, health_.share, health_.reason])  # fmt: skip
+    nccl = collectives[collectives["backend"] == "nccl"] if collectives is not None and len(collectives) else None
+    if nccl is not None and not nccl.empty:
+        large = nccl[nccl["nbytes"].astype(float) >= HEALTH_MIN_BYTES]
+        top = large.sort_values("nbytes").groupby(["machine", "env", "runner", "world", "op"]).tail(1)
+        for r in top.itertuples():
+            gpu = gpu_of(r.machine)
+            if gpu is None or not pd.notna(r.busbw):
+                continue
+            health_ = judge(float(r.busbw), "busbw", gpu)
+            figure = f"{r.op} busbw, {r.world} GPUs, {spec.size_label(int(r.nbytes))}"
+            rows.append([where(r), figure, float(r.busbw), "GB/s", health_.verdict, health_.share, health_.reason])
     return pd.DataFrame(rows, columns=cols)
+
+
+def _peer_paths(frame: pd.DataFrame) -> dict[tuple, str]:
+    """(machine, env, commit, route, nbytes) -> the path a ``PeerCopy`` took (``expected.path_label``), from its
+    ``track_peer_access`` and ``track_nvlink_share`` figures of the same run."""
+    from devbench.expected import path_label
+
+    sub = usable(frame)
+    access = sub[sub["benchmark"] == "bench_transfer.PeerCopy.track_peer_access"]
+    if access.empty or "route" not in access or "nbytes" not in access:
+        return {}
+    share = sub[sub["benchmark"] == "bench_transfer.PeerCopy.track_nvlink_share"]
+    key = ["machine", "env", "commit", "route", "nbytes"]
+    shares = {tuple(k): v for *k, v in share[[*key, "value"]].itertuples(index=False)}
+    out = {}
+    for *k, v in access[[*key, "value"]].itertuples(index=False):
+        nvlink_share = shares.get(tuple(k))
+        k[-1] = int(float(k[-1]))
+        out[tuple(k)] = path_label(bool(float(v)), None, None if nvlink_share is None else float(nvlink_share))
+    return out
 
 
 def with_health(frame: pd.DataFrame) -> pd.DataFrame:
@@ -422,6 +479,10 @@ def with_health(frame: pd.DataFrame) -> pd.DataFrame:
     kinds[device & (nbytes >= HEALTH_MIN_BYTES)] = "device_copy"
     products = (bench == "bench_matmul.MatmulSquare.track_tflops") & (col("device") == "cuda") & (n >= HEALTH_MIN_N)
     kinds[products] = "matmul:" + col("dtype")[products]
+    kinds[(bench == "bench_transfer.PeerCopy.track_gbps") & (nbytes >= HEALTH_MIN_BYTES)] = "peer"
+    kinds[bench.str.startswith("bench_transfer.PeerMatrix.track_")] = "peer"
+    nccl = (bench == "bench_collectives.Collectives.track_busbw") & (col("backend") == "nccl")
+    kinds[nccl & (nbytes >= HEALTH_MIN_BYTES)] = "busbw"
     judged = kinds != ""
     if not judged.any():
         return out

@@ -286,17 +286,21 @@ def _peers(peers: pd.DataFrame | None) -> Section | None:
     return Section("GPU pairs: copy bandwidth (GB/s), every direction", text, table)
 
 
-def _health(frame: pd.DataFrame, tp: pd.DataFrame, bw: pd.DataFrame) -> Section | None:
-    table = D.health(frame, tp, bw)
+def _health(frame: pd.DataFrame, tp: pd.DataFrame, bw: pd.DataFrame, cb: pd.DataFrame,
+            peers: pd.DataFrame | None) -> Section | None:  # fmt: skip
+    table = D.health(frame, tp, bw, cb, peers)
     if table.empty:
         return None
     table = table.assign(share=[f"{100 * v:.0f}%" if pd.notna(v) else "n/a" for v in table["share"]])
     text = (
         "Each GPU figure against what its own machine should do (devbench.expected): host<->device copies "
         "against the PCIe link as the machine record says it trained, per direction after encoding; the "
-        "device copy (bytes read plus written) against the GPU's datasheet memory bandwidth; the largest "
-        "square product per dtype against the datasheet dense TFLOP/s. `low`: below 70% of expected, with "
-        "the likely reason where one can be read; `unknown`: no expected figure, and why."
+        "device copy (bytes read plus written) against the GPU's datasheet memory bandwidth; a copy from one "
+        "GPU to another (each `PeerCopy`, the slowest and the median pair of the peer matrix, with the path "
+        "it took) and each NCCL collective's busbw at its largest size against one direction of the GPU's "
+        "NVLink (datasheet), or of its PCIe link where the model has no NVLink; the largest square product "
+        "per dtype against the datasheet dense TFLOP/s. `low`: below 70% of expected, with the likely reason "
+        "where one can be read; `unknown`: no expected figure, and why."
     )
     return Section("Health: each GPU figure against its machine", text, sig(table))
 
@@ -405,7 +409,7 @@ def build(
         _collectives(cb),
         _fleet(loaded.fleet),
         _peers(loaded.peers),
-        _health(lat, tp, bw),
+        _health(lat, tp, bw, cb, loaded.peers),
         _gpu_state(lat),
     ):
         if sec is not None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from devbench.devices import as_device, synchronize
+from devbench.expected import path_label
 from devbench.lanes import Lanes
 from devbench.measure import SEED
 from devbench.spec import GiB, KiB, MiB, gbps, size_label
@@ -470,8 +471,6 @@ def peer_pairs(count: int) -> list[tuple[int, int]]:
 #: where ``PeerMatrix`` appends every pair's figure and path (beside asv's results; the report reads it)
 PEERS_DIR = Path(".asv") / "peers"
 
-#: a copy counts as over NVLink when the source GPU's NVLink counters sent at least this share of its bytes
-NVLINK_SHARE = 0.5
 #: the bytes copied while the NVLink counters are read (the counters step in KiB and run on their own clock)
 TRACE_BYTES = 64 * MiB
 #: and at most this many copies for it (4 KiB copies: 16 MiB)
@@ -501,13 +500,7 @@ class PeerPath:
 
     @property
     def label(self) -> str:
-        if not self.peer_access:
-            return "through host"
-        if self.nvlink_share is not None:
-            return "NVLink" if self.nvlink_share >= NVLINK_SHARE else "PCIe P2P"
-        if self.nvlink is not None:
-            return "NVLink (topology)" if self.nvlink else "PCIe P2P (topology)"
-        return "P2P"
+        return path_label(self.peer_access, self.nvlink, self.nvlink_share)
 
 
 def trace_path(copy: Copy, peer_access: bool, nvlink: bool | None, sent: Callable[[], int | None]) -> PeerPath:
