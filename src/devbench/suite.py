@@ -106,7 +106,8 @@ def once(key: tuple, build: Callable[[], object]) -> object:
 
 
 #: set by ``devbench compare`` to a folder of its own per side: the workloads that side has checked in an
-#: earlier process of the same compare (``check_once``). Unset under asv: every process checks.
+#: earlier process of the same compare (``check_once``); and by ``make test`` for its dry run of one commit.
+#: Unset under asv otherwise: every process checks.
 CHECKED_ENV = "DEVBENCH_CHECKED"
 
 
@@ -116,7 +117,8 @@ def check_once(key: tuple, check: Callable[[], object], warm: Callable[[], objec
     A check proves that the code and the inputs give the right answer; both are the same in every
     process of one side of a compare (the same exported tree, seeded inputs), so the first process that
     checks ``key`` proves it for the later ones, which only warm up (a check is a workload's first warm-up).
-    asv and every other run check in every process. A failed check records nothing.
+    asv and every other run check in every process (``make test``'s dry run sets a folder of its own: one
+    commit, so one check of each workload is enough). A failed check records nothing.
     """
     folder = os.environ.get(CHECKED_ENV)
     mark = Path(folder) / hashlib.sha1(repr(key).encode()).hexdigest() if folder else None
