@@ -483,7 +483,7 @@ def with_health(frame: pd.DataFrame) -> pd.DataFrame:
     kinds[bench.str.startswith("bench_transfer.PeerMatrix.track_")] = "peer"
     nccl = (bench == "bench_collectives.Collectives.track_busbw") & (col("backend") == "nccl")
     kinds[nccl & (nbytes >= HEALTH_MIN_BYTES)] = "busbw"
-    judged = kinds != ""
+    judged = (kinds != "") & value.notna()  # a skipped or failed run has no figure to judge
     if not judged.any():
         return out
     for (_machine, kind), rows in out[judged].groupby([out["machine"][judged], kinds[judged]]).groups.items():
