@@ -155,6 +155,11 @@ def _rank_main(
             timeout=timedelta(seconds=timeout_s),
             **kwargs,
         )
+        if backend == "gloo":
+            # gloo builds its full mesh pair by pair, and one rank's init may return before a peer's has: a rank
+            # whose fn ends at once would exit while that peer still connects to it ("Connection closed by
+            # peer"). A barrier holds every rank until all are connected.
+            dist.barrier()
         out = fn(rank, world, *args)
         results.put((rank, True, out))
     except BaseException as exc:  # noqa: BLE001 - the parent reports it with the rank
