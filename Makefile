@@ -63,7 +63,7 @@ test-pytest: venv
 # figures (one engine block each). Every combination still sets up, checks its work and reports.
 test-asv: machine
 	$(ASV) check $(ASV_ENV)
-	DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr --bench '$(BENCH)'
+	$(DRY_RUN) --bench '$(BENCH)' $(DRY_END)
 
 # test-asv in two halves of about equal time: these modules, then every other one (a new
 # module falls in the second half; asv's --bench is a Python regular expression).
