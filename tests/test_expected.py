@@ -66,6 +66,7 @@ def test_a_gpu_pair_and_a_collective_are_judged_against_one_direction_of_nvlink_
     pcie = E.judge(50.0, "peer", H200, path="PCIe P2P")
     assert pcie.verdict == "low" and "the copy took PCIe P2P, not NVLink" in pcie.reason
     assert "no reason could be read" in E.judge(200.0, "peer", H200, path="NVLink").reason
+    assert "not NVLink" not in E.judge(200.0, "peer", H200, path="P2P").reason  # no counters, no topology: unknown
     bus = E.expected("busbw", H200)
     assert bus.value == 450.0 and "as nccl-tests reads busbw" in bus.source
     assert E.judge(360.0, "busbw", H200).verdict == "ok"

@@ -719,6 +719,9 @@ def test_the_health_section_judges_gpu_pairs_and_nccl_busbw_against_nvlink_with_
     slow = rows["peer matrix slowest: GPU 0->2 256 MiB (PCIe P2P)"]
     assert slow.verdict == "low" and "the copy took PCIe P2P, not NVLink" in slow.reason
     assert rows["peer matrix median: GPU 1->0 256 MiB (NVLink)"].verdict == "ok"
+    two = D.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), None, peers.iloc[:2])
+    assert [f for f in two["figure"] if f.startswith("peer matrix")] == [
+        "peer matrix slowest: GPU 1->0 256 MiB (NVLink)"]  # two GPUs, two pairs: the median is the slowest
     # the largest NCCL size only (200 of 450: low), nccl-tests' reading named; gloo is not a GPU figure
     bus = rows["all_reduce busbw, 8 GPUs, 256 MiB"]
     assert bus.verdict == "low" and bus.share == pytest.approx(200 / 450) and "nccl-tests reads busbw" in bus.reason

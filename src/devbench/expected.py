@@ -181,7 +181,7 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
         reasons.append("pageable host memory: the driver stages the copy through a pinned buffer")
     if kind == "peer" and path == "through host":
         reasons.append("peer access off: the driver stages the copy through host memory")
-    elif kind == "peer" and path and not over_pcie and not path.startswith("NVLink"):
+    elif kind == "peer" and path and not over_pcie and path.startswith("PCIe"):  # "P2P" alone: the path is unknown
         reasons.append(f"the copy took {path}, not NVLink")
     if throttle:
         reasons.append("throttled while it ran: " + ", ".join(throttle))

@@ -416,7 +416,9 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
             continue
         for nbytes, one in pairs.groupby("nbytes"):
             one = one.sort_values("gbps").reset_index(drop=True)
-            for which, r in (("slowest", one.iloc[0]), ("median", one.iloc[(len(one) - 1) // 2])):
+            # the median pair, unless it is the slowest one (two GPUs: two pairs)
+            picks = [("slowest", 0), ("median", (len(one) - 1) // 2)][: 2 if len(one) > 2 else 1]
+            for which, r in ((w, one.iloc[i]) for w, i in picks):
                 path = str(r["path"]) if isinstance(r.get("path"), str) and r["path"] else None
                 health_ = judge(float(r["gbps"]), "peer", gpu, path=path)
                 figure = f"peer matrix {which}: GPU {r['src']}->{r['dst']} {spec.size_label(int(nbytes))}"
