@@ -19,7 +19,7 @@ REPORT_DIR ?= reports/latest
 .PHONY: help venv test test-pytest test-asv test-asv-1 test-asv-2 test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
 
 help:
-	@echo "make test      pytest, asv check, and a quick dry run of every benchmark"
+	@echo "make test      pytest (asv check among it) and a quick dry run of every benchmark"
 	@echo "make test-fast pytest without the tests that run asv itself"
 	@echo "make bench     record the machine, run the whole suite, publish the HTML"
 	@echo "make quick     one sample of every benchmark (asv run --quick), results kept"
@@ -71,12 +71,13 @@ test-asv: machine
 # first benchmark process that sets it up in this dry run, and only warmed up by the later ones that set
 # up the same workload (MatmulSquare's time_ and track_ figures, DeviceCopy's three): every workload is
 # still checked once, as in each side of a compare. The folder is new for each call and removed after it.
+# `asv check` (each benchmark's set-up, call and teardown signatures) runs inside pytest here
+# (tests/test_benchmarks.py): as a command it started two more processes that import torch.
 ASV_HALF := bench_(matmul|collectives|parallel)[.]
 DRY_RUN = d=$$(mktemp -d) && DEVBENCH_CHECKED=$$d DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr
 DRY_END = ; rc=$$?; rm -rf "$$d"; exit $$rc
 
 test-asv-1: machine
-	$(ASV) check $(ASV_ENV)
 	$(DRY_RUN) --bench '^$(ASV_HALF)' $(DRY_END)
 
 test-asv-2: machine

@@ -79,3 +79,31 @@ def test_no_imported_function_looks_like_a_benchmark(name):
     for attr, value in vars(module).items():
         if attr.startswith(("time_", "track_", "peakmem_", "mem_")) and callable(value):
             assert getattr(value, "__module__", None) == module.__name__, f"{name}.{attr} is imported, not a benchmark"
+
+
+def _asv_check(root: Path) -> tuple[int, list[str]]:
+    """What ``asv check`` runs in its benchmark process (asv_runner's discovery, then each benchmark's own
+    ``check`` of its set-up, call and teardown signatures), here in-process: how many benchmarks, which fail."""
+    from asv_runner.discovery import disc_benchmarks
+
+    found = list(disc_benchmarks(str(root)))
+    return len(found), [b.name for b in found if not b.check(str(root))]
+
+
+def test_asv_check_passes_for_every_benchmark():
+    """make test's asv dry run discovers the suite but does not check call signatures; this does (``asv check``
+    in the test process, not two more processes importing torch)."""
+    count, bad = _asv_check(ROOT / "benchmarks")
+    assert count >= len(MODULES) and bad == []
+
+
+def test_asv_check_names_a_benchmark_whose_setup_takes_the_wrong_arguments(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))  # asv_runner imports the suite as a package by its folder's name
+    suite = tmp_path / "badsuite"
+    suite.mkdir()
+    (suite / "__init__.py").write_text("")
+    (suite / "bench_bad.py").write_text(
+        "class Bad:\n    params = [1, 2]\n    def setup(self):\n        pass\n    def time_it(self, n):\n        pass\n"
+    )
+    count, bad = _asv_check(suite)
+    assert count == 1 and bad == ["bench_bad.Bad.time_it"]

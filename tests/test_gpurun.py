@@ -226,6 +226,7 @@ def test_a_budget_too_short_keeps_each_benchmarks_first_point_and_names_the_rest
     out = tmp_path / "plan"
     text = _gpu_run(tmp_path, repo, "--bench", "LogNorms|TinyOp", "--budget-s", "1", "--plan-only", "--out", str(out))
     assert "plan: " in text and "no CUDA device" in text and "dropped by the budget" in text
+    assert "recorded machine" not in text and not (tmp_path / ".asv-machine.json").exists()  # a plan records none
     states = _states(out)
     kept = [k for k, s in states.items() if s == "run"]
     assert sorted(b for b, _ in kept) == [
@@ -243,6 +244,8 @@ def test_the_run_measures_exactly_the_planned_points_and_packs_them(tmp_path):
     out = tmp_path / "out"
     text = _gpu_run(tmp_path, repo, "--bench", "TinyOp|SameDeviceMove", "--budget-s", "300", "--out", str(out))
     assert "== asv tier 0: exit 0" in text and "packed into" in text
+    assert "recorded machine 'cpu-box' for asv:" in text  # by the probe, before the plan
+    assert json.loads((tmp_path / ".asv-machine.json").read_text())["cpu-box"]["gpu_count"] == "0"
     states = _states(out)
     kept = {k for k, s in states.items() if s == "run"}
     assert {s for s in states.values()} == {"run", "skip"}

@@ -2,10 +2,11 @@
 
 Made for a GPU machine lent for minutes (one command of at most 10), and as useful on a rented box:
 
-1. the plan (``devbench.plan``): the costs of a process, a CUDA context and an asv call measured here,
-   every combination's estimate, what the budget drops, printed before anything runs (``--plan-only``
-   stops here);
-2. ``nvidia-smi -q`` before, and the asv machine recorded with its GPU fields (``devbench machine``);
+1. the plan (``devbench.plan``): the costs of a process, a CUDA context and an asv call measured here
+   (by a probe process that also records the asv machine with its GPU fields, as ``devbench machine``
+   does), every combination's estimate, what the budget drops, printed before anything runs
+   (``--plan-only`` stops here, and records no machine);
+2. ``nvidia-smi -q`` before;
 3. ``asv run`` of the headline points (tier 0), then of the rest (tier 1) re-planned with what tier 0
    really cost; both into one asv result of this commit, with ``-a rounds=R`` (1 by default, where a
    full ``asv run`` takes 2 rounds of the ``time_`` benchmarks: each figure then comes from one process);
@@ -59,7 +60,7 @@ EXAMPLES = """examples:
 """
 
 _PROBE = """
-import json, os, time
+import json, os, sys, time
 t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
@@ -80,6 +81,11 @@ if gpus:  # what a GPU point's set-up costs: cuBLAS's start-up and a float64-che
     torch.cuda.synchronize()
     setup = time.perf_counter() - t3
 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+if len(sys.argv) > 1:  # record the asv machine here too: `devbench machine` would import torch once more
+    import argparse
+    from devbench.cli import cmd_machine
+    if cmd_machine(argparse.Namespace(machine=sys.argv[1], config=None)):
+        sys.exit(3)
 print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus,
                   "setup_s": setup, "cores": cores}))
 """
@@ -167,12 +173,19 @@ def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tup
     return code, time.monotonic() - start
 
 
-def probe_costs(python: str) -> P.Costs:
-    """The import of torch, a fork of a process that holds it and a CUDA context, timed in a fresh process."""
-    out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=300)
+def probe_costs(python: str, repo: Path, machine: str | None = None) -> P.Costs:
+    """The import of torch, a fork of a process that holds it and a CUDA context, timed in a fresh process;
+    with ``machine``, the same process records the asv machine (``devbench machine``) and its lines are printed."""
+    cmd = [python, "-c", _PROBE, *([machine] if machine else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=repo)
+    if out.returncode == 3:
+        raise RuntimeError(f"could not record the asv machine {machine!r}: {out.stderr.strip()}")
     if out.returncode != 0:
         raise RuntimeError(f"the probe of {python} failed: {out.stderr.strip().splitlines()[-1:]}")
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    *said, last = out.stdout.strip().splitlines()
+    if said:
+        print("\n".join(said), flush=True)
+    got = json.loads(last)
     return P.Costs(launch_s=got["fork_s"], cuda_context_s=got["context_s"],
                    asv_call_s=ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]),
                    gpu_setup_s=got["setup_s"], cores=int(got["cores"]))  # fmt: skip
@@ -385,7 +398,7 @@ def execute(args: argparse.Namespace) -> int:
     python = args.python
     sha = _sha(run.repo)
     machine = args.machine
-    costs = probe_costs(python)
+    costs = probe_costs(python, run.repo, None if args.plan_only else machine)
     with open(run.out / "listing.log", "w") as log:
         listing = list_benchmarks(run.repo, python, log)
     (run.out / "listing.log").unlink()
@@ -418,10 +431,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
             running: list[P.Point]) -> int:  # fmt: skip
     """The stages after the plan; ``running`` holds the points of the asv stage under way (for a stop)."""
     args = run.args
-    _smi(run.out / "smi-before.txt")
-    record = [python, "-m", "devbench.cli", "machine", "--machine", machine]
-    if subprocess.run(record, cwd=run.repo).returncode != 0:
-        raise RuntimeError(f"could not record the asv machine {machine!r} (devbench machine failed)")
+    _smi(run.out / "smi-before.txt")  # the asv machine was recorded by the probe (probe_costs)
     if not plan.kept():
         print("gpu-run: no point to run here", flush=True)
 
