@@ -714,15 +714,26 @@ def test_compare_leaves_the_twins_records_and_without_cuda_the_gpu_combinations_
     assert all(t.rsplit(".", 1)[0] == v.rsplit(".", 1)[0] and v not in TWINS for t, v in TWINS.items())
 
 
-def test_cuda_is_asked_of_the_benchmarks_python_and_unknown_leaves_nothing_out(tmp_path):
+def test_cuda_is_counted_by_each_sides_worker_and_unknown_leaves_nothing_out(tmp_path):
     import torch
 
-    assert selection.has_cuda(sys.executable) == (torch.cuda.device_count() > 0)
-    assert selection.has_cuda(str(tmp_path / "no-such-python")) is True
-    broken = tmp_path / "python"
-    broken.write_text("#!/bin/sh\nexit 1\n")
-    broken.chmod(0o755)
-    assert selection.has_cuda(str(broken)) is True
+    from devbench.compare.session import Worker
+
+    assert selection.sees_cuda([0, 0]) is False
+    assert selection.sees_cuda([0, 2]) is True and selection.sees_cuda([0, None]) is True
+    assert selection.sees_cuda([]) is True
+    suite = tmp_path / "benchmarks"
+    suite.mkdir()
+    (suite / "__init__.py").write_text("")
+    (suite / "bench_one.py").write_text("def track_one():\n    return 1.0\n")
+    with open(tmp_path / "log", "wb") as log:
+        worker = Worker("base", sys.executable, tmp_path, log, dict(os.environ), timeout_s=120.0)
+        try:
+            worker.start()
+        finally:
+            worker.stop()
+    assert list(worker.benchmarks) == ["bench_one.track_one"]
+    assert worker.cuda_devices == torch.cuda.device_count()
 
 
 def test_turns_alternate_strictly_and_a_long_call_gets_fewer_pairs(monkeypatch):

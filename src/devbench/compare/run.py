@@ -17,7 +17,7 @@ from devbench.compare import stopping
 from devbench.compare.export import Side, benchmark_code
 from devbench.compare.options import ABError, Options
 from devbench.compare.runner import Figure, Passes, run_passes, start_both
-from devbench.compare.selection import GPU_VALUES, bench_pattern, has_cuda, plan_figures
+from devbench.compare.selection import GPU_VALUES, bench_pattern, plan_figures, sees_cuda
 from devbench.compare.session import Worker
 
 
@@ -52,11 +52,6 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
     note = busy_host_note(os.getloadavg()[0], len(os.sched_getaffinity(0)), os.environ.get("DEVBENCH_THREADS"))
     if note:
         print(note, flush=True)
-    gpu = has_cuda(opts.python)
-    if not gpu:
-        print(f"no CUDA device for {opts.python}: combinations on {' or '.join(GPU_VALUES)} are left out "
-              "(each would skip)", flush=True)  # fmt: skip
-    pattern = bench_pattern(opts.bench, opts.twins, gpu)
     env = _worker_env(opts)
     trees = {s.name: s.tree for s in sides}
     started: list[Worker] = []
@@ -70,6 +65,11 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
 
         try:
             first = start()
+            gpu = sees_cuda([w.cuda_devices for w in first])
+            if not gpu:
+                print(f"no CUDA device for {opts.python}: combinations on {' or '.join(GPU_VALUES)} are left out "
+                      "(each would skip)", flush=True)  # fmt: skip
+            pattern = bench_pattern(opts.bench, opts.twins, gpu)
             figures = plan_figures(first[0].benchmarks, first[1].benchmarks, pattern)
             running = sum(f.state == "running" for f in figures)
             if opts.bench and not figures:

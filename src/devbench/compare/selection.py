@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 
 from devbench.compare.runner import Combination, Figure, combinations
 
@@ -29,14 +28,10 @@ def bench_pattern(bench: str | None, twins: bool, gpu: bool = True) -> str:
     return f"^{keep}{no_gpu}(?!(?:{skip})(?:\\(|$))"
 
 
-def has_cuda(python: str) -> bool:
-    """Whether ``python``'s torch sees a CUDA device (True when that cannot be told: nothing is left out)."""
-    probe = "import torch; print(torch.cuda.device_count())"
-    try:
-        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
-        return out.returncode != 0 or int(out.stdout.strip().splitlines()[-1]) > 0
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        return True
+def sees_cuda(counts: list[int | None]) -> bool:
+    """Whether the benchmarks' torch sees a CUDA device, from each worker's count (``Worker.cuda_devices``);
+    True when a count is unknown, so that nothing is left out."""
+    return any(n is None or n > 0 for n in counts) or not counts
 
 
 def plan_figures(base: dict[str, dict], head: dict[str, dict], pattern: str) -> list[Figure]:

@@ -48,6 +48,8 @@ class Worker:
     timeout_s: float = 600.0
     proc: subprocess.Popen | None = None
     benchmarks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the CUDA devices the side's torch sees (``None``: it could not be told)
+    cuda_devices: int | None = None
     _reply_fd: int = -1
     _buffer: bytes = b""
 
@@ -81,6 +83,8 @@ class Worker:
         if "benchmarks" not in hello:
             raise WorkerError(f"{self.side}: the benchmark process did not list its benchmarks: {hello}")
         self.benchmarks = {b["name"]: b for b in hello["benchmarks"]}
+        count = hello.get("cuda_devices")
+        self.cuda_devices = count if isinstance(count, int) else None
         return self
 
     def request(self, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:

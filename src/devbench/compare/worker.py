@@ -10,7 +10,8 @@ touches CUDA: docs/design.md, rule 2).
 Protocol: JSON lines. Requests on stdin; replies on the file descriptor the ``--reply-fd``
 argument names (stdout is the benchmarks' own, sent to stderr with the rest of their output).
 
-* at start the worker replies ``{"benchmarks": [...]}`` (name, kind, unit, params, param names);
+* at start the worker replies ``{"benchmarks": [...], "cuda_devices": n}`` (name, kind, unit, params, param
+  names; the CUDA devices its torch sees, counted in a forked child, ``null`` when that failed);
 * ``{"op": "open", "name": N, "idx": I, "block_s": S}``: fork, set up the combination and, for a
   ``time_`` benchmark, size a block to at least ``S`` seconds: ``{"ready": true, "number": n}``,
   ``{"skip": reason}`` or ``{"error": reason}``;
@@ -218,12 +219,34 @@ def _describe(bench) -> dict:
     }
 
 
+def _cuda_devices() -> int | None:
+    """The CUDA devices this side's torch sees, counted in a forked child (counting may start the driver,
+    after which this process's later children could not use CUDA); ``None`` when it cannot be told."""
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        try:
+            import torch
+
+            os.write(write_fd, str(torch.cuda.device_count()).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as f:
+        said = f.read().decode()
+    os.waitpid(pid, 0)
+    return int(said) if said.isdigit() else None
+
+
 def main(benchmark_dir: str, reply_fd: int, keep_dir: str | None = None) -> int:
     from asv_runner.discovery import disc_benchmarks
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(benchmark_dir)))
     benchmarks = {b.name: b for b in disc_benchmarks(os.path.abspath(benchmark_dir))}
-    _reply(reply_fd, {"benchmarks": [_describe(b) for b in benchmarks.values()], "pid": os.getpid()})
+    _reply(reply_fd, {"benchmarks": [_describe(b) for b in benchmarks.values()], "pid": os.getpid(),
+                      "cuda_devices": _cuda_devices()})  # fmt: skip
     requests = iter(sys.stdin.readline, "")
     # beside the side's tree, in the comparison's work folder, which goes when it ends
     cache_dir = tempfile.mkdtemp(prefix=".cache-", dir=os.path.dirname(os.path.abspath(benchmark_dir)))
