@@ -725,7 +725,7 @@ def test_cuda_is_counted_by_each_sides_worker_and_unknown_leaves_nothing_out(tmp
     suite = tmp_path / "benchmarks"
     suite.mkdir()
     (suite / "__init__.py").write_text("")
-    (suite / "bench_one.py").write_text("def track_one():\n    return 1.0\n")
+    (suite / "bench_one.py").write_text("import torch\n\n\ndef track_one():\n    return 1.0\n")
     with open(tmp_path / "log", "wb") as log:
         worker = Worker("base", sys.executable, tmp_path, log, dict(os.environ), timeout_s=120.0)
         try:

@@ -11,7 +11,8 @@ Protocol: JSON lines. Requests on stdin; replies on the file descriptor the ``--
 argument names (stdout is the benchmarks' own, sent to stderr with the rest of their output).
 
 * at start the worker replies ``{"benchmarks": [...], "cuda_devices": n}`` (name, kind, unit, params, param
-  names; the CUDA devices its torch sees, counted in a forked child, ``null`` when that failed);
+  names; the CUDA devices its torch sees, counted in a forked child, ``null`` when that failed or the
+  suite imports no torch);
 * ``{"op": "open", "name": N, "idx": I, "block_s": S}``: fork, set up the combination and, for a
   ``time_`` benchmark, size a block to at least ``S`` seconds: ``{"ready": true, "number": n}``,
   ``{"skip": reason}`` or ``{"error": reason}``;
@@ -221,7 +222,10 @@ def _describe(bench) -> dict:
 
 def _cuda_devices() -> int | None:
     """The CUDA devices this side's torch sees, counted in a forked child (counting may start the driver,
-    after which this process's later children could not use CUDA); ``None`` when it cannot be told."""
+    after which this process's later children could not use CUDA); ``None`` when it cannot be told, or when
+    the suite did not import torch (importing it only to count would cost every pass seconds)."""
+    if "torch" not in sys.modules:
+        return None
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     pid = os.fork()
