@@ -187,15 +187,25 @@ def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str]
     """Raise ``RankFailed`` for the rank that caused a failure.
 
     When one rank dies, its peers fail too ("connection closed by peer"), often first.
-    Collect what arrives within a second; a rank that died without a word is the cause,
-    else the first rank that reported an error. The others are named in the message.
+    Collect what arrives within a second, or until every rank has reported an error or ended;
+    a rank that died without a word is the cause, else the first rank that reported an error.
+    The others are named in the message.
     """
     settle = time.monotonic() + 1.0
     while time.monotonic() < settle:
         try:
             rank, ok, payload = results.get(timeout=0.1)
         except queue.Empty:
+            if all(r in failed or p.exitcode is not None for r, p in enumerate(procs)):
+                break  # nothing more can come but what an ended rank wrote just before it ended
             continue
+        if not ok:
+            failed.setdefault(rank, payload)
+    while True:  # what is already in the queue
+        try:
+            rank, ok, payload = results.get(timeout=0.05)
+        except queue.Empty:
+            break
         if not ok:
             failed.setdefault(rank, payload)
     silent = [r for r, p in enumerate(procs) if r not in failed and p.exitcode not in (None, 0)]
