@@ -27,7 +27,7 @@ help:
 	@echo "make publish   asv publish: the HTML site under .asv/html, working offline (devbench.site)"
 	@echo "make report    devbench report: .asv/results -> reports/latest/ (Markdown, HTML, CSV, PNG)"
 	@echo "make preview   serve the HTML site on localhost"
-	@echo "make sample-report  rebuild the committed sample in reports/sample/ from reports/asv-results"
+	@echo "make sample-report  rebuild the committed samples (reports/sample/, reports/history-attribution/report/)"
 	@echo "make work-lock     record benchmarks/work-lock.json after deciding each changed benchmark's work_version"
 	@echo "make gpu-run       devbench gpu-run: the whole suite in one time-boxed call, packed into .asv/gpu-run"
 	@echo "make device-bundle .devrun/: what a GPU machine without a package index needs (scripts/device-run.sh)"
@@ -102,11 +102,13 @@ bench: machine
 report: venv
 	$(VENV)/bin/devbench report --results .asv/results --out $(REPORT_DIR)
 
-# The committed sample report (reports/sample/): its inputs (asv results of the CPU VM and of an
-# H200, and the A/A devbench compare in reports/compare-power/aa-idle/) are committed, so anyone can
-# rebuild it. `make report` writes the user's own report to reports/latest/, which git ignores.
+# The committed sample reports: reports/sample/ (asv results of the CPU VM and of an H200, and the A/A
+# devbench compare in reports/compare-power/aa-idle/) and the history of reports/history-attribution/
+# (twelve commits run twice, its steps labelled machine or code). Their inputs are committed, so anyone
+# can rebuild them. `make report` writes the user's own report to reports/latest/, which git ignores.
 sample-report: venv
 	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-power/aa-idle --out reports/sample
+	$(VENV)/bin/devbench report --results reports/history-attribution --out reports/history-attribution/report
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'

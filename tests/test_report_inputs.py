@@ -136,6 +136,34 @@ def test_dollar_params_are_drawn_as_text():
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_every_step_of_a_plotted_series_is_marked(monkeypatch):
+    """A series with two steps (a held core, then a planted slowdown) shows both, not only its largest."""
+    from devbench.report import plots
+
+    marked = []
+    real = plots._draw
+
+    def spy(plt, draw, ncols, nrows):
+        def looked(axes):
+            draw(axes)
+            marked.extend(float(line.get_xdata()[0]) for ax in axes.flat for line in ax.lines
+                          if line.get_linestyle() == "--")  # fmt: skip
+
+        return real(plt, looked, ncols, nrows)
+
+    monkeypatch.setattr(plots, "_draw", spy)
+    commits = list("abcdef")
+    frame = pd.DataFrame(
+        {"machine": "m", "env": "e", "benchmark": "b.time_x", "params": "", "unit": "seconds", "status": "ok",
+         "value": [1.0, 1.0, 3.0, 3.0, 1.4, 1.4], "ci_99_a": float("nan"), "ci_99_b": float("nan"),
+         "commit": commits, "commit_short": commits, "date": pd.date_range("2026-01-01", periods=6, tz="UTC")}
+    )  # fmt: skip
+    steps = frame.iloc[:2].assign(commit_after=["c", "e"], commit_before=["b", "d"], verdict=["slower", "faster"],
+                                  ratio=[3.0, 1.4 / 3.0])  # fmt: skip
+    assert plots.plot_history(frame, steps)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(marked) == [1.5, 3.5]
+
+
 def test_a_string_result_costs_its_values_not_the_file(results, tmp_path, capsys):
     def change(data):
         i = data["result_columns"].index("result")

@@ -173,7 +173,7 @@ def history(frame: pd.DataFrame, steps: pd.DataFrame) -> tuple[Section | None, p
         "moved the same way over the step's levels by at least half as much, `code` where none did, `unknown` "
         "where some did or none was measured on both levels (`ceilings` says how each moved). "
         "Plot: the series with the largest steps, each divided by its first commit's value (1.0 = no change), "
-        "the axis from zero, the shaded band asv's 99% interval, the dashed red line where the step is; the "
+        "the axis from zero, the shaded band asv's 99% interval, a dashed red line where each of its steps is; the "
         "y label says which way is better."
     )
     if steps.empty:

@@ -128,7 +128,7 @@ def plot_collectives(cb: pd.DataFrame) -> bytes | None:
 
 
 def plot_history(frame: pd.DataFrame, steps: pd.DataFrame, limit: int = 6) -> bytes | None:
-    """The series with the largest detected steps, each normalised to its first commit, the step marked."""
+    """The series with the largest detected steps, each normalised to its first commit, each of its steps marked."""
     if steps.empty:
         return None
     series = ["machine", "env", "benchmark", "params"]
@@ -151,15 +151,21 @@ def plot_history(frame: pd.DataFrame, steps: pd.DataFrame, limit: int = 6) -> by
                 ax.fill_between(x, sub["ci_99_a"] / first, sub["ci_99_b"] / first, alpha=0.2)
             commits = sub["commit"].tolist()
             one_sample = sub["ci_99_a"].isna().all() or ("repeat" in sub and (sub["repeat"] == 1).all())
-            if step.commit_after in commits:
-                i = commits.index(step.commit_after)
+            mine = (steps["machine"] == step.machine) & (steps["env"] == step.env)
+            mine &= (steps["benchmark"] == step.benchmark) & (steps["params"] == step.params)
+            faint = False
+            for found in steps[mine].itertuples(index=False):  # every step of the series, not only its largest
+                if found.commit_after not in commits:
+                    continue
+                i = commits.index(found.commit_after)
                 # a step inside the interval of the point it starts at is drawn faint: the data barely hold it
                 lo, hi = sub["ci_99_a"].iloc[i], sub["ci_99_b"].iloc[i]
-                wide = bool(lo == lo and hi == hi and lo > 0 and hi / lo > max(step.ratio, 1 / step.ratio))
+                wide = bool(lo == lo and hi == hi and lo > 0 and hi / lo > max(found.ratio, 1 / found.ratio))
                 ax.axvline(i - 0.5, color="0.6" if wide else "C3", ls=":" if wide else "--", lw=1,
-                           label="step inside its interval" if wide else None)  # fmt: skip
-                if wide:
-                    ax.legend(fontsize=6, loc="lower right")
+                           label="step inside its interval" if wide and not faint else None)  # fmt: skip
+                faint |= wide
+            if faint:
+                ax.legend(fontsize=6, loc="lower right")
             ax.set_ylim(0, 1.35 * float((sub["value"] / first).max()))  # a wide interval must not flatten the line
             step_every = max(1, len(sub) // 8)  # at most ~8 commit labels per axis
             ax.set_xticks(x[::step_every], sub["commit_short"].iloc[::step_every], rotation=45, fontsize=7)
