@@ -124,6 +124,10 @@ class TinyOp(Benchmark):
     params = [DEVICES, [1, 1000]]
     param_names = ["device", "numel"]
     samples_gpu_state = False  # microseconds a call: no sampling thread beside it
+    #: a sample (and a block of devbench compare) of 0.2 s of calls, as TryGpu's
+    sample_time = 0.2
+    #: 2: samples of 0.2 s, not 0.05
+    work_version = 2
 
     def setup(self, device, numel):
         self.device = require_device(device)

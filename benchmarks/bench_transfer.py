@@ -341,8 +341,11 @@ class SameDeviceMove(Benchmark):
     params = [DEVICES, ["to", "shorthand"]]
     param_names = ["device", "method"]
     samples_gpu_state = False  # microseconds a call: no sampling thread beside it
-    #: 2: no device synchronisation after the move: a no-op queues no GPU work, and only the cuda line paid it
-    work_version = 2
+    #: a sample (and a block of devbench compare) of 0.2 s of calls, as TryGpu's
+    sample_time = 0.2
+    #: 2: no device synchronisation after the move: a no-op queues no GPU work, and only the cuda line paid it;
+    #: 3: samples of 0.2 s, not 0.05
+    work_version = 3
 
     def setup(self, device, method):
         self.device = require_device(device)

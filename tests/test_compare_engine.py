@@ -736,6 +736,21 @@ def test_cuda_is_counted_by_each_sides_worker_and_unknown_leaves_nothing_out(tmp
     assert worker.cuda_devices == torch.cuda.device_count()
 
 
+def test_a_time_block_lasts_the_benchmarks_own_sample_time_where_that_is_longer(tmp_path):
+    from devbench.compare.session import Worker
+
+    def side(**listing):
+        w = Worker("base", sys.executable, tmp_path, None, {})
+        w.benchmarks = {name: {"sample_time": s} for name, s in listing.items()}
+        return w
+
+    a, b = side(x=0.2, y=0.05, z=None), side(x=0.2, y=0.3)
+    assert runner.block_length("x", 0.05, a, b) == 0.2  # a microsecond class's own samples
+    assert runner.block_length("y", 0.05, a, b) == 0.3  # one side's longer sample: both time that
+    assert runner.block_length("x", 0.5, a, b) == 0.5  # --block-s longer still: it rules
+    assert runner.block_length("z", 0.05, a, b) == 0.05 and runner.block_length("gone", 0.05, a, b) == 0.05
+
+
 def test_turns_alternate_strictly_and_a_long_call_gets_fewer_pairs(monkeypatch):
     """A B A B ...: every block follows one of the other side (a side's second block in a row runs warm);
     the first side alternates between passes; the discarded first pair's time sizes the rest within the

@@ -67,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seconds one figure's turns may take per pair of processes: a figure whose call is long "
                    f"gets fewer pairs of blocks, at least 1 (default {FIGURE_S})")  # fmt: skip
     p.add_argument("--block-s", type=float, default=BLOCK_S,
-                   help=f"a time_ benchmark's block lasts at least this long, seconds (default {BLOCK_S})")  # fmt: skip
+                   help=f"a time_ benchmark's block lasts at least this long, seconds, or its class's own asv "
+                   f"sample_time where that is longer (default {BLOCK_S})")  # fmt: skip
     p.add_argument("--track-blocks", type=int, default=TRACK_BLOCKS,
                    help=f"blocks inside each track_ figure (DEVBENCH_BLOCKS; default {TRACK_BLOCKS})")  # fmt: skip
     p.add_argument("--twins", action="store_true",

@@ -27,7 +27,8 @@ PAIRS = 8
 #: the turns of one figure in one pass take at most about this long (seconds): a figure whose call lasts
 #: long (a sustained load, a whole sweep) gets fewer pairs, never fewer than 2
 FIGURE_S = 2.5
-#: a ``time_`` benchmark's block lasts at least this long (asv's sample_time of the suite)
+#: a ``time_`` benchmark's block lasts at least this long (asv's sample_time of the suite; a class that declares
+#: a longer sample_time gets blocks that long: ``runner.block_length``)
 BLOCK_S = 0.05
 #: blocks inside each ``track_`` figure of the suite's engine (``devbench.measure`` reads DEVBENCH_BLOCKS):
 #: one, since the pairs carry the evidence and a shorter turn leaves the host less time to drift in it

@@ -161,15 +161,25 @@ def measure_pass(
     return caches
 
 
+def block_length(benchmark: str, block_s: float, *workers: Worker) -> float:
+    """How long a ``time_`` block of ``benchmark`` lasts at least: ``block_s``, or the benchmark's own asv
+    ``sample_time`` where that is longer (on either side, so both sides time blocks of one length). A class
+    whose calls last microseconds declares a longer sample: on the 2-vCPU VM, in A/A runs taking turns, their
+    median detectable change was 27-38% with blocks of 0.05 s and 5-7% with 0.2 s (reports/compare-power)."""
+    own = [float(w.benchmarks.get(benchmark, {}).get("sample_time") or 0.0) for w in workers]
+    return max([block_s, *own])
+
+
 def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: str) -> None:
     """One pair of processes for ``fig``: both set up (``first`` first), strict turns, both torn down."""
     combo = fig.combo
     # the side set up first alternates by pass, so being set up first or second favours neither
     order = (a, b) if first == "base" else (b, a)
     opened: list[tuple[Worker, Opened]] = []
+    block_s = block_length(combo.benchmark, passes.block_s, a, b)
     began = time.monotonic()
     for w in order:
-        o = open_combination(w, combo.benchmark, combo.idx, passes.block_s, select=re.escape(combo.selector))
+        o = open_combination(w, combo.benchmark, combo.idx, block_s, select=re.escape(combo.selector))
         opened.append((w, o))
         if o.state != "ready":
             break
