@@ -37,9 +37,9 @@ class TryGpu(Benchmark):
     """
 
     samples_gpu_state = False  # microseconds a call: no sampling thread beside it
-    #: a sample (and a block of devbench compare) of 0.2 s of calls: at 0.05 s, pairs of blocks of microsecond
-    #: calls spread so that compare could not see a change under 27-38% (median) on the 2-vCPU VM, at 0.2 s
-    #: 5-7% (reports/compare-power, "The block length of the microsecond figures")
+    #: a sample (and a block of devbench compare) of 0.2 s of calls: at 0.05 s, on the 2-vCPU VM with both cores
+    #: busy, pairs of blocks of microsecond calls spread so that compare could not see a change under 27-38%
+    #: (median), at 0.2 s 5-7%; idle, alike (reports/compare-power, "The block length of the microsecond figures")
     sample_time = 0.2
     #: 2: CUDA is initialised first where it can be, as in a training loop: torch then keeps the device count,
     #: where before each call loaded NVML and counted the devices again; 3: samples of 0.2 s, not 0.05

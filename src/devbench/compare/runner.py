@@ -164,8 +164,9 @@ def measure_pass(
 def block_length(benchmark: str, block_s: float, *workers: Worker) -> float:
     """How long a ``time_`` block of ``benchmark`` lasts at least: ``block_s``, or the benchmark's own asv
     ``sample_time`` where that is longer (on either side, so both sides time blocks of one length). A class
-    whose calls last microseconds declares a longer sample: on the 2-vCPU VM, in A/A runs taking turns, their
-    median detectable change was 27-38% with blocks of 0.05 s and 5-7% with 0.2 s (reports/compare-power)."""
+    whose calls last microseconds declares a longer sample: on the 2-vCPU VM with both cores busy, in A/A runs
+    taking turns, their median detectable change was 27-38% with blocks of 0.05 s and 5-7% with 0.2 s; idle,
+    alike, the worst figure 40% against 13% (reports/compare-power)."""
     own = [float(w.benchmarks.get(benchmark, {}).get("sample_time") or 0.0) for w in workers]
     return max([block_s, *own])
 
