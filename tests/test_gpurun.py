@@ -455,3 +455,13 @@ def test_a_gpu_pair_and_an_nccl_busbw_are_judged_with_the_path_the_copies_took(t
     assert " low " in by["all_reduce busbw, 2 GPUs"] and "27% of 450" in by["all_reduce busbw, 2 GPUs"]
     assert "nccl-tests reads busbw" in by["all_reduce busbw, 2 GPUs"]
     assert not any("peer matrix" in k for k in by)  # not measured: no line
+
+
+def test_a_probe_that_prints_nothing_is_named_not_a_traceback(tmp_path):
+    from devbench.gpurun import probe_costs
+
+    quiet = tmp_path / "python"
+    quiet.write_text("#!/bin/sh\nexit 0\n")
+    quiet.chmod(0o755)
+    with pytest.raises(RuntimeError, match="printed nothing"):
+        probe_costs(str(quiet), tmp_path)

@@ -175,8 +175,9 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     reasons = []
     found = model(gpu.get("name"))
     over_pcie = kind in ("h2d", "d2h") or (kind in ("peer", "busbw") and found is not None and not found.nvlink_gbps)
-    if over_pcie and link_note(gpu):
-        reasons.append(link_note(gpu))
+    note = link_note(gpu) if over_pcie else None
+    if note:
+        reasons.append(note)
     if pageable and kind in ("h2d", "d2h"):
         reasons.append("pageable host memory: the driver stages the copy through a pinned buffer")
     if kind == "peer" and path == "through host":

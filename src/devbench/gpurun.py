@@ -182,7 +182,10 @@ def probe_costs(python: str, repo: Path, machine: str | None = None) -> P.Costs:
         raise RuntimeError(f"could not record the asv machine {machine!r}: {out.stderr.strip()}")
     if out.returncode != 0:
         raise RuntimeError(f"the probe of {python} failed: {out.stderr.strip().splitlines()[-1:]}")
-    *said, last = out.stdout.strip().splitlines()
+    lines = out.stdout.strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"the probe of {python} printed nothing (its stderr: {out.stderr.strip()[-300:]!r})")
+    *said, last = lines
     if said:
         print("\n".join(said), flush=True)
     got = json.loads(last)
