@@ -527,6 +527,81 @@ def test_the_screen_stops_a_figure_no_pair_of_processes_shows_a_change_in():
     assert not stopping.shows_change([0.7, 0.01, 0.71], 0.02)
 
 
+def _options(**kw):
+    from devbench.compare.options import Options
+
+    return Options(base="a", head="b", repo=Path("."), out=Path("out"), python=sys.executable, **kw)
+
+
+def test_the_pass_that_screens_a_figure_out_ends_its_turns_once_it_can_no_longer_keep_it():
+    """Through the screen, looking for changes only, a figure none of whose pairs of processes showed a change
+    stops after the coming even pass unless that pass's own pairs of blocks all lie beyond the floor on one
+    side: its turns end at the first pair that does not. Not in an odd pass, past the screen, with --same,
+    --all-passes, once a pair of processes showed a change, or where that pass could already bound an interval."""
+    mixed = [(1.0, 1.05), (1.0, 0.99), (1.0, 1.03)]
+    fig = _figure("seconds", [mixed])  # the coming pass is the 2nd
+    cut = stopping.cutter(_options(), [fig])(fig)
+    assert cut is not None
+    assert not cut([]) and not cut([0.05]) and not cut([0.05, 0.04]) and not cut([-0.3, -0.2])
+    assert cut([0.05, 0.01]) and cut([0.05, -0.05]) and cut([0.0])
+    for kept in (_options(same=True), _options(all_passes=True), _options(screen=0), _options(screen=1)):
+        assert stopping.cutter(kept, [fig])(fig) is None, kept
+    assert stopping.cutter(_options(), [_figure("seconds", [])])(_figure("seconds", [])) is None  # 1st: odd
+    shown = _figure("seconds", [[(1.0, 1.5)] * 3])  # the 1st pass showed a change: the 2nd may not be cut
+    assert stopping.cutter(_options(), [shown])(shown) is None
+    three = _figure("seconds", [mixed] * 3)  # the 4th pass, still within the screen of 4
+    assert stopping.cutter(_options(), [three])(three) is not None
+    five = _figure("seconds", [mixed] * 5)  # the 6th: past the screen
+    assert stopping.cutter(_options(), [five])(five) is None
+    # at 50% two pairs of processes already bound an interval: what the 2nd reads may decide the figure
+    assert stopping.fewest_passes(0.5) <= 2
+    assert stopping.cutter(_options(confidence=0.5, min_passes=2, max_passes=4), [fig])(fig) is None
+
+
+def test_ending_the_screening_pass_early_changes_no_verdict():
+    """On random figures, wherever the pass was cut, the whole pass would have stopped the figure too, and both
+    end undecided: what the cut leaves out could change nothing but the estimate of an undecided figure."""
+    rng = random.Random(7)
+    opts = _options()
+    cuts = 0
+    for _ in range(400):
+        shift, spread = rng.choice([0.0, 0.03, 0.1, -0.1, 0.7]), rng.choice([0.005, 0.02, 0.06])
+        blocks = [[(1.0, math.exp(shift + rng.gauss(0, spread))) for _ in range(8)] for _ in range(2)]
+        whole = _figure("seconds", blocks)
+        first = _figure("seconds", blocks[:1])
+        until = stopping.cutter(opts, [first])(first)
+        if until is None:
+            continue
+        kept = next((k for k in range(1, 9) if until([math.log(y) for _, y in blocks[1][:k]])), 8)
+        if kept == 8:
+            continue
+        cuts += 1
+        short = _figure("seconds", [blocks[0], blocks[1][:kept]])
+        for f in (whole, short):
+            assert stopping.stopper(opts, [f])(f, opts.max_passes - 2, False)
+            assert judge.verdict_row(f, opts.floor, opts.confidence)["verdict"] == V.UNDECIDED
+    assert cuts > 50
+
+
+def test_turns_end_when_enough_says_so_and_the_figure_records_the_pass(monkeypatch):
+    """paired_turns asks ``enough`` after every kept pair; the runner records the pass whose turns it ended."""
+    values = iter([1.0, 1.0, 1.0, 1.1, 1.0, 0.99] + [1.0] * 20)  # warm-up pair, then +10%, then -1%
+
+    monkeypatch.setattr(session, "turn", lambda worker, first=False: next(values))
+    monkeypatch.setattr(runner, "open_combination", lambda *a, **k: session.Opened("ready", number=1))
+    monkeypatch.setattr(runner, "close_combination", lambda w: None)
+    monkeypatch.setattr(runner, "block_length", lambda *a: 0.05)
+    fig = _figure("seconds", [[(1.0, 1.05), (1.0, 0.99)]], name="bench_x.time_y")
+    passes = runner.Passes(2, 14, 8, 0.05, cut=stopping.cutter(_options(), [fig]))
+    runner._measure_figure("A", "B", fig, passes, "base")
+    assert fig.a[1] == [1.0, 1.0] and fig.b[1] == [pytest.approx(1.1), 0.99] and fig.ended_early == [2]
+    values = iter([1.0] * 40)
+    later = _figure("seconds", [[(1.0, 1.5)]], name="bench_x.time_y")  # a change shown: the pass runs whole
+    runner._measure_figure("A", "B", later, runner.Passes(2, 14, 8, 0.05, cut=stopping.cutter(_options(), [later])),
+                           "head")  # fmt: skip
+    assert len(later.a[1]) == 8 and later.ended_early == []
+
+
 def test_a_2x_is_called_though_one_pair_of_processes_reads_no_change():
     """A planted 2x in a product (every value about log 2 slower) with one disturbed pair of processes that
     reads no change, among the first two or later: the screen never stops it, and from ``--min-passes`` (10)

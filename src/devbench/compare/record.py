@@ -119,6 +119,10 @@ def cost_note(record: dict[str, Any], top: int = 3) -> str | None:
     setup_s = sum(float(f.get("setup_seconds") or 0) for f in record.get("figures", {}).values())
     if figure_s > 0 and setup_s > 0:
         text += f" ({100 * setup_s / figure_s:.0f}% of the figures' time in setting up their processes)"
+    cut = sum(int(p.get("ended_early") or 0) for p in passes)
+    if cut:
+        text += (f"; {cut} figure{'s' if cut > 1 else ''} screened out ended {'their' if cut > 1 else 'its'} "
+                 "last pass before its last pair of blocks")
     return f"{text}; the costliest benchmarks: {', '.join(parts)}." if parts else f"{text}."
 
 

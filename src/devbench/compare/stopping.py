@@ -86,6 +86,38 @@ def settled(
     return V.futile(units, len(units) + left, floor, confidence, same=not changes_only)
 
 
+def ends_unless_shown(
+    fig: Figure, floor: float, confidence: float, screen: int, changes_only: bool, all_passes: bool = False
+) -> bool:
+    """Whether the coming pass of ``fig`` stops it, undecided, unless its own pair of processes shows a change.
+
+    So when, looking for changes only, the coming pass is an even one of the screen's, no earlier pair of
+    processes showed a change (``shows_change``), and its pairs of processes are still too few for a bounded
+    interval (so whatever they read, the figure ends ``undecided``): ``settled`` then stops it after this pass
+    unless this pass's own pairs of blocks all lie beyond the floor on one side. Once one of them does not,
+    the pairs of blocks still to come can change nothing but the estimate of a figure that ends undecided
+    (``cutter``)."""
+    coming = len(fig.a) + 1
+    return (changes_only and not all_passes and coming % 2 == 0 and coming <= screen
+            and coming < fewest_passes(confidence)
+            and not any(shows_change(logs, floor) for logs in pair_logs(fig)))  # fmt: skip
+
+
+def cutter(opts: Options, figures: list[Figure]) -> Callable[[Figure], Callable[[list[float]], bool] | None]:
+    """For each figure about to be measured, ``None``, or, where the coming pass stops it unless its own pair of
+    processes shows a change (``ends_unless_shown``), what ends that pass's turns as soon as it no longer can:
+    one pair of blocks inside the floor, or two on different sides. What this saves is the pairs of blocks of
+    the pass that screens a figure out; no verdict changes (tests/test_compare_engine.py)."""
+    own = own_confidence(opts, figures)
+
+    def cut(fig: Figure) -> Callable[[list[float]], bool] | None:
+        if not ends_unless_shown(fig, opts.floor, own(fig), opts.screen, not opts.same, opts.all_passes):
+            return None
+        return lambda logs: bool(logs) and not shows_change(logs, opts.floor)
+
+    return cut
+
+
 def own_confidence(opts: Options, figures: list[Figure]) -> Callable[[Figure], float]:
     """A figure's own confidence as the run stands (``confidence_of``): asked anew after each pass, since
     the figures of a sweep that skip (known after the first) do not split it."""
