@@ -749,6 +749,10 @@ def test_the_cost_note_sums_the_passes_and_names_the_costliest_benchmarks():
         "Cost: 2.0 min in 2 passes; the costliest benchmarks: bench_s.Sweep setup_cache 1.3 min (2 passes), "
         "x 1.0 min (2 figures)."
     )
+    # the figures whose screening pass ended its turns early are counted
+    record["passes"][1]["ended_early"] = 5
+    record["options"] = {"pairs": 8}
+    assert "the last pass of 5 screened-out figures ended before 8 pairs of blocks" in cost_note(record, top=2)
 
 
 def test_plan_names_new_gone_and_changed_benchmarks():
