@@ -5,7 +5,8 @@ detect. The default stops a figure after any even pass once it is certain to sta
 (``stopping.settled`` without ``decide``), through the screen's passes (``--screen``, 4) once it could no
 longer be decided after ``stopping.robust_passes``, and a decided one from ``--min-passes`` on. This
 replays that rule on the run's own pass values and prices it with the seconds each figure took in each
-pass (``run.json``'s ``pass_seconds``) plus each pass's own overhead (starting the workers, and
+pass (``run.json``'s ``pass_seconds``; the pass that screens a figure out priced at the pairs of blocks it
+keeps, ``stopping.cutter``) plus each pass's own overhead (starting the workers, and
 ``setup_cache`` while a figure that reads it runs on: the seconds it took with every figure of its sweep,
 so a sweep that runs on with few figures is priced high), and lists the verdicts that change (futility
 changes none; the screen can leave one undecided, which is its price). It then says, per family, what
@@ -55,6 +56,21 @@ def replayed_stop(
                          changes_only=changes_only):  # fmt: skip
             return m
     return len(fig.a)
+
+
+def cut_pairs(fig: Figure, stop: int, floor: float, confidence: float, screen: int, changes_only: bool) -> int | None:
+    """The pairs of blocks the default keeps in pass ``stop`` of ``fig`` where that pass screens it out and
+    ends its turns early (``stopping.cutter``); ``None`` where it runs them all."""
+    before = Figure(fig.combo, a=fig.a[: stop - 1], b=fig.b[: stop - 1])
+    if stop > len(fig.a) or not stopping.ends_unless_shown(before, floor, confidence, screen, changes_only):
+        return None
+    logs: list[float] = []
+    for k, (x, y) in enumerate(zip(fig.a[stop - 1], fig.b[stop - 1], strict=True), 1):
+        if x > 0 and y > 0:
+            logs.append(math.log(y / x))
+        if logs and not stopping.shows_change(logs, floor):
+            return k if k < len(fig.a[stop - 1]) else None
+    return None
 
 
 def cache_seconds(
@@ -162,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = [first_pairs(f, args.pairs) for f in figures]
 
     kept_passes: list[int] = []
+    ended_early = 0
     stops: dict[int, int] = {}
     changed = []
     judged: list[Figure] = []  # as the replay judges them: at most --max-passes passes
@@ -181,6 +198,14 @@ def main(argv: list[str] | None = None) -> int:
                              not args.same)  # fmt: skip
         stops[stop] = stops.get(stop, 0) + 1
         kept_passes.append(stop)
+        cut = cut_pairs(capped, stop, floor, own_c, args.screen, not args.same)
+        if cut is not None and len(spent) >= stop:  # that pass's turns priced as the pairs it would keep
+            setup = float(record["figures"].get(fig.combo.selector, {}).get("setup_seconds", 0.0)) / len(spent)
+            n = len(capped.a[stop - 1])
+            spent = [*spent[: stop - 1], setup + max(spent[stop - 1] - setup, 0.0) * (cut + 1) / (n + 1),
+                     *spent[stop:]]  # fmt: skip
+            costs[fig.combo.selector] = spent
+            ended_early += 1
         early = Figure(fig.combo, a=fig.a[:stop], b=fig.b[:stop])
         full_row = judge.verdict_row(fig, floor, own[fig.combo.selector])
         early_row = judge.verdict_row(early, floor, own[fig.combo.selector])
@@ -206,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     screened += ", same sought" if args.same else ", changes only"
     print(f"default stopping (futility after any even pass{screened}, verdicts from {min_passes} on, at most "
           f"{max_passes}): {replay_s / 60:.1f} min{runs(replay_s)}")  # fmt: skip
-    print("figures by the pass they stop after: " + ", ".join(f"{k}: {v}" for k, v in sorted(stops.items())))
+    print("figures by the pass they stop after: " + ", ".join(f"{k}: {v}" for k, v in sorted(stops.items()))
+          + f"; {ended_early} of them screened out before their last pair of blocks")  # fmt: skip
     print(f"verdicts that change: {len(changed)}")
     for line in changed:
         print(f"  {line}")

@@ -54,15 +54,18 @@ def test_a_run_that_already_stopped_early_or_no_run_is_refused(tmp_path, capsys,
     assert "no run.json and pairs.csv" in capsys.readouterr().err
 
 
-def _four_pairs(folder: Path) -> Path:
-    """One figure, 8 passes of 4 pairs of blocks: the first pair of each pass wild, the other three equal."""
+#: 8 passes of 4 pairs of blocks: the first pair of each pass wild, the other three equal
+WILD_FIRST = [[r, 1.0, 1.0, 1.0] for r in [0.5, 2.0, 0.6, 1.8, 0.5, 2.0, 0.7, 1.6]]
+
+
+def _four_pairs(folder: Path, ratios: list[list[float]] = WILD_FIRST) -> Path:
+    """One figure, 8 passes of 4 pairs of blocks with these head/base ratios; 30 s a pass, 10 of them set-up."""
     folder.mkdir()
-    wild = [0.5, 2.0, 0.6, 1.8, 0.5, 2.0, 0.7, 1.6]
     with open(folder / "pairs.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["benchmark", "params", "unit", "process_pair", "pair", "base", "head"])
-        for p, r in enumerate(wild):
-            for k, ratio in enumerate([r, 1.0, 1.0, 1.0]):
+        for p, pass_ratios in enumerate(ratios):
+            for k, ratio in enumerate(pass_ratios):
                 w.writerow(["bench_x.Mixed.time_it", "", "seconds", p, k, 1.0, ratio])
     figure = {
         "state": "done", "reason": "", "stopped_after": None, "benchmark": "bench_x.Mixed.time_it", "idx": 0,
@@ -180,3 +183,17 @@ def test_the_default_gives_up_the_same_verdicts_that_same_seeks(tmp_path, capsys
     assert "the screen through 4, changes only, verdicts from 8 on" in out
     assert "figures by the pass they stop after: 2: 1, 4: 1, 8: 1" in out
     assert "bench_x.time_quiet: same -> undecided" in out and "time_slower" not in out
+
+
+def test_the_pass_that_screens_a_figure_out_is_priced_at_the_pairs_it_keeps(tmp_path, capsys, script):
+    """Looking for changes only, a figure none of whose pairs of processes shows a change stops after the 2nd
+    pass, and that pass ends its turns at the first pair of blocks that keeps it from showing one
+    (``stopping.cutter``): here the 2nd of 4, so its turns cost 3/5 of what they took (the first pair, never
+    kept, included). Seeking same too, nothing is cut."""
+    folder = _four_pairs(tmp_path / "run", [[1.05, 0.99, 0.97, 1.0], [1.05, 1.0, 0.96, 1.02]] * 4)
+    script("replay_stops").main([str(folder)])  # exit 1: its full run's same ends undecided, as by default
+    out = capsys.readouterr().out
+    # 2 passes: 30 s, then 10 s of set-up and 20 x 3/5 s of turns; 5 s beside the figure in each
+    assert "1.0 min" in out.splitlines()[1] and "2: 1; 1 of them screened out" in out
+    assert script("replay_stops").main([str(folder), "--same"]) == 0
+    assert "; 0 of them screened out" in capsys.readouterr().out

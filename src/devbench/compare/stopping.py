@@ -6,7 +6,8 @@ passes to come could decide it (``verdict.futile``: stopping it loses no verdict
 screen's passes, when it could no longer be decided after ``robust_passes`` pairs of processes: the
 fewest whose interval leaves out the most extreme value at each end, so that one pair of processes the
 host disturbed can neither decide a figure nor stop one. ``limit`` gives each figure its most passes (a
-sweep's figures, judged as one family, more) and ``stopper`` binds the rule to a run's options.
+sweep's figures, judged as one family, more) and ``stopper`` binds the rule to a run's options;
+``cutter`` ends the turns of the pass that screens a figure out as soon as they can no longer keep it.
 """
 
 from __future__ import annotations
