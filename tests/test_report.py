@@ -619,6 +619,13 @@ def test_ab_verdicts_say_how_the_compare_measured_from_its_run_record(tmp_path):
     sides["head"]["sha"] = "b" * 40
     (tmp_path / "run.json").write_text(json.dumps({**record, "sides": sides}))
     assert "A/A" not in cli._host_line(tmp_path / "run.json")
+    # with the figures' own passes: how many pairs of processes they got, the skipped ones left out
+    figures = {"x(1)": {"state": "stopped", "pass_seconds": [1.0, 1.0]},
+               "x(2)": {"state": "done", "pass_seconds": [1.0] * 6},
+               "x(3)": {"state": "skip", "pass_seconds": [0.1]}}  # fmt: skip
+    (tmp_path / "run.json").write_text(json.dumps({**record, "figures": figures}))
+    assert cli._host_line(tmp_path / "run.json") == ("host: vm; each figure measured by 2 to 6 pairs of processes "
+                                                     "taking turns (a verdict needs 3), 9.0 min in all.")  # fmt: skip
     rows = {"benchmark": ["b.track_x"], "params": ["n=1"], "unit": ["GB/s"], "verdict": ["same"], "ratio": [1.0],
             "ratio_lo": [0.99], "ratio_hi": [1.01], "base": [1.0], "head": [1.0], "floor": [0.1]}  # fmt: skip
     assert "Host: vm; each figure" in changes.verdicts(pd.DataFrame(rows), "cmp", line).text

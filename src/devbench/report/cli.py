@@ -209,8 +209,15 @@ def _host_line(path: Path) -> str:
     try:
         run = json.loads(path.read_text())
         opts = run.get("options") or {}
-        line = (f"host: {run['machine']}; each figure from {opts.get('min_passes')} to {opts.get('max_passes')} "
-                f"pairs of processes taking turns, {float(run.get('seconds', 0)) / 60:.1f} min in all.")  # fmt: skip
+        # the pairs of processes each measured figure got (a figure that could no longer be decided stopped early)
+        got = sorted({len(f.get("pass_seconds") or []) for f in (run.get("figures") or {}).values()
+                      if f.get("state") not in ("skip", "error", "changed") and f.get("pass_seconds")})  # fmt: skip
+        span = f"{got[0]} to {got[-1]}" if len(got) > 1 else (str(got[0]) if got else "")
+        each = (f"each figure measured by {span} pairs of processes taking turns (a verdict needs "
+                f"{opts.get('min_passes')})" if span else
+                f"each figure from {opts.get('min_passes')} to {opts.get('max_passes')} pairs of processes taking "
+                "turns")  # fmt: skip
+        line = f"host: {run['machine']}; {each}, {float(run.get('seconds', 0)) / 60:.1f} min in all."
         shas = {side.get("sha") for side in (run.get("sides") or {}).values()}
         if len(shas) == 1 and None not in shas:
             line += f" Both sides are commit {shas.pop()[:8]}: an A/A run, where any faster or slower is false."
