@@ -9,9 +9,10 @@ Several passes sample what a process's own layout does to a figure (docs/design.
 After every even pass, the figures that cannot decide within ``max_passes`` whatever the passes to
 come bring stop (``verdict.futile``: stopping them loses no verdict; by default "decide" means faster
 or slower, with ``--same`` same too), through the screen's passes those no longer decidable after
-the fewest passes, and from ``min_passes`` on those whose interval is decided (``judge.settled``
-says which); the rest run on. ``Passes.all_passes`` keeps
-every figure to ``min_passes``, for an A/A run that measures what each figure can detect.
+the fewest passes, and from ``min_passes`` on those whose interval is decided (``stopping.settled``
+says which); the rest run on. ``Passes.all_passes`` keeps every figure to ``min_passes``, for an A/A
+run that measures what each figure can detect; ``Passes.cut`` ends the turns of the pass that screens
+a figure out as soon as the pairs of blocks to come can no longer keep it running.
 """
 
 from __future__ import annotations
