@@ -600,6 +600,16 @@ def test_turns_end_when_enough_says_so_and_the_figure_records_the_pass(monkeypat
     runner._measure_figure("A", "B", later, runner.Passes(2, 14, 8, 0.05, cut=stopping.cutter(_options(), [later])),
                            "head")  # fmt: skip
     assert len(later.a[1]) == 8 and later.ended_early == []
+    # the pairs of blocks that fit end with the one that rules the change out: nothing ended early
+    values = iter([1.0, 1.0, 1.0, 1.1, 1.0, 0.99])
+    last = _figure("seconds", [[(1.0, 1.05), (1.0, 0.99)]], name="bench_x.time_y")
+    runner._measure_figure("A", "B", last, runner.Passes(2, 14, 2, 0.05, cut=stopping.cutter(_options(), [last])),
+                           "base")  # fmt: skip
+    assert len(last.a[1]) == 2 and last.ended_early == []
+    calls: list[int] = []
+    values = iter([1.0] * 6)
+    assert len(session.paired_turns("A", "B", 3, warm_up=False, enough=lambda p: calls.append(len(p)) or False)) == 3
+    assert calls == [1, 2]  # not asked after the last pair
 
 
 def test_a_2x_is_called_though_one_pair_of_processes_reads_no_change():

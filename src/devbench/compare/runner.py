@@ -199,9 +199,11 @@ def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: st
         fig.state, fig.reason = bad.state, f"{w.side}: {bad.reason}"
         return
     until = passes.cut(fig) if passes.cut is not None else None
+    ended = [False]  # paired_turns asks enough() only while pairs are still to come: True ends them there
 
     def enough(pairs: list[tuple[float, float]]) -> bool:
-        return until is not None and until([math.log(y / x) for x, y in pairs if x > 0 and y > 0])
+        ended[0] = until is not None and until([math.log(y / x) for x, y in pairs if x > 0 and y > 0])
+        return ended[0]
 
     try:
         # a figure measured in setup_cache reads one value per process: one pair per pass
@@ -213,7 +215,7 @@ def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: st
     finally:
         close_combination(a)
         close_combination(b)
-    if len(pairs) < passes.pairs and until is not None and enough(pairs):
+    if ended[0]:
         fig.ended_early.append(len(fig.a) + 1)
     fig.a.append([x for x, _ in pairs])
     fig.b.append([y for _, y in pairs])

@@ -200,7 +200,8 @@ def paired_turns(
     run reads as a later one (docs/design.md, "Verdicts"), and running it again would double the
     figure's cost. Without ``warm_up`` (a figure read from a cache) exactly ``pairs``.
 
-    ``enough``, asked after every kept pair with the pairs so far, ends the turns early when it says so:
+    ``enough``, asked after every kept pair but the last with the pairs so far, ends the turns there when it
+    says so:
     the pairs to come could no longer change what the comparison does with this figure (``stopping.cutter``).
     """
     first, second = (a, b) if a_first else (b, a)
@@ -221,6 +222,6 @@ def paired_turns(
         v1 = turn(first)
         v2 = turn(second)
         out.append((v1, v2) if a_first else (v2, v1))
-        if enough is not None and enough(out):
+        if enough is not None and len(out) < count and enough(out):
             break
     return out
