@@ -163,6 +163,8 @@ def test_a_sweep_is_charged_only_while_a_figure_that_reads_it_runs(tmp_path, cap
     # the wild figure (the sweep) stops after 4 passes: 4 x 10 + 8 x 10 s of figures, 8 x 5 s of workers and
     # 4 x 20 s of its sweep
     assert "figures by the pass they stop after: 4: 1, 8: 1" in out and "4.0 min (2.4 full runs)" in out
+    # the median of what the figures outside the sweep can detect, apart: the slowdown's, the floor
+    assert any(line.split() == ["all", "but", "sweeps", "1", "2.0", "1"] for line in out.splitlines())
 
     # a record without caches (an older run): every pass's whole overhead is charged, as it ran
     record["passes"] = [{"figures": 2, "seconds": 45.0}] * 8
@@ -197,3 +199,40 @@ def test_the_pass_that_screens_a_figure_out_is_priced_at_the_pairs_it_keeps(tmp_
     assert "1.0 min" in out.splitlines()[1] and "2: 1; 1 of them screened out" in out
     assert script("replay_stops").main([str(folder), "--same"]) == 0
     assert "; 0 of them screened out" in capsys.readouterr().out
+
+
+def test_more_passes_are_estimated_from_the_figures_own_pass_values(tmp_path, capsys, script):
+    """``--passes N`` draws N of a figure's own pass values, half from the passes set up base first: the wild
+    figure's 8 values cannot bound a 99% interval with fewer than 8 and give a narrower one with 32; the
+    1.5x slowdown's equal values give the floor at any count."""
+    folder = _finished(tmp_path / "run")
+    assert script("replay_stops").main([str(folder), "--same", "--passes", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "could detect with 32 pairs of processes, estimated by drawing that many of its own pass values" in out
+    estimated = out.split("estimated by drawing")[1]
+    rows = {line.split()[0]: line.split() for line in estimated.splitlines()[1:] if line.startswith("  ")}
+    assert rows["bench_x"][1] == "3"  # the three figures, one family
+    assert "all but sweeps" not in out  # no sweep among them
+    module = script("replay_stops")
+    figures, _ = module.read_finished(folder)
+    wild = next(f for f in figures if f.combo.benchmark.endswith("wild"))
+    slower = next(f for f in figures if f.combo.benchmark.endswith("slower"))
+    rng = module.random.Random(0)
+    assert module.resampled(wild, 4, 0.02, 0.99, rng) == float("inf")  # 4 values: no 99% interval
+    at_8, at_32 = (module.resampled(wild, n, 0.02, 0.99, rng) for n in (8, 32))
+    assert 0.02 < at_32 < at_8 < float("inf")
+    assert abs(module.resampled(slower, 32, 0.02, 0.99, rng) - 0.02) < 1e-12
+
+
+def test_the_drawn_values_keep_the_set_up_orders_apart(tmp_path, script):
+    """A figure whose passes set up base first read +10% and the others -10% (the order's effect, no change):
+    every draw holds as many of each, so its interval always spans both, never only one."""
+    module = script("replay_stops")
+    figures, _ = module.read_finished(_finished(tmp_path / "run", ratios={"orders": [1.1, 0.9] * 5}))
+    est = module.resampled(figures[0], 12, 0.02, 0.99, module.random.Random(0))
+    assert abs(est - (1.02 * (1.1 / 0.9) ** 0.5 - 1)) < 1e-9
+
+
+def test_fewer_than_two_passes_to_estimate_are_refused(tmp_path, capsys, script):
+    assert script("replay_stops").main([str(_finished(tmp_path / "run")), "--passes", "1"]) == 2
+    assert "--passes must be at least 2, got 1" in capsys.readouterr().err
