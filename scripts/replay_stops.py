@@ -19,7 +19,11 @@ at ``(K + 1) / (n + 1)`` of what they took with ``n`` kept pairs, the first pair
 ``--same`` replays ``devbench compare --same``: a figure that may still end ``same`` runs on until it does
 or no longer can, where the default stops it once it can be neither faster nor slower.
 
-``--max-passes M`` replays it as if ``--max-passes`` had been ``M`` (at least ``--min-passes``): the passes
+``--min-passes K`` replays it as if ``--min-passes`` had been ``K``, at most the run's own (it kept every figure
+to that many passes only): a run of 20 passes replays the default of 10 and the rule of 20 alike, each figure's
+verdict at its replayed stop against the one from all its passes.
+
+``--max-passes M`` replays it as if ``--max-passes`` had been ``M`` (at least the replay's ``--min-passes``): the passes
 after ``M`` are dropped, and a figure is certain to stay undecided as soon as ``M`` values could not
 decide it. Fewer passes at most make that certain sooner (at 8 and 99% the interval is the range of
 the values, so two values either side of the floor's edge settle it), at the price of the figures
@@ -31,8 +35,8 @@ whose base was set up first and half from the others (so the order's effect stay
 such draws. An estimate, not a measurement: a draw holds no value beyond those measured, so where the host
 can read a figure further apart than it did in the run, more passes would detect less than it says.
 
-    python scripts/replay_stops.py reports/compare-aa/all-passes [--full-run-s 388] [--pairs 2] [--max-passes 8]
-        [--screen 0] [--same] [--passes 20]
+    python scripts/replay_stops.py reports/compare-aa/all-passes [--full-run-s 388] [--pairs 2] [--min-passes 8]
+        [--max-passes 8] [--screen 0] [--same] [--passes 20]
 """
 
 from __future__ import annotations
@@ -182,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-passes", type=int, metavar="M",
                    help="replay as if --max-passes had been M (at least the run's --min-passes)")
+    p.add_argument("--min-passes", type=int, metavar="K",
+                   help="replay as if --min-passes had been K (at most the run's own): verdicts from the K-th pass on")
     p.add_argument("--same", action="store_true",
                    help="replay compare --same: a figure that may still end same runs on")
     p.add_argument("--screen", type=int, default=SCREEN, metavar="N",
@@ -207,9 +213,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     floor, confidence = float(record["floor"]), float(record["confidence"])
     min_passes, max_passes = int(opts["min_passes"]), int(opts["max_passes"])
+    if args.min_passes is not None:
+        if not 1 <= args.min_passes <= min_passes:
+            print(f"replay_stops: --min-passes must be from 1 to the run's own ({min_passes}: it kept every figure "
+                  f"to that many only), got {args.min_passes}", file=sys.stderr)  # fmt: skip
+            return 2
+        min_passes = args.min_passes
     if args.max_passes is not None:
         if not min_passes <= args.max_passes:
-            print(f"replay_stops: --max-passes must be at least the run's --min-passes ({min_passes}), "
+            print(f"replay_stops: --max-passes must be at least the replay's --min-passes ({min_passes}), "
                   f"got {args.max_passes}", file=sys.stderr)  # fmt: skip
             return 2
         max_passes = args.max_passes
@@ -270,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         return f" ({s / args.full_run_s:.1f} full runs)" if args.full_run_s else ""
 
     kept = f", at most {args.pairs} pairs of blocks a pass" if args.pairs is not None else ""
+    kept += f", verdicts from {min_passes} on" if args.min_passes is not None else ""
     kept += f", at most {max_passes} passes" if args.max_passes is not None else ""
     print(f"{args.folder}{kept}: {len(passes)} passes, {all_s / 60:.1f} min{runs(all_s)} with every figure to the end")
     screened = f", the screen through {args.screen}" if args.screen else ", no screen"

@@ -146,7 +146,7 @@ def test_the_screen_stops_figures_whose_first_two_passes_disagree(tmp_path, caps
 
 def test_fewer_passes_at_most_than_the_minimum_are_refused(tmp_path, capsys, script):
     assert script("replay_stops").main([str(_ten_passes(tmp_path / "run")), "--max-passes", "6"]) == 2
-    assert "--max-passes must be at least the run's --min-passes (8), got 6" in capsys.readouterr().err
+    assert "--max-passes must be at least the replay's --min-passes (8), got 6" in capsys.readouterr().err
 
 
 def test_a_sweep_is_charged_only_while_a_figure_that_reads_it_runs(tmp_path, capsys, script):
@@ -236,3 +236,23 @@ def test_the_drawn_values_keep_the_set_up_orders_apart(tmp_path, script):
 def test_fewer_than_two_passes_to_estimate_are_refused(tmp_path, capsys, script):
     assert script("replay_stops").main([str(_finished(tmp_path / "run")), "--passes", "1"]) == 2
     assert "--passes must be at least 2, got 1" in capsys.readouterr().err
+
+
+def test_fewer_passes_to_a_verdict_are_replayed_from_a_longer_run(tmp_path, capsys, script):
+    """A run of 12 passes with verdicts from 12, replayed with verdicts from 8: the 1.5x slowdown is decided
+    after 8 instead of 12, and stays slower; a minimum above the run's own, or none, is refused."""
+    folder = _finished(tmp_path / "run", ratios={"slower": [1.5] * 12})
+    record = json.loads((folder / "run.json").read_text())
+    record["options"].update(min_passes=12, max_passes=12)
+    (folder / "run.json").write_text(json.dumps(record))
+    assert script("replay_stops").main([str(folder)]) == 0
+    assert "figures by the pass they stop after: 12: 1" in capsys.readouterr().out
+    assert script("replay_stops").main([str(folder), "--min-passes", "8", "--max-passes", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "verdicts from 8 on, at most 10 passes: 12 passes" in out
+    assert "figures by the pass they stop after: 8: 1" in out and "verdicts that change: 0" in out
+    for bad in ("13", "0"):
+        assert script("replay_stops").main([str(folder), "--min-passes", bad]) == 2
+        err = capsys.readouterr().err
+        assert f"--min-passes must be from 1 to the run's own (12: it kept every figure to that many only), got {bad}" \
+            in err
