@@ -5,8 +5,7 @@ detect. The default stops a figure after any even pass once it is certain to sta
 (``stopping.settled`` without ``decide``), through the screen's passes (``--screen``, 4) once it could no
 longer be decided after ``stopping.robust_passes``, and a decided one from ``--min-passes`` on. This
 replays that rule on the run's own pass values and prices it with the seconds each figure took in each
-pass (``run.json``'s ``pass_seconds``; the pass that screens a figure out priced at the pairs of blocks it
-keeps, ``stopping.cutter``) plus each pass's own overhead (starting the workers, and
+pass (``run.json``'s ``pass_seconds``) plus each pass's own overhead (starting the workers, and
 ``setup_cache`` while a figure that reads it runs on: the seconds it took with every figure of its sweep,
 so a sweep that runs on with few figures is priced high), and lists the verdicts that change (futility
 changes none; the screen can leave one undecided, which is its price). It then says, per family, what
@@ -15,6 +14,11 @@ each figure can detect after every pass (the floor plus half its interval, ``ver
 ``--pairs K`` replays the run as if each pass had kept at most ``K`` pairs of blocks (the first ``K``):
 the price of fewer turns in power. A figure's turns in a pass (its seconds less its set-up) are priced
 at ``(K + 1) / (n + 1)`` of what they took with ``n`` kept pairs, the first pair, never kept, included.
+
+``--shift P`` replays the run as if the head had been slower by ``P`` (0.1: 10%) in every block, a
+change of that size on this run's own noise: how many figures the rule calls ``slower`` (its power,
+the screen's losses included) against how many the run's every pass would. An A/A run replayed without it
+says how many it calls falsely.
 
 ``--same`` replays ``devbench compare --same``: a figure that may still end ``same`` runs on until it does
 or no longer can, where the default stops it once it can be neither faster nor slower.
@@ -55,6 +59,7 @@ from devbench.compare import judge, stopping  # noqa: E402
 from devbench.compare.options import SCREEN, ABError  # noqa: E402
 from devbench.compare.record import read_finished  # noqa: E402
 from devbench.compare.runner import Figure  # noqa: E402
+from devbench.spec import direction  # noqa: E402
 
 
 def replayed_stop(
@@ -68,21 +73,6 @@ def replayed_stop(
                          changes_only=changes_only):  # fmt: skip
             return m
     return len(fig.a)
-
-
-def cut_pairs(fig: Figure, stop: int, floor: float, confidence: float, screen: int, changes_only: bool) -> int | None:
-    """The pairs of blocks the default keeps in pass ``stop`` of ``fig`` where that pass screens it out and
-    ends its turns early (``stopping.cutter``); ``None`` where it runs them all."""
-    before = Figure(fig.combo, a=fig.a[: stop - 1], b=fig.b[: stop - 1])
-    if stop > len(fig.a) or not stopping.ends_unless_shown(before, floor, confidence, screen, changes_only):
-        return None
-    logs: list[float] = []
-    for k, (x, y) in enumerate(zip(fig.a[stop - 1], fig.b[stop - 1], strict=True), 1):
-        if x > 0 and y > 0:
-            logs.append(math.log(y / x))
-        if logs and not stopping.shows_change(logs, floor):
-            return k if k < len(fig.a[stop - 1]) else None
-    return None
 
 
 def cache_seconds(
@@ -100,6 +90,21 @@ def cache_seconds(
     spent = [sum(q["caches"].values()) for q in passes]
     charged = [sum(s for k, s in q["caches"].items() if i < last.get(k, 0)) for i, q in enumerate(passes)]
     return spent, charged
+
+
+def slowed(fig: Figure, by: float) -> Figure:
+    """``fig`` as if its head had been slower by ``by`` in every block: its time longer, its rate lower (a record,
+    with no better direction, as it was)."""
+    way = direction(fig.combo.benchmark, fig.combo.unit)
+    if not way:
+        return fig
+    factor = 1 + by if way == "lower" else 1 / (1 + by)
+    return Figure(fig.combo, a=fig.a, b=[[y * factor for y in ys] for ys in fig.b], state=fig.state, reason=fig.reason)
+
+
+def verdict_counts(rows: list[tuple[str, str]]) -> str:
+    """``faster 0, slower 3, same 0, undecided 5`` of (family, verdict) rows."""
+    return ", ".join(f"{v} {sum(r == v for _, r in rows)}" for v in ("faster", "slower", "same", "undecided"))
 
 
 def first_pairs(fig: Figure, k: int) -> Figure:
@@ -188,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="replay as if --max-passes had been M (at least the run's --min-passes)")
     p.add_argument("--min-passes", type=int, metavar="K",
                    help="replay as if --min-passes had been K (at most the run's own): verdicts from the K-th pass on")
+    p.add_argument("--shift", type=float, metavar="P",
+                   help="replay as if the head had been slower by P (0.1: 10%%) in every block")
     p.add_argument("--same", action="store_true",
                    help="replay compare --same: a figure that may still end same runs on")
     p.add_argument("--screen", type=int, default=SCREEN, metavar="N",
@@ -197,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.passes is not None and args.passes < 2:
         print(f"replay_stops: --passes must be at least 2, got {args.passes}", file=sys.stderr)
+        return 2
+    if args.shift is not None and not 0 < args.shift < 10:
+        print(f"replay_stops: --shift must be in (0, 10) (a relative slowdown: 0.1 is 10%), got {args.shift}",
+              file=sys.stderr)  # fmt: skip
         return 2
     if args.pairs is not None and args.pairs < 1:
         print(f"replay_stops: --pairs must be at least 1, got {args.pairs}", file=sys.stderr)
@@ -211,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replay_stops: {args.folder} is not an --all-passes run: its figures already stopped early",
               file=sys.stderr)  # fmt: skip
         return 2
+    if args.shift is not None:
+        figures = [slowed(f, args.shift) for f in figures]
     floor, confidence = float(record["floor"]), float(record["confidence"])
     min_passes, max_passes = int(opts["min_passes"]), int(opts["max_passes"])
     if args.min_passes is not None:
@@ -235,9 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         figures = [first_pairs(f, args.pairs) for f in figures]
 
     kept_passes: list[int] = []
-    ended_early = 0
     stops: dict[int, int] = {}
     changed = []
+    replayed: list[tuple[str, str]] = []  # (family, verdict) at the replayed stop; at every pass of the run
+    every_pass: list[tuple[str, str]] = []
     judged: list[Figure] = []  # as the replay judges them: at most --max-passes passes
     own = judge.confidences(figures, confidence)  # a sweep's figures split the confidence
     for fig in figures:
@@ -255,17 +269,13 @@ def main(argv: list[str] | None = None) -> int:
                              not args.same)  # fmt: skip
         stops[stop] = stops.get(stop, 0) + 1
         kept_passes.append(stop)
-        cut = cut_pairs(capped, stop, floor, own_c, args.screen, not args.same)
-        if cut is not None and len(spent) >= stop:  # that pass's turns priced as the pairs it would keep
-            setup = float(record["figures"].get(fig.combo.selector, {}).get("setup_seconds", 0.0)) / len(spent)
-            n = len(capped.a[stop - 1])
-            spent = [*spent[: stop - 1], setup + max(spent[stop - 1] - setup, 0.0) * (cut + 1) / (n + 1),
-                     *spent[stop:]]  # fmt: skip
-            costs[fig.combo.selector] = spent
-            ended_early += 1
         early = Figure(fig.combo, a=fig.a[:stop], b=fig.b[:stop])
         full_row = judge.verdict_row(fig, floor, own[fig.combo.selector])
         early_row = judge.verdict_row(early, floor, own[fig.combo.selector])
+        if direction(fig.combo.benchmark, fig.combo.unit):
+            family = fig.combo.benchmark.split(".")[-2]
+            replayed.append((family, early_row["verdict"]))
+            every_pass.append((family, full_row["verdict"]))
         if full_row["verdict"] != early_row["verdict"]:
             changed.append(f"{fig.combo.selector}: {full_row['verdict']} -> {early_row['verdict']}")
 
@@ -289,8 +299,17 @@ def main(argv: list[str] | None = None) -> int:
     screened += ", same sought" if args.same else ", changes only"
     print(f"default stopping (futility after any even pass{screened}, verdicts from {min_passes} on, at most "
           f"{max_passes}): {replay_s / 60:.1f} min{runs(replay_s)}")  # fmt: skip
-    print("figures by the pass they stop after: " + ", ".join(f"{k}: {v}" for k, v in sorted(stops.items()))
-          + f"; {ended_early} of them screened out before their last pair of blocks")  # fmt: skip
+    print("figures by the pass they stop after: " + ", ".join(f"{k}: {v}" for k, v in sorted(stops.items())))
+    shifted = f" (every head block {100 * args.shift:g}% slower)" if args.shift is not None else ""
+    print(f"verdicts{shifted}: {verdict_counts(replayed)}; from every pass of the run: {verdict_counts(every_pass)}")
+    if args.shift is not None:
+        def slower(rows: list[tuple[str, str]], family: str) -> int:
+            return sum(v == "slower" for g, v in rows if g == family)
+
+        families = sorted({f for f, _ in replayed})
+        print("called slower, by family (replayed / every pass of the run, of the figures): " + ", ".join(
+            f"{f} {slower(replayed, f)}/{slower(every_pass, f)} of {sum(g == f for g, _ in replayed)}"
+            for f in families))  # fmt: skip
     print(f"verdicts that change: {len(changed)}")
     for line in changed:
         print(f"  {line}")

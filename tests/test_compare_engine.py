@@ -511,105 +511,30 @@ def test_the_screen_stops_a_figure_only_when_no_one_pair_of_processes_holds_it()
     assert not stopping.settled(fig(1.5, 1.6, 1.5, 1.6), 14, 0.02, sweep, decide=False, screen=4, changes_only=True)
 
 
-def test_the_screen_stops_a_figure_no_pair_of_processes_shows_a_change_in():
-    """Looking for changes only, the screen also stops a figure where no pair of processes, on its own pairs of
-    blocks, lies wholly beyond the floor on one side; a pair whose every block reads a change keeps the figure
-    running, whatever the other pair read. Seeking same too, this rule does not stop anything."""
-    noisy = _figure("seconds", [[(1.0, 1.06), (1.0, 0.97), (1.0, 1.04), (1.0, 1.01)],
-                                [(1.0, 1.05), (1.0, 1.03), (1.0, 0.96), (1.0, 1.07)]])  # fmt: skip
-    assert stopping.settled(noisy, 12, 0.02, 0.99, decide=False, screen=4, changes_only=True)
-    assert not stopping.settled(noisy, 12, 0.02, 0.99, decide=False, screen=4)
-    assert not stopping.settled(noisy, 12, 0.02, 0.99, decide=False, screen=0, changes_only=True)
-    odd = _figure("seconds", [[(1.0, 2.0), (1.0, 2.1), (1.0, 1.9), (1.0, 2.0)],
-                              [(1.0, 1.0), (1.0, 1.2), (1.0, 0.9), (1.0, 1.05)]])  # fmt: skip
-    assert not stopping.settled(odd, 12, 0.02, 0.99, decide=False, screen=4, changes_only=True)
-    assert stopping.shows_change([0.7, 0.69, 0.71], 0.02) and not stopping.shows_change([], 0.02)
-    assert not stopping.shows_change([0.7, 0.01, 0.71], 0.02)
+def test_the_screen_judges_pairs_of_processes_not_their_blocks():
+    """A real 10% change in a figure whose blocks spread by more than that (some read no change, or the other
+    way) is not screened out: the screen asks what the pairs of processes say, as the verdict does. On 300
+    random such figures, after 2 passes, at least 85% run on; the figure around no change stops."""
+    noisy_change = _figure("seconds", [[(1.0, 1.25), (1.0, 0.99), (1.0, 1.12), (1.0, 1.01)],
+                                       [(1.0, 1.02), (1.0, 1.21), (1.0, 0.93), (1.0, 1.16)]])  # fmt: skip
+    assert not stopping.settled(noisy_change, 12, 0.02, 0.99, decide=False, screen=4, changes_only=True)
+    around_none = _figure("seconds", [[(1.0, 1.06), (1.0, 0.97), (1.0, 1.01), (1.0, 0.99)],
+                                      [(1.0, 0.95), (1.0, 1.03), (1.0, 0.96), (1.0, 1.0)]])  # fmt: skip
+    assert stopping.settled(around_none, 12, 0.02, 0.99, decide=False, screen=4, changes_only=True)
+    rng = random.Random(3)
+    kept = 0
+    for _ in range(300):
+        offsets = [rng.gauss(0, 0.03) for _ in range(2)]  # each pair of processes reads a little apart
+        blocks = [[(1.0, math.exp(math.log(1.1) + o + rng.gauss(0, 0.15))) for _ in range(8)] for o in offsets]
+        kept += not stopping.settled(_figure("seconds", blocks), 12, 0.02, 0.99, decide=False, screen=4,
+                                     changes_only=True)  # fmt: skip
+    assert kept >= 0.85 * 300, kept
 
 
 def _options(**kw):
     from devbench.compare.options import Options
 
     return Options(base="a", head="b", repo=Path("."), out=Path("out"), python=sys.executable, **kw)
-
-
-def test_the_pass_that_screens_a_figure_out_ends_its_turns_once_it_can_no_longer_keep_it():
-    """Through the screen, looking for changes only, a figure none of whose pairs of processes showed a change
-    stops after the coming even pass unless that pass's own pairs of blocks all lie beyond the floor on one
-    side: its turns end at the first pair that does not. Not in an odd pass, past the screen, with --same,
-    --all-passes, once a pair of processes showed a change, or where that pass could already bound an interval."""
-    mixed = [(1.0, 1.05), (1.0, 0.99), (1.0, 1.03)]
-    fig = _figure("seconds", [mixed])  # the coming pass is the 2nd
-    cut = stopping.cutter(_options(), [fig])(fig)
-    assert cut is not None
-    assert not cut([]) and not cut([0.05]) and not cut([0.05, 0.04]) and not cut([-0.3, -0.2])
-    assert cut([0.05, 0.01]) and cut([0.05, -0.05]) and cut([0.0])
-    for kept in (_options(same=True), _options(all_passes=True), _options(screen=0), _options(screen=1)):
-        assert stopping.cutter(kept, [fig])(fig) is None, kept
-    assert stopping.cutter(_options(), [_figure("seconds", [])])(_figure("seconds", [])) is None  # 1st: odd
-    shown = _figure("seconds", [[(1.0, 1.5)] * 3])  # the 1st pass showed a change: the 2nd may not be cut
-    assert stopping.cutter(_options(), [shown])(shown) is None
-    three = _figure("seconds", [mixed] * 3)  # the 4th pass, still within the screen of 4
-    assert stopping.cutter(_options(), [three])(three) is not None
-    five = _figure("seconds", [mixed] * 5)  # the 6th: past the screen
-    assert stopping.cutter(_options(), [five])(five) is None
-    # at 50% two pairs of processes already bound an interval: what the 2nd reads may decide the figure
-    assert stopping.fewest_passes(0.5) <= 2
-    assert stopping.cutter(_options(confidence=0.5, min_passes=2, max_passes=4), [fig])(fig) is None
-
-
-def test_ending_the_screening_pass_early_changes_no_verdict():
-    """On random figures, wherever the pass was cut, the whole pass would have stopped the figure too, and both
-    end undecided: what the cut leaves out could change nothing but the estimate of an undecided figure."""
-    rng = random.Random(7)
-    opts = _options()
-    cuts = 0
-    for _ in range(400):
-        shift, spread = rng.choice([0.0, 0.03, 0.1, -0.1, 0.7]), rng.choice([0.005, 0.02, 0.06])
-        blocks = [[(1.0, math.exp(shift + rng.gauss(0, spread))) for _ in range(8)] for _ in range(2)]
-        whole = _figure("seconds", blocks)
-        first = _figure("seconds", blocks[:1])
-        until = stopping.cutter(opts, [first])(first)
-        if until is None:
-            continue
-        kept = next((k for k in range(1, 9) if until([math.log(y) for _, y in blocks[1][:k]])), 8)
-        if kept == 8:
-            continue
-        cuts += 1
-        short = _figure("seconds", [blocks[0], blocks[1][:kept]])
-        for f in (whole, short):
-            assert stopping.stopper(opts, [f])(f, opts.max_passes - 2, False)
-            assert judge.verdict_row(f, opts.floor, opts.confidence)["verdict"] == V.UNDECIDED
-    assert cuts > 50
-
-
-def test_turns_end_when_enough_says_so_and_the_figure_records_the_pass(monkeypatch):
-    """paired_turns asks ``enough`` after every kept pair; the runner records the pass whose turns it ended."""
-    values = iter([1.0, 1.0, 1.0, 1.1, 1.0, 0.99] + [1.0] * 20)  # warm-up pair, then +10%, then -1%
-
-    monkeypatch.setattr(session, "turn", lambda worker, first=False: next(values))
-    monkeypatch.setattr(runner, "open_combination", lambda *a, **k: session.Opened("ready", number=1))
-    monkeypatch.setattr(runner, "close_combination", lambda w: None)
-    monkeypatch.setattr(runner, "block_length", lambda *a: 0.05)
-    fig = _figure("seconds", [[(1.0, 1.05), (1.0, 0.99)]], name="bench_x.time_y")
-    passes = runner.Passes(2, 14, 8, 0.05, cut=stopping.cutter(_options(), [fig]))
-    runner._measure_figure("A", "B", fig, passes, "base")
-    assert fig.a[1] == [1.0, 1.0] and fig.b[1] == [pytest.approx(1.1), 0.99] and fig.ended_early == [2]
-    values = iter([1.0] * 40)
-    later = _figure("seconds", [[(1.0, 1.5)]], name="bench_x.time_y")  # a change shown: the pass runs whole
-    runner._measure_figure("A", "B", later, runner.Passes(2, 14, 8, 0.05, cut=stopping.cutter(_options(), [later])),
-                           "head")  # fmt: skip
-    assert len(later.a[1]) == 8 and later.ended_early == []
-    # the pairs of blocks that fit end with the one that rules the change out: nothing ended early
-    values = iter([1.0, 1.0, 1.0, 1.1, 1.0, 0.99])
-    last = _figure("seconds", [[(1.0, 1.05), (1.0, 0.99)]], name="bench_x.time_y")
-    runner._measure_figure("A", "B", last, runner.Passes(2, 14, 2, 0.05, cut=stopping.cutter(_options(), [last])),
-                           "base")  # fmt: skip
-    assert len(last.a[1]) == 2 and last.ended_early == []
-    calls: list[int] = []
-    values = iter([1.0] * 6)
-    assert len(session.paired_turns("A", "B", 3, warm_up=False, enough=lambda p: calls.append(len(p)) or False)) == 3
-    assert calls == [1, 2]  # not asked after the last pair
 
 
 def test_a_2x_is_called_though_one_pair_of_processes_reads_no_change():
@@ -759,10 +684,6 @@ def test_the_cost_note_sums_the_passes_and_names_the_costliest_benchmarks():
         "Cost: 2.0 min in 2 passes; the costliest benchmarks: bench_s.Sweep setup_cache 1.3 min (2 passes), "
         "x 1.0 min (2 figures)."
     )
-    # the figures whose screening pass ended its turns early are counted
-    record["passes"][1]["ended_early"] = 5
-    record["options"] = {"pairs": 8}
-    assert "the last pass of 5 screened-out figures ended before 8 pairs of blocks" in cost_note(record, top=2)
 
 
 def test_plan_names_new_gone_and_changed_benchmarks():

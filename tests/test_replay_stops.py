@@ -187,18 +187,28 @@ def test_the_default_gives_up_the_same_verdicts_that_same_seeks(tmp_path, capsys
     assert "bench_x.time_quiet: same -> undecided" in out and "time_slower" not in out
 
 
-def test_the_pass_that_screens_a_figure_out_is_priced_at_the_pairs_it_keeps(tmp_path, capsys, script):
-    """Looking for changes only, a figure none of whose pairs of processes shows a change stops after the 2nd
-    pass, and that pass ends its turns at the first pair of blocks that keeps it from showing one
-    (``stopping.cutter``): here the 2nd of 4, so its turns cost 3/5 of what they took (the first pair, never
-    kept, included). Seeking same too, nothing is cut."""
-    folder = _four_pairs(tmp_path / "run", [[1.05, 0.99, 0.97, 1.0], [1.05, 1.0, 0.96, 1.02]] * 4)
-    script("replay_stops").main([str(folder)])  # exit 1: its full run's same ends undecided, as by default
-    out = capsys.readouterr().out
-    # 2 passes: 30 s, then 10 s of set-up and 20 x 3/5 s of turns; 5 s beside the figure in each
-    assert "1.0 min" in out.splitlines()[1] and "2: 1; 1 of them screened out" in out
+def test_a_change_planted_on_the_runs_own_noise_is_counted_as_the_rule_and_every_pass_call_it(tmp_path, capsys,
+                                                                                             script):
+    """``--shift 0.5`` replays every head block 50% slower: the quiet figure and the slowdown (now 2.25x) are
+    slower by the rule and by every pass; the wild one (its values spread far past 50%) by neither. A time
+    grows, a rate falls; a record is left as it was. An A/A replay counts its verdicts too (none false here)."""
+    folder = _finished(tmp_path / "run")
     assert script("replay_stops").main([str(folder), "--same"]) == 0
-    assert "; 0 of them screened out" in capsys.readouterr().out
+    assert "verdicts: faster 0, slower 1, same 1, undecided 1; from every pass of the run: faster 0, slower 1, " \
+        "same 1, undecided 1" in capsys.readouterr().out
+    assert script("replay_stops").main([str(folder), "--shift", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "verdicts (every head block 50% slower): faster 0, slower 2, same 0, undecided 1; from every pass of " \
+        "the run: faster 0, slower 2, same 0, undecided 1" in out
+    assert "called slower, by family (replayed / every pass of the run, of the figures): bench_x 2/2 of 3" in out
+    from devbench.compare.runner import Combination, Figure
+    from devbench.spec import RECORDS
+
+    slowed = script("replay_stops").slowed
+    rate = Figure(Combination("bench_x.X.track_tflops", 0, (), (), "TFLOP/s"), a=[[2.0]], b=[[3.0]])
+    assert slowed(rate, 0.5).b == [[2.0]] and slowed(rate, 0.5).a == [[2.0]]
+    record = Figure(Combination(sorted(RECORDS)[0], 0, (), (), ""), a=[[1.0]], b=[[1.0]])
+    assert slowed(record, 0.5).b == [[1.0]]
 
 
 def test_more_passes_are_estimated_from_the_figures_own_pass_values(tmp_path, capsys, script):

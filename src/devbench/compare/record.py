@@ -91,11 +91,6 @@ def to_markdown(table: Any, title: str, notes: Sequence[str], confidence: float)
     return "\n".join(out)
 
 
-def _pairs_of(record: dict[str, Any]) -> str:
-    """The run's ``--pairs`` as its record has it (``its`` where the record does not say)."""
-    return str((record.get("options") or {}).get("pairs") or "its")
-
-
 def cost_note(record: dict[str, Any], top: int = 3) -> str | None:
     """Where a run's time went: its passes, and the benchmarks whose processes cost the most (None for a
     record without them, as from an older run)."""
@@ -124,11 +119,6 @@ def cost_note(record: dict[str, Any], top: int = 3) -> str | None:
     setup_s = sum(float(f.get("setup_seconds") or 0) for f in record.get("figures", {}).values())
     if figure_s > 0 and setup_s > 0:
         text += f" ({100 * setup_s / figure_s:.0f}% of the figures' time in setting up their processes)"
-    cut = sum(int(p.get("ended_early") or 0) for p in passes)
-    if cut:
-        them = "them" if cut > 1 else "it"
-        text += (f"; the last pass of {cut} screened-out figure{'s' if cut > 1 else ''} ended before "
-                 f"{_pairs_of(record)} pairs of blocks, once it could no longer keep {them} running")
     return f"{text}; the costliest benchmarks: {', '.join(parts)}." if parts else f"{text}."
 
 

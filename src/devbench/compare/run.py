@@ -82,7 +82,7 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
                   f"up to {opts.pairs} pairs of blocks in each ({opts.figure_s:g} s of turns at most)",
                   flush=True)  # fmt: skip
             passes = Passes(opts.min_passes, opts.max_passes, opts.pairs, opts.block_s, opts.figure_s, limit,
-                            opts.all_passes, stopping.cutter(opts, figures))  # fmt: skip
+                            opts.all_passes)  # fmt: skip
             t0 = time.monotonic()
             stop = stopping.stopper(opts, figures)
             took = run_passes(start, figures, passes, stop, log, first=first) if running else []
@@ -103,8 +103,7 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
                                        "values": list(f.combo.values), "names": list(f.combo.names),
                                        "unit": f.combo.unit, "setup_cache": f.combo.setup_cache,
                                        "in_cache": f.combo.in_cache, "seconds": round(f.seconds, 2),
-                                       "setup_seconds": round(f.setup_seconds, 2), "pass_seconds": f.pass_seconds,
-                                       "ended_early": f.ended_early}
+                                       "setup_seconds": round(f.setup_seconds, 2), "pass_seconds": f.pass_seconds}
                     for f in figures},  # fmt: skip
     }
     return figures, record

@@ -11,8 +11,7 @@ come bring stop (``verdict.futile``: stopping them loses no verdict; by default 
 or slower, with ``--same`` same too), through the screen's passes those no longer decidable after
 the fewest passes, and from ``min_passes`` on those whose interval is decided (``stopping.settled``
 says which); the rest run on. ``Passes.all_passes`` keeps every figure to ``min_passes``, for an A/A
-run that measures what each figure can detect; ``Passes.cut`` ends the turns of the pass that screens
-a figure out as soon as the pairs of blocks to come can no longer keep it running.
+run that measures what each figure can detect.
 """
 
 from __future__ import annotations
@@ -93,8 +92,6 @@ class Figure:
     setup_seconds: float = 0.0
     #: what each pass's pair of processes took (the figure's share of each pass)
     pass_seconds: list[float] = field(default_factory=list)
-    #: the passes whose turns ended before ``Passes.pairs``, since the pairs to come could change nothing
-    ended_early: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -112,9 +109,6 @@ class Passes:
     cached_limit: Callable[[Figure], int] | None = None
     #: no figure stops before ``min_passes``, even one certain to stay undecided
     all_passes: bool = False
-    #: for a figure about to be measured, ``None``, or what says, from the log ratios of its pairs of blocks so
-    #: far in this pass, that the pairs to come could no longer change what happens to it (``stopping.cutter``)
-    cut: Callable[[Figure], Callable[[list[float]], bool] | None] | None = None
 
     def limit(self, fig: Figure) -> int:
         """The passes ``fig`` may get at most."""
@@ -198,25 +192,16 @@ def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: st
         w, bad = next((w, o) for w, o in opened if o.state != "ready")
         fig.state, fig.reason = bad.state, f"{w.side}: {bad.reason}"
         return
-    until = passes.cut(fig) if passes.cut is not None else None
-    ended = [False]  # paired_turns asks enough() only while pairs are still to come: True ends them there
-
-    def enough(pairs: list[tuple[float, float]]) -> bool:
-        ended[0] = until is not None and until([math.log(y / x) for x, y in pairs if x > 0 and y > 0])
-        return ended[0]
-
     try:
         # a figure measured in setup_cache reads one value per process: one pair per pass
         pairs = paired_turns(a, b, 1, warm_up=False) if combo.in_cache else paired_turns(
-            a, b, passes.pairs, passes.figure_s, a_first=first == "base", enough=enough)  # fmt: skip
+            a, b, passes.pairs, passes.figure_s, a_first=first == "base")  # fmt: skip
     except BlockError as exc:
         fig.state, fig.reason = "error", str(exc)
         return
     finally:
         close_combination(a)
         close_combination(b)
-    if ended[0]:
-        fig.ended_early.append(len(fig.a) + 1)
     fig.a.append([x for x, _ in pairs])
     fig.b.append([y for _, y in pairs])
 
@@ -263,16 +248,14 @@ def run_passes(
                 stopped += 1
         left = sum(f.state == "running" for f in figures)
         took = time.monotonic() - started
-        cut = sum(done in f.ended_early for f in running)
-        record.append({"figures": len(running), "seconds": round(took, 1), "caches": caches, "ended_early": cut})
+        record.append({"figures": len(running), "seconds": round(took, 1), "caches": caches})
         # the next pass costs about what the figures that run on took in this one, and the caches
         per_pass = sum(f.pass_seconds[-1] for f in figures if f.state == "running" and f.pass_seconds)
         per_pass += sum(caches.values()) if left else 0.0
         ahead = (f", at most about {per_pass * (passes.min_passes - done) / 60:.1f} min to the first verdicts"
                  if done < passes.min_passes and left else "")  # fmt: skip
         print(f"pass {done}: {len(running)} figures in {took:.0f} s"
-              f"{f', {stopped} settled' if stopped else ''}"
-              f"{f' ({cut} of them screened out before their last pair of blocks)' if cut else ''}; {left} run on "
+              f"{f', {stopped} settled' if stopped else ''}; {left} run on "
               f"({(time.monotonic() - t0) / 60:.1f} min so far{ahead})", file=out, flush=True)  # fmt: skip
     for f in figures:
         if f.state == "running":

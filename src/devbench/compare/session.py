@@ -19,7 +19,6 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -180,8 +179,7 @@ def turn(worker: Worker, first: bool = False) -> float:
 
 
 def paired_turns(
-    a: Worker, b: Worker, pairs: int, budget_s: float = math.inf, warm_up: bool = True, a_first: bool = True,
-    enough: Callable[[list[tuple[float, float]]], bool] | None = None,
+    a: Worker, b: Worker, pairs: int, budget_s: float = math.inf, warm_up: bool = True, a_first: bool = True
 ) -> list[tuple[float, float]]:
     """Up to ``pairs`` pairs of blocks in strict alternation, ``A B A B ...`` (``B A B A ...`` when not
     ``a_first``): each (a, b) pair is two adjacent blocks, and every block follows a block of the other side.
@@ -199,10 +197,6 @@ def paired_turns(
     ``budget_s`` it is the one pair kept: such a call is seconds long and warms itself up, so its first
     run reads as a later one (docs/design.md, "Verdicts"), and running it again would double the
     figure's cost. Without ``warm_up`` (a figure read from a cache) exactly ``pairs``.
-
-    ``enough``, asked after every kept pair but the last with the pairs so far, ends the turns there when it
-    says so:
-    the pairs to come could no longer change what the comparison does with this figure (``stopping.cutter``).
     """
     first, second = (a, b) if a_first else (b, a)
     count = pairs
@@ -222,6 +216,4 @@ def paired_turns(
         v1 = turn(first)
         v2 = turn(second)
         out.append((v1, v2) if a_first else (v2, v1))
-        if enough is not None and len(out) < count and enough(out):
-            break
     return out

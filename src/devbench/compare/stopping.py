@@ -6,19 +6,17 @@ passes to come could decide it (``verdict.futile``: stopping it loses no verdict
 screen's passes, when it could no longer be decided after ``robust_passes`` pairs of processes: the
 fewest whose interval leaves out the most extreme value at each end, so that one pair of processes the
 host disturbed can neither decide a figure nor stop one. ``limit`` gives each figure its most passes (a
-sweep's figures, judged as one family, more) and ``stopper`` binds the rule to a run's options;
-``cutter`` ends the turns of the pass that screens a figure out as soon as they can no longer keep it.
+sweep's figures, judged as one family, more) and ``stopper`` binds the rule to a run's options.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from devbench import verdict as V
 from devbench.compare.judge import confidence_of, process_pair_logs, sweep_sizes
 from devbench.compare.options import Options
-from devbench.compare.runner import Figure, pair_logs
+from devbench.compare.runner import Figure
 
 
 def fewest_passes(confidence: float) -> int:
@@ -41,13 +39,6 @@ def robust_passes(confidence: float) -> int:
     return next(n for n in range(1, 1000) if V.signed_rank_k(n, confidence) >= 2)
 
 
-def shows_change(logs: list[float], floor: float) -> bool:
-    """Whether one pair of processes, on its own pairs of blocks, shows a change: every one of its log ratios
-    beyond the floor on the same side."""
-    edge = math.log1p(floor)
-    return bool(logs) and (all(x > edge for x in logs) or all(x < -edge for x in logs))
-
-
 def settled(
     fig: Figure, left: int, floor: float, confidence: float, decide: bool = True, screen: int = 0,
     changes_only: bool = False,
@@ -60,12 +51,12 @@ def settled(
     most extreme value at each end, so one pair of processes that reads apart from the others (a real 2x
     read as none by a pair the host disturbed) cannot stop the figure; two values that disagree, one beyond
     the floor's edge and one not, stop it only when their mean lies inside the floor, and four only when the
-    second smallest and second largest of their Walsh averages straddle its edges. Looking for changes
-    only (the default), the screen also stops a figure none of whose pairs of processes shows a change on
-    its own (``shows_change``: every pair of blocks beyond the floor on one side): where one pair of
-    processes reads a real change and another was disturbed, the first keeps it running. A screened figure is
-    ``undecided``, so the screen never makes a verdict, false or true, that running on would not have
-    made; what it costs is the figures that more passes would have decided (docs/design.md, "Verdicts").
+    second smallest and second largest of their Walsh averages straddle its edges. The screen judges the
+    pairs of processes, the verdict's own unit, not their pairs of blocks: on a host where blocks spread by
+    more than the change, no pair of processes' blocks all show a real 10% change, and a screen that asked
+    for that stopped most such figures (docs/compare.md). A screened figure is ``undecided``, so the screen
+    never makes a verdict, false or true, that running on would not have made; what it costs is the figures
+    that more passes would have decided (docs/design.md, "Verdicts").
 
     With ``changes_only`` the figure is looked at only for ``faster`` and ``slower``: it stops as soon as
     neither can be reached any more, even while its interval could still fit inside the floor (no ``same``
@@ -82,41 +73,7 @@ def settled(
         at = robust_passes(confidence)
         if len(units) < at and V.futile(units, at, floor, confidence, same=not changes_only):
             return True
-        if changes_only and not any(shows_change(logs, floor) for logs in pair_logs(fig)):
-            return True
     return V.futile(units, len(units) + left, floor, confidence, same=not changes_only)
-
-
-def ends_unless_shown(
-    fig: Figure, floor: float, confidence: float, screen: int, changes_only: bool, all_passes: bool = False
-) -> bool:
-    """Whether the coming pass of ``fig`` stops it, undecided, unless its own pair of processes shows a change.
-
-    So when, looking for changes only, the coming pass is an even one of the screen's, no earlier pair of
-    processes showed a change (``shows_change``), and its pairs of processes are still too few for a bounded
-    interval (so whatever they read, the figure ends ``undecided``): ``settled`` then stops it after this pass
-    unless this pass's own pairs of blocks all lie beyond the floor on one side. Once one of them does not,
-    the pairs of blocks still to come can change nothing but the estimate of a figure that ends undecided
-    (``cutter``)."""
-    coming = len(fig.a) + 1
-    return (changes_only and not all_passes and coming % 2 == 0 and coming <= screen
-            and coming < fewest_passes(confidence)
-            and not any(shows_change(logs, floor) for logs in pair_logs(fig)))  # fmt: skip
-
-
-def cutter(opts: Options, figures: list[Figure]) -> Callable[[Figure], Callable[[list[float]], bool] | None]:
-    """For each figure about to be measured, ``None``, or, where the coming pass stops it unless its own pair of
-    processes shows a change (``ends_unless_shown``), what ends that pass's turns as soon as it no longer can:
-    one pair of blocks inside the floor, or two on different sides. What this saves is the pairs of blocks of
-    the pass that screens a figure out; no verdict changes (tests/test_compare_engine.py)."""
-    own = own_confidence(opts, figures)
-
-    def cut(fig: Figure) -> Callable[[list[float]], bool] | None:
-        if not ends_unless_shown(fig, opts.floor, own(fig), opts.screen, not opts.same, opts.all_passes):
-            return None
-        return lambda logs: bool(logs) and not shows_change(logs, opts.floor)
-
-    return cut
 
 
 def own_confidence(opts: Options, figures: list[Figure]) -> Callable[[Figure], float]:
