@@ -106,3 +106,20 @@ def test_logger_on_gpu_matches_cpu():
     loop = NormLoop(64, 300, torch.device("cuda"))
     for s in STRATEGIES:
         loop.check(s)
+
+
+def test_the_float64_reference_computes_each_distinct_product_once(monkeypatch):
+    import torch
+
+    from devbench.workloads import norms
+
+    loop = NormLoop(8, 20, "cpu")
+    a, b = loop.a.double(), loop.b.double()
+    brute = np.array([float(torch.linalg.matrix_norm(a[i % norms.INPUT_SETS] @ b)) for i in range(20)])
+    calls = []
+    real = torch.linalg.matrix_norm
+    monkeypatch.setattr(torch.linalg, "matrix_norm", lambda x, *k, **kw: calls.append(1) or real(x, *k, **kw))
+    np.testing.assert_allclose(loop.reference(), brute, rtol=1e-12)
+    assert len(calls) == norms.INPUT_SETS  # 8 distinct products, not 20
+    loop.reference()
+    assert len(calls) == norms.INPUT_SETS  # kept: a check of two strategies reads it twice

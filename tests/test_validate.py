@@ -28,8 +28,35 @@ def test_the_subset_follows_the_issue():
         "host copy 64 MiB",
     }
     gpu = {c.label for c in V.checks(gpu=True)} - cpu
-    assert {"pinned h2d 256 MiB", "pinned d2h 256 MiB", "matmul bfloat16 n=8192 cuda"} <= gpu
+    assert {"pinned h2d 256 MiB", "pinned d2h 256 MiB", "matmul bfloat16 n=8192 cuda", "device copy 1 GiB cuda"} <= gpu
     assert all(c.needs_gpu for c in V.checks(gpu=True) if c.label in gpu)
+
+
+def test_gpu_run_keeps_every_figure_validate_reads_and_the_health_lines_judge():
+    """validate reads its GPU figures from the run's asv results: a plan that dropped one left it nothing to check
+    (the H200 run: bf16 n=8,192 and the pinned copies). The plan keeps them, whatever the budget."""
+    from devbench import plan as P
+    from devbench import spec
+
+    keep = frozenset(p.selector for p in spec.kept_points())
+    gpu_checks = [spec.Point(c.figure, dict(c.values)) for c in V.checks(gpu=True) if c.needs_gpu]
+    wanted = {p.selector for p in gpu_checks}
+    assert wanted <= keep
+    # the pinned copies validate reads are those the health lines judge: one mode for both
+    health = {p.selector for p, kind in spec.HEALTH_POINTS if kind in ("h2d", "d2h")}
+    assert health <= wanted
+    listing = {}
+    for figure in {p.figure for p in gpu_checks}:
+        listing[figure.benchmark] = {"name": figure.benchmark, "params": [], "param_names": list(figure.params)}
+    names = {"device": ["'cpu'", "'cuda'"], "dtype": ["'float32'", "'bfloat16'"], "n": ["256", "1024", "4096", "8192"],
+             "direction": ["'h2d'", "'d2h'"], "memory": ["'pageable'", "'pinned'"],
+             "mode": ["'blocking'", "'non_blocking'"], "nbytes": [str(256 * spec.MiB), str(spec.GiB)]}  # fmt: skip
+    for bench in listing.values():
+        bench["params"] = [names[p] for p in bench["param_names"]]
+    costs = P.Costs(launch_s=1.0, cuda_context_s=1.0, asv_call_s=1.0, gpus=1)
+    plan = P.make_plan(listing, lambda s: True, costs, budget_s=5.0, reserve_s=0.0, keep=keep)  # far too short
+    kept = {p.selector for p in plan.kept()}
+    assert plan.dropped() and wanted <= kept
 
 
 def test_suite_figures_take_the_latest_measured_result_of_this_machine():

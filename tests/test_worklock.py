@@ -251,6 +251,6 @@ def test_the_suite_keeps_the_changed_work_apart():
         from benchmarks.bench_transfer import DeviceCopy, ManySmallCopies
     finally:
         sys.path.remove(str(REPO))
-    assert ParallelMatmul.time_parallel.version.endswith("-work2")
+    assert ParallelMatmul.time_parallel.version.endswith("-work3")
     assert ManySmallCopies.time_batch.version.endswith("-work2")
     assert not hasattr(DeviceCopy.track_gbps_read_write, "version")

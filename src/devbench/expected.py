@@ -1,29 +1,33 @@
 """What a GPU figure should read on its own machine, and whether the figure it read is normal.
 
-The question GPU users ask most of a copy figure: is this number normal *for this machine*? The
-expected figure comes from the machine's own facts, each with its source named:
+The question GPU users ask most of a figure: is this number normal *for this machine*? Each expected
+figure is what a healthy machine of that kind reaches, with its source named (public figures are
+collected in ``shared/reference/gpu-expected.md`` of the project's reference notes; the datasheet only
+where nothing better exists):
 
-* host <-> device copies: the PCIe link as NVML reports it trained (generation x width), per
-  direction, after the line encoding (8b/10b up to Gen2, 128b/130b from Gen3);
-* a device-local copy (bytes read plus written): the GPU model's memory bandwidth (datasheet);
+* pinned host <-> device copies: a healthy host's figure over the GPU's whole PCIe link (Gen5 x16:
+  typical 52 GB/s, pass floor 48, from fleet health checks and nvbandwidth), else the link's rate
+  after the line encoding; the link is the GPU's maximum, and the one it trained at (read while a
+  pinned copy ran, ``gpustate``) is named when the copy is low. Pageable copies are not judged
+  (``PAGEABLE_NOTE``);
+* a device-local copy (bytes read plus written): a public STREAM-copy figure, else the datasheet;
 * a GPU -> GPU copy (``PeerCopy``, each pair of ``PeerMatrix``): the model's NVLink bandwidth per
   direction (datasheet), or, on a model without NVLink, the PCIe link as trained;
-* a collective's bus bandwidth (NCCL): the same link, one direction, as nccl-tests reads busbw (its
-  bus factor makes busbw comparable with what one link carries one way, whatever the op and world);
-* a matrix product: the model's dense datasheet TFLOP/s (``devbench.peaks``).
+* a collective's bus bandwidth (NCCL): the same link, one direction, as nccl-tests reads busbw;
+* a matrix product: what a best-shape product reaches (mamf-finder's table), else the datasheet,
+  judged at the clock it ran at where the board's power limit held it (``HEALTHY_CAPS``).
 
-``judge`` gives ``ok``, ``low`` (below ``LOW_SHARE`` of expected, with the likely reason where
-one can be read: a link trained below its maximum, pageable memory, peer access off or a GPU pair's
-copy that NVLink did not carry, a throttle reason active) or
-``unknown`` (no expected figure, and why). No torch import: the report may use this.
+One table (``MODELS``) holds every model's figures; models are matched by whole name. ``judge`` gives
+``ok``, ``low`` (below the floor, with the likely reason: a link trained below its maximum, peer access
+off, a GPU pair's copy that NVLink did not carry, a throttle reason), ``unknown`` (no expected figure,
+and why) or ``not judged``. No torch import: the report uses this.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
-
-from devbench.peaks import gpu_peak
 
 #: a figure below this share of its expected figure is ``low``: the best copies and products reach 80-95%
 #: of the link, the memory or the datasheet (the H200 run: 88% of the PCIe link, 89% of HBM3e)
@@ -56,53 +60,135 @@ def path_label(peer_access: bool, nvlink: bool | None = None, nvlink_share: floa
 
 @dataclass(frozen=True)
 class Model:
-    """A GPU model's memory and NVLink bandwidth, decimal GB/s, from the datasheet named in ``source``."""
+    """A GPU model: the figures a healthy one reaches, each with its source, and how NVML and torch name it.
 
-    key: str  # a substring of the name NVML and torch report, most specific first in MODELS
+    ``names``: the whole names the model goes by once ``normal_name`` has taken off the vendor's prefix
+    ("NVIDIA ", "Tesla "), matched whole and case-blind: "L4" is not "L40S", "H200" is not "GH200".
+    ``peaks``: dense datasheet TFLOP/s by dtype (matrix units, float32 accumulation, boost clock; None: no
+    matrix-unit path). ``achievable``: what a best-shape product reaches (mamf-finder's table), by dtype.
+    ``peak_clock_mhz``: the SM clock the datasheet's TFLOP/s assume, where it can be derived.
+    ``device_copy``: a public measured figure of a device copy (read plus written), where one exists.
+    """
+
+    names: tuple[str, ...]
     label: str
-    memory_gbps: float
+    memory_gbps: float | None  # datasheet, decimal GB/s
     nvlink_gbps: float | None  # per direction, all links together; None: no NVLink
     source: str
+    peaks: dict[str, float | None] = field(default_factory=dict)
+    peaks_source: str = ""
+    achievable: dict[str, float] = field(default_factory=dict)
+    achievable_source: str = ""
+    peak_clock_mhz: float | None = None
+    device_copy: float | None = None
+    device_copy_source: str = ""
 
+
+_HOPPER = {"float32": 67.0, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4}
+_HOPPER_NVL = {"float32": 60.0, "tf32": 417.5, "bfloat16": 835.5, "float16": 835.5}
+_A100 = {"float32": 19.5, "tf32": 156.0, "bfloat16": 312.0, "float16": 312.0}
+_MAMF = "mamf-finder's table (stas00/ml-engineering, compute/accelerator/README.md)"
+#: 132 SMs x 4,096 dense bf16 FLOP per SM per clock x 1.83 GHz = 989.4 TFLOP/s: the clock the datasheet assumes
+_HOPPER_CLOCK = 1830.0
 
 MODELS: list[Model] = [
-    Model("H200 NVL", "H200 NVL", 4800.0, 450.0, "NVIDIA H200 NVL product brief: 4.8 TB/s HBM3e, NVLink 900 GB/s"),
-    Model("H200", "H200 SXM", 4800.0, 450.0, "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, NVLink 900 GB/s"),
-    Model("H100 NVL", "H100 NVL", 3900.0, 300.0, "NVIDIA H100 datasheet (NVL): 3.9 TB/s HBM3, NVLink 600 GB/s"),
-    Model("H100 PCIe", "H100 PCIe", 2000.0, 300.0, "NVIDIA H100 datasheet (PCIe): 2.0 TB/s HBM2e, NVLink 600 GB/s"),
-    Model("H100", "H100 SXM", 3350.0, 450.0, "NVIDIA H100 datasheet (SXM): 3.35 TB/s HBM3, NVLink 900 GB/s"),
-    Model("A100-SXM4-80GB", "A100 SXM 80GB", 2039.0, 300.0, "NVIDIA A100 datasheet (SXM 80GB): 2,039 GB/s, NVLink 600"),
-    Model("A100-SXM4-40GB", "A100 SXM 40GB", 1555.0, 300.0, "NVIDIA A100 datasheet (SXM 40GB): 1,555 GB/s, NVLink 600"),
-    Model("A100 80GB PCIe", "A100 PCIe 80GB", 1935.0, 300.0,  # fmt: skip
-          "NVIDIA A100 datasheet (PCIe 80GB): 1,935 GB/s, NVLink 600 GB/s"),
-    Model("L4", "L4", 300.0, None, "NVIDIA L4 datasheet: 300 GB/s GDDR6, no NVLink"),
-    Model("RTX 4090", "GeForce RTX 4090", 1008.0, None, "NVIDIA Ada GPU architecture whitepaper: 1,008 GB/s GDDR6X"),
-    Model("V100-PCIE", "V100 PCIe", 900.0, None, "NVIDIA V100 datasheet (PCIe): 900 GB/s HBM2, no NVLink"),
-    Model("V100", "V100 SXM2", 900.0, 150.0, "NVIDIA V100 datasheet (SXM2): 900 GB/s HBM2, NVLink 300 GB/s"),
-    Model("T4", "T4", 320.0, None, "NVIDIA T4 datasheet: 320 GB/s GDDR6, no NVLink"),
-]
+    Model(("H200 NVL",), "H200 NVL", 4800.0, 450.0, "NVIDIA H200 NVL product brief: 4.8 TB/s HBM3e, NVLink 900 GB/s",
+          _HOPPER_NVL, "NVIDIA H200 NVL product brief"),
+    Model(("H200", "H200 SXM", "H200 141GB HBM3e"), "H200 SXM", 4800.0, 450.0,
+          "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, NVLink 900 GB/s", _HOPPER, "NVIDIA H200 datasheet",
+          {"bfloat16": 794.5}, f"{_MAMF}: 794.5 on an H100 SXM, the H200 listed as the same", _HOPPER_CLOCK,
+          4010.0, "Azure AI-benchmarking-guide, ND_H200_v5 HBM table: STREAM Copy 4.01 TB/s read plus written"),
+    Model((r"GH200( \d+GB)?",), "GH200", None, None, "NVIDIA GH200 datasheet: memory and NVLink differ by variant",
+          _HOPPER, "NVIDIA GH200 datasheet", {"bfloat16": 828.6}, f"{_MAMF}: GH200 828.6", _HOPPER_CLOCK),
+    Model(("H100 NVL",), "H100 NVL", 3900.0, 300.0, "NVIDIA H100 datasheet (NVL): 3.9 TB/s HBM3, NVLink 600 GB/s",
+          _HOPPER_NVL, "NVIDIA H100 datasheet (NVL)"),
+    Model(("H100 PCIe",), "H100 PCIe", 2000.0, 300.0, "NVIDIA H100 datasheet (PCIe): 2.0 TB/s HBM2e, NVLink 600 GB/s",
+          {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.0, "float16": 756.0}, "NVIDIA H100 datasheet (PCIe)"),
+    Model(("H100 80GB HBM3", "H100 SXM", "H100 SXM5 80GB", "H100"), "H100 SXM", 3350.0, 450.0,
+          "NVIDIA H100 datasheet (SXM): 3.35 TB/s HBM3, NVLink 900 GB/s", _HOPPER, "NVIDIA H100 datasheet (SXM)",
+          {"bfloat16": 794.5}, f"{_MAMF}: H100 SXM 794.5", _HOPPER_CLOCK,
+          2900.0, "Azure AI-benchmarking-guide, ND_H100_v5 HBM table: STREAM Copy 2.90 TB/s read plus written"),
+    Model(("A100-SXM4-80GB",), "A100 SXM 80GB", 2039.0, 300.0,
+          "NVIDIA A100 datasheet (SXM 80GB): 2,039 GB/s, NVLink 600", _A100, "NVIDIA A100 datasheet",
+          {"bfloat16": 271.2}, f"{_MAMF}: A100 SXM 271.2"),
+    Model(("A100-SXM4-40GB",), "A100 SXM 40GB", 1555.0, 300.0,
+          "NVIDIA A100 datasheet (SXM 40GB): 1,555 GB/s, NVLink 600", _A100, "NVIDIA A100 datasheet",
+          {"bfloat16": 271.2}, f"{_MAMF}: A100 SXM 271.2"),
+    Model(("A100 80GB PCIe", "A100-PCIE-80GB"), "A100 PCIe 80GB", 1935.0, 300.0,
+          "NVIDIA A100 datasheet (PCIe 80GB): 1,935 GB/s, NVLink 600 GB/s", _A100, "NVIDIA A100 datasheet",
+          {"bfloat16": 252.9}, f"{_MAMF}: A100 PCIe 252.9"),
+    Model(("A100-PCIE-40GB",), "A100 PCIe 40GB", 1555.0, 300.0,
+          "NVIDIA A100 datasheet (PCIe 40GB): 1,555 GB/s, NVLink 600 GB/s", _A100, "NVIDIA A100 datasheet",
+          {"bfloat16": 252.9}, f"{_MAMF}: A100 PCIe 252.9"),
+    Model(("L4",), "L4", 300.0, None, "NVIDIA L4 datasheet: 300 GB/s GDDR6, no NVLink",
+          {"float32": 30.3, "tf32": 60.0, "bfloat16": 121.0, "float16": 121.0}, "NVIDIA L4 datasheet"),
+    Model(("GeForce RTX 4090",), "GeForce RTX 4090", 1008.0, None,
+          "NVIDIA Ada GPU architecture whitepaper: 1,008 GB/s GDDR6X",
+          {"float32": 82.6, "tf32": 82.6, "bfloat16": 165.2, "float16": 165.2}, "NVIDIA Ada architecture whitepaper"),
+    Model((r"V100-PCIE-(16|32)GB",), "V100 PCIe", 900.0, None, "NVIDIA V100 datasheet (PCIe): 900 GB/s HBM2, no NVLink",
+          {"float32": 14.0, "tf32": None, "bfloat16": None, "float16": 112.0}, "NVIDIA V100 datasheet (PCIe)"),
+    Model((r"V100-SXM2-(16|32)GB",), "V100 SXM2", 900.0, 150.0,
+          "NVIDIA V100 datasheet (SXM2): 900 GB/s HBM2, NVLink 300 GB/s",
+          {"float32": 15.7, "tf32": None, "bfloat16": None, "float16": 125.0}, "NVIDIA V100 datasheet (SXM2)"),
+    Model(("T4",), "T4", 320.0, None, "NVIDIA T4 datasheet: 320 GB/s GDDR6, no NVLink",
+          {"float32": 8.1, "tf32": None, "bfloat16": None, "float16": 65.0}, "NVIDIA T4 datasheet"),
+]  # fmt: skip
+
+#: What a pinned copy over a whole PCIe link reaches on a healthy machine, by (generation, width): the typical
+#: figure and the pass floor of fleet health checks, with their sources. Other links: the link rate alone.
+LINK_COPY: dict[tuple[int, int], tuple[float, float, str]] = {
+    (5, 16): (52.0, 48.0, "a healthy Gen5 x16 host: typical 52 GB/s (Azure AI-benchmarking-guide, ND_H100_v5 and "
+                          "ND_H200_v5; nvbandwidth's example output 55.6), pass floor 48 (azurehpc-health-checks)"),
+}
+
+#: Throttle reasons a healthy GPU shows under a heavy product: the board's own power limit. A figure that ran
+#: under them is judged at the clock it ran at; any other reason (thermal, a hardware slowdown or power brake)
+#: is a fault to name, never a reason to expect less.
+HEALTHY_CAPS = frozenset({"sw_power_cap"})
+
+#: Why a pageable copy is not judged: no public figure for it, and the link is not what bounds it.
+PAGEABLE_NOTE = ("not judged: a pageable copy is staged by the driver through a pinned buffer, bounded by one host "
+                 "thread's memcpy rather than by the PCIe link, and no public floor exists for it")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Expected:
-    """An expected figure and where it comes from; ``value`` None means unknown, and ``source`` says why."""
+    """An expected figure and where it comes from; ``value`` None means unknown, and ``source`` says why.
+    ``floor``: the figure below which it is ``low``, where a public pass floor exists (else ``LOW_SHARE``)."""
 
     value: float | None
     source: str
+    floor: float | None = None
 
 
 @dataclass(frozen=True)
 class Health:
-    verdict: str  # ok, low, unknown
+    verdict: str  # ok, low, unknown, not judged
     share: float | None  # measured / expected
     reason: str
 
 
+def normal_name(name: str) -> str:
+    """The model part of a GPU's name: "NVIDIA H100 80GB HBM3" -> "H100 80GB HBM3", "Tesla T4" -> "T4"."""
+    text = " ".join(str(name).split())
+    for prefix in ("NVIDIA ", "Tesla "):
+        if text.lower().startswith(prefix.lower()):
+            text = text[len(prefix) :]
+    return text
+
+
 def model(name: str | None) -> Model | None:
-    """The known GPU model whose key is in ``name`` (the most specific first), or None."""
+    """The known GPU model one of whose whole ``names`` is ``name`` (its vendor prefix aside), or None."""
     if not name:
         return None
-    return next((m for m in MODELS if m.key.lower() in name.lower()), None)
+    text = normal_name(name)
+    return next((m for m in MODELS if any(re.fullmatch(n, text, flags=re.IGNORECASE) for n in m.names)), None)
+
+
+def gpu_peak(gpu_name: str | None, dtype: str) -> float | None:
+    """Datasheet dense TFLOP/s of ``gpu_name`` for ``dtype``; ``None`` when unknown."""
+    found = model(gpu_name)
+    return found.peaks.get(dtype) if found is not None else None
 
 
 def pcie_gbps(gen: int | None, width: int | None) -> float | None:
@@ -123,29 +209,46 @@ def link_note(gpu: dict[str, Any]) -> str | None:
     return f"PCIe link trained at Gen{gen} x{width}, below its Gen{top_gen} x{top_width}"
 
 
+def _link(gpu: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The link a healthy machine of this kind runs: the GPU's maximum where NVML gave it, else as trained."""
+    return gpu.get("pcie_gen_max") or gpu.get("pcie_gen"), gpu.get("pcie_width_max") or gpu.get("pcie_width")
+
+
 def expected(kind: str, gpu: dict[str, Any]) -> Expected:
     """The expected figure of ``kind`` on the GPU ``gpu`` (a ``devbench.devices.describe()`` GPU entry).
 
-    ``kind``: ``h2d`` or ``d2h`` (pinned host memory, GB/s), ``device_copy`` (GB/s read plus written),
-    ``peer`` (GB/s GPU -> GPU, one direction), ``busbw`` (an NCCL collective's bus bandwidth, GB/s),
-    ``matmul:<dtype>`` (TFLOP/s)."""
+    ``kind``: ``h2d`` or ``d2h`` (pinned host memory, GB/s: what a healthy host reaches over the GPU's whole
+    link, ``LINK_COPY``, else the link's rate after encoding), ``device_copy`` (GB/s read plus written: a
+    public measured figure, else the datasheet), ``peer`` (GB/s GPU -> GPU, one direction), ``busbw`` (an NCCL
+    collective's bus bandwidth, GB/s), ``matmul:<dtype>`` and ``achievable:<dtype>`` (TFLOP/s: what a
+    best-shape product reaches, else the datasheet)."""
     name = gpu.get("name")
+    found = model(name)
     if kind in ("h2d", "d2h"):
-        gbps = pcie_gbps(gpu.get("pcie_gen"), gpu.get("pcie_width"))
+        gen, width = _link(gpu)
+        gbps = pcie_gbps(gen, width)
         if gbps is None:
             return Expected(None, "NVML did not report the PCIe link")
-        return Expected(gbps, f"PCIe Gen{gpu['pcie_gen']} x{gpu['pcie_width']} as trained, per direction, "
-                              f"after encoding")  # fmt: skip
-    if kind.startswith("matmul:"):
+        if (gen, width) in LINK_COPY:
+            typical, floor, source = LINK_COPY[(gen, width)]
+            return Expected(typical, source, floor)
+        return Expected(gbps, f"PCIe Gen{gen} x{width}, per direction, after encoding (no public copy figure for "
+                              f"this link)")  # fmt: skip
+    if kind.startswith(("matmul:", "achievable:")):
         dtype = kind.split(":", 1)[1]
-        peak = gpu_peak(name, dtype)
+        if found is not None and dtype in found.achievable:
+            return Expected(found.achievable[dtype], f"achievable {dtype}, {found.achievable_source}")
+        peak = found.peaks.get(dtype) if found is not None else None
         if peak is None:
-            return Expected(None, f"no datasheet {dtype} figure for {name or 'this GPU'} in devbench.peaks")
-        return Expected(peak, f"datasheet dense {dtype} ({name})")
-    found = model(name)
+            return Expected(None, f"no datasheet {dtype} figure for {name or 'this GPU'} in devbench.expected")
+        return Expected(peak, f"datasheet dense {dtype} ({found.peaks_source}; no public achievable figure)")
     if found is None:
         return Expected(None, f"{name or 'this GPU'} is not in devbench.expected.MODELS")
     if kind == "device_copy":
+        if found.device_copy is not None:
+            return Expected(found.device_copy, found.device_copy_source)
+        if found.memory_gbps is None:
+            return Expected(None, f"{found.label}: no single memory figure ({found.source})")
         return Expected(found.memory_gbps, found.source)
     if kind in ("peer", "busbw"):
         what = "NVLink per direction" + (", as nccl-tests reads busbw" if kind == "busbw" else "")
@@ -156,30 +259,46 @@ def expected(kind: str, gpu: dict[str, Any]) -> Expected:
             return Expected(None, f"{found.label} has no NVLink, and NVML did not report the PCIe link")
         return Expected(gbps, f"{found.label} has no NVLink: PCIe Gen{gpu['pcie_gen']} x{gpu['pcie_width']} as "
                               f"trained, per direction, after encoding")  # fmt: skip
-    raise ValueError(f"unknown kind {kind!r}; expected h2d, d2h, device_copy, peer, busbw or matmul:<dtype>")
+    raise ValueError(f"unknown kind {kind!r}; expected h2d, d2h, device_copy, peer, busbw, matmul:<dtype> or "
+                     f"achievable:<dtype>")  # fmt: skip
 
 
-def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = False,
-          throttle: list[str] | None = None, path: str | None = None) -> Health:  # fmt: skip
-    """``ok``, ``low`` (below ``LOW_SHARE`` of expected, with the likely reason) or ``unknown`` (and why).
+def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = False, throttle: list[str] | None = None,
+          path: str | None = None, clock_mhz: float | None = None) -> Health:  # fmt: skip
+    """``ok``, ``low`` (below the expected figure's floor, else ``LOW_SHARE`` of it, with the likely reason),
+    ``unknown`` (and why), or ``not judged`` (a pageable copy: ``PAGEABLE_NOTE``).
 
-    ``path``: how a GPU -> GPU copy travelled, as ``PeerPath.label`` names it ("NVLink", "PCIe P2P",
-    "through host", or one of the first two with "(topology)" where NVML had no counters)."""
+    ``throttle``: the throttle reasons recorded while the figure ran; ``clock_mhz``: its SM clock then. A
+    product that ran under a healthy power cap (``HEALTHY_CAPS``) below the clock its datasheet assumes is
+    judged at that clock; every reason recorded is named. ``path``: how a GPU -> GPU copy travelled, as
+    ``PeerPath.label`` names it ("NVLink", "PCIe P2P", "through host", or one of the first two with
+    "(topology)" where NVML had no counters)."""
+    if pageable and kind in ("h2d", "d2h"):
+        return Health("not judged", None, PAGEABLE_NOTE)
     want = expected(kind, gpu)
     if want.value is None:
         return Health("unknown", None, want.source)
-    share = measured / want.value
-    if share >= LOW_SHARE:
-        above = "; above what it should reach: the machine's facts may be wrong" if share > ABOVE_SHARE else ""
-        return Health("ok", share, f"{share:.0%} of {want.value:.4g} ({want.source}){above}")
-    reasons = []
     found = model(gpu.get("name"))
+    at, where = want.value, ""
+    caps = sorted(set(throttle or ()) & HEALTHY_CAPS)
+    compute = kind.startswith(("matmul:", "achievable:"))
+    top = found.peak_clock_mhz if found is not None else None
+    if compute and caps and clock_mhz and top and clock_mhz < top:
+        at = want.value * clock_mhz / top
+        where = f" at {clock_mhz:.0f} of {top:.0f} MHz ({', '.join(caps)} while it ran: the board's power limit)"
+    floor = want.floor if want.floor is not None else LOW_SHARE * at
+    share = measured / at
+    basis = f"{at:.4g}{where} ({want.source})"
+    if measured >= floor:
+        above = "; above what it should reach: the machine's facts may be wrong" if share > ABOVE_SHARE else ""
+        seen = [t for t in throttle or () if t not in caps or not where]
+        noted = f"; throttled while it ran: {', '.join(seen)}" if seen else ""
+        return Health("ok", share, f"{share:.0%} of {basis}{above}{noted}")
+    reasons = []
     over_pcie = kind in ("h2d", "d2h") or (kind in ("peer", "busbw") and found is not None and not found.nvlink_gbps)
     note = link_note(gpu) if over_pcie else None
     if note:
         reasons.append(note)
-    if pageable and kind in ("h2d", "d2h"):
-        reasons.append("pageable host memory: the driver stages the copy through a pinned buffer")
     if kind == "peer" and path == "through host":
         reasons.append("peer access off: the driver stages the copy through host memory")
     elif kind == "peer" and path and not over_pcie and path.startswith("PCIe"):  # "P2P" alone: the path is unknown
@@ -187,4 +306,5 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     if throttle:
         reasons.append("throttled while it ran: " + ", ".join(throttle))
     why = "; ".join(reasons) if reasons else "no reason could be read from the machine's state"
-    return Health("low", share, f"{share:.0%} of {want.value:.4g} ({want.source}): {why}")
+    below = f"below its floor {want.floor:.4g}, " if want.floor is not None else ""
+    return Health("low", share, f"{share:.0%} of {basis}, {below}{why}")

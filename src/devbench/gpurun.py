@@ -21,7 +21,6 @@ and what the earlier stages made is packed whatever a later one does.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import re
@@ -36,6 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from devbench import plan as P
+from devbench.compare.session import CHECKED_ENV  # devbench.suite.CHECKED_ENV, torch-free
+from devbench.gpuhealth import print_health, saved_results
+from devbench.sessions import _group_run
 
 #: seconds held back after the benchmarks: the CUDA tests, validate, and the packing (measured: the CUDA tests
 #: 21 s on an H200; validate 18 s there and 51 s on a 2-vCPU VM; reports/gpu). Each stage then runs under
@@ -43,6 +45,8 @@ from devbench import plan as P
 TESTS_S = 30.0
 VALIDATE_S = 60.0
 PACK_S = 5.0
+#: the health lines after the stages: one `devbench info --json` (imports torch, reads NVML)
+HEALTH_S = 5.0
 #: a stage given less than this is not started: asv alone takes seconds to start
 MIN_STAGE_S = 10.0
 #: what asv costs to start beside importing the suite twice
@@ -74,12 +78,17 @@ if gpus:
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
 t3 = time.perf_counter()
-setup = 0.0
-if gpus:  # what a GPU point's set-up costs: cuBLAS's start-up and a float64-checked product at a large size
-    from devbench.workloads.matmul import Matmul, checked
-    checked(Matmul(4096, "float32", torch.device("cuda", 0)))
+setup = check = 0.0
+if gpus:  # what a GPU point's set-up costs: cuBLAS's start-up and a warm product at a large size; then its check
+    from devbench.workloads.matmul import Matmul, checked, warmed
+    mm = Matmul(4096, "float32", torch.device("cuda", 0))
+    warmed(mm)
     torch.cuda.synchronize()
-    setup = time.perf_counter() - t3
+    t4 = time.perf_counter()
+    setup = t4 - t3
+    checked(mm)
+    torch.cuda.synchronize()
+    check = time.perf_counter() - t4
 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 if len(sys.argv) > 1:  # record the asv machine here too: `devbench machine` would import torch once more
     import argparse
@@ -87,7 +96,7 @@ if len(sys.argv) > 1:  # record the asv machine here too: `devbench machine` wou
     if cmd_machine(argparse.Namespace(machine=sys.argv[1], config=None)):
         sys.exit(3)
 print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus,
-                  "setup_s": setup, "cores": cores}))
+                  "setup_s": setup, "check_s": check, "cores": cores}))
 """
 
 
@@ -97,80 +106,6 @@ class Stopped(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
-
-
-def session_pids(sid: int) -> list[int]:
-    """Every live process of session ``sid`` (Linux's /proc; elsewhere only its leader, if alive)."""
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        names = []
-    pids = []
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            if os.getsid(int(name)) == sid and not _zombie(int(name)):
-                pids.append(int(name))
-        except OSError:  # gone meanwhile, or not ours to ask
-            continue
-    if not names:
-        try:
-            os.kill(sid, 0)
-            pids.append(sid)
-        except OSError:
-            pass
-    return pids
-
-
-def _zombie(pid: int) -> bool:
-    """Whether ``pid`` has exited and only waits to be reaped (it runs nothing and cannot be killed)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def kill_session(sid: int, wait_s: float = 5.0) -> list[int]:
-    """SIGKILL every process of session ``sid`` until none is left (or ``wait_s`` passes); returns those left.
-
-    A process group is not enough: asv starts its forkserver, each benchmark's process and each
-    ``setup_cache`` with ``setpgid(0, 0)``, in groups of their own, but they stay in the session
-    that ``_group_run`` opened (as ``scripts/group.sh`` does for ``make test``). A process that
-    opens a session of its own would escape; nothing the suite starts does.
-    """
-    deadline = time.monotonic() + wait_s
-    while True:
-        left = session_pids(sid)
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
-
-
-def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tuple[int, float]:
-    """Run ``cmd`` in a session of its own, its output to ``log``; at the limit (or on Ctrl-C or SIGTERM)
-    end every process of that session. Returns the exit code (124 at the time limit) and the seconds it ran."""
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
-    try:
-        code = proc.wait(timeout=max(1.0, timeout_s))
-    except subprocess.TimeoutExpired:
-        kill_session(proc.pid)
-        proc.wait()
-        code = 124
-    except BaseException:
-        kill_session(proc.pid)
-        proc.wait()
-        raise
-    # a stage that ended by itself may still have left processes in its session (an orphaned world)
-    kill_session(proc.pid, wait_s=1.0)
-    return code, time.monotonic() - start
 
 
 def probe_costs(python: str, repo: Path, machine: str | None = None) -> P.Costs:
@@ -191,7 +126,23 @@ def probe_costs(python: str, repo: Path, machine: str | None = None) -> P.Costs:
     got = json.loads(last)
     return P.Costs(launch_s=got["fork_s"], cuda_context_s=got["context_s"],
                    asv_call_s=ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]),
-                   gpu_setup_s=got["setup_s"], cores=int(got["cores"]))  # fmt: skip
+                   gpu_setup_s=got["setup_s"], gpu_check_s=got.get("check_s", 0.0),
+                   cores=int(got["cores"]))  # fmt: skip
+
+
+def costs_from(path: Path) -> P.Costs:
+    """The costs another machine's gpu-run recorded (its plan.json), to price a plan for it here."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--costs-from {path}: cannot read it as JSON ({exc})") from None
+    costs = record.get("costs") if isinstance(record, dict) else None
+    if not isinstance(costs, dict):
+        raise ValueError(f"--costs-from {path}: no 'costs' in it (a gpu-run plan.json has them)")
+    try:
+        return P.Costs.from_record(costs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"--costs-from {path}: {exc}") from None
 
 
 def list_benchmarks(repo: Path, python: str, log: Any) -> dict[str, dict[str, Any]]:
@@ -274,26 +225,11 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
             "--set-commit-hash", sha, "-a", f"rounds={rounds}", "--show-stderr", "--bench", regex]  # fmt: skip
 
 
-def _saved(results: Path, sha: str) -> list[dict[str, Any]]:
-    """The result files asv saved for commit ``sha`` in one machine's results folder (unreadable ones left out)."""
-    found = []
-    for path in results.glob("*.json"):
-        if path.name == "machine.json":
-            continue
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if data.get("commit_hash") == sha and "result_columns" in data:
-            found.append(data)
-    return found
-
-
 def measured_since(results: Path, sha: str, since: float) -> set[str]:
     """Benchmarks of commit ``sha`` in the asv results folder ``results`` (one machine's) that asv started at
     or after ``since`` (seconds since the epoch), read from the results asv saved."""
     done: set[str] = set()
-    for data in _saved(results, sha):
+    for data in saved_results(results, sha):
         cols = data["result_columns"]
         if "started_at" not in cols:
             continue
@@ -303,58 +239,6 @@ def measured_since(results: Path, sha: str, since: float) -> set[str]:
             if started is not None and started / 1000.0 >= since - 1.0:  # asv keeps milliseconds
                 done.add(name)
     return done
-
-
-#: the headline figures gpu-run judges against what the machine should do (devbench.expected): benchmark,
-#: params, the kind of expected figure (devbench.expected.expected), and the label printed
-HEALTH_FIGURES = [
-    ("bench_transfer.HostDevice.track_gbps", ("h2d", "pinned", "blocking", 256 * 2**20), "h2d", "pinned h2d 256 MiB"),
-    ("bench_transfer.HostDevice.track_gbps", ("d2h", "pinned", "blocking", 256 * 2**20), "d2h", "pinned d2h 256 MiB"),
-    ("bench_transfer.DeviceCopy.track_gbps_read_write", ("cuda", 2**30), "device_copy", "device copy 1 GiB, r+w"),
-    ("bench_achievable.MatmulAchievable.track_tflops", ("cuda", "bfloat16", "burst"), "matmul:bfloat16",
-     "achievable bf16, burst"),
-    ("bench_matmul.MatmulSquare.track_tflops", ("cuda", "float32", 8192), "matmul:float32", "float32 n=8192"),
-    ("bench_transfer.PeerCopy.track_gbps", ("0->1", 256 * 2**20), "peer", "GPU 0->1 256 MiB"),
-    ("bench_transfer.PeerMatrix.track_slowest_gbps", (256 * 2**20,), "peer", "peer matrix, slowest pair"),
-    ("bench_collectives.Collectives.track_busbw", ("nccl", 2, "all_reduce", 256 * 2**20), "busbw",
-     "all_reduce busbw, 2 GPUs"),
-]  # fmt: skip
-
-
-def figure_value(results: Path, sha: str, name: str, params: tuple) -> float | None:
-    """The figure asv saved for benchmark ``name`` at ``params`` (commit ``sha``), or None."""
-    want = tuple(repr(p) for p in params)
-    for data in _saved(results, sha):
-        row = data.get("results", {}).get(name)
-        if row is None:
-            continue
-        cols = data["result_columns"]
-        combos = list(itertools.product(*row[cols.index("params")]))
-        if want in combos:
-            value = row[cols.index("result")][combos.index(want)]
-            if isinstance(value, int | float) and value == value:
-                return float(value)
-    return None
-
-
-def health_lines(results: Path, sha: str, gpu: dict[str, Any]) -> list[str]:
-    """Each headline GPU figure of this run beside what the machine should do (``devbench.expected.judge``)."""
-    from devbench.expected import judge, path_label
-
-    lines = []
-    for name, params, kind, label in HEALTH_FIGURES:
-        value = figure_value(results, sha, name, params)
-        if value is None:
-            continue
-        path = None
-        if name == "bench_transfer.PeerCopy.track_gbps":  # the path its copies took, from the same run's figures
-            access = figure_value(results, sha, "bench_transfer.PeerCopy.track_peer_access", params)
-            share = figure_value(results, sha, "bench_transfer.PeerCopy.track_nvlink_share", params)
-            path = None if access is None else path_label(bool(access), None, share)
-            label = f"{label} ({path})" if path else label
-        health = judge(value, kind, gpu, path=path)
-        lines.append(f"  {label:<26} {value:>9.4g}  {health.verdict:<7} {health.reason}")
-    return lines
 
 
 class Summary:
@@ -401,7 +285,11 @@ def execute(args: argparse.Namespace) -> int:
     python = args.python
     sha = _sha(run.repo)
     machine = args.machine
-    costs = probe_costs(python, run.repo, None if args.plan_only else machine)
+    if args.costs_from:
+        costs = costs_from(Path(args.costs_from))
+        print(f"costs from {args.costs_from} (another machine's recorded costs; nothing probed here)", flush=True)
+    else:
+        costs = probe_costs(python, run.repo, None if args.plan_only else machine)
     with open(run.out / "listing.log", "w") as log:
         listing = list_benchmarks(run.repo, python, log)
     (run.out / "listing.log").unlink()
@@ -409,14 +297,23 @@ def execute(args: argparse.Namespace) -> int:
     # held back for the CUDA tests, validate and the packing; at most half of a short budget, so that the
     # benchmarks always get the other half (the tests and validate then run under what is left)
     reserve = min(PACK_S + sum_reserves(args), max(PACK_S, run.left() / 2))
+    from devbench import spec
+
+    # what validate and the health lines read is never dropped; a twin (the same evidence in other units) goes first
+    keep = frozenset(p.selector for p in spec.kept_points())
     plan = P.make_plan(listing, lambda s: only is None or only.search(s) is not None, costs,
-                       run.left(), reserve, rounds=args.rounds)  # fmt: skip
+                       run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS))  # fmt: skip
+    plan.first_estimate_s = plan.estimate_s()
     print(P.format_plan(plan), flush=True)
     _write_plan(run, plan)
     if args.plan_only:
         return 0
     summary = Summary(run, plan, machine)
     running: list[P.Point] = []
+    # every process of this run checks a workload only where no earlier one has (suite.check_once): one commit,
+    # one environment, so one check of each workload proves it for the run
+    checked = tempfile.mkdtemp(prefix="devbench-checked-")
+    os.environ[CHECKED_ENV] = checked
     try:
         return _stages(run, plan, summary, reserve, python, machine, sha, running)
     except (KeyboardInterrupt, Stopped) as stop:
@@ -426,50 +323,86 @@ def execute(args: argparse.Namespace) -> int:
             summary.cut(running, run.stage_started, f"{why} before asv finished it")
         raise
     finally:
+        os.environ.pop(CHECKED_ENV, None)
+        shutil.rmtree(checked, ignore_errors=True)
         summary.save()
         print(summary.text(), flush=True)
 
 
+def _scale(run: Run, plan_estimates: list[tuple[float, float]]) -> float:
+    """What the asv stages so far really cost over their estimate (1 before any), within [0.5, 4]."""
+    est = sum(e for e, _ in plan_estimates)
+    took = sum(a for _, a in plan_estimates)
+    return min(4.0, max(0.5, took / est)) if est > 0 and took > 0 else 1.0
+
+
+def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list[P.Point], limit_s: float,
+               scale: float, python: str, machine: str, sha: str, running: list[P.Point]) -> tuple[int, float, float]:
+    """One asv call over ``points``; returns its exit code, its estimate (times ``scale``) and the seconds it took."""
+    regex = selection_regex(points)
+    env = {**os.environ, "DEVBENCH_BENCH": regex}  # a setup_cache sweep measures only what is read
+    estimate = plan.estimate_s(points=points, group=lambda p: name) * scale
+    running[:] = points
+    code = run.stage(f"asv {name}", _asv_cmd(python, machine, sha, run.args.rounds, regex), limit_s, estimate,
+                     env=env)  # fmt: skip
+    running[:] = []
+    took = run.stages[-1]["actual_s"]
+    for p in points:
+        p.done = True
+    if code == 124:
+        lost = summary.cut(points, run.stage_started, "the stage reached its time limit before asv finished it")
+        print(f"== asv {name}: {len(points) - len(lost)} of {len(points)} points kept, {len(lost)} cut", flush=True)
+    summary.save()
+    return code, estimate / scale if scale else estimate, took
+
+
+def _refit(run: Run, plan: P.Plan, room_s: float, scale: float, name: str, take) -> list[P.Point]:
+    """Fit every point not yet run, of any tier, into ``room_s`` (estimates times ``scale``); the points of this
+    stage (``take``) that it keeps. The plan's other kept points stay kept for the stages after it."""
+    before = {id(p) for p in plan.kept() if not p.done}
+    later = lambda p: name if take(p) else "later"  # noqa: E731  (one more asv call for whatever runs after)
+    P.fit(plan, room_s, scale=scale, group=later)
+    kept = [p for p in plan.kept() if not p.done and take(p)]
+    now = {id(p) for p in plan.kept() if not p.done}
+    back, gone = len(now - before), len(before - now)
+    if back or gone:
+        print(f"== re-planned with the stages so far at {scale:.2f}x their estimate: {back} point(s) taken back, "
+              f"{gone} dropped (plan.json names them)", flush=True)  # fmt: skip
+    return kept
+
+
 def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: str, machine: str, sha: str,
             running: list[P.Point]) -> int:  # fmt: skip
-    """The stages after the plan; ``running`` holds the points of the asv stage under way (for a stop)."""
+    """The stages after the plan; ``running`` holds the points of the asv stage under way (for a stop).
+
+    asv stages: the headline points, the rest, the late ones (``plan_last``: the achievable search, NCCL
+    worlds). Before each stage after the first, every point not yet run, of any tier, is fitted again into
+    the time left with what the stages so far cost; after the tests and validate, a last ``fill`` stage
+    takes whatever still fits in what they left."""
     args = run.args
     _smi(run.out / "smi-before.txt")  # the asv machine was recorded by the probe (probe_costs)
     if not plan.kept():
         print("gpu-run: no point to run here", flush=True)
 
     failed = False
-    tier0 = plan.estimate_s(0)
-    for tier in (0, 1):
-        kept = plan.kept(tier)
-        if tier == 1 and kept and run.left() - reserve < MIN_STAGE_S:
-            for p in kept:
-                p.state, p.reason = "dropped", "no time left after tier 0"
-            print(f"== tier 1: no time left after tier 0; its {len(kept)} points dropped", flush=True)
-            continue
-        if tier == 1 and kept:
-            done = [s for s in run.stages if s["stage"] == "asv tier 0"]
-            scale = min(4.0, max(0.5, done[0]["actual_s"] / tier0)) if done and tier0 > 0 else 1.0
-            before = len(kept)
-            P.fit(plan, run.left() - reserve, tiers=(1,), scale=scale)
-            kept = plan.kept(1)
-            print(f"== tier 1 re-planned: tier 0 took {scale:.2f}x its estimate; {len(kept)} of {before} points kept"
-                  + (f" ({before - len(kept)} more dropped: plan.json names them)" if len(kept) < before else ""),
-                  flush=True)  # fmt: skip
+    done: list[tuple[float, float]] = []  # (estimate, actual) of each asv stage
+    takes = {
+        "headline": lambda p: not p.late and p.tier == 0,
+        "rest": lambda p: not p.late,
+        "last": lambda p: True,
+    }
+    for name, take in takes.items():
+        room = run.left() - reserve
+        if name == "headline":
+            kept = [p for p in plan.kept() if not p.done and take(p)]
+        else:
+            kept = _refit(run, plan, room, _scale(run, done), name, take)
         if not kept:
             continue
-        regex = selection_regex(kept)
-        env = {**os.environ, "DEVBENCH_BENCH": regex}  # a setup_cache sweep measures only what is read
-        running[:] = kept
-        code = run.stage(f"asv tier {tier}", _asv_cmd(python, machine, sha, args.rounds, regex),
-                         run.left() - reserve, plan.estimate_s(tier), env=env)  # fmt: skip
-        running[:] = []
-        if code == 124:
-            lost = summary.cut(kept, run.stage_started, "the stage reached its time limit before asv finished it")
-            print(f"== asv tier {tier}: {len(kept) - len(lost)} of {len(kept)} points kept, {len(lost)} cut",
-                  flush=True)  # fmt: skip
+        code, estimate, took = _asv_stage(run, plan, summary, name, kept, room, _scale(run, done), python, machine,
+                                          sha, running)  # fmt: skip
+        done.append((estimate, took))
         failed |= code != 0
-        summary.save()
     if args.tests and (run.repo / "tests").is_dir():
         code = run.stage("cuda tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"],
                          run.left() - PACK_S - (VALIDATE_S if args.validate else 0), TESTS_S,
@@ -480,29 +413,25 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine],
                          run.left() - PACK_S, VALIDATE_S, log_path=run.out / "validate.txt")  # fmt: skip
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
+    # what the tests and validate left: the points still dropped, fitted into it
+    room = run.left() - PACK_S - HEALTH_S
+    if room >= MIN_STAGE_S and any(p.state == "dropped" for p in plan.points):
+        kept = _refit(run, plan, room, _scale(run, done), "fill", lambda p: True)
+        if kept:
+            code, estimate, took = _asv_stage(run, plan, summary, "fill", kept, room, _scale(run, done), python,
+                                              machine, sha, running)  # fmt: skip
+            failed |= code != 0
+    for p in plan.points:
+        if p.state == "dropped" and p.reason == "over the time budget":
+            p.reason = "no time left for it"
     _smi(run.out / "smi-after.txt")
     if plan.costs.gpus:  # the probe found a GPU: without one there is no GPU figure to judge
-        _print_health(run, python, machine, sha)
+        print_health(run.repo, python, machine, sha)
     took = time.monotonic() - run.start
-    print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f}; expected {plan.estimate_s() + plan.reserve_s:.0f} s; "
-          f"packed into {run.out}", flush=True)  # fmt: skip
+    print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f} ({max(0.0, args.budget_s - took):.0f} s unused); "
+          f"first plan expected {plan.first_estimate_s + plan.reserve_s:.0f} s; packed into {run.out}",
+          flush=True)  # fmt: skip
     return 1 if failed else 0
-
-
-def _print_health(run: Run, python: str, machine: str, sha: str) -> None:
-    """Print the headline GPU figures' health (GPU 0's facts from ``devbench info --json``); nothing without a GPU."""
-    out = subprocess.run([python, "-m", "devbench.cli", "info", "--json"], cwd=run.repo, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
-    try:
-        gpus = json.loads(out.stdout).get("gpus", []) if out.returncode == 0 else []
-    except ValueError:
-        gpus = []
-    if not gpus:
-        return
-    lines = health_lines(run.repo / ".asv" / "results" / machine, sha, gpus[0])
-    if lines:
-        print(f"health: GPU 0 ({gpus[0].get('name')}), each figure against what this machine should do", flush=True)
-        print("\n".join(lines), flush=True)
 
 
 def sum_reserves(args: argparse.Namespace) -> float:
@@ -549,6 +478,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", default=sys.executable, help="the Python whose torch the suite runs with")
     p.add_argument("--repo", default=".", help="the repository (a git checkout with asv.conf.json)")
     p.add_argument("--plan-only", action="store_true", help="print and write the plan, run nothing")
+    p.add_argument("--costs-from", metavar="PLAN_JSON",
+                   help="price the plan with another machine's recorded costs (its gpu-run plan.json) instead of "
+                        "probing this one; with --plan-only, to try a plan for a GPU on the CPU")  # fmt: skip
     p.add_argument("--no-tests", dest="tests", action="store_false", help="leave out the tests that need CUDA")
     p.add_argument("--no-validate", dest="validate", action="store_false", help="leave out devbench validate")
 
@@ -565,6 +497,10 @@ def _check(args: argparse.Namespace) -> str | None:
             return f"--bench {args.bench!r} is not a regular expression: {exc}"
     if not (Path(args.repo) / "asv.conf.json").is_file():
         return f"--repo {args.repo}: no asv.conf.json there"
+    if args.costs_from and not args.plan_only:
+        return "--costs-from prices a plan for another machine: use it with --plan-only"
+    if args.costs_from and not Path(args.costs_from).is_file():
+        return f"--costs-from {args.costs_from}: no such file"
     if not Path(args.python).exists():
         return f"--python {args.python} does not exist"
     if not re.fullmatch(r"[A-Za-z0-9._-]+", args.machine):

@@ -194,6 +194,20 @@ def load(folder: Path) -> list[dict[str, Any]]:
     return [r for r in read_jsonl(folder) if isinstance(r.get("time"), (int, float))]
 
 
+def while_timed(records: Sequence[dict[str, Any]], cls: str, params: dict[str, Any], gpu: int = 0) -> dict | None:
+    """GPU ``gpu``'s state while the figure of benchmark class ``cls`` ("module.Class") at ``params`` was timed:
+    the newest record of its own measured blocks (``timed``), else of set-up to tear-down (``during``), or None.
+    Its ``sm_clock_mhz`` (median), ``throttling`` (every reason seen) and ``pcie_gen``/``pcie_width`` (the link
+    under that load) are what ``devbench.expected.judge`` reads."""
+    want = {k: v for k, v in params.items()}
+    for phase in ("timed", "during"):
+        found = [r for r in records if r.get("benchmark") == cls and r.get("phase") == phase
+                 and r.get("params") == want and r.get("index", 0) == gpu]  # fmt: skip
+        if found:
+            return max(found, key=lambda r: r.get("time", 0.0))
+    return None
+
+
 # --- Sampling during the timed work ----------------------------------------------------------------------
 
 #: How often the sampler reads NVML while work is timed (NVML refreshes power about every 20-100 ms).
@@ -215,6 +229,9 @@ def read_now(nv: Any, handles: Sequence[Any]) -> list[dict[str, Any]]:
                 "power_w": power / 1e3 if power is not None else None,
                 "temperature_c": _read(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
                 "throttling": throttling(mask) if mask is not None else [],
+                # the link as trained now: an idle GPU may train it down, so it is read while work runs
+                "pcie_gen": _read(getattr(nv, "nvmlDeviceGetCurrPcieLinkGeneration", None), h),
+                "pcie_width": _read(getattr(nv, "nvmlDeviceGetCurrPcieLinkWidth", None), h),
             }
         )
     return out
@@ -235,6 +252,7 @@ def summarize(samples: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any
             return [float(r[key]) for r in per if isinstance(r.get(key), (int, float))]
 
         clocks, watts, temps = values("sm_clock_mhz"), values("power_w"), values("temperature_c")
+        gens, widths = values("pcie_gen"), values("pcie_width")
         seen = sorted({t for r in per for t in (r.get("throttling") or [])})
         out.append(
             {
@@ -246,6 +264,9 @@ def summarize(samples: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any
                 "power_w_max": max(watts) if watts else None,
                 "temperature_c": max(temps) if temps else None,
                 "throttling": seen,
+                # the fastest link seen while the work ran: what it trained at under load
+                "pcie_gen": int(max(gens)) if gens else None,
+                "pcie_width": int(max(widths)) if widths else None,
             }
         )
     return out

@@ -442,22 +442,55 @@ class Measurement:
         return Measurement(self.per_call + other.per_call, max(self.calls, other.calls), self.held and other.held)
 
 
+#: A GPU figure (CUDA events, no host noise in the blocks) stops after this many blocks when they agree within
+#: ``TIGHT`` (``tight_enough``), else takes the full ``SAMPLES``. From 7 to 11 samples the 99% interval asv
+#: reports for the median (``asv_runner.statistics.compute_stats``) is the range of the samples, and the range
+#: of the first 8 blocks is never wider than the range of the 11 they begin: no figure is less precise.
+TIGHT_MIN_BLOCKS = 8
+#: half the range of the blocks over their median under which a GPU figure stops early (the compare floor is 2%)
+TIGHT = 0.01
+
+
+def tight_enough(per_call: Sequence[float], tight: float = TIGHT) -> bool:
+    """Whether the blocks agree within ``tight``: half their range over their median."""
+    if len(per_call) < 2:
+        return False
+    mid = statistics.median(per_call)
+    return mid > 0 and (max(per_call) - min(per_call)) / 2 / mid <= tight
+
+
 def measure(
     fn: Callable[[], object],
     device: torch.device,
     calls: int | BlockPlan,
-    blocks: int = SAMPLES,
+    blocks: int | None = None,
     stream: torch.cuda.Stream | None = None,
 ) -> Measurement:
     """``blocks`` blocks of ``calls`` calls each (nvbandwidth-style: the median is the figure).
 
-    ``calls`` is a number, or a ``BlockPlan`` (``plan_blocks``), which may hold the stream.
+    ``calls`` is a number, or a ``BlockPlan`` (``plan_blocks``), which may hold the stream. ``blocks``
+    unset: ``SAMPLES``; on a GPU (and with no ``DEVBENCH_BLOCKS``) the blocks stop at ``TIGHT_MIN_BLOCKS``
+    where those agree within ``TIGHT``, and run on to ``SAMPLES`` where they do not (nvbench's noise-based
+    stopping, bounded so that no figure is less precise than with ``SAMPLES`` blocks).
     """
+    adaptive = blocks is None and device.type == "cuda" and not os.environ.get(BLOCKS_ENV)
+    blocks = SAMPLES if blocks is None else blocks
     if blocks < 1:
         raise ValueError(f"blocks must be >= 1, got {blocks}")
     plan = calls if isinstance(calls, BlockPlan) else BlockPlan(calls)
-    timings = (time_block(fn, device, plan.calls, stream, hold=plan.hold).per_call for _ in range(blocks))
+    first = min(blocks, TIGHT_MIN_BLOCKS) if adaptive else blocks
+    timings = blocks_until_tight(lambda: time_block(fn, device, plan.calls, stream, hold=plan.hold).per_call,
+                                 first, blocks)  # fmt: skip
     return Measurement(tuple(timings), plan.calls, plan.hold)
+
+
+def blocks_until_tight(take: Callable[[], float], first: int, most: int, tight: float = TIGHT) -> list[float]:
+    """``first`` values of ``take()``, then more while they disagree by more than ``tight`` (``tight_enough``),
+    ``most`` at most."""
+    values = [take() for _ in range(first)]
+    while len(values) < most and not tight_enough(values, tight):
+        values.append(take())
+    return values
 
 
 def median_block(fn: Callable[[], object], device: torch.device, calls: int, samples: int = SAMPLES) -> float:
@@ -501,6 +534,27 @@ def burst(
     synchronize(device)
     time.sleep(idle_s)
     return _sampled(fn, device, block_calls(one_call_s, burst_s / blocks), blocks, sampler)
+
+
+#: Brief: mamf-finder's figure (its table of achievable TFLOP/s): a short warm-up, then the mean of a short
+#: run of back-to-back calls, with no idle before it.
+BRIEF_WARM_S = 0.05
+BRIEF_S = 0.1
+
+
+def brief(
+    fn: Callable[[], object],
+    device: torch.device,
+    one_call_s: float,
+    warm_s: float = BRIEF_WARM_S,
+    brief_s: float = BRIEF_S,
+    blocks: int = 5,
+    sampler: Callable[[], contextlib.AbstractContextManager] | None = None,
+) -> tuple[Measurement, list]:
+    """``fn`` as mamf-finder times a shape: ``warm_s`` of calls, then ``blocks`` blocks over about ``brief_s``
+    right after (no idle, no long load before: the clocks of a short job on a warm GPU)."""
+    run_for(fn, device, warm_s, block_calls(one_call_s, warm_s))
+    return _sampled(fn, device, block_calls(one_call_s, brief_s / blocks), blocks, sampler)
 
 
 def sustained(

@@ -42,6 +42,8 @@ from typing import Any
 SETUP_S = 0.3
 #: seconds of one ``track_`` figure when its class declares none: 11 blocks of 0.1 s and their sizing
 TRACK_S = 1.3
+#: the same on a GPU, where the blocks stop at 8 when they agree (``measure.TIGHT_MIN_BLOCKS``)
+TRACK_GPU_S = 1.0
 #: parameter values that need a CUDA device (as ``devbench.compare.selection``)
 GPU_VALUES = ("'cuda'", "'nccl'")
 
@@ -54,8 +56,21 @@ class Costs:
     cuda_context_s: float  # first CUDA call of a process (0 without CUDA)
     asv_call_s: float  # one asv run: start, discovery, forkserver's import of the suite
     gpus: int  # CUDA devices visible (0: none, or a CPU-only torch)
-    gpu_setup_s: float = 0.0  # a GPU point's set-up beyond SETUP_S: cuBLAS start-up and a checked product, probed
+    gpu_setup_s: float = 0.0  # a GPU point's set-up beyond SETUP_S: cuBLAS start-up and a warm product, probed
     cores: int = 0  # CPU cores (0: not known, no point is skipped for want of cores)
+    #: a GPU workload's float64 check, paid once per run by the first process that sets the workload up
+    #: (``suite.check_once``: gpu-run hands its processes one record of what was checked). 0 where the
+    #: record of another machine has no such figure: there ``gpu_setup_s`` holds the check as well.
+    gpu_check_s: float = 0.0
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Costs:
+        """Costs as ``to_json`` wrote them in a plan.json (another machine's, for ``gpu-run --plan-only``)."""
+        known = {f for f in cls.__dataclass_fields__}
+        missing = {"launch_s", "cuda_context_s", "asv_call_s", "gpus"} - set(record)
+        if missing:
+            raise ValueError(f"the costs record lacks {sorted(missing)}")
+        return cls(**{k: v for k, v in record.items() if k in known})
 
 
 @dataclass
@@ -73,6 +88,11 @@ class Point:
     reason: str = ""
     unit: tuple[str, ...] | None = None  # its set-up cache unit where the class prices one per combination
     unit_s: float = 0.0
+    late: bool = False  # runs in the last asv stage (the class's ``plan_last``): a long search, worlds that may hang
+    twin: bool = False  # repeats a kept figure's evidence (``spec.TWINS``): first to go within its tier
+    keep: bool = False  # read by validate or the health lines (``spec.kept_points``): never dropped
+    check: tuple[str, ...] | None = None  # the workload a GPU point checks once per run (its class and values)
+    done: bool = False  # an asv stage has run it (measured, failed or cut)
 
     @property
     def selector(self) -> str:
@@ -90,7 +110,8 @@ class Plan:
     reserve_s: float  # held back for what runs after the benchmarks (tests, validate, packing)
     costs: Costs
     rounds: int
-    cache_s: dict[tuple[str, int], float] = field(default_factory=dict)  # (module, tier) -> setup_cache s
+    cache_s: dict[str, float] = field(default_factory=dict)  # module -> setup_cache s, paid once per asv call
+    first_estimate_s: float = 0.0  # the estimate of the first plan (what it printed)
 
     def kept(self, tier: int | None = None) -> list[Point]:
         return [p for p in self.points if p.state == "run" and (tier is None or p.tier == tier)]
@@ -98,19 +119,22 @@ class Plan:
     def dropped(self) -> list[Point]:
         return [p for p in self.points if p.state == "dropped"]
 
-    def estimate_s(self, tier: int | None = None) -> float:
-        """Seconds the kept points of ``tier`` (every tier: None) are expected to take, asv calls included."""
-        tiers = [tier] if tier is not None else sorted({p.tier for p in self.kept()})
+    def estimate_s(self, tier: int | None = None, points: list[Point] | None = None, group=None) -> float:
+        """Seconds the kept points of ``tier`` (every tier: None), or ``points``, are expected to take: one asv
+        call per stage they run in (``group``, default ``stage_of``), its set-up caches, and each workload's
+        check once (none already checked by a point that ran)."""
+        chosen = points if points is not None else self.kept(tier)
+        group = group or stage_of
+        checked = {p.check for p in self.points if p.done and p.check is not None} if points is not None else set()
         total = 0.0
-        for t in tiers:
-            kept = self.kept(t)
-            if not kept:
-                continue
+        for g in sorted({group(p) for p in chosen}):
+            kept = [p for p in chosen if group(p) == g]
             modules = {p.benchmark.split(".", 1)[0] for p in kept}
             total += self.costs.asv_call_s + sum(p.estimate_s for p in kept)
-            total += sum(self.cache_s.get((m, t), 0.0) for m in modules)
+            total += sum(self.cache_s.get(m, 0.0) for m in modules)
             total += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
-        return total
+        checks = {p.check for p in chosen if p.check is not None} - checked
+        return total + len(checks) * self.costs.gpu_check_s
 
 
 def _matches(bench: dict[str, Any], values: tuple[str, ...], where: dict[str, Any], what: str) -> bool:
@@ -121,6 +145,26 @@ def _matches(bench: dict[str, Any], values: tuple[str, ...], where: dict[str, An
         if values[names.index(name)] not in {repr(w) for w in wanted}:
             return False
     return True
+
+
+#: the asv stages of a run, in order: the headline points, the rest, then the late ones (``plan_last``)
+STAGES = ("headline", "rest", "last")
+
+
+def stage_of(p: Point) -> str:
+    """The asv stage a point runs in when the first plan keeps it."""
+    return "last" if p.late else "headline" if p.tier == 0 else "rest"
+
+
+def is_late(bench: dict[str, Any], values: tuple[str, ...]) -> bool:
+    """Whether the class's ``plan_last`` (True, or ``[{param: [values]}, ...]`` as ``headline``) puts the point
+    in the last stage: its own measurement is long (a search) or can hang (an NCCL world)."""
+    late = bench.get("plan_last")
+    if not late:
+        return False
+    if late is True:
+        return True
+    return any(_matches(bench, values, entry, "plan_last") for entry in (late if isinstance(late, list) else [late]))
 
 
 def is_headline(bench: dict[str, Any], values: tuple[str, ...]) -> bool:
@@ -197,11 +241,11 @@ def declared_skip(bench: dict[str, Any], values: tuple[str, ...]) -> str | None:
     return None
 
 
-def sample_s(bench: dict[str, Any]) -> float:
-    """Seconds one round of the benchmark spends sampling (its set-up and launch apart)."""
+def sample_s(bench: dict[str, Any], gpu: bool = False) -> float:
+    """Seconds one round of the benchmark spends sampling (its set-up and launch apart); ``gpu``: a GPU point."""
     kind = bench["name"].rsplit(".", 1)[-1].split("_", 1)[0]
     if kind != "time":
-        return float(bench.get("plan_s", TRACK_S))
+        return float(bench.get("plan_s", TRACK_GPU_S if gpu else TRACK_S))
     repeat = bench.get("repeat", 0)
     sample_time = float(bench.get("sample_time", 0.01))
     if isinstance(repeat, list | tuple) and len(repeat) == 3:
@@ -214,8 +258,11 @@ def sample_s(bench: dict[str, Any]) -> float:
     return max(0.0, warmup) + min(cap, most * sample_time)
 
 
-def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int) -> list[Point]:
-    """Every combination of the listed benchmarks that ``pattern_ok(selector)`` accepts, with its estimate."""
+def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int,
+           keep: frozenset[str] = frozenset(), twins: frozenset[str] = frozenset()) -> list[Point]:  # fmt: skip
+    """Every combination of the listed benchmarks that ``pattern_ok(selector)`` accepts, with its estimate.
+    ``keep``: the selectors never dropped (``Point.keep``); ``twins``: benchmarks that repeat another's
+    evidence (``Point.twin``)."""
     out: list[Point] = []
     for name in sorted(listing):
         bench = listing[name]
@@ -246,62 +293,79 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             unit = cache_units(bench, values)
             if unit is not None:
                 point.unit, point.unit_s = unit
+            point.late = is_late(bench, values)
+            point.twin = name in twins
+            point.keep = point.selector in keep
+            if need and costs.gpu_check_s:
+                point.check = (name.rsplit(".", 1)[0], *values)
             launch = costs.launch_s + (costs.cuda_context_s if need else 0.0)
             setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))
-            per_round = launch + setup + sample_s(bench)
+            per_round = launch + setup + sample_s(bench, gpu=bool(need))
             point.estimate_s = rounds * per_round
             out.append(point)
     return out
 
 
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
-              rounds: int = 1) -> Plan:  # fmt: skip
-    """The plan: every selected point, tier 0 first, dropped from the lowest priority until it fits."""
-    plan = Plan(points(listing, pattern_ok, costs, rounds), budget_s, reserve_s, costs, rounds)
+              rounds: int = 1, keep: frozenset[str] = frozenset(),
+              twins: frozenset[str] = frozenset()) -> Plan:  # fmt: skip
+    """The plan: every selected point, tier 0 first, dropped from the lowest priority until it fits (``keep`` and
+    ``twins``: as ``points``)."""
+    plan = Plan(points(listing, pattern_ok, costs, rounds, keep, twins), budget_s, reserve_s, costs, rounds)
     for name, bench in listing.items():
         once = bench.get("plan_cache_s")
         if isinstance(once, int | float) and once and bench.get("setup_cache"):
             module = name.split(".", 1)[0]
-            for tier in (0, 1):
-                plan.cache_s[(module, tier)] = max(plan.cache_s.get((module, tier), 0.0), float(bench["plan_cache_s"]))
+            plan.cache_s[module] = max(plan.cache_s.get(module, 0.0), float(bench["plan_cache_s"]))
     fit(plan, budget_s - reserve_s)
     return plan
 
 
 def _order(candidates: list[Point]) -> list[Point]:
-    """Priority order: tier, then each benchmark's points in turn (its first, then everyone's second, ...)."""
-    return sorted(candidates, key=lambda p: (p.tier, p.rank, p.benchmark, p.idx))
+    """Priority order: what validate and the health lines read, then tier; within a tier the figures that are
+    not another's twin first; then each benchmark's points in turn (its first, then everyone's second, ...)."""
+    return sorted(candidates, key=lambda p: (not p.keep, p.tier, p.twin, p.rank, p.benchmark, p.idx))
 
 
-def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: float = 1.0) -> None:
-    """Keep the points of ``tiers`` in priority order while the estimate (times ``scale``) fits in ``seconds``.
+def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: float = 1.0, group=None) -> None:
+    """Keep the points of ``tiers`` not yet run, in priority order, while the estimate (times ``scale``) fits
+    in ``seconds``; the others are dropped. Called for the first plan and again after every stage.
 
-    A benchmark's first point is kept whatever it costs, unless the benchmark has points kept in another
-    tier: a family is never dropped whole. ``scale`` is what the points measured so far really cost over
-    their estimate.
+    A benchmark's first point is kept whatever it costs, unless the benchmark has points kept or run
+    elsewhere: a family is never dropped whole; so is every point validate and the health lines read
+    (``Point.keep``). ``scale`` is what the stages so far really cost over their estimate. ``group(point)``
+    names the asv stage a kept point will run in (default ``stage_of``): each adds one asv call and its
+    set-up caches; a workload already checked by a point that ran is not checked again.
     """
-    candidates = _order([p for p in plan.points if p.tier in tiers and p.state in ("run", "dropped")])
-    elsewhere = {p.benchmark for p in plan.points if p.tier not in tiers and p.state == "run"}
+    group = group or stage_of
+    candidates = _order([p for p in plan.points if p.tier in tiers and p.state in ("run", "dropped") and not p.done])
+    elsewhere = {p.benchmark for p in plan.points if p.state == "run" and (p.done or p.tier not in tiers)}
     for p in candidates:
         p.state, p.reason = "dropped", "over the time budget"
-    calls: set[int] = set()
-    caches: set[tuple[str, int]] = set()
-    units: set[tuple[tuple[str, ...], int]] = set()
+    calls: set[str] = set()
+    caches: set[tuple[str, str]] = set()
+    units: set[tuple[tuple[str, ...], str]] = set()
+    checked = {p.check for p in plan.points if p.done and p.check is not None}
     total = 0.0
 
+    def cost(p: Point) -> float:
+        g, module = group(p), p.benchmark.split(".", 1)[0]
+        added = p.estimate_s + (0.0 if g in calls else plan.costs.asv_call_s)
+        added += 0.0 if (module, g) in caches else plan.cache_s.get(module, 0.0)
+        added += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
+        added += plan.costs.gpu_check_s if p.check is not None and p.check not in checked else 0.0
+        return added
+
     def take(p: Point) -> float:
-        """``p`` kept: the seconds it adds, its tier's asv call and its module's set-up cache included."""
-        module = p.benchmark.split(".", 1)[0]
-        added = p.estimate_s
-        if p.tier not in calls:
-            calls.add(p.tier)
-            added += plan.costs.asv_call_s
-        if (module, p.tier) not in caches:
-            caches.add((module, p.tier))
-            added += plan.cache_s.get((module, p.tier), 0.0)
-        if p.unit is not None and (p.unit, p.tier) not in units:
-            units.add((p.unit, p.tier))
-            added += p.unit_s
+        """``p`` kept: the seconds it adds, its stage's asv call and its module's set-up cache included."""
+        added = cost(p)
+        g = group(p)
+        calls.add(g)
+        caches.add((p.benchmark.split(".", 1)[0], g))
+        if p.unit is not None:
+            units.add((p.unit, g))
+        if p.check is not None:
+            checked.add(p.check)
         p.state, p.reason = "run", ""
         return added
 
@@ -309,15 +373,13 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
     for p in candidates:
         if p.benchmark not in elsewhere:
             firsts.setdefault(p.benchmark, p)
-    for p in firsts.values():
-        total += take(p)
+    for p in candidates:
+        if p.keep or firsts.get(p.benchmark) is p:
+            total += take(p)
     for p in candidates:
         if p.state == "run":
             continue
-        module = p.benchmark.split(".", 1)[0]
-        added = p.estimate_s + (0.0 if p.tier in calls else plan.costs.asv_call_s)
-        added += 0.0 if (module, p.tier) in caches else plan.cache_s.get((module, p.tier), 0.0)
-        added += p.unit_s if p.unit is not None and (p.unit, p.tier) not in units else 0.0
+        added = cost(p)
         if (total + added) * scale <= seconds + 1e-9:  # sums in another order round apart
             total += take(p)
 

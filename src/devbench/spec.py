@@ -9,7 +9,7 @@ an identity names a benchmark, a parameter or a unit that ``benchmarks/`` does n
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # --- Units -----------------------------------------------------------------------------------------------
@@ -119,6 +119,12 @@ def bus_factor(op: str, world: int) -> float:
     raise ValueError(f"unknown collective {op!r}; expected one of {COLLECTIVE_OPS}")
 
 
+def parallel_ideal(mode: str, lanes: int) -> int:
+    """The speedup ``ParallelMatmul`` would reach with no loss: one per device the lanes run on. ``streams``
+    puts both lanes on one GPU, whose SMs a product that fills it already uses: its ideal is 1, not 2."""
+    return 1 if mode == "streams" else lanes
+
+
 # --- Parameter labels ------------------------------------------------------------------------------------
 
 
@@ -158,9 +164,14 @@ ACHIEVABLE_TFLOPS = Figure("bench_achievable.MatmulAchievable.track_tflops", ("d
 HOST_DEVICE_GBPS = Figure("bench_transfer.HostDevice.track_gbps", ("direction", "memory", "mode", "nbytes"), GBPS)
 HOST_DEVICE_TIME = Figure("bench_transfer.HostDevice.time_copy", ("direction", "memory", "mode", "nbytes"), SECONDS)
 DEVICE_COPY_GBPS = Figure("bench_transfer.DeviceCopy.track_gbps_copied", ("device", "nbytes"), GBPS)
+DEVICE_COPY_RW_GBPS = Figure("bench_transfer.DeviceCopy.track_gbps_read_write", ("device", "nbytes"), GBPS)
 DEVICE_COPY_TIME = Figure("bench_transfer.DeviceCopy.time_copy", ("device", "nbytes"), SECONDS)
 PEER_COPY_GBPS = Figure("bench_transfer.PeerCopy.track_gbps", ("route", "nbytes"), GBPS)
 PEER_COPY_TIME = Figure("bench_transfer.PeerCopy.time_copy", ("route", "nbytes"), SECONDS)
+PEER_ACCESS = Figure("bench_transfer.PeerCopy.track_peer_access", ("route", "nbytes"), "bool")
+PEER_NVLINK_SHARE = Figure("bench_transfer.PeerCopy.track_nvlink_share", ("route", "nbytes"), "fraction")
+PEER_MATRIX_SLOWEST = Figure("bench_transfer.PeerMatrix.track_slowest_gbps", ("nbytes",), GBPS)
+PEER_MATRIX_MEDIAN = Figure("bench_transfer.PeerMatrix.track_median_gbps", ("nbytes",), GBPS)
 
 LOG_NORMS_TIME = Figure("bench_logging.LogNorms.time_loop", ("device", "strategy", "steps", "n"), SECONDS)
 
@@ -185,7 +196,74 @@ COPY_KINDS: Mapping[Figure, tuple[str, ...]] = {
 #: Every figure the report or validate reads by name.
 FIGURES: tuple[Figure, ...] = (
     MATMUL_TFLOPS, MATMUL_TIME, MATMUL_SPEEDUP, ACHIEVABLE_TFLOPS, LAUNCH_US,
-    HOST_DEVICE_GBPS, HOST_DEVICE_TIME, DEVICE_COPY_GBPS, DEVICE_COPY_TIME, PEER_COPY_GBPS, PEER_COPY_TIME,
-    LOG_NORMS_TIME, PARALLEL_SEQUENTIAL, PARALLEL_PARALLEL,
+    HOST_DEVICE_GBPS, HOST_DEVICE_TIME, DEVICE_COPY_GBPS, DEVICE_COPY_RW_GBPS, DEVICE_COPY_TIME, PEER_COPY_GBPS,
+    PEER_COPY_TIME, PEER_ACCESS, PEER_NVLINK_SHARE, PEER_MATRIX_SLOWEST, PEER_MATRIX_MEDIAN, LOG_NORMS_TIME,
+    PARALLEL_SEQUENTIAL, PARALLEL_PARALLEL,
     COLLECTIVE_BUSBW, COLLECTIVE_ALGBW, COLLECTIVE_TIME,
 )  # fmt: skip
+
+
+# --- Points read by name -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Point:
+    """One combination of one figure that devbench reads by name: gpu-run's health lines, validate, the plan."""
+
+    figure: Figure
+    values: Mapping[str, Any] = field(hash=False, compare=False)
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if set(self.values) != set(self.figure.params):
+            raise ValueError(f"{self.figure.benchmark} takes params {self.figure.params}, got {sorted(self.values)}")
+
+    @property
+    def params(self) -> tuple[Any, ...]:
+        """The values in asv's parameter order."""
+        return tuple(self.values[p] for p in self.figure.params)
+
+    @property
+    def selector(self) -> str:
+        """asv's name of the point, ``module.Class.method(repr(value), ...)``, as ``--bench`` matches it."""
+        return f"{self.figure.benchmark}({', '.join(repr(v) for v in self.params)})"
+
+
+#: The pinned host<->device copies that stand for the link: validate cross-checks them and gpu-run judges them
+#: against the link (one mode for both, so that one figure serves both).
+LINK_COPY = {"memory": "pinned", "mode": "non_blocking", "nbytes": 256 * MiB}
+
+#: Each headline GPU figure gpu-run judges against what the machine should do, with the kind of expected figure
+#: (``devbench.expected.expected``).
+HEALTH_POINTS: tuple[tuple[Point, str], ...] = (
+    (Point(HOST_DEVICE_GBPS, {"direction": "h2d", **LINK_COPY}, "pinned h2d 256 MiB"), "h2d"),
+    (Point(HOST_DEVICE_GBPS, {"direction": "d2h", **LINK_COPY}, "pinned d2h 256 MiB"), "d2h"),
+    (Point(DEVICE_COPY_RW_GBPS, {"device": "cuda", "nbytes": GiB}, "device copy 1 GiB, r+w"), "device_copy"),
+    (Point(ACHIEVABLE_TFLOPS, {"device": "cuda", "dtype": "bfloat16", "run": "best"}, "achievable bf16, best shape"),
+     "achievable:bfloat16"),
+    (Point(ACHIEVABLE_TFLOPS, {"device": "cuda", "dtype": "bfloat16", "run": "sustained"},
+           "achievable bf16, sustained"), "achievable:bfloat16"),
+    (Point(MATMUL_TFLOPS, {"device": "cuda", "dtype": "bfloat16", "n": 8192}, "bfloat16 n=8192"), "matmul:bfloat16"),
+    (Point(MATMUL_TFLOPS, {"device": "cuda", "dtype": "float32", "n": 8192}, "float32 n=8192"), "matmul:float32"),
+    (Point(PEER_COPY_GBPS, {"route": "0->1", "nbytes": 256 * MiB}, "GPU 0->1 256 MiB"), "peer"),
+    (Point(PEER_MATRIX_SLOWEST, {"nbytes": 256 * MiB}, "peer matrix, slowest pair"), "peer"),
+    (Point(COLLECTIVE_BUSBW, {"backend": "nccl", "world": 2, "op": "all_reduce", "nbytes": 256 * MiB},
+           "all_reduce busbw, 2 GPUs"), "busbw"),
+)  # fmt: skip
+
+#: The GPU figures ``devbench validate`` cross-checks (beside the CPU ones it builds for every machine).
+VALIDATED_GPU: tuple[Point, ...] = (
+    *(Point(MATMUL_TFLOPS, {"device": "cuda", "dtype": "float32", "n": n}, f"matmul float32 n={n} cuda")
+      for n in (256, 1024, 4096)),
+    *(Point(HOST_DEVICE_GBPS, {"direction": d, **LINK_COPY}, f"pinned {d} 256 MiB") for d in ("h2d", "d2h")),
+    Point(DEVICE_COPY_GBPS, {"device": "cuda", "nbytes": GiB}, "device copy 1 GiB cuda"),
+    Point(MATMUL_TFLOPS, {"device": "cuda", "dtype": "bfloat16", "n": 8192}, "matmul bfloat16 n=8192 cuda"),
+)  # fmt: skip
+
+
+def kept_points() -> tuple[Point, ...]:
+    """The points a time-boxed run never drops (``devbench.plan``): what validate and the health lines read."""
+    seen: dict[str, Point] = {}
+    for p in (*(p for p, _ in HEALTH_POINTS), *VALIDATED_GPU):
+        seen.setdefault(p.selector, p)
+    return tuple(seen.values())

@@ -2,11 +2,12 @@
 
 For a representative subset (matmul float32 at 256/1,024/4,096 on each device here,
 host memory copies at 1 MiB and 64 MiB; on a GPU also pinned host->device and
-device->host at 256 MiB and bf16 matmul at 8,192) this reads the suite's latest asv
-result for this machine and measures the same workload in this process, in alternating
-rounds: with ``torch.utils.benchmark.Timer.blocked_autorange`` (the reference), with the
-suite's own method (``devbench.measure``'s ``calls_for`` and ``measure``, median over
-blocks: what the ``track_`` benchmarks run), and on a GPU with a plain loop between two
+device->host at 256 MiB, the 1 GiB device copy and bf16 matmul at 8,192:
+``spec.VALIDATED_GPU``) this reads the suite's latest asv result for this machine and
+measures the same workload in this process, in alternating rounds: with
+``torch.utils.benchmark.Timer.blocked_autorange`` (the reference), with the suite's own
+method (``devbench.measure``'s ``calls_for`` and ``measure``, median over blocks: what the
+``track_`` benchmarks run), and on a GPU with a plain loop between two
 CUDA events. Verdicts:
 
   ok     the recorded figure is within the tolerance of the reference;
@@ -65,11 +66,10 @@ class Check:
 
 
 def checks(gpu: bool) -> list[Check]:
-    """The subset for a machine with or without a GPU."""
-    devices = ["cpu", "cuda"] if gpu else ["cpu"]
+    """The subset for a machine with or without a GPU; the GPU figures are ``spec.VALIDATED_GPU``, which
+    ``devbench gpu-run`` never drops."""
     out = [
-        Check(f"matmul float32 n={n} {d}", spec.MATMUL_TFLOPS, {"device": d, "dtype": "float32", "n": n}, d == "cuda")
-        for d in devices
+        Check(f"matmul float32 n={n} cpu", spec.MATMUL_TFLOPS, {"device": "cpu", "dtype": "float32", "n": n})
         for n in (256, 1024, 4096)
     ]
     out += [
@@ -77,16 +77,9 @@ def checks(gpu: bool) -> list[Check]:
         for nbytes in (spec.MiB, 64 * spec.MiB)
     ]
     if gpu:
-        out += [
-            Check(f"pinned {d} 256 MiB", spec.HOST_DEVICE_GBPS,
-                  {"direction": d, "memory": "pinned", "mode": "non_blocking", "nbytes": 256 * spec.MiB}, True)
-            for d in ("h2d", "d2h")
-        ]  # fmt: skip
-        bf16 = {"device": "cuda", "dtype": "bfloat16", "n": 8192}
-        out += [
-            Check("matmul bfloat16 n=8192 cuda", spec.MATMUL_TFLOPS, bf16, True, "workload"),
-            Check("  vs plain torch.mm (sustained)", spec.MATMUL_TFLOPS, bf16, True, "plain_mm"),
-        ]
+        out += [Check(p.label, p.figure, dict(p.values), True) for p in spec.VALIDATED_GPU]
+        bf16 = next(p for p in spec.VALIDATED_GPU if p.values.get("dtype") == "bfloat16")
+        out.append(Check("  vs plain torch.mm (sustained)", spec.MATMUL_TFLOPS, dict(bf16.values), True, "plain_mm"))
     return out
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from devbench import spec
-from devbench.peaks import gpu_peak
+from devbench.expected import gpu_peak
 
 KEYS = ["machine", "env", "commit", "commit_short", "date"]
 
@@ -157,17 +157,19 @@ def logging_ratio(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def parallel_scaling(frame: pd.DataFrame) -> pd.DataFrame:
-    """Sequential over parallel time, and that over the number of lanes (GPUs for ``gpus``, else 2)."""
+    """Sequential over parallel time, and that over its ideal (``spec.parallel_ideal``: the GPUs for ``gpus``,
+    2 CPU threads, 1 for two streams on one GPU)."""
     seq = _rows(frame, spec.PARALLEL_SEQUENTIAL)
     par = _rows(frame, spec.PARALLEL_PARALLEL)
-    cols = [*KEYS, "mode", "n", "lanes", "speedup", "efficiency"]
+    cols = [*KEYS, "mode", "n", "lanes", "ideal", "speedup", "efficiency"]
     if seq.empty or par.empty:
         return pd.DataFrame(columns=cols)
     m = seq.merge(par[[*KEYS, "mode", "n", "value"]], on=[*KEYS, "mode", "n"], suffixes=("_seq", "_par"))
     gpus = pd.to_numeric(m.get("machine_gpu_count", pd.Series(2, index=m.index)), errors="coerce").fillna(2)
     m["lanes"] = np.where(m["mode"] == "gpus", np.maximum(gpus, 2), 2).astype(int)
     m["speedup"] = m["value_seq"] / m["value_par"]
-    m["efficiency"] = m["speedup"] / m["lanes"]
+    m["ideal"] = [spec.parallel_ideal(mode, lanes) for mode, lanes in zip(m["mode"], m["lanes"], strict=True)]
+    m["efficiency"] = m["speedup"] / m["ideal"]
     return m[cols].reset_index(drop=True)
 
 
@@ -207,11 +209,12 @@ def _gpu_names(frame: pd.DataFrame) -> pd.Series:
 
 
 def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFrame:
-    """Per machine, device and dtype: the best searched shape, its burst and sustained TFLOP/s with the
-    clock and power sampled while they ran, and (GPUs) the datasheet peak and achievable / datasheet."""
-    cols = ["machine", "device", "dtype", "shape", "search_tflops", "burst", "sustained",
-            "burst_mhz", "sustained_mhz", "burst_w", "sustained_w", "datasheet", "of_datasheet", "env", "commit",
-            "commit_short"]  # fmt: skip
+    """Per machine, device and dtype: the best searched shape, its best (brief, as mamf-finder's table), burst
+    and sustained TFLOP/s with the clock and power sampled while they ran, and (GPUs) the datasheet peak and
+    achievable / datasheet."""
+    cols = ["machine", "device", "dtype", "shape", "search_tflops", "best", "burst", "sustained",
+            "best_mhz", "burst_mhz", "sustained_mhz", "best_w", "burst_w", "sustained_w", "datasheet", "of_datasheet",
+            "env", "commit", "commit_short"]  # fmt: skip
     if searches is None or searches.empty:
         return pd.DataFrame(columns=cols)
     out = searches[["machine", "device", "dtype", "shape", "search_tflops"]].copy()
@@ -221,8 +224,10 @@ def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFra
         extra = [c for c in ("gpu_mhz", "gpu_watts") if c in sub.columns]
         sub = sub[["machine", "device", "dtype", "run", "value", "env", "commit", "commit_short", *extra]]
         sub = sub.astype({"machine": str, "env": str, "commit": str, "commit_short": str})
-        for run in ("burst", "sustained"):
+        for run in ("best", "burst", "sustained"):
             r = sub[sub["run"] == run].drop(columns="run").drop_duplicates(["machine", "device", "dtype"], keep="last")
+            if r.empty:  # not timed in this run (an older suite had no ``best``): its columns stay empty
+                continue
             r = r.rename(columns={"value": run, "gpu_mhz": f"{run}_mhz", "gpu_watts": f"{run}_w"})
             if "commit" in out.columns:  # the run that timed burst and sustained: one asv run, one commit
                 r = r.drop(columns=["env", "commit", "commit_short"])
@@ -231,7 +236,7 @@ def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFra
         if c not in out.columns:
             out[c] = np.nan
     names = _gpu_names(frame)
-    best = out[["search_tflops", "burst", "sustained"]].max(axis=1)
+    best = out[["search_tflops", "best", "burst", "sustained"]].max(axis=1)
     out["datasheet"] = [
         gpu_peak(str(names.get(m)), str(d)) if dev == "cuda" and names.get(m) is not None else None
         for m, dev, d in zip(out["machine"], out["device"], out["dtype"], strict=True)
@@ -268,7 +273,7 @@ def fraction_of_peak(
             tp.loc[idx, ["peak", "peak_source"]] = [peak, f"datasheet ({name})"]
     ach = achievable(frame, searches)
     if not ach.empty:
-        ach = ach.assign(top=ach[["search_tflops", "burst", "sustained"]].max(axis=1))
+        ach = ach.assign(top=ach[["search_tflops", "best", "burst", "sustained"]].max(axis=1))
         key = {(str(r.machine), str(r.device), str(r.dtype)): r for r in ach.itertuples()}
         for idx, row in tp.iterrows():
             hit = key.get((str(row["machine"]), str(row["device"]), str(row["dtype"])))
@@ -374,6 +379,12 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
     def where(r: Any) -> str:
         return str(where_label(pd.DataFrame([r._asdict()])).iloc[0])
 
+    states = _states_while_timed(frame)
+
+    def state(r: Any, figure: spec.Figure, **values: Any) -> dict:
+        """The clock, throttle reasons and PCIe link recorded while this figure was timed (empty: none)."""
+        return states.get((str(r.machine), str(r.env), str(r.commit), figure.benchmark, figure.label(**values)), {})
+
     for r in bandwidth.itertuples():
         gpu = gpu_of(r.machine)
         kind = str(r.copy)
@@ -381,6 +392,12 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
             continue
         if kind.startswith(("h2d", "d2h")):
             figure, measured = f"{kind} {spec.size_label(int(r.nbytes))}", float(r.gbps)
+            parts = kind.split()
+            if len(parts) >= 3:
+                seen = state(r, spec.HOST_DEVICE_GBPS, direction=parts[0], memory=parts[1], mode=parts[2],
+                             nbytes=int(r.nbytes))  # fmt: skip
+                if seen.get("pcie_gen") and seen.get("pcie_width"):  # the link as trained under this copy
+                    gpu = {**gpu, "pcie_gen": seen["pcie_gen"], "pcie_width": seen["pcie_width"]}
             if "pcie_gen" in gpu:
                 health_ = judge(measured, kind[:3], gpu, pageable="pageable" in kind)
             else:
@@ -407,7 +424,9 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
             gpu = gpu_of(r.machine)
             if gpu is None:
                 continue
-            health_ = judge(float(r.tflops), f"matmul:{r.dtype}", gpu)
+            seen = state(r, spec.MATMUL_TFLOPS, device="cuda", dtype=r.dtype, n=int(r.n))
+            health_ = judge(float(r.tflops), f"matmul:{r.dtype}", gpu, throttle=seen.get("throttle"),
+                            clock_mhz=seen.get("clock_mhz"))  # fmt: skip
             rows.append([where(r), f"matmul {r.dtype} n={int(r.n)}", float(r.tflops), "TFLOP/s", health_.verdict,
                          health_.share, health_.reason])  # fmt: skip
     for machine, pairs in ({} if peers is None or peers.empty else dict(tuple(peers.groupby("machine")))).items():
@@ -438,6 +457,25 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
     return pd.DataFrame(rows, columns=cols)
 
 
+def _states_while_timed(frame: pd.DataFrame) -> dict[tuple, dict]:
+    """(machine, env, commit, benchmark, params) -> the GPU state while that figure was timed: ``clock_mhz``,
+    ``throttle`` (reasons) and ``pcie_gen``/``pcie_width`` (the link under that work), from the columns
+    ``records.attach_gpu_state`` adds; rows without them are left out."""
+    if "gpu_mhz" not in frame.columns:
+        return {}
+    out = {}
+    cols = ["machine", "env", "commit", "benchmark", "params", "gpu_mhz", "gpu_reasons", "gpu_pcie_gen",
+            "gpu_pcie_width"]  # fmt: skip
+    sub = frame.reindex(columns=cols)
+    for machine, env, commit, bench, params, mhz, reasons, gen, width in sub.itertuples(index=False):
+        seen = {"clock_mhz": float(mhz) if pd.notna(mhz) else None,
+                "throttle": [t for t in str(reasons).split(", ") if t] if isinstance(reasons, str) else [],
+                "pcie_gen": int(gen) if pd.notna(gen) else None, "pcie_width": int(width) if pd.notna(width) else None}
+        if any(v for v in seen.values()):
+            out[(str(machine), str(env), str(commit), str(bench), str(params))] = seen
+    return out
+
+
 def _peer_paths(frame: pd.DataFrame) -> dict[tuple, str]:
     """(machine, env, commit, route, nbytes) -> the path a ``PeerCopy`` took (``expected.path_label``), from its
     ``track_peer_access`` and ``track_nvlink_share`` figures of the same run."""
@@ -459,10 +497,10 @@ def _peer_paths(frame: pd.DataFrame) -> dict[tuple, str]:
 
 
 def with_health(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with ``expected``, ``expected_source`` and ``health`` (ok, low, unknown) on the GPU figures the
-    health section judges, every commit of them (the history's own normal); empty elsewhere. For the CSV and
-    Parquet: one ``expected`` per machine and kind, so a long history costs a few divisions."""
-    from devbench.expected import LOW_SHARE, expected
+    """``frame`` with ``expected``, ``expected_source`` and ``health`` (ok, low, unknown, not judged) on the GPU
+    figures the health section judges, every commit of them (the history's own normal); empty elsewhere. For the
+    CSV and Parquet: one ``expected`` per machine and kind, each row judged at the state it ran in."""
+    from devbench.expected import PAGEABLE_NOTE, expected, judge
 
     out = frame.assign(expected=np.nan, expected_source="", health="")
     if "machine_gpu" not in out or out.empty:
@@ -485,21 +523,32 @@ def with_health(frame: pd.DataFrame) -> pd.DataFrame:
     kinds[bench.str.startswith("bench_transfer.PeerMatrix.track_")] = "peer"
     nccl = (bench == "bench_collectives.Collectives.track_busbw") & (col("backend") == "nccl")
     kinds[nccl & (nbytes >= HEALTH_MIN_BYTES)] = "busbw"
+    pageable = copies & (col("memory") == "pageable")
+    kinds[pageable] = "pageable"
     judged = (kinds != "") & value.notna()  # a skipped or failed run has no figure to judge
     if not judged.any():
         return out
+    out.loc[pageable & judged, ["expected_source", "health"]] = [PAGEABLE_NOTE, "not judged"]
+    judged &= ~pageable
+    mhz = pd.to_numeric(out["gpu_mhz"], errors="coerce") if "gpu_mhz" in out else pd.Series(np.nan, index=out.index)
+    reasons = col("gpu_reasons") if "gpu_reasons" in out else pd.Series("", index=out.index)
     for (_machine, kind), rows in out[judged].groupby([out["machine"][judged], kinds[judged]]).groups.items():
         first = out.loc[rows[0]]
         name = str(first["machine_gpu"]).split(" x ", 1)[-1]
         link = _link(first.get("machine_pcie"))
-        want = expected(kind, {"name": name, **link})
+        gpu = {"name": name, **link}
+        want = expected(kind, gpu)
         if kind in ("h2d", "d2h") and not link:
             want = type(want)(None, "no PCIe link in the machine's asv record (devbench machine records it)")
         if want.value is None:
             out.loc[rows, ["expected_source", "health"]] = [want.source, "unknown"]
             continue
-        share = value[rows] / want.value
         out.loc[rows, "expected"] = want.value
         out.loc[rows, "expected_source"] = want.source
-        out.loc[rows, "health"] = np.where(share >= LOW_SHARE, "ok", "low")
+        # each row judged as the health section judges it: a product at the clock its power cap held it to
+        out.loc[rows, "health"] = [
+            judge(float(value[i]), kind, gpu, throttle=[t for t in reasons[i].split(", ") if t and t != "nan"],
+                  clock_mhz=float(mhz[i]) if pd.notna(mhz[i]) else None).verdict
+            for i in rows
+        ]  # fmt: skip
     return out

@@ -85,7 +85,7 @@ def _loglog_per_machine(
 
 def _datasheet(g: pd.DataFrame) -> dict[str, float]:
     """The datasheet dense peak of this GPU line's dtype (none for CPU lines and unknown GPUs)."""
-    from devbench.peaks import gpu_peak
+    from devbench.expected import gpu_peak
 
     if g.empty or str(g["device"].iloc[0]) != "cuda" or "machine_gpu" not in g.columns:
         return {}

@@ -63,7 +63,9 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     exist and show neither, and missing (NA) where no record applies (CPU rows, runs
     without NVML). ``gpu_state`` summarizes the range seen (SM clock, temperature, power).
     ``gpu_mhz`` and ``gpu_watts`` are the median SM clock and power sampled while the
-    figure was timed (the ``during`` records of ``gpustate.Sampler``), NaN without them.
+    figure was timed (the ``during`` records of ``gpustate.Sampler``), NaN without them;
+    ``gpu_reasons`` the throttle reasons seen then (comma-separated), and ``gpu_pcie_gen`` and
+    ``gpu_pcie_width`` the PCIe link as it trained under that work.
     """
     recs = gpustate.load(folder)
     if not recs or frame.empty:
@@ -122,7 +124,19 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
         med = during.groupby("row")[["sm_clock_mhz", "power_w"]].median()
         mhz.iloc[med.index.to_numpy()] = pd.to_numeric(med["sm_clock_mhz"], errors="coerce").to_numpy()
         watts.iloc[med.index.to_numpy()] = pd.to_numeric(med["power_w"], errors="coerce").to_numpy()
-    return out.assign(gpu_mhz=mhz, gpu_watts=watts)
+    # the throttle reasons seen and the PCIe link as trained while it was timed: what devbench.expected judges by
+    reasons = pd.Series("", index=frame.index, dtype=object)
+    gen = pd.Series(np.nan, index=frame.index)
+    width = pd.Series(np.nan, index=frame.index)
+    if not during.empty:
+        seen = during.groupby("row")["throttling"].agg(
+            lambda col: ", ".join(sorted({t for ts in col if isinstance(ts, list) for t in ts})))
+        reasons.iloc[seen.index.to_numpy()] = seen.to_numpy()
+        for col, series in (("pcie_gen", gen), ("pcie_width", width)):
+            if col in during.columns:
+                top = pd.to_numeric(during[col], errors="coerce").groupby(during["row"]).max()
+                series.iloc[top.index.to_numpy()] = top.to_numpy()
+    return out.assign(gpu_mhz=mhz, gpu_watts=watts, gpu_reasons=reasons, gpu_pcie_gen=gen, gpu_pcie_width=width)
 
 
 COLLECTIVE_FORMAT = "devbench-collectives/1"

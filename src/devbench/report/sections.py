@@ -76,7 +76,7 @@ def _throughput(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
         "(the burst figure, from idle, is in the achievable table); on a GPU, products shorter than 100 us are "
         "timed with the stream held, so they are the device's time without the launch. Plot: higher is better; "
         "GPU solid, CPU dashed, a GPU's datasheet dense "
-        "peak for each dtype dotted (devbench.peaks); both axes logarithmic."
+        "peak for each dtype dotted (devbench.expected); both axes logarithmic."
     )
     return Section("Matmul throughput (TFLOP/s)", text, sig(table), plot="throughput")
 
@@ -97,7 +97,7 @@ def _peak(tp_frame: pd.DataFrame) -> Section | None:
         "Best measured square-matmul TFLOP/s against a peak: the achievable figure (the best shape "
         "bench_achievable found on that device and dtype, burst, sustained or search, whichever is highest) "
         "where its burst and sustained ran at the same commit and environment as the square products, else a "
-        "known GPU's datasheet dense figure (devbench.peaks). Figures of two runs are not divided: they can "
+        "known GPU's datasheet dense figure (devbench.expected). Figures of two runs are not divided: they can "
         "differ in code and in the host's hour. A CPU without a search at its commit gets no fraction, and "
         "its row says where the latest search was; unknown GPUs get none either. A ceiling is never below a "
         "product timed in the same run: where a square product beat the search's best (a search on a busy "
@@ -118,10 +118,11 @@ def _achievable(ach: pd.DataFrame) -> Section | None:
         "favour, every product checked against float64; mamf-finder's question), TFLOP/s, higher is better. "
         "`search`: the best shape's figure during the search (its 3 fastest shapes timed again for half a "
         "second each, the fastest of those: the fastest brief figure alone reads high); "
-        "`burst`: that shape after a second of idling, "
-        "a quarter of a second of work; `sustained`: after five seconds of back-to-back work (power and heat "
-        "settle). MHz and W: the median SM clock and board power sampled while the figure was timed (GPUs, "
-        "NVML). `achievable / datasheet` uses the highest of the three. Searched on: "
+        "`best`: that shape timed as mamf-finder's table is made (a twentieth of a second of warm-up, then a "
+        "tenth of a second of calls): compare this one with that table; `burst`: that shape after a second of "
+        "idling, a quarter of a second of work; `sustained`: after five seconds of back-to-back work (power and "
+        "heat settle: what a long training step gets). MHz and W: the median SM clock and board power sampled "
+        "while the figure was timed (GPUs, NVML). `achievable / datasheet` uses the highest of these. Searched on: "
         + ", ".join(sorted(ach["machine"].astype(str).unique()))
         + "."
     )
@@ -218,9 +219,11 @@ def _parallel(frame: pd.DataFrame) -> Section | None:
     if ps.empty:
         return None
     t = ps.assign(where=where_label(ps))
-    table = t[["where", "mode", "n", "lanes", "speedup", "efficiency"]].copy()
+    table = t[["where", "mode", "n", "lanes", "ideal", "speedup", "efficiency"]].copy()
     table["efficiency"] = (100 * table["efficiency"]).round(1).astype(str) + "%"
-    return Section("Parallel scaling", "Sequential over parallel time of the same work; ideal = lanes.", table.round(3))
+    text = ("Sequential over parallel time of the same work; efficiency is the speedup over its ideal: one per "
+            "device the lanes run on (two streams share one GPU, whose SMs a large product already fills: ideal 1).")
+    return Section("Parallel scaling", text, table.round(3))
 
 
 def _collectives(cb: pd.DataFrame) -> Section | None:

@@ -1,0 +1,93 @@
+"""gpu-run's health lines: each headline GPU figure of a run beside what its machine should do.
+
+Reads the asv results a run saved and the GPU state ``devbench.gpustate`` recorded while each figure was
+timed, and judges them with ``devbench.expected``. No torch import: ``devbench info --json`` is run as a
+process for the GPU's facts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def saved_results(results: Path, sha: str) -> list[dict[str, Any]]:
+    """The result files asv saved for commit ``sha`` in one machine's results folder (unreadable ones left out)."""
+    found = []
+    for path in results.glob("*.json"):
+        if path.name == "machine.json":
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("commit_hash") == sha and "result_columns" in data:
+            found.append(data)
+    return found
+
+
+def figure_value(results: Path, sha: str, name: str, params: tuple) -> float | None:
+    """The figure asv saved for benchmark ``name`` at ``params`` (commit ``sha``), or None."""
+    want = tuple(repr(p) for p in params)
+    for data in saved_results(results, sha):
+        row = data.get("results", {}).get(name)
+        if row is None:
+            continue
+        cols = data["result_columns"]
+        combos = list(itertools.product(*row[cols.index("params")]))
+        if want in combos:
+            value = row[cols.index("result")][combos.index(want)]
+            if isinstance(value, int | float) and value == value:
+                return float(value)
+    return None
+
+
+def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict[str, Any]] | None = None) -> list[str]:
+    """Each headline GPU figure of this run (``spec.HEALTH_POINTS``) beside what the machine should do
+    (``devbench.expected.judge``), judged with the GPU's state while it ran (``states``: ``gpustate`` records):
+    the clock and throttle reasons of a product, the PCIe link a pinned copy trained at under load."""
+    from devbench import gpustate, spec
+    from devbench.expected import judge, path_label
+
+    lines = []
+    for point, kind in spec.HEALTH_POINTS:
+        name, params, label = point.figure.benchmark, point.params, point.label
+        value = figure_value(results, sha, name, params)
+        if value is None:
+            continue
+        path = None
+        if point.figure is spec.PEER_COPY_GBPS:  # the path its copies took, from the same run's figures
+            access = figure_value(results, sha, spec.PEER_ACCESS.benchmark, params)
+            share = figure_value(results, sha, spec.PEER_NVLINK_SHARE.benchmark, params)
+            path = None if access is None else path_label(bool(access), None, share)
+            label = f"{label} ({path})" if path else label
+        state = gpustate.while_timed(states or [], name.rsplit(".", 1)[0], dict(point.values)) or {}
+        facts = dict(gpu)
+        if kind in ("h2d", "d2h") and state.get("pcie_gen") and state.get("pcie_width"):
+            facts.update(pcie_gen=state["pcie_gen"], pcie_width=state["pcie_width"])  # the link under this copy
+        health = judge(value, kind, facts, throttle=state.get("throttling") or None, path=path,
+                       clock_mhz=state.get("sm_clock_mhz"))  # fmt: skip
+        lines.append(f"  {label:<28} {value:>9.4g}  {health.verdict:<7} {health.reason}")
+    return lines
+
+
+def print_health(repo: Path, python: str, machine: str, sha: str) -> None:
+    """Print the headline GPU figures' health (GPU 0's facts from ``devbench info --json``); nothing without a GPU."""
+    out = subprocess.run([python, "-m", "devbench.cli", "info", "--json"], cwd=repo, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    try:
+        gpus = json.loads(out.stdout).get("gpus", []) if out.returncode == 0 else []
+    except ValueError:
+        gpus = []
+    if not gpus:
+        return
+    from devbench import gpustate
+
+    states = gpustate.load(repo / gpustate.GPUSTATE_DIR)
+    lines = health_lines(repo / ".asv" / "results" / machine, sha, gpus[0], states)
+    if lines:
+        print(f"health: GPU 0 ({gpus[0].get('name')}), each figure against what this machine should do", flush=True)
+        print("\n".join(lines), flush=True)

@@ -1,0 +1,88 @@
+"""Processes run as one session: a stage of ``devbench gpu-run`` started, limited in time, and ended whole.
+
+asv starts its forkserver, each benchmark's process and each ``setup_cache`` in process groups of their own,
+but they stay in the session a stage opened (as ``scripts/group.sh`` does for ``make test``): ending every
+process of the session ends all of them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process of session ``sid`` (Linux's /proc; elsewhere only its leader, if alive)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        names = []
+    pids = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            if os.getsid(int(name)) == sid and not _zombie(int(name)):
+                pids.append(int(name))
+        except OSError:  # gone meanwhile, or not ours to ask
+            continue
+    if not names:
+        try:
+            os.kill(sid, 0)
+            pids.append(sid)
+        except OSError:
+            pass
+    return pids
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and only waits to be reaped (it runs nothing and cannot be killed)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def kill_session(sid: int, wait_s: float = 5.0) -> list[int]:
+    """SIGKILL every process of session ``sid`` until none is left (or ``wait_s`` passes); returns those left.
+
+    A process group is not enough: asv starts its forkserver, each benchmark's process and each
+    ``setup_cache`` with ``setpgid(0, 0)``, in groups of their own, but they stay in the session
+    that ``_group_run`` opened (as ``scripts/group.sh`` does for ``make test``). A process that
+    opens a session of its own would escape; nothing the suite starts does.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = session_pids(sid)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tuple[int, float]:
+    """Run ``cmd`` in a session of its own, its output to ``log``; at the limit (or on Ctrl-C or SIGTERM)
+    end every process of that session. Returns the exit code (124 at the time limit) and the seconds it ran."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
+    try:
+        code = proc.wait(timeout=max(1.0, timeout_s))
+    except subprocess.TimeoutExpired:
+        kill_session(proc.pid)
+        proc.wait()
+        code = 124
+    except BaseException:
+        kill_session(proc.pid)
+        proc.wait()
+        raise
+    # a stage that ended by itself may still have left processes in its session (an orphaned world)
+    kill_session(proc.pid, wait_s=1.0)
+    return code, time.monotonic() - start
