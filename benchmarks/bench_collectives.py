@@ -41,6 +41,9 @@ class Collectives(Benchmark):
     plan_cache_s = {"per": ["backend", "world"], "s": {"gloo": 20.0, "nccl": 15.0}}
     plan_needs = [{"where": {"backend": ["gloo"]}, "cores_from": "world"},
                   {"where": {"backend": ["nccl"]}, "gpus_from": "world"}]  # fmt: skip
+    #: NCCL worlds run in gpu-run's last stage, after every single-GPU point: a world that fails or hangs costs
+    #: nothing else (devbench.plan)
+    plan_last = [{"backend": ["nccl"]}]
     plan_setup_s = 0.0
     plan_s = 0.0
     figures_in_setup_cache = True  # devbench compare: one pair of figures per pair of processes

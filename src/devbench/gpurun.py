@@ -225,6 +225,23 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
             "--set-commit-hash", sha, "-a", f"rounds={rounds}", "--show-stderr", "--bench", regex]  # fmt: skip
 
 
+def durations_since(results: Path, sha: str, since: float) -> dict[str, float]:
+    """Seconds asv spent on each benchmark of commit ``sha`` that it started at or after ``since`` (asv's own
+    ``duration``: every point of it in that call), read from the results asv saved."""
+    out: dict[str, float] = {}
+    for data in saved_results(results, sha):
+        cols = data["result_columns"]
+        if "started_at" not in cols or "duration" not in cols:
+            continue
+        at, took = cols.index("started_at"), cols.index("duration")
+        for name, row in data.get("results", {}).items():
+            started = row[at] if at < len(row) else None
+            seconds = row[took] if took < len(row) else None
+            if started is not None and started / 1000.0 >= since - 1.0 and isinstance(seconds, int | float):
+                out[name] = float(seconds)
+    return out
+
+
 def measured_since(results: Path, sha: str, since: float) -> set[str]:
     """Benchmarks of commit ``sha`` in the asv results folder ``results`` (one machine's) that asv started at
     or after ``since`` (seconds since the epoch), read from the results asv saved."""
@@ -329,11 +346,28 @@ def execute(args: argparse.Namespace) -> int:
         print(summary.text(), flush=True)
 
 
+#: the bounds of what a benchmark's points are taken to cost over their estimate, after a stage measured them
+SCALE_RANGE = (0.25, 4.0)
+
+
 def _scale(run: Run, plan_estimates: list[tuple[float, float]]) -> float:
-    """What the asv stages so far really cost over their estimate (1 before any), within [0.5, 4]."""
+    """What the asv stages so far really cost over their estimate, for what no stage has measured yet (a family
+    not run, an asv call, a set-up cache): never below 1, at most 4. A stage that ran faster than planned says
+    little of a family it did not run (one gloo world costs more than its share of the stage)."""
     est = sum(e for e, _ in plan_estimates)
     took = sum(a for _, a in plan_estimates)
-    return min(4.0, max(0.5, took / est)) if est > 0 and took > 0 else 1.0
+    return min(SCALE_RANGE[1], max(1.0, took / est)) if est > 0 and took > 0 else 1.0
+
+
+def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float]) -> None:
+    """Each benchmark of a stage: asv's duration of its points over their estimate, into ``plan.scales``."""
+    planned: dict[str, float] = {}
+    for p in points:
+        if p.state != "cut":
+            planned[p.benchmark] = planned.get(p.benchmark, 0.0) + p.estimate_s
+    for name, estimate in planned.items():
+        if name in durations and estimate > 0:
+            plan.scales[name] = min(SCALE_RANGE[1], max(SCALE_RANGE[0], durations[name] / estimate))
 
 
 def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list[P.Point], limit_s: float,
@@ -341,7 +375,8 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     """One asv call over ``points``; returns its exit code, its estimate (times ``scale``) and the seconds it took."""
     regex = selection_regex(points)
     env = {**os.environ, "DEVBENCH_BENCH": regex}  # a setup_cache sweep measures only what is read
-    estimate = plan.estimate_s(points=points, group=lambda p: name) * scale
+    estimate = plan.estimate_s(points=points, group=lambda p: name, scale=scale)
+    raw = plan.estimate_s(points=points, group=lambda p: name)
     running[:] = points
     code = run.stage(f"asv {name}", _asv_cmd(python, machine, sha, run.args.rounds, regex), limit_s, estimate,
                      env=env)  # fmt: skip
@@ -352,8 +387,10 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     if code == 124:
         lost = summary.cut(points, run.stage_started, "the stage reached its time limit before asv finished it")
         print(f"== asv {name}: {len(points) - len(lost)} of {len(points)} points kept, {len(lost)} cut", flush=True)
+    results = run.repo / ".asv" / "results" / machine
+    _learn(plan, points, durations_since(results, sha, run.stage_started))
     summary.save()
-    return code, estimate / scale if scale else estimate, took
+    return code, raw, took
 
 
 def _refit(run: Run, plan: P.Plan, room_s: float, scale: float, name: str, take) -> list[P.Point]:
@@ -366,8 +403,11 @@ def _refit(run: Run, plan: P.Plan, room_s: float, scale: float, name: str, take)
     now = {id(p) for p in plan.kept() if not p.done}
     back, gone = len(now - before), len(before - now)
     if back or gone:
-        print(f"== re-planned with the stages so far at {scale:.2f}x their estimate: {back} point(s) taken back, "
-              f"{gone} dropped (plan.json names them)", flush=True)  # fmt: skip
+        learned = sorted(plan.scales.values())
+        told = (f"each family run so far at {learned[0]:.2f}-{learned[-1]:.2f}x its estimate (asv's durations), "
+                if learned else "")
+        print(f"== re-planned: {told}the rest at {scale:.2f}x; {back} point(s) taken back, {gone} dropped "
+              f"(plan.json names them)", flush=True)  # fmt: skip
     return kept
 
 

@@ -112,6 +112,12 @@ class Plan:
     rounds: int
     cache_s: dict[str, float] = field(default_factory=dict)  # module -> setup_cache s, paid once per asv call
     first_estimate_s: float = 0.0  # the estimate of the first plan (what it printed)
+    #: benchmark -> what its points really cost over their estimate in the stages so far (asv's own durations)
+    scales: dict[str, float] = field(default_factory=dict)
+
+    def point_s(self, p: Point, scale: float = 1.0) -> float:
+        """``p``'s estimate, times what its benchmark really cost so far, else times ``scale``."""
+        return p.estimate_s * self.scales.get(p.benchmark, scale)
 
     def kept(self, tier: int | None = None) -> list[Point]:
         return [p for p in self.points if p.state == "run" and (tier is None or p.tier == tier)]
@@ -119,10 +125,12 @@ class Plan:
     def dropped(self) -> list[Point]:
         return [p for p in self.points if p.state == "dropped"]
 
-    def estimate_s(self, tier: int | None = None, points: list[Point] | None = None, group=None) -> float:
+    def estimate_s(self, tier: int | None = None, points: list[Point] | None = None, group=None,
+                   scale: float = 1.0) -> float:  # fmt: skip
         """Seconds the kept points of ``tier`` (every tier: None), or ``points``, are expected to take: one asv
         call per stage they run in (``group``, default ``stage_of``), its set-up caches, and each workload's
-        check once (none already checked by a point that ran)."""
+        check once (none already checked by a point that ran). Each point costs ``point_s``; the asv calls,
+        caches and checks times ``scale``."""
         chosen = points if points is not None else self.kept(tier)
         group = group or stage_of
         checked = {p.check for p in self.points if p.done and p.check is not None} if points is not None else set()
@@ -130,11 +138,11 @@ class Plan:
         for g in sorted({group(p) for p in chosen}):
             kept = [p for p in chosen if group(p) == g]
             modules = {p.benchmark.split(".", 1)[0] for p in kept}
-            total += self.costs.asv_call_s + sum(p.estimate_s for p in kept)
-            total += sum(self.cache_s.get(m, 0.0) for m in modules)
-            total += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
+            fixed = self.costs.asv_call_s + sum(self.cache_s.get(m, 0.0) for m in modules)
+            fixed += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
+            total += fixed * scale + sum(self.point_s(p, scale) for p in kept)
         checks = {p.check for p in chosen if p.check is not None} - checked
-        return total + len(checks) * self.costs.gpu_check_s
+        return total + len(checks) * self.costs.gpu_check_s * scale
 
 
 def _matches(bench: dict[str, Any], values: tuple[str, ...], where: dict[str, Any], what: str) -> bool:
@@ -328,12 +336,14 @@ def _order(candidates: list[Point]) -> list[Point]:
 
 
 def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: float = 1.0, group=None) -> None:
-    """Keep the points of ``tiers`` not yet run, in priority order, while the estimate (times ``scale``) fits
-    in ``seconds``; the others are dropped. Called for the first plan and again after every stage.
+    """Keep the points of ``tiers`` not yet run, in priority order, while the estimate fits in ``seconds``; the
+    others are dropped. Called for the first plan and again after every stage. A point costs its estimate
+    times what its benchmark really cost so far (``Plan.scales``), else times ``scale``, as do the asv
+    calls, set-up caches and checks.
 
     A benchmark's first point is kept whatever it costs, unless the benchmark has points kept or run
     elsewhere: a family is never dropped whole; so is every point validate and the health lines read
-    (``Point.keep``). ``scale`` is what the stages so far really cost over their estimate. ``group(point)``
+    (``Point.keep``). ``group(point)``
     names the asv stage a kept point will run in (default ``stage_of``): each adds one asv call and its
     set-up caches; a workload already checked by a point that ran is not checked again.
     """
@@ -350,11 +360,11 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
 
     def cost(p: Point) -> float:
         g, module = group(p), p.benchmark.split(".", 1)[0]
-        added = p.estimate_s + (0.0 if g in calls else plan.costs.asv_call_s)
-        added += 0.0 if (module, g) in caches else plan.cache_s.get(module, 0.0)
-        added += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
-        added += plan.costs.gpu_check_s if p.check is not None and p.check not in checked else 0.0
-        return added
+        fixed = 0.0 if g in calls else plan.costs.asv_call_s
+        fixed += 0.0 if (module, g) in caches else plan.cache_s.get(module, 0.0)
+        fixed += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
+        fixed += plan.costs.gpu_check_s if p.check is not None and p.check not in checked else 0.0
+        return fixed * scale + plan.point_s(p, scale)
 
     def take(p: Point) -> float:
         """``p`` kept: the seconds it adds, its stage's asv call and its module's set-up cache included."""
@@ -380,7 +390,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         if p.state == "run":
             continue
         added = cost(p)
-        if (total + added) * scale <= seconds + 1e-9:  # sums in another order round apart
+        if total + added <= seconds + 1e-9:  # sums in another order round apart
             total += take(p)
 
 
