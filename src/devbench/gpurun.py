@@ -346,9 +346,9 @@ def execute(args: argparse.Namespace) -> int:
         print(summary.text(), flush=True)
 
 
-#: share of the time left that a re-plan leaves free: a family's cost learned from a few points is off by 10-15%
+#: share of the time left that a re-plan leaves free: a family's cost learned from a few points is off by 10-20%
 #: on the 2-vCPU VM, and a stage planned to its limit ends at it, its last points cut
-REFIT_MARGIN = 0.15
+REFIT_MARGIN = 0.25
 
 #: the bounds of what a benchmark's points are taken to cost over their estimate, after a stage measured them
 SCALE_RANGE = (0.25, 4.0)
