@@ -31,9 +31,9 @@ class RunInfo:
 class TryGpu(Benchmark):
     """``try_gpu()`` asks the driver how many GPUs there are; code calls it per batch.
 
-    A call takes microseconds: the suite's sampling (``Benchmark``, at least 50 ms of
+    A call takes microseconds: the class's sampling (``sample_time``, at least 0.2 s of
     calls a sample) is what keeps its samples from spanning a fraction of a millisecond
-    (benchmarks/README.md, "Noise").
+    (docs/noise.md, "Where a figure's spread comes from").
     """
 
     samples_gpu_state = False  # microseconds a call: no sampling thread beside it

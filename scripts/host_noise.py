@@ -5,7 +5,7 @@ Prints the median time of a 16x16 matmul (or --n) in each of --windows windows o
 --window-ms, --gap-ms apart, then the spread. On a quiet machine the windows agree to a
 few percent; on a shared VM they jump between levels (devbench's 2-vCPU VM: 5.8 us and
 10-13 us, switching every few hundred milliseconds), and no benchmark setting removes
-that from run-to-run comparisons (benchmarks/README.md, "Noise").
+that from run-to-run comparisons (docs/noise.md, "Where a figure's spread comes from").
 
     python scripts/host_noise.py                 # 40 windows of 20 ms, 100 ms apart
     python scripts/host_noise.py --dtype float32 --n 64 --windows 100

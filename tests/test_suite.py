@@ -150,3 +150,53 @@ def test_a_compare_worker_names_the_checked_folder_the_suite_reads():
     from devbench.compare import session
 
     assert session.CHECKED_ENV == suite.CHECKED_ENV
+
+
+TRACKED = '''
+from devbench.suite import with_samples
+
+
+class Tracked:
+    rounds = 1
+    repeat = 1
+    warmup_time = 0.0
+
+    def track_rate(self):
+        return with_samples([4.0, 1.0, 3.0, 2.0, 5.0], number=7)
+
+    track_rate.unit = "GB/s"
+'''
+
+
+@pytest.mark.slow
+def test_track_figures_with_samples_keep_them_in_asv(tmp_path):
+    """Every ``track_`` figure of the suite returns ``with_samples``' dict and relies on asv's runner reading it
+    as a sampled result: the median as the figure, the samples kept, an interval computed. Run by asv itself
+    on a one-benchmark project; fails the day asv stops doing so."""
+    import json
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from asv_fixture import MACHINE_FIELDS, _git, asv
+
+    project = tmp_path / "project"
+    (project / "benchmarks").mkdir(parents=True)
+    (project / "benchmarks" / "__init__.py").write_text("")
+    (project / "benchmarks" / "bench_t.py").write_text(TRACKED)
+    conf = {"version": 1, "project": "t", "repo": ".", "branches": ["main"], "benchmark_dir": "benchmarks",
+            "results_dir": "results", "html_dir": "html", "env_dir": "env", "environment_type": "existing"}  # fmt: skip
+    (project / "asv.conf.json").write_text(json.dumps(conf))
+    _git(project, "init", "-q", "-b", "main")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "one")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".asv-machine.json").write_text(json.dumps({"m": {**MACHINE_FIELDS, "machine": "m"}, "version": 1}))
+    out = asv(project, home, "run", "-E", f"existing:{sys.executable}", "--machine", "m", "--record-samples",
+              "--set-commit-hash", _git(project, "rev-parse", "HEAD"))  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    (path,) = [p for p in (project / "results" / "m").glob("*.json") if p.name != "machine.json"]
+    data = json.loads(path.read_text())
+    row = dict(zip(data["result_columns"], data["results"]["bench_t.Tracked.track_rate"], strict=False))
+    assert row["result"] == [3.0]  # the median of the samples, not the dict
+    assert sorted(row["samples"][0]) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert row["stats_number"] == [7] and row["stats_ci_99_a"][0] <= 3.0 <= row["stats_ci_99_b"][0]

@@ -139,7 +139,8 @@ def with_samples(samples: Iterable[float], number: int = 1) -> dict:
     interval (``asv_runner.statistics.compute_stats``), keeps the samples under
     ``--record-samples`` and appends them under ``--append-samples``, so ``asv compare``
     shows the spread and its Mann-Whitney test, and ``asv publish`` draws error bars.
-    ``tests/test_suite.py`` checks this against asv itself. ``number`` is the calls per
+    ``tests/test_suite.py::test_track_figures_with_samples_keep_them_in_asv`` runs asv itself on it.
+    ``number`` is the calls per
     sample (1 for a ratio of two runs).
     """
     values = [float(v) for v in samples]
@@ -337,7 +338,7 @@ class Benchmark:
     ``setup`` warms up explicitly, so asv's own warm-up is off. A sample lasts at least
     ``sample_time`` and a round samples for up to ``repeat[2]`` seconds, so that a
     short benchmark's samples span seconds of the host's ups and downs rather than a
-    tenth of one (see benchmarks/README.md, "Noise").
+    tenth of one (see docs/noise.md, "Where a figure's spread comes from").
 
     Every subclass's ``setup`` is wrapped (``records_gpu_state``, applied here): torch's CPU
     threads are pinned before it (``pins_threads``), and the GPUs' NVML state is recorded after

@@ -101,7 +101,7 @@ def _read(path: Path, root: Path) -> str:
 
 
 def _module_of(rel: str) -> str:
-    """``src/devbench/workloads/x.py`` -> ``devbench.workloads.x``."""
+    """A module's path -> its dotted name: ``src/devbench/lanes.py`` -> ``devbench.lanes``."""
     return rel.removeprefix("src/").removesuffix(".py").replace("/", ".")
 
 

@@ -296,14 +296,19 @@ def _health(frame: pd.DataFrame, tp: pd.DataFrame, bw: pd.DataFrame, cb: pd.Data
         return None
     table = table.assign(share=[f"{100 * v:.0f}%" if pd.notna(v) else "n/a" for v in table["share"]])
     text = (
-        "Each GPU figure against what its own machine should do (devbench.expected): host<->device copies "
-        "against the PCIe link as the machine record says it trained, per direction after encoding; the "
-        "device copy (bytes read plus written) against the GPU's datasheet memory bandwidth; a copy from one "
-        "GPU to another (each `PeerCopy`, the slowest and the median pair of the peer matrix, with the path "
-        "it took) and each NCCL collective's busbw at its largest size against one direction of the GPU's "
-        "NVLink (datasheet), or of its PCIe link where the model has no NVLink; the largest square product "
-        "per dtype against the datasheet dense TFLOP/s. `low`: below 70% of expected, with the likely reason "
-        "where one can be read; `unknown`: no expected figure, and why."
+        "Each GPU figure against what a healthy machine of its kind reaches (devbench.expected, each expected "
+        "figure with its source): pinned host<->device copies against a healthy host on the GPU's whole PCIe "
+        "link (Gen5 x16: typical 52 GB/s, the fleet health checks' floor 48), else the link's rate after "
+        "encoding, with the link the copy trained at under load named when it is low; pageable copies are "
+        "`not judged` (the driver stages them through a pinned buffer: one host thread's memcpy bounds them, "
+        "not the link); the device copy (bytes read plus written) against a public STREAM copy figure, else "
+        "the datasheet; a copy from one GPU to another (each `PeerCopy`, the slowest and the median pair of "
+        "the peer matrix, with the path it took) and each NCCL collective's busbw at its largest size against "
+        "one direction of the GPU's NVLink, or of its PCIe link where the model has no NVLink; the largest "
+        "square product per dtype against mamf-finder's achievable figure where one is public, else the "
+        "datasheet, at the clock it ran at where the board's power cap held it. `low`: below the public floor, "
+        "else below 70% of expected, with the likely reason where one can be read; `unknown`: no expected "
+        "figure, and why."
     )
     return Section("Health: each GPU figure against its machine", text, sig(table))
 
