@@ -37,12 +37,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def script():
-    """``script("name")``: ``scripts/name.py`` loaded as a module (the scripts are not a package)."""
+    """``script("name")``: ``scripts/research/<name>.py`` loaded as a module (the scripts are not a package)."""
     import importlib.util
     from pathlib import Path
 
     def load(name: str):
-        path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+        path = Path(__file__).resolve().parents[1] / "scripts" / "research" / f"{name}.py"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -162,16 +162,16 @@ def test_a_collective_that_moves_nothing_fails_its_check(op):
 
 def test_expected_values_are_exact_sums():
     # what rank r holds, summed over 3 ranks, is 6 x (1 + i mod 251): exact in float32
-    want = C._sum_of_ranks(600, 3, "cpu")
     got = sum(C._values(600, r, "cpu") for r in range(3))
-    assert (want == got).all() and want[250] == 6 * 251 and want[251] == 6
+    assert got[250] == 6 * 251 and got[251] == 6 and got[0] == 6
+    assert C._holds_cycle(got, 3 * 4 // 2) and not C._holds_cycle(got, 5)  # what a check of the sum expects
 
 
 def test_the_check_compares_every_element_a_slice_at_a_time(monkeypatch):
     """``_holds_cycle`` compares against one reference slice; every position still counts (several slices
     and a short last one here), and an offset shifts the pattern as reduce_scatter's chunk of the sum."""
     monkeypatch.setattr(C, "_CHECK_STEP", 2 * C._PERIOD)
-    whole = C._sum_of_ranks(5 * C._PERIOD + 17, 2, "cpu")
+    whole = sum(C._values(5 * C._PERIOD + 17, r, "cpu") for r in range(2))
     assert C._holds_cycle(whole, 3) and not C._holds_cycle(whole, 1)
     assert C._holds_cycle(whole[:0], 3)  # nothing to compare
     tail = whole[300:]

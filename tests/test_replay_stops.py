@@ -1,4 +1,4 @@
-"""scripts/replay_stops.py: the default's stops replayed on an --all-passes run, priced, verdicts unchanged."""
+"""scripts/research/replay_stops.py: the default's stops replayed on an --all-passes run, priced, verdicts unchanged."""
 
 import csv
 import json

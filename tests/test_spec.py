@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -256,3 +257,13 @@ def test_no_source_file_outgrows_600_lines():
     files = [*(ROOT / "src" / "devbench").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
     long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > 600}
     assert not long, long
+
+
+def test_benchmark_identities_are_spelled_in_spec_alone():
+    """The report, the plan, validate and the health lines name figures through ``devbench.spec``: a figure
+    renamed there, or in ``benchmarks/``, cannot leave one of them reading a name nothing writes."""
+    pattern = re.compile(r"bench_[a-z]+\.[A-Z]\w*\.(?:time|track|mem|peakmem|timeraw)_\w+")
+    src = ROOT / "src" / "devbench"
+    found = {str(p.relative_to(ROOT)): pattern.findall(p.read_text()) for p in src.rglob("*.py")}
+    spelled = {path: names for path, names in found.items() if names and not path.endswith("devbench/spec.py")}
+    assert not spelled, spelled

@@ -200,3 +200,11 @@ def test_track_figures_with_samples_keep_them_in_asv(tmp_path):
     assert row["result"] == [3.0]  # the median of the samples, not the dict
     assert sorted(row["samples"][0]) == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert row["stats_number"] == [7] and row["stats_ci_99_a"][0] <= 3.0 <= row["stats_ci_99_b"][0]
+
+
+def test_a_figure_whose_samples_disagree_is_flagged_beside_it(capsys):
+    suite.with_samples([1.0, 1.01, 0.99, 1.02])
+    assert capsys.readouterr().err == ""
+    suite.with_samples([1.0, 1.5, 0.7, 1.3, 0.9])
+    err = capsys.readouterr().err
+    assert "interquartile range is" in err and "of their median (over 10%" in err

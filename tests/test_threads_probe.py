@@ -1,4 +1,4 @@
-"""scripts/threads_probe.py: every setting measured in turns, written whole, bad input refused."""
+"""scripts/research/threads_probe.py: every setting measured in turns, written whole, bad input refused."""
 
 import csv
 import json

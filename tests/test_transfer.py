@@ -89,8 +89,15 @@ def test_copies_rotate_over_four_times_the_cache(monkeypatch):
     copy.check()
 
 
-def test_cache_size_of_this_cpu_is_read_or_zero():
-    assert T.cache_bytes(CPU) >= 0 and T.cache_bytes(torch.device("meta")) == 0
+def test_the_cpus_largest_cache_is_read_from_sysfs(tmp_path):
+    for index, size in (("index0", "48K"), ("index2", "2048K"), ("index3", "32M"), ("index9", "junk")):
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "size").write_text(size + "\n")
+    assert T.cache_bytes(CPU, sysfs=tmp_path) == 32 * 2**20
+    assert T.cache_bytes(CPU, sysfs=tmp_path / "absent") == 0  # no sysfs (another OS): unknown
+    assert T.cache_bytes(torch.device("meta")) == 0
+    if any(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size")):  # this machine reports its caches
+        assert T.cache_bytes(CPU) >= 2**20
 
 
 def test_copy_check_catches_a_wrong_copy(monkeypatch):

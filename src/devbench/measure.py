@@ -74,8 +74,27 @@ MAX_CALLS = 1_000_000
 SIZING_S = 2e-3
 SIZING_MAX_CALLS = 100_000
 
-#: torch.utils.benchmark warns when IQR / median passes this; so does devbench.
+#: torch.utils.benchmark warns when IQR / median passes this; so does devbench (``spread_note``, printed by
+#: ``suite.with_samples`` beside the figure: asv shows it under ``--show-stderr``, as ``make bench`` runs it).
 SPREAD_WARN = 0.1
+
+
+def spread_of(values: Sequence[float]) -> float:
+    """IQR / median of ``values`` (inclusive quartiles; 0 for one value, inf for a median of 0)."""
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    mid = statistics.median(values)
+    return (q[2] - q[0]) / mid if mid > 0 else float("inf")
+
+
+def spread_note(values: Sequence[float], warn: float = SPREAD_WARN) -> str | None:
+    """What to tell a user whose figure's samples disagree by more than ``warn`` (IQR / median), or None."""
+    spread = spread_of(values)
+    if spread <= warn:
+        return None
+    return (f"the samples' interquartile range is {spread:.0%} of their median (over {warn:.0%}, where "
+            "torch.utils.benchmark warns too): the host was busy or the work varies; read the figure with care")
 
 #: On CUDA, a call shorter than this is timed with the stream held (``time_block``'s
 #: ``hold``): launching a kernel or copy costs the host 5-10 us, so below ~100 us
@@ -426,8 +445,8 @@ class Measurement:
 
     @property
     def spread(self) -> float:
-        """IQR / median: 0.1 or more means the blocks disagree (torch.utils.benchmark's warning)."""
-        return self.iqr / self.median if self.median > 0 else float("inf")
+        """IQR / median: above ``SPREAD_WARN`` the blocks disagree (torch.utils.benchmark's warning)."""
+        return spread_of(self.per_call)
 
     def rate(self, work: float) -> float:
         """``work`` per second at the median (work: bytes, FLOP, ...)."""

@@ -151,6 +151,11 @@ def with_samples(samples: Iterable[float], number: int = 1) -> dict:
         raise ValueError(f"samples must be finite, got {bad[:3]}")
     if number < 1:
         raise ValueError(f"number must be >= 1, got {number}")
+    from devbench.measure import spread_note
+
+    note = spread_note(values)
+    if note:  # beside the figure in asv's output (--show-stderr), as torch.utils.benchmark warns
+        print(f"devbench: {note}", file=sys.stderr, flush=True)
     return {"samples": values, "number": int(number)}
 
 

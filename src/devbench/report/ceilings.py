@@ -27,6 +27,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from devbench import spec
 from devbench.spec import direction
 
 MiB, GiB = 2**20, 2**30
@@ -34,14 +35,12 @@ MiB, GiB = 2**20, 2**30
 #: the ceilings of a run, by the device a figure runs on: (name, benchmark, params)
 CEILINGS: dict[str, list[tuple[str, str, dict[str, object]]]] = {
     "cpu": [
-        ("host copy 64 MiB", "bench_transfer.DeviceCopy.track_gbps_copied", {"device": "cpu", "nbytes": 64 * MiB}),
-        ("achievable float32", "bench_achievable.MatmulAchievable.track_tflops",
-         {"device": "cpu", "dtype": "float32", "run": "burst"}),
+        ("host copy 64 MiB", spec.DEVICE_COPY_GBPS.benchmark, {"device": "cpu", "nbytes": 64 * MiB}),
+        ("achievable float32", spec.ACHIEVABLE_TFLOPS.benchmark, {"device": "cpu", "dtype": "float32", "run": "burst"}),
     ],
     "cuda": [
-        ("device copy 1 GiB", "bench_transfer.DeviceCopy.track_gbps_copied", {"device": "cuda", "nbytes": GiB}),
-        ("achievable bfloat16", "bench_achievable.MatmulAchievable.track_tflops",
-         {"device": "cuda", "dtype": "bfloat16", "run": "burst"}),
+        ("device copy 1 GiB", spec.DEVICE_COPY_GBPS.benchmark, {"device": "cuda", "nbytes": GiB}),
+        ("achievable bfloat16", spec.ACHIEVABLE_TFLOPS.benchmark, {"device": "cuda", "dtype": "bfloat16", "run": "burst"}),
     ],
 }  # fmt: skip
 

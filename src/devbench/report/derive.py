@@ -482,10 +482,10 @@ def _peer_paths(frame: pd.DataFrame) -> dict[tuple, str]:
     from devbench.expected import path_label
 
     sub = usable(frame)
-    access = sub[sub["benchmark"] == "bench_transfer.PeerCopy.track_peer_access"]
+    access = sub[sub["benchmark"] == spec.PEER_ACCESS.benchmark]
     if access.empty or "route" not in access or "nbytes" not in access:
         return {}
-    share = sub[sub["benchmark"] == "bench_transfer.PeerCopy.track_nvlink_share"]
+    share = sub[sub["benchmark"] == spec.PEER_NVLINK_SHARE.benchmark]
     key = ["machine", "env", "commit", "route", "nbytes"]
     shares = {tuple(k): v for *k, v in share[[*key, "value"]].itertuples(index=False)}
     out = {}
@@ -513,15 +513,15 @@ def with_health(frame: pd.DataFrame) -> pd.DataFrame:
     nbytes = pd.to_numeric(out["nbytes"], errors="coerce") if "nbytes" in out else pd.Series(np.nan, index=out.index)
     n = pd.to_numeric(out["n"], errors="coerce") if "n" in out else pd.Series(np.nan, index=out.index)
     kinds = pd.Series("", index=out.index)
-    copies = (bench == "bench_transfer.HostDevice.track_gbps") & (nbytes >= HEALTH_MIN_BYTES)
+    copies = (bench == spec.HOST_DEVICE_GBPS.benchmark) & (nbytes >= HEALTH_MIN_BYTES)
     kinds[copies] = col("direction")[copies]
-    device = (bench == "bench_transfer.DeviceCopy.track_gbps_read_write") & (col("device") == "cuda")
+    device = (bench == spec.DEVICE_COPY_RW_GBPS.benchmark) & (col("device") == "cuda")
     kinds[device & (nbytes >= HEALTH_MIN_BYTES)] = "device_copy"
-    products = (bench == "bench_matmul.MatmulSquare.track_tflops") & (col("device") == "cuda") & (n >= HEALTH_MIN_N)
+    products = (bench == spec.MATMUL_TFLOPS.benchmark) & (col("device") == "cuda") & (n >= HEALTH_MIN_N)
     kinds[products] = "matmul:" + col("dtype")[products]
-    kinds[(bench == "bench_transfer.PeerCopy.track_gbps") & (nbytes >= HEALTH_MIN_BYTES)] = "peer"
-    kinds[bench.str.startswith("bench_transfer.PeerMatrix.track_")] = "peer"
-    nccl = (bench == "bench_collectives.Collectives.track_busbw") & (col("backend") == "nccl")
+    kinds[(bench == spec.PEER_COPY_GBPS.benchmark) & (nbytes >= HEALTH_MIN_BYTES)] = "peer"
+    kinds[bench.isin([spec.PEER_MATRIX_SLOWEST.benchmark, spec.PEER_MATRIX_MEDIAN.benchmark])] = "peer"
+    nccl = (bench == spec.COLLECTIVE_BUSBW.benchmark) & (col("backend") == "nccl")
     kinds[nccl & (nbytes >= HEALTH_MIN_BYTES)] = "busbw"
     pageable = copies & (col("memory") == "pageable")
     kinds[pageable] = "pageable"

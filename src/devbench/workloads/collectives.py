@@ -83,11 +83,6 @@ def _values(count: int, rank: int, device: torch.device) -> torch.Tensor:
     return _cycle(count, rank + 1, device)
 
 
-def _sum_of_ranks(count: int, world: int, device: torch.device) -> torch.Tensor:
-    """The sum of every rank's ``_values``: world(world + 1)/2 x (1 + position mod 251)."""
-    return _cycle(count, world * (world + 1) // 2, device)
-
-
 @dataclass
 class Collective:
     """One collective of ``nbytes`` (nccl-tests' size) on this rank's ``device``.

@@ -50,15 +50,20 @@ HEADROOM = 1.25
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # 2^64 / phi as a signed 64-bit integer
 
 
-def cache_bytes(device: torch.device) -> int:
-    """The last-level cache in front of ``device``'s memory: a GPU's L2, the CPU's largest cache (0 if unknown)."""
+#: where Linux describes CPU 0's caches
+CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def cache_bytes(device: torch.device, sysfs: Path = CPU_CACHES) -> int:
+    """The last-level cache in front of ``device``'s memory: a GPU's L2, the CPU's largest cache as ``sysfs``
+    lists it (0 if unknown)."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
     if device.type != "cpu":
         return 0
     sizes = []
-    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+    for path in sysfs.glob("index*/size"):
         text = path.read_text(encoding="ascii").strip()
         scale = {"K": KiB, "M": MiB, "G": GiB}.get(text[-1:], 1)
         try:

@@ -10,7 +10,7 @@ falls on every setting alike. Each cell is the median over rounds of a round's m
   back with ``.item()`` (what ``LogNorms`` does per step);
 - ``matmul``: one float32 1,024 x 1,024 product.
 
-    python scripts/threads_probe.py --out reports/noise/threads    # table on stdout, data in --out
+    python scripts/research/threads_probe.py --out reports/noise/threads    # table on stdout, data in --out
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ few percent; on a shared VM they jump between levels (devbench's 2-vCPU VM: 5.8 
 10-13 us, switching every few hundred milliseconds), and no benchmark setting removes
 that from run-to-run comparisons (docs/noise.md, "Where a figure's spread comes from").
 
-    python scripts/host_noise.py                 # 40 windows of 20 ms, 100 ms apart
-    python scripts/host_noise.py --dtype float32 --n 64 --windows 100
+    python scripts/research/host_noise.py                 # 40 windows of 20 ms, 100 ms apart
+    python scripts/research/host_noise.py --dtype float32 --n 64 --windows 100
 """
 
 import argparse

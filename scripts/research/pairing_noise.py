@@ -6,7 +6,7 @@ of the log figure into: within a process (block to block), between two processes
 same moment (a process's own layout), and over time (seconds within a pass, minutes between passes).
 The last is what pairing cancels; the second is what only more process pairs average out.
 
-    python scripts/pairing_noise.py --out reports/noise/pairing [--passes 10 --pairs 16 --minutes 8]
+    python scripts/research/pairing_noise.py --out reports/noise/pairing [--passes 10 --pairs 16 --minutes 8]
 
 Writes ``blocks.csv`` (every block: figure, pass, pair, side, value, time) and ``summary.md``.
 """

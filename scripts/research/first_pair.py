@@ -4,7 +4,7 @@ A/A worker pairs, as ``devbench compare`` runs them: for each figure below, both
 turn (the side first alternating by pass), then three pairs of turns, every call kept with its
 duration, the first pair included (compare keeps it only when it alone outlasts ``--figure-s``).
 
-    python scripts/first_pair.py TREE --passes 6 --out turns.csv [--only burst]
+    python scripts/research/first_pair.py TREE --passes 6 --out turns.csv [--only burst]
 
 ``TREE`` holds the ``src/`` and ``benchmarks/`` to run (a checkout or ``git worktree``).
 """

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Make a synthetic asv result history and time the report (and ``asv publish``) on it.
 
-    python scripts/synthetic_history.py /tmp/hist                 # 10 machines x 50 commits x 2 envs
-    python scripts/synthetic_history.py /tmp/hist --publish       # also time `asv publish` on it
-    python scripts/synthetic_history.py /tmp/hist --machines 2 --commits 5 --benchmarks 10
+    python scripts/research/synthetic_history.py /tmp/hist                 # 10 machines x 50 commits x 2 envs
+    python scripts/research/synthetic_history.py /tmp/hist --publish       # also time `asv publish` on it
+    python scripts/research/synthetic_history.py /tmp/hist --machines 2 --commits 5 --benchmarks 10
 
 The files are written by asv's own ``Results.add_result``/``save`` (statistics computed
 by asv from the samples), into a git repository whose commits they name, so asv can
