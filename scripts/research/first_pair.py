@@ -20,8 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from devbench.compare.session import Worker, close_combination, open_combination, turn  # noqa: E402
 from pairing_noise import index_of  # noqa: E402  (this folder is first on sys.path when run by path)
+
+from devbench.compare.session import Worker, close_combination, open_combination, turn  # noqa: E402
 
 #: the CPU figures whose one call lasts a second or more, and a product just under that
 FIGURES = [

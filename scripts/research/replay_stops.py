@@ -39,7 +39,8 @@ whose base was set up first and half from the others (so the order's effect stay
 such draws. An estimate, not a measurement: a draw holds no value beyond those measured, so where the host
 can read a figure further apart than it did in the run, more passes would detect less than it says.
 
-    python scripts/research/replay_stops.py reports/compare-aa/all-passes [--full-run-s 388] [--pairs 2] [--min-passes 8]
+    python scripts/research/replay_stops.py reports/compare-aa/all-passes [--full-run-s 388] [--pairs 2] \
+        [--min-passes 8]
         [--max-passes 8] [--screen 0] [--same] [--passes 20]
 """
 

@@ -330,7 +330,8 @@ def run(args: argparse.Namespace) -> int:
     if drift:
         print(f"\n{len(drift)} figure(s) DRIFT: the method agrees with the reference now, the recorded figure is "
               f"more than {args.tolerance:.0%} off: {', '.join(drift)}. The machine ran at another speed during "
-              "the asv run; re-run on a quiet machine (scripts/research/host_noise.py tells whether it is one).")  # fmt: skip
+              "the asv run; re-run on a quiet machine (scripts/research/host_noise.py tells whether it is "
+              "one).")  # fmt: skip
     held = [r.label for r in rows if verdict(r, args.tolerance) == "HELD"]
     if held:
         print(f"\n{len(held)} figure(s) HELD: timed with the stream held (the GPU's own time, no dispatch); "

@@ -40,7 +40,8 @@ CEILINGS: dict[str, list[tuple[str, str, dict[str, object]]]] = {
     ],
     "cuda": [
         ("device copy 1 GiB", spec.DEVICE_COPY_GBPS.benchmark, {"device": "cuda", "nbytes": GiB}),
-        ("achievable bfloat16", spec.ACHIEVABLE_TFLOPS.benchmark, {"device": "cuda", "dtype": "bfloat16", "run": "burst"}),
+        ("achievable bfloat16", spec.ACHIEVABLE_TFLOPS.benchmark,
+         {"device": "cuda", "dtype": "bfloat16", "run": "burst"}),
     ],
 }  # fmt: skip
 
