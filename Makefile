@@ -106,9 +106,11 @@ report: venv
 # devbench compare in reports/compare-power/aa-idle/) and the history of reports/history-attribution/
 # (twelve commits run twice, its steps labelled machine or code). Their inputs are committed, so anyone
 # can rebuild them. `make report` writes the user's own report to reports/latest/, which git ignores.
+# The samples leave out the CSV (megabytes of the same rows the Markdown and HTML show): reports/ holds evidence.
+SAMPLE_FORMAT := --format md,html,png
 sample-report: venv
-	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-power/aa-idle --out reports/sample
-	$(VENV)/bin/devbench report --results reports/history-attribution --out reports/history-attribution/report
+	$(VENV)/bin/devbench report --results reports/asv-results --compare reports/compare-power/aa-idle --out reports/sample $(SAMPLE_FORMAT)
+	$(VENV)/bin/devbench report --results reports/history-attribution --out reports/history-attribution/report $(SAMPLE_FORMAT)
 
 quick: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --quick --show-stderr --bench '$(BENCH)'

@@ -54,6 +54,24 @@ def _text(path: Path) -> str:
 MADE = ("reports/latest",)
 
 
+def _archived(path: Path) -> bool:
+    """Whether ``path`` is packed in a ``runs.tar.xz`` of a folder above it (reports/: evidence compacted)."""
+    import tarfile
+
+    for folder in path.parents:
+        archive = folder / "runs.tar.xz"
+        if archive.is_file():
+            with tarfile.open(archive) as tar:
+                names = set(tar.getnames())
+            member = str(path.relative_to(folder))
+            return member in names or any(n.startswith(member + "/") for n in names)
+    return False
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or _archived(path)
+
+
 def _headings(md: Path) -> set[str]:
     return {line.lstrip("#").strip() for line in _text(md).splitlines() if line.startswith("#")}
 
@@ -84,7 +102,7 @@ def broken_references(files: list[Path], root: Path = ROOT) -> list[str]:
             candidate = name.rstrip("/.")
             if candidate.endswith("_") or candidate.startswith(MADE):  # a name's stem (bench_<x>), or an output
                 continue
-            if not (root / candidate).exists() and not (path.parent / candidate).exists():
+            if not _exists(root / candidate) and not _exists(path.parent / candidate):
                 bad.append(f"{where}: {name} does not exist")
         for md, section in SECTION.findall(text):
             target = root / md if (root / md).exists() else path.parent / md
@@ -127,3 +145,13 @@ def test_a_removed_path_section_or_test_is_found(tmp_path):
 @pytest.mark.parametrize("doc", ["README.md", "docs/design.md", "benchmarks/README.md", "reports/README.md"])
 def test_the_main_docs_are_read(doc):
     assert ROOT / doc in _sources()
+
+
+def test_reports_hold_evidence_not_an_archive():
+    """reports/ holds what current claims rest on, compacted (bulk packed in runs.tar.xz, superseded runs
+    deleted: git keeps them): at most 10 MB, 200 files and 12 folders beside its index."""
+    files = [p for p in (ROOT / "reports").rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) <= 10 * 2**20
+    assert len(files) <= 200
+    entries = [p for p in (ROOT / "reports").iterdir() if p.name != "README.md"]
+    assert len(entries) <= 12, sorted(p.name for p in entries)
