@@ -22,6 +22,7 @@ from devbench.measure import brief, burst, one_call_s, sustained
 from devbench.suite import (
     DEVICES,
     Benchmark,
+    instrumented,
     no_cuda_reason,
     once,
     record_sampled,
@@ -56,6 +57,7 @@ def _read(device: str, dtype: str) -> bool:
     return any(selected(name, (device, dtype, run)) for run in RUNS)
 
 
+@instrumented
 class MatmulAchievable(Benchmark):
     """TFLOP/s of the fastest matmul shape found on this device: best (brief), burst and sustained.
 

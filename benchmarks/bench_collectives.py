@@ -14,7 +14,7 @@ import functools
 
 from devbench.measure import blocks_per_figure
 from devbench.spec import MiB, bus_factor, gbps
-from devbench.suite import Benchmark, selected, with_samples
+from devbench.suite import Benchmark, instrumented, selected, with_samples
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
 from devbench.world import BACKENDS, backend_reason, spawn_world
 
@@ -24,6 +24,7 @@ WORLDS = [2, 4]
 TRACKS = ("track_time", "track_algbw", "track_busbw")
 
 
+@instrumented
 class Collectives(Benchmark):
     """all_reduce, all_gather, reduce_scatter, broadcast, send/recv ring; 4 KiB to 256 MiB.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from devbench import runinfo
 from devbench.devices import initialise_cuda, num_gpus, try_all_gpus, try_gpu
-from devbench.suite import Benchmark
+from devbench.suite import Benchmark, instrumented
 
 
 class RunInfo:
@@ -28,6 +28,7 @@ class RunInfo:
     track_gpu_count.unit = "GPUs"
 
 
+@instrumented
 class TryGpu(Benchmark):
     """``try_gpu()`` asks the driver how many GPUs there are; code calls it per batch.
 

@@ -21,7 +21,7 @@ from devbench.measure import (
     one_call_s,
     warm_up,
 )
-from devbench.suite import DEVICES, Benchmark, once, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, instrumented, once, require_device, with_samples
 from devbench.workloads.launch import GRAPH_CALLS, TASKS, SmallTask, graph_reason, graphed
 
 MODES = ["per_call", "queued", "held", "graph"]
@@ -35,6 +35,7 @@ def _task(task: str, device: torch.device) -> SmallTask:
     return t
 
 
+@instrumented
 class LaunchOverhead(Benchmark):
     """Microseconds per call of a small task, timed four ways (``mode``).
 

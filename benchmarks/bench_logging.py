@@ -2,13 +2,14 @@
 
 import time
 
-from devbench.suite import DEVICES, Benchmark, check_once, once, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, with_samples
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
 #: Pairs of loops behind the in-process ratio (each pair is one sample).
 RATIO_SAMPLES = 5
 
 
+@instrumented
 class LogNorms(Benchmark):
     """``steps`` products of n x n matrices, each one's norm logged by ``strategy``.
 

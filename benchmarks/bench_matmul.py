@@ -7,7 +7,7 @@ import torch
 from devbench.devices import synchronize
 from devbench.measure import MATMUL_BLOCK_S, measure, plan_blocks, warm_up
 from devbench.spec import matmul_flops as flops
-from devbench.suite import DEVICES, Benchmark, check_once, once, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, with_samples
 from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add, warmed
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
@@ -35,6 +35,7 @@ def _ready(key: tuple, mm: Matmul) -> Matmul:
     return mm
 
 
+@instrumented
 class MatmulSquare(Benchmark):
     """C = A @ B for n x n matrices: wall time of one product and throughput in TFLOP/s.
 
@@ -75,6 +76,7 @@ class MatmulSquare(Benchmark):
     track_tflops.unit = "TFLOP/s"
 
 
+@instrumented
 class MatmulSpeedup(Benchmark):
     """GPU throughput over CPU throughput for one product, both measured in this process.
 
@@ -114,6 +116,7 @@ class MatmulSpeedup(Benchmark):
     track_gpu_over_cpu.unit = "x"
 
 
+@instrumented
 class TinyOp(Benchmark):
     """One elementwise add on 1 and 1,000 elements, with the launch and the sync.
 

@@ -8,7 +8,7 @@ import torch
 
 from devbench.devices import synchronize
 from devbench.measure import randn, warm_up
-from devbench.suite import DEVICES, Benchmark, check_once, once, require_device
+from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device
 from devbench.workloads.model import (
     BATCH,
     MODEL_INPUTS,
@@ -25,6 +25,7 @@ from devbench.workloads.model import (
 MODELS = list(MODEL_INPUTS)
 
 
+@instrumented
 class Forward(Benchmark):
     """Inference on a batch of 256 already on the device: the chapter's one-unit
     ``LazyLinear`` (all launch overhead) and a 4-layer, 12.6M-parameter MLP."""
@@ -54,6 +55,7 @@ class Forward(Benchmark):
         synchronize(self.device)
 
 
+@instrumented
 class TrainingStep(Benchmark):
     """Forward, backward and SGD step, the batch moved from host memory each step by the
     chapter's ``prepare_batch``: plain ``.to(device)`` from pageable memory, or from
@@ -88,6 +90,7 @@ class TrainingStep(Benchmark):
         synchronize(self.device)
 
 
+@instrumented
 class StateDict(Benchmark):
     """Writing a model's parameters from the device to a file and reading them back onto
     the device (``torch.load(map_location=device, weights_only=True)``), 1M and 100M

@@ -5,13 +5,14 @@ import torch
 from devbench.devices import num_gpus
 from devbench.measure import pin_threads
 from devbench.spec import parallel_ideal
-from devbench.suite import Benchmark, once, require_device, require_gpus, with_samples
+from devbench.suite import Benchmark, instrumented, once, require_device, require_gpus, with_samples
 from devbench.workloads.parallel import ParallelPair
 
 MODES = ["gpus", "streams", "cpu_threads"]
 SIZES = [1024, 4096, 8192]
 
 
+@instrumented
 class ParallelMatmul(Benchmark):
     """N lanes of float32 matmuls at once vs the same work one after another on one lane.
 

@@ -25,7 +25,16 @@ from devbench.measure import (
     warm_up,
 )
 from devbench.spec import GiB, MiB, gbps
-from devbench.suite import DEVICES, Benchmark, check_once, once, require_device, require_gpus, with_samples
+from devbench.suite import (
+    DEVICES,
+    Benchmark,
+    check_once,
+    instrumented,
+    once,
+    require_device,
+    require_gpus,
+    with_samples,
+)
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
     HIDDEN,
@@ -86,6 +95,7 @@ def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
         raise NotImplementedError(reason)
 
 
+@instrumented
 class HostDevice(Benchmark):
     """Host -> GPU (``h2d``) and GPU -> host (``d2h``) copies of 4 KiB to 1 GiB.
 
@@ -121,6 +131,7 @@ class HostDevice(Benchmark):
     track_gbps.unit = "GB/s"
 
 
+@instrumented
 class HostDeviceBidirectional(Benchmark):
     """Host -> GPU and GPU -> host at once, on two streams, from and to pinned memory.
 
@@ -164,6 +175,7 @@ class HostDeviceBidirectional(Benchmark):
     track_total_gbps.unit = track_h2d_gbps.unit = track_d2h_gbps.unit = "GB/s"
 
 
+@instrumented
 class DeviceCopy(Benchmark):
     """A copy within one device's memory: ``copy_`` on a GPU, a STREAM-like copy on the CPU.
 
@@ -214,6 +226,7 @@ def _peer_path(copy: Copy) -> PeerPath:
     return trace_path(copy, peer, gpustate.nvlink_joined(src, dst, None, ids), gpustate.nvlink_reader(src, None, ids))
 
 
+@instrumented
 class PeerCopy(Benchmark):
     """GPU 0 -> GPU 1 and back over sizes (NVLink or PCIe, peer-to-peer when the driver allows it).
 
@@ -264,6 +277,7 @@ class PeerCopy(Benchmark):
 MATRIX_SIZES = [256 * MiB]
 
 
+@instrumented
 class PeerMatrix(Benchmark):
     """Both directions of every pair of GPUs at 256 MiB, each copy checked, timed and traced.
 
@@ -307,6 +321,7 @@ class PeerMatrix(Benchmark):
     track_slowest_gbps.unit = track_median_gbps.unit = "GB/s"
 
 
+@instrumented
 class ManySmallCopies(Benchmark):
     """4 MiB as 1,024 copies of 4 KiB vs one copy, and 256 small tensors one by one vs packed.
 
@@ -331,6 +346,7 @@ class ManySmallCopies(Benchmark):
         synchronize(self.device)
 
 
+@instrumented
 class SameDeviceMove(Benchmark):
     """Moving a tensor to the device it is on: ``.to(device)``, or ``.cuda(i)`` / ``.cpu()``.
 
@@ -364,6 +380,7 @@ class SameDeviceMove(Benchmark):
         self.move()
 
 
+@instrumented
 class CopyComputeOverlap(Benchmark):
     """A pinned 64 MiB host -> GPU copy on one stream while matmuls run on another.
 
@@ -408,6 +425,7 @@ class CopyComputeOverlap(Benchmark):
     track_hidden.unit = "%"
 
 
+@instrumented
 class HiddenCopy(Benchmark):
     """Reading a 1,000-element tensor from Python: each read of a GPU tensor is a copy and a sync.
 

@@ -111,3 +111,15 @@ def test_asv_check_names_a_benchmark_whose_setup_takes_the_wrong_arguments(tmp_p
     )
     count, bad = _asv_check(suite)
     assert count == 1 and bad == ["bench_bad.Bad.time_it"]
+
+
+@pytest.mark.parametrize("name, cls", list(_benchmark_classes()))
+def test_every_benchmark_class_says_what_asv_runs_around_it(name, cls):
+    """``@instrumented`` above the class, in its own source: reading the class tells that its set-up pins the
+    threads, raises its declared skips and records the GPU state (the base class holds settings only)."""
+    from devbench.suite import Benchmark
+
+    if not issubclass(cls, Benchmark):
+        pytest.skip(f"{name} does not use the suite's base class")
+    assert cls.__dict__.get("_devbench_instrumented"), f"{name}: add @instrumented above the class"
+    assert inspect.getsource(cls).lstrip().startswith("@instrumented")

@@ -155,7 +155,7 @@ def test_a_gpu_point_without_its_own_setup_figure_pays_the_probed_gpu_setup():
 
 
 def test_a_declared_skip_is_not_priced_and_the_base_class_raises_its_reason():
-    from devbench.suite import Benchmark
+    from devbench.suite import Benchmark, instrumented
 
     skips = [{"where": {"device": ["cpu"], "n": [8192]}, "reason": "the CPU curve stops at 4096"}]
     listing = {"bench_x.X.time_a": _bench("bench_x.X.time_a", [["cpu", "cuda"], [1024, 8192]], ["device", "n"],
@@ -164,6 +164,7 @@ def test_a_declared_skip_is_not_priced_and_the_base_class_raises_its_reason():
     assert (by["device=cpu, n=8192"].state, by["device=cpu, n=8192"].reason) == ("skip", "the CPU curve stops at 4096")
     assert by["device=cuda, n=8192"].state == by["device=cpu, n=1024"].state == "run"
 
+    @instrumented
     class X(Benchmark):
         params = [["cpu", "cuda"], [1024, 8192]]
         param_names = ["device", "n"]

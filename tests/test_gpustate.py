@@ -10,7 +10,7 @@ import pytest
 from devbench import gpustate
 from devbench.report.cli import main as report_main
 from devbench.report.load import load_results
-from devbench.suite import Benchmark, records_gpu_state
+from devbench.suite import Benchmark, instrumented, records_gpu_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -289,6 +289,7 @@ def test_the_base_class_pins_threads_and_records_unless_the_class_opts_out(monke
     pinned = []
     monkeypatch.setattr(measure, "pin_threads", lambda threads=None: pinned.append(threads) or 1)
 
+    @instrumented
     class Plain(Benchmark):
         def setup(self, n):
             self.seen = list(pinned)
@@ -296,6 +297,11 @@ def test_the_base_class_pins_threads_and_records_unless_the_class_opts_out(monke
         def setup_cache(self):
             return len(pinned)
 
+    class Bare(Benchmark):  # no @instrumented: asv runs the class's own set-up, nothing around it
+        def setup(self, n):
+            self.seen = list(pinned)
+
+    @instrumented
     class Unpinned(Benchmark):
         pins_threads = False
         gpu_state = False
@@ -304,6 +310,10 @@ def test_the_base_class_pins_threads_and_records_unless_the_class_opts_out(monke
             pass
 
     assert Plain.setup.devbench_gpu_state and Plain.teardown.devbench_gpu_state
+    assert not hasattr(Bare.setup, "devbench_gpu_state") and "_devbench_instrumented" not in Bare.__dict__
+    bare = Bare()
+    bare.setup(4)
+    assert bare.seen == [] and pinned == []
     bench = Plain()
     bench.setup(4)
     assert bench.seen == [None]  # pinned before the class's own set-up ran

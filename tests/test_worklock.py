@@ -170,6 +170,7 @@ def test_no_benchmarks_folder_exits_2(tmp_path, capsys):
     assert "has no benchmarks/ folder" in capsys.readouterr().err
 
 
+@suite.instrumented
 class Versioned(suite.Benchmark):
     work_version = 2
 
@@ -183,6 +184,7 @@ class Versioned(suite.Benchmark):
         return 1.0
 
 
+@suite.instrumented
 class Unversioned(suite.Benchmark):
     def setup(self):
         self.x = 1
@@ -206,6 +208,7 @@ def test_work_version_folds_into_the_version_asv_records():
     assert versioned.endswith("-work2") and track.endswith("-work2") and track != versioned  # each method its own
 
     # an edit of the benchmark's own code still starts a new series, as asv's version does
+    @suite.instrumented
     class Edited(suite.Benchmark):
         work_version = 2
 
@@ -218,12 +221,14 @@ def test_work_version_folds_into_the_version_asv_records():
     assert _asv_version(Edited, "time_x").endswith("-work2") and _asv_version(Edited, "time_x") != versioned
 
     # a set-up inherited counts, as in asv's own version: the same method under another parent's set-up differs
+    @suite.instrumented
     class UnderVersioned(Versioned):
         work_version = 2
 
         def time_z(self):
             pass
 
+    @suite.instrumented
     class UnderEdited(Edited):
         work_version = 2
 
@@ -234,12 +239,12 @@ def test_work_version_folds_into_the_version_asv_records():
 
     # a class with no source file (built in a REPL or by exec) still gets a version, from its bytecode
     ns = {}
-    exec("from devbench.suite import Benchmark\nclass X(Benchmark):\n    work_version = 3\n"
-         "    def time_a(self):\n        return 1\n", ns)  # fmt: skip
+    exec("from devbench.suite import Benchmark, instrumented\n@instrumented\nclass X(Benchmark):\n"
+         "    work_version = 3\n    def time_a(self):\n        return 1\n", ns)  # fmt: skip
     assert ns["X"].time_a.version.endswith("-work3")
 
     with pytest.raises(TypeError, match="Bad.work_version must be an int >= 1, got 0"):
-        type("Bad", (suite.Benchmark,), {"work_version": 0})
+        suite.instrumented(type("Bad", (suite.Benchmark,), {"work_version": 0}))
 
 
 def test_the_suite_keeps_the_changed_work_apart():

@@ -2,7 +2,7 @@
 
 A figure measured while the GPU was power- or heat-limited is not the figure of the
 GPU; nvbench throws such samples away, devbench keeps them and says so. The suite's
-``Benchmark`` base class calls ``record`` after every ``setup`` ("before") and in every
+``@suite.instrumented`` calls ``record`` after every ``setup`` ("before") and in every
 ``teardown`` ("after") of a benchmark that created a CUDA context; each call appends
 one JSON line per GPU to ``.asv/gpustate/<machine>.jsonl`` with the SM and memory
 clocks, temperature, power, the active clock-event ("throttle") reasons, and NVML's

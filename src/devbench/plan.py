@@ -22,7 +22,7 @@ Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a ro
   else ``TRACK_S`` (the engine's 11 blocks of 0.1 s, and its sizing).
 
 A point that matches one of the class's ``skips`` (a skip that depends only on params, raised by the
-base class before set-up: ``suite.declared_skip``) is not run or priced either. A point that needs more
+``@suite.instrumented`` before set-up: ``suite.declared_skip``) is not run or priced either. A point that needs more
 GPUs or cores than the machine has (``gpus_needed``: a ``'cuda'`` value, the
 class's ``plan_gpus``, or its ``plan_needs``) is not run: asv would fork a process only to skip it. A
 ``setup_cache`` (``plan_cache_s``) counts once per benchmark module and tier, or, where it is declared

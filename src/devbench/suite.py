@@ -5,9 +5,9 @@ Benchmarks import these so that the rules of docs/design.md live in one place:
 * ``DEVICES`` is the device param, the same on every machine (rule 1);
 * ``require_device`` / ``require_gpus`` turn param values into devices or raise
   ``NotImplementedError`` with the reason, which asv records as a skip (rule 1);
-* ``Benchmark`` holds the suite's sampling settings and the work version, and wraps every
-  subclass's set-up: its declared ``skips`` raised first, the CPU threads pinned, the GPUs'
-  NVML state recorded around each benchmark that uses CUDA (``devbench.gpustate``).
+* ``Benchmark`` holds the suite's sampling settings and the work version; ``@instrumented``
+  above a class wraps its set-up: its declared ``skips`` raised first, the CPU threads pinned,
+  the GPUs' NVML state recorded around each benchmark that uses CUDA (``devbench.gpustate``).
 
 Timing, inputs and threads are ``devbench.measure``'s (no asv there, so workloads can
 use it). Nothing here touches CUDA at import time (rule 2).
@@ -242,7 +242,7 @@ def declared_skip(bench: object, args: tuple) -> str | None:
     """The reason of the first of the class's ``skips`` entries that the point ``args`` matches, or None.
 
     ``skips = [{"where": {param: [values]}, "reason": "..."}]``: points that never run, whatever the machine
-    (a GPU-only mode on the CPU, a size the CPU curve stops before). The base class raises the reason before
+    (a GPU-only mode on the CPU, a size the CPU curve stops before). ``@instrumented`` raises the reason before
     ``setup`` runs, and ``devbench.plan`` reads the same entries, so a planned run does not price them."""
     names = list(getattr(bench, "param_names", []))
     values = args[len(args) - len(names) :] if names else ()
@@ -345,12 +345,9 @@ class Benchmark:
     short benchmark's samples span seconds of the host's ups and downs rather than a
     tenth of one (see docs/noise.md, "Where a figure's spread comes from").
 
-    Every subclass's ``setup`` is wrapped (``records_gpu_state``, applied here): torch's CPU
-    threads are pinned before it (``pins_threads``), and the GPUs' NVML state is recorded after
-    it and around the timing (``gpu_state``, ``samples_gpu_state``); its ``setup_cache`` runs with
-    the threads pinned too. A class opts out by setting the attribute to False. The wrappers keep
-    the source asv versions a benchmark by, and ``work_version`` (below) is the one attribute
-    that changes the version asv records.
+    The base class holds settings only; ``@instrumented`` above a class is what wraps its set-up and
+    tear-down (torch's CPU threads pinned, declared skips raised, the GPUs' NVML state recorded around
+    the timing) and folds ``work_version`` (below) into the version asv records.
     """
 
     #: pin torch's intra-op CPU threads (``measure.pin_threads``: DEVBENCH_THREADS or one per core)
@@ -365,7 +362,7 @@ class Benchmark:
     #: what is computed or copied, how it is timed), so that asv keeps the figures from before apart
     #: (``_work_versions``; ``benchmarks/work-lock.json`` records every class's)
     work_version = 1
-    #: whether clocks and power are sampled on a thread while the benchmark is timed (the base class's wrappers); False
+    #: whether clocks and power are sampled on a thread while the benchmark is timed (@instrumented's wrappers); False
     #: for figures of microseconds (a launch, a no-op move), where the thread would be part of what is timed
     samples_gpu_state = True
     #: whether the figures are measured in ``setup_cache`` (a sweep) and the benchmark methods only read
@@ -377,18 +374,33 @@ class Benchmark:
     rounds = 2
     timeout = 300.0
 
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        records_gpu_state(cls)
-        if "work_version" in cls.__dict__:
-            _work_versions(cls, cls.__dict__["work_version"])
-
     def teardown(self, *args) -> None:
         pass
 
 
+def instrumented(cls: type) -> type:
+    """What asv runs around a benchmark class of the suite, applied where the class says so (``@instrumented``
+    above it; ``tests/test_benchmarks.py`` holds that every class in ``benchmarks/`` has it):
+
+    * ``setup``: the class's declared ``skips`` raised first (asv's n/a, with the reason); torch's CPU threads
+      pinned (``pins_threads``); the class's own ``setup``; then, where CUDA is in use, the GPUs' NVML state
+      recorded and a sampler started that reads clocks and power while the benchmark is timed (``gpu_state``,
+      ``samples_gpu_state``);
+    * ``teardown``: the sampler stopped and the state recorded, then the class's own ``teardown``;
+    * ``setup_cache``: the threads pinned first;
+    * ``work_version`` > 1: folded into the version asv records for every benchmark method.
+
+    The wrappers keep the source asv versions a benchmark by. A class opts out of a part by setting its
+    attribute to False; nothing else changes what asv runs."""
+    records_gpu_state(cls)
+    if "work_version" in cls.__dict__:
+        _work_versions(cls, cls.__dict__["work_version"])
+    cls._devbench_instrumented = True
+    return cls
+
+
 def records_gpu_state(cls: type) -> type:
-    """Wrap ``cls``'s set-up and tear-down (every ``Benchmark`` subclass gets this from the base class):
+    """Wrap ``cls``'s set-up and tear-down (``instrumented``'s first part):
     record the GPUs' NVML state around each benchmark of ``cls`` that uses CUDA, and pin the threads first.
 
     Its ``setup`` and ``teardown`` are wrapped: right after set-up and before tear-down the state
