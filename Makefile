@@ -16,6 +16,7 @@ BENCH ?= .
 unexport PYTHONDONTWRITEBYTECODE
 REPORT_DIR ?= reports/latest
 
+.PHONY: compare-torch
 .PHONY: help venv test test-pytest test-asv test-asv-1 test-asv-2 test-fast gpu-run device-bundle lint bench machine quick compare publish preview report sample-report work-lock clean
 
 help:
@@ -24,6 +25,7 @@ help:
 	@echo "make bench     record the machine, run the whole suite, publish the HTML"
 	@echo "make quick     one sample of every benchmark (asv run --quick), results kept"
 	@echo "make compare   devbench compare BASE HEAD: paired turns, a verdict per figure (BASE=main by default)"
+	@echo "make compare-torch NEW=2.12.0  this commit under torch OLD (default TORCH) against NEW, paired"
 	@echo "make publish   asv publish: the HTML site under .asv/html, working offline (devbench.site)"
 	@echo "make report    devbench report: .asv/results -> reports/latest/ (Markdown, HTML, CSV, PNG)"
 	@echo "make preview   serve the HTML site on localhost"
@@ -117,6 +119,22 @@ quick: machine
 
 compare: machine
 	$(VENV)/bin/devbench compare $(BASE) HEAD --bench '$(BENCH)' --out .asv/compare
+
+# Did a torch upgrade make it slower? One environment per torch release, built once and kept
+# (.venv-torch-<version>, CPU wheels where the index has them: TORCH_INDEX), then a paired compare of this
+# commit in both: the same statistics as commit against commit, environment against environment.
+OLD ?= $(TORCH)
+TORCH_INDEX ?=
+.venv-torch-%/.installed: pyproject.toml
+	test -x .venv-torch-$*/bin/python || $(PYTHON) -m venv .venv-torch-$*
+	.venv-torch-$*/bin/python -m pip install -q --no-compile $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==$*" -e ".[report,gpu]"
+	touch $@
+
+compare-torch: venv
+	@test -n "$(NEW)" || { echo "make compare-torch: name the torch to judge, e.g. NEW=2.12.0 (OLD=$(OLD) is the base)"; exit 2; }
+	$(MAKE) --no-print-directory .venv-torch-$(OLD)/.installed .venv-torch-$(NEW)/.installed
+	$(VENV)/bin/devbench compare HEAD HEAD --base-python .venv-torch-$(OLD)/bin/python \
+		--head-python .venv-torch-$(NEW)/bin/python --bench '$(BENCH)' --out .asv/compare-torch-$(OLD)-$(NEW)
 
 # The suite under a time budget (BUDGET_S seconds): plan, asv run, CUDA tests, validate, packed (devbench.gpurun)
 BUDGET_S ?= 480

@@ -7,7 +7,9 @@ backend and world size, checks and times every op and size in it (the ``sweep`` 
 ``devbench.workloads.collectives``), and stops it; the ``track_`` figures read that
 sweep. Times are the mean over ranks of each rank's median block (nccl-tests' convention);
 each figure's samples are its blocks, each the mean over ranks of one block.
-Multi-node runs use ``python -m devbench.collectives`` under torchrun instead.
+Multi-node runs use ``python -m devbench.collectives`` under torchrun instead. Before a
+world's sweep, a pre-flight (``devbench.world.preflight``: one all_reduce of one element within
+a minute) proves it can exchange data; a world that cannot is skipped with the reason.
 """
 
 import functools
@@ -16,7 +18,7 @@ from devbench.measure import blocks_per_figure
 from devbench.spec import MiB, bus_factor, gbps
 from devbench.suite import Benchmark, instrumented, selected, with_samples
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
-from devbench.world import BACKENDS, backend_reason, spawn_world
+from devbench.world import BACKENDS, backend_reason, preflight, spawn_world
 
 WORLDS = [2, 4]
 
@@ -61,6 +63,13 @@ class Collectives(Benchmark):
                 only = [(op, n) for op in OPS for n in SIZES if _read(backend, world, op, n)]
                 if not only:
                     worlds[f"{backend}/{world}"] = {"skip": "no figure of this world selected in this run"}
+                    continue
+                # a one-element all_reduce first, within a minute: a world whose NCCL init hangs (no P2P in a VM,
+                # a wrong network interface) is skipped with the ranks' own lines, not waited on for the sweep's
+                # 15 minutes
+                failed = preflight(world, backend)
+                if failed:
+                    worlds[f"{backend}/{world}"] = {"skip": failed}
                     continue
                 every = len(only) == len(OPS) * len(SIZES)
                 # 3 blocks a row, or DEVBENCH_BLOCKS (asv --quick in make test, devbench compare)

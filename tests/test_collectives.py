@@ -60,6 +60,17 @@ def _hang(rank, world, pid_dir):
     time.sleep(120)
 
 
+def _stuck_all_reduce(rank, world, backend, pid_dir):
+    """Rank 1 never reaches the all_reduce (a rank stuck in its init, as an NCCL rank without P2P); rank 0 waits."""
+    Path(pid_dir, f"{rank}.pid").write_text(str(os.getpid()))
+    print(f"NCCL WARN rank {rank}: stand-in for NCCL's own line", flush=True)
+    if rank == 1:
+        time.sleep(120)
+    one = torch.ones(1)
+    dist.all_reduce(one)
+    return float(one.item())
+
+
 class _Skips(C.Collective):
     """A collective that does nothing: its check must fail."""
 
@@ -205,6 +216,50 @@ def test_a_stuck_world_is_stopped_at_its_timeout(tmp_path):
     assert err.value.ranks == [0, 1]
     assert multiprocessing.active_children() == []  # every rank joined
     assert not any(_alive(p) for p in _pids(tmp_path))
+
+
+def test_a_preflight_whose_rank_never_joins_ends_at_its_limit_with_the_reason_and_no_process_left(tmp_path):
+    import functools
+
+    from devbench.world import preflight
+
+    assert preflight(2, "gloo", timeout_s=120) is None  # a world that can exchange data: no reason
+    start = time.monotonic()
+    reason = preflight(2, "gloo", timeout_s=5, fn=functools.partial(_stuck_all_reduce, pid_dir=str(tmp_path)))
+    took = time.monotonic() - start
+    assert reason is not None and "pre-flight" in reason and "did not finish within 5 s" in reason
+    assert "stand-in for NCCL's own line" in reason  # what the ranks printed comes with the reason
+    assert took < 5 + 2 * 5.0 + 10  # its limit, then at most the grace and the kill wait: never the sweep's 900 s
+    pids = _pids(tmp_path)
+    assert len(pids) == 2 and not any(_alive(p) for p in pids)
+    assert multiprocessing.active_children() == []
+
+
+def test_a_rank_that_outlives_sigkill_is_named_not_waited_for(monkeypatch):
+    from devbench import world as W
+
+    class Stuck:
+        """A rank in a driver call: signals do not end it."""
+
+        pid = os.getpid()  # a live process, so its state can be read
+
+        def is_alive(self):
+            return True
+
+        def terminate(self):
+            pass
+
+        def kill(self):
+            pass
+
+        def join(self, timeout=None):
+            assert timeout is not None, "a stuck rank must never be joined without a limit"
+
+    monkeypatch.setattr(W, "GRACE_S", 0.01)
+    monkeypatch.setattr(W, "KILL_WAIT_S", 0.01)
+    stuck = W._stop([Stuck()])
+    assert [(r, pid) for r, pid, _ in stuck] == [(0, os.getpid())] and stuck[0][2] in "RSD"
+    assert "rank 0 (pid" in str(W.RanksStuck(stuck)) and "did not end after SIGKILL" in str(W.RanksStuck(stuck))
 
 
 def test_backend_reasons():

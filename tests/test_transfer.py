@@ -522,3 +522,38 @@ def test_the_report_shows_the_newest_matrix_and_names_the_slowest_pair(tmp_path,
     assert [r[1] for r in rows] == ["0", "1", "2"]  # one row per source GPU of the newest run, not the old one
     assert rows[1][2:] == ["369.5 (NVLink)", "-", "12.5 (PCIe P2P)"]
     assert "1 record(s) skipped: not a GPU-pair record" in md
+
+
+def test_a_peer_copy_is_built_and_checked_once_per_process_and_traced_only_by_its_path_figures(monkeypatch):
+    """asv runs set-up before every sample: PeerCopy built and checked its copy (up to 1 GiB) each time, and
+    traced NVLink for a second in each of its four methods' processes. Stand-in GPUs: two CPU devices."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks import bench_transfer as B
+
+    from devbench import suite
+
+    built, checked, traced = [], [], []
+
+    class Counted(T.Copy):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            built.append(1)
+
+        def check(self):
+            checked.append(1)
+            super().check()
+
+    monkeypatch.setattr(suite, "_BUILT", {})
+    monkeypatch.setattr(B, "require_gpus", lambda n: [CPU, CPU])
+    monkeypatch.setattr(B, "Copy", Counted)
+    monkeypatch.setattr(B, "_peer_path", lambda copy: traced.append(1) or T.PeerPath(True, None, None))
+    bench = B.PeerCopy()
+    for _ in range(5):  # five samples of time_copy
+        bench.setup("0->1", 4096)
+        bench.time_copy("0->1", 4096)
+        bench.teardown("0->1", 4096)
+    assert (len(built), len(checked), len(traced)) == (1, 1, 0)
+    import math
+
+    assert bench.track_peer_access("0->1", 4096) == 1.0 and math.isnan(bench.track_nvlink_share("0->1", 4096))
+    assert len(traced) == 1  # the path figures trace it, once

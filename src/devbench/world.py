@@ -25,9 +25,11 @@ from typing import Any
 __all__ = [
     "BACKENDS",
     "RankFailed",
+    "RanksStuck",
     "WorldTimeout",
     "backend_reason",
     "join_torchrun",
+    "preflight",
     "rank_device",
     "resolve_backend",
     "spawn_world",
@@ -37,6 +39,13 @@ __all__ = [
 BACKENDS = ("gloo", "nccl")
 #: seconds a terminated rank gets before it is killed
 GRACE_S = 5.0
+#: seconds a killed rank gets to be gone; one still there is stuck in the kernel (a CUDA driver call: state D)
+KILL_WAIT_S = 5.0
+#: the pre-flight's limit: a one-element all_reduce, the process group's set-up included. NCCL's own init
+#: on 8 GPUs takes seconds; one that has not joined after this is stuck (no P2P in a VM, a wrong interface)
+PREFLIGHT_S = 60.0
+#: lines of each rank's own output (NCCL's warnings among them) kept in a failure's message
+LOG_LINES = 12
 
 
 class RankFailed(RuntimeError):
@@ -50,9 +59,20 @@ class RankFailed(RuntimeError):
 class WorldTimeout(TimeoutError):
     """The world did not finish within its time limit; ``ranks`` are those still running."""
 
-    def __init__(self, ranks: Sequence[int], timeout_s: float) -> None:
-        super().__init__(f"ranks {list(ranks)} did not finish within {timeout_s:g} s; every rank was stopped")
+    def __init__(self, ranks: Sequence[int], timeout_s: float, detail: str = "") -> None:
+        super().__init__(f"ranks {list(ranks)} did not finish within {timeout_s:g} s; every rank was stopped"
+                         + (f"\n{detail}" if detail else ""))  # fmt: skip
         self.ranks = list(ranks)
+
+
+class RanksStuck(RuntimeError):
+    """Ranks that outlived SIGKILL: stuck in the kernel (a driver call), beyond any process's reach."""
+
+    def __init__(self, stuck: Sequence[tuple[int, int, str]]) -> None:
+        named = "; ".join(f"rank {r} (pid {pid}, state {state})" for r, pid, state in stuck)
+        super().__init__(f"{named} did not end after SIGKILL: stuck in the kernel, most likely a GPU driver call; "
+                         "the GPU may need a reset by its administrator")  # fmt: skip
+        self.stuck = list(stuck)
 
 
 def backend_reason(backend: str, world: int) -> str | None:
@@ -137,7 +157,13 @@ def _rank_main(
     timeout_s: float,
     args: tuple[Any, ...],
     results: Any,
+    log: str | None = None,
 ) -> None:
+    if log is not None:  # this rank's own output (NCCL's lines among it) to a file the parent reads on failure
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
     import torch
     import torch.distributed as dist
 
@@ -169,21 +195,50 @@ def _rank_main(
             dist.destroy_process_group()
 
 
-def _stop(procs: Sequence[Any]) -> None:
-    procs = [p for p in procs if p.pid is not None]  # never started (start() itself failed)
-    for p in procs:
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (``D``: uninterruptible, in the kernel), ``?`` where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+def _stop(procs: Sequence[Any]) -> list[tuple[int, int, str]]:
+    """Terminate, then kill, every rank still running, and join it; returns (rank, pid, state) of those that
+    outlived SIGKILL by ``KILL_WAIT_S`` (a rank stuck in a driver call cannot be killed: it is named, not
+    waited for)."""
+    started = [(r, p) for r, p in enumerate(procs) if p.pid is not None]  # start() itself may have failed
+    for _, p in started:
         if p.is_alive():
             p.terminate()
     deadline = time.monotonic() + GRACE_S
-    for p in procs:
+    for _, p in started:
         p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
+    killed = [(r, p) for r, p in started if p.is_alive()]
+    for _, p in killed:
+        p.kill()
+    deadline = time.monotonic() + KILL_WAIT_S
+    for _, p in killed:
+        p.join(max(0.0, deadline - time.monotonic()))
+    return [(r, p.pid, _state(p.pid)) for r, p in killed if p.is_alive()]
 
 
-def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str]) -> None:
+def _log_tails(logs: Sequence[str], ranks: Sequence[int]) -> str:
+    """The last ``LOG_LINES`` lines each of ``ranks`` wrote (its own, NCCL's), for a failure's message."""
+    parts = []
+    for r in ranks:
+        try:
+            with open(logs[r], encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()[-LOG_LINES:]
+        except OSError:
+            continue
+        if lines:
+            parts.append(f"rank {r} printed:\n" + "\n".join(f"  {line}" for line in lines))
+    return "\n".join(parts)
+
+
+def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str], logs: Sequence[str] = ()) -> None:
     """Raise ``RankFailed`` for the rank that caused a failure.
 
     When one rank dies, its peers fail too ("connection closed by peer"), often first.
@@ -217,6 +272,9 @@ def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str]
     others = [f"rank {r}: {m.splitlines()[0][:200]}" for r, m in failed.items() if r != cause]
     if others:
         message += "\n(then also failed: " + "; ".join(others) + ")"
+    printed = _log_tails(logs, [cause]) if logs else ""
+    if printed:
+        message += "\n" + printed
     raise RankFailed(cause, message)
 
 
@@ -237,13 +295,16 @@ def spawn_world(
     args: Sequence[Any] = (),
     backend: str = "gloo",
     timeout_s: float = 600.0,
+    quiet: bool = True,
 ) -> list[Any]:
     """Run ``fn(rank, world, *args)`` on ``world`` new processes in one process group.
 
     ``fn`` must be importable by name (a module-level function). Returns each rank's
     result in rank order. Raises ``RankFailed`` for the first rank that raised or died
     and ``WorldTimeout`` when ranks are still running after ``timeout_s``; either way
-    every rank has been stopped and joined.
+    every rank has been stopped and joined, and the message carries the last lines each
+    rank printed (``quiet``: each rank's output goes to a file, read on failure). A rank
+    that outlives SIGKILL (stuck in a driver call) raises ``RanksStuck``, naming it.
     """
     if world < 1:
         raise ValueError(f"world size must be >= 1, got {world}")
@@ -254,34 +315,68 @@ def spawn_world(
     got: dict[int, Any] = {}
     with tempfile.TemporaryDirectory(prefix="devbench-world-") as tmp:
         store = os.path.join(tmp, "store")
+        logs = [os.path.join(tmp, f"rank-{rank}.log") for rank in range(world)]
         procs = [
             ctx.Process(
                 target=_rank_main,
-                args=(fn, rank, world, backend, store, timeout_s, tuple(args), results),
+                args=(fn, rank, world, backend, store, timeout_s, tuple(args), results, logs[rank] if quiet else None),
                 name=f"devbench-rank-{rank}",
                 daemon=True,
             )
             for rank in range(world)
         ]
         deadline = time.monotonic() + timeout_s
+        stuck: list[tuple[int, int, str]] = []
         try:
             for p in procs:
                 p.start()
             while len(got) < world:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise WorldTimeout([r for r in range(world) if r not in got], timeout_s)
+                    late = [r for r in range(world) if r not in got]
+                    raise WorldTimeout(late, timeout_s, _log_tails(logs, late))
                 try:
                     rank, ok, payload = results.get(timeout=min(left, 0.2))
                 except queue.Empty:
                     if any(r not in got and p.exitcode not in (None, 0) for r, p in enumerate(procs)):
-                        _raise_root_cause(procs, results, {})
+                        _raise_root_cause(procs, results, {}, logs)
                     continue
                 if not ok:
-                    _raise_root_cause(procs, results, {rank: payload})
+                    _raise_root_cause(procs, results, {rank: payload}, logs)
                 got[rank] = payload
         finally:
-            _stop(procs)
+            stuck = _stop(procs)
             results.close()
             results.join_thread()
+            if stuck:  # never left silently: a rank no signal can end holds its GPU until the machine is reset
+                raise RanksStuck(stuck)
     return [got[r] for r in range(world)]
+
+
+def _preflight_rank(rank: int, world: int, backend: str) -> float:
+    """One all_reduce of one element on this rank's device: proves the group can exchange data."""
+    import torch
+    import torch.distributed as dist
+
+    device = rank_device(backend, rank)
+    one = torch.ones(1, device=device)
+    dist.all_reduce(one)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return float(one.item())
+
+
+def preflight(world: int, backend: str = "gloo", timeout_s: float = PREFLIGHT_S, fn: Callable[..., Any] | None = None,
+              ) -> str | None:  # fmt: skip
+    """Why a world of ``world`` ranks of ``backend`` cannot exchange data here, or None when it can: the process
+    group set up and one all_reduce of one element, within ``timeout_s`` (not the sweep's minutes). A rank that
+    never joins or hangs ends the world at the limit with every rank stopped, and the reason carries what the
+    ranks printed (NCCL's own warnings; ``NCCL_DEBUG=WARN`` unless set). ``fn``: the per-rank work, for tests."""
+    os.environ.setdefault("NCCL_DEBUG", "WARN")
+    try:
+        sums = spawn_world(fn or _preflight_rank, world, args=(backend,), backend=backend, timeout_s=timeout_s)
+    except (RankFailed, WorldTimeout, RanksStuck) as exc:
+        return f"the pre-flight (one all_reduce of one element, {timeout_s:g} s at most) failed: {exc}"
+    if fn is None and any(s != world for s in sums):
+        return f"the pre-flight all_reduce summed {sums} on {world} ranks, not {world} each"
+    return None

@@ -35,7 +35,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("head", nargs="?", default="HEAD", help="the commit to judge (default HEAD)")
     p.add_argument("--bench", help="regular expression over asv's name(params), e.g. 'MatmulSquare' or \"'cpu'\"")
     p.add_argument("--out", default=".asv/compare", help="folder for the verdicts (default .asv/compare)")
-    p.add_argument("--python", help="Python whose packages run the benchmarks (default: this one)")
+    p.add_argument("--python", help="Python whose packages run the benchmarks, both sides (default: this one)")
+    p.add_argument("--base-python", metavar="PYTHON",
+                   help="the base side's Python (another environment: another torch, CUDA build, driver stack); "
+                        "with --head-python, compares two environments, on one commit or two")  # fmt: skip
+    p.add_argument("--head-python", metavar="PYTHON", help="the head side's Python (default: --python)")
+    p.add_argument("--measure-all", action="store_true",
+                   help="also measure figures whose code and every file it depends on are identical on both "
+                        "sides in one environment (listed as 'same code' otherwise; an A/A run tests the method "
+                        "with it)")  # fmt: skip
     p.add_argument("--repo", default=".", help="the git repository (default: .)")
     p.add_argument("--machine", help="a name for this machine in the title (default: the host name)")
     p.add_argument("--confidence", type=float, default=CONFIDENCE,
@@ -92,6 +100,7 @@ def options(args: argparse.Namespace) -> Options:
         pairs=args.pairs, block_s=args.block_s, figure_s=args.figure_s, track_blocks=args.track_blocks,
         twins=args.twins, keep=args.keep, all_passes=args.all_passes,
         from_dir=Path(args.from_dir) if args.from_dir else None,
+        base_python=args.base_python, head_python=args.head_python, measure_all=args.measure_all,
     )  # fmt: skip
 
 
@@ -104,14 +113,19 @@ def compare(opts: Options) -> int:
         raise ABError("name the BASE commit (or --from DIR of a finished compare)")
     if not (opts.repo / ".git").exists():
         raise ABError(f"--repo {opts.repo} is not a git repository")
-    if not shutil.which(opts.python) and not Path(opts.python).is_file():
-        raise ABError(f"--python {opts.python} does not exist")
+    for flag, python in (("--python", opts.python), ("--base-python", opts.base_python),
+                         ("--head-python", opts.head_python)):  # fmt: skip
+        if python and not shutil.which(python) and not Path(python).is_file():
+            raise ABError(f"{flag} {python} does not exist")
     work = Path(tempfile.mkdtemp(prefix="devbench-ab-"))
     log_path = work / "processes.log"
     try:
         sides = export_sides(opts.repo, [("base", opts.base), ("head", opts.head)], work)
-        if sides[0].sha == sides[1].sha:
+        same_env = opts.python_of("base") == opts.python_of("head")
+        if sides[0].sha == sides[1].sha and same_env:
             print(f"base and head are the same commit ({sides[0].sha[:8]}): an A/A run, every difference is noise")
+        elif not same_env:
+            print(f"environments: base {opts.python_of('base')}, head {opts.python_of('head')}", flush=True)
         try:
             figures, run = measure(opts, sides, work, log_path)
         except WorkerError as exc:

@@ -41,7 +41,7 @@ def sweep_sizes(figures: Sequence[Figure]) -> dict[str, int]:
     """How many figures of this run each ``setup_cache`` sweep measures (those not skipped, failed or changed)."""
     sizes: dict[str, int] = {}
     for f in figures:
-        if f.combo.in_cache and f.combo.setup_cache and f.state not in ("skip", "error", "changed"):
+        if f.combo.in_cache and f.combo.setup_cache and f.state not in ("skip", "error", "changed", "same code"):
             sizes[f.combo.setup_cache] = sizes.get(f.combo.setup_cache, 0) + 1
     return sizes
 
@@ -68,7 +68,7 @@ def verdict_row(fig: Figure, floor: float, confidence: float) -> dict[str, Any]:
         "stopped_after": fig.stopped_after if fig.stopped_after is not None else "", "note": "",
         "confidence": confidence,
     }  # fmt: skip
-    if fig.state in ("skip", "error", "changed"):
+    if fig.state in ("skip", "error", "changed", "same code"):
         row["note"] = fig.reason
         return row
     units = process_pair_logs(fig)

@@ -71,6 +71,16 @@ class Options:
     from_dir: Path | None = None
     #: seconds one request to a benchmark process may take (a set-up, one block) before it is given up
     request_timeout_s: float = 600.0
+    #: measure figures whose code is byte-identical on both sides too (``deps``); the A/A runs that test the method
+    measure_all: bool = False
+    #: each side's Python (its environment: torch, CUDA, cuDNN); None: ``python`` for that side
+    base_python: str | None = None
+    head_python: str | None = None
+
+    def python_of(self, side: str) -> str:
+        """The Python whose packages run side ``side`` ("base" or "head")."""
+        own = self.base_python if side == "base" else self.head_python
+        return own or self.python
 
     def check(self) -> None:
         """``ABError`` naming the first bad value."""

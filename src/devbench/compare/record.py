@@ -180,6 +180,17 @@ def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
     return figures, record
 
 
+def environment_label(env: dict[str, Any] | None) -> str:
+    """"Python 3.11.7 (/path/python), torch 2.13.0+cpu, CUDA none, cuDNN none": what a side ran on ("" unknown)."""
+    if not env:
+        return ""
+    where = f" ({env['python']})" if env.get("python") else ""
+    parts = [f"Python {env.get('python_version', '?')}{where}"]
+    if "torch" in env:
+        parts += [f"torch {env['torch']}", f"CUDA {env.get('cuda') or 'none'}", f"cuDNN {env.get('cudnn') or 'none'}"]
+    return ", ".join(parts)
+
+
 def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
     """Verdicts on the terminal and in ``--out``; exit 1 when a figure is slower."""
     table = judge.judge_all(figures, opts.floor, opts.confidence)
@@ -203,10 +214,16 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
                      "reached any more, so an unchanged figure ends undecided, not same: undecided says no change was "
                      "found, not that one was bounded within the floor (--same seeks that too).")  # fmt: skip
     notes += _sweep_notes(figures, opts)
-    if base["sha"] == head["sha"]:
-        notes.append("Both sides are the same commit: an A/A run, where every faster or slower is a false verdict.")
-    elif base["benchmark_code"] == head["benchmark_code"]:
-        notes.append("Both sides run the same benchmark code: an A/A run, where every faster or slower is false.")
+    envs = {side: environment_label(record["sides"][side].get("environment")) for side in ("base", "head")}
+    same_env = envs["base"] == envs["head"]
+    if not same_env or any(envs.values()):
+        notes.append(f"Environments: base {envs['base'] or 'not recorded'}; head {envs['head'] or 'not recorded'}.")
+    if base["sha"] == head["sha"] and same_env:
+        notes.append("Both sides are the same commit in the same environment: an A/A run, where every faster or "
+                     "slower is a false verdict.")  # fmt: skip
+    elif base["benchmark_code"] == head["benchmark_code"] and same_env:
+        notes.append("Both sides run the same benchmark code in the same environment: an A/A run, where every "
+                     "faster or slower is false.")  # fmt: skip
     stopped = int(table["stopped_after"].astype(str).str.len().astype(bool).sum()) if len(table) else 0
     if stopped:
         import pandas as pd

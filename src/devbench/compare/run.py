@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from devbench.compare import stopping
+from devbench.compare import deps, stopping
 from devbench.compare.export import Side, benchmark_code
 from devbench.compare.options import ABError, Options
 from devbench.compare.runner import Figure, Passes, run_passes, start_both
@@ -47,6 +47,25 @@ def busy_host_note(load: float, cores: int, threads_env: str | None) -> str | No
             "cores for a faster run (docs/noise.md, \"Threads\")")  # fmt: skip
 
 
+#: a figure whose code cannot have changed (``deps``): not measured, and said so
+SAME_CODE = ("same code: its benchmark module and every file it depends on are byte-identical on both sides, run by "
+             "the same Python (docs/compare.md, \"What can have changed\"); --measure-all measures it")  # fmt: skip
+
+
+def mark_same_code(figures: list[Figure], opts: Options, trees: dict[str, Path]) -> int:
+    """Set every running figure whose code cannot differ between the sides to ``same code``; how many. None in
+    two environments (the environment is what changed) or with ``--measure-all``."""
+    if opts.measure_all or opts.python_of("base") != opts.python_of("head"):
+        return 0
+    unchanged = deps.unchanged_modules(trees["base"], trees["head"])
+    count = 0
+    for f in figures:
+        if f.state == "running" and unchanged.get(f.combo.benchmark.split(".", 1)[0], False):
+            f.state, f.reason = "same code", SAME_CODE
+            count += 1
+    return count
+
+
 def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tuple[list[Figure], dict[str, Any]]:
     """Every selected figure, measured in passes of paired processes; the figures and the run's record."""
     note = busy_host_note(os.getloadavg()[0], len(os.sched_getaffinity(0)), os.environ.get("DEVBENCH_THREADS"))
@@ -58,19 +77,25 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
     with open(log_path, "ab") as log:
 
         def start() -> tuple[Worker, Worker]:
-            pair = [Worker(side, opts.python, trees[side], log, env, timeout_s=opts.request_timeout_s)
+            pair = [Worker(side, opts.python_of(side), trees[side], log, env, timeout_s=opts.request_timeout_s)
                     for side in ("base", "head")]  # fmt: skip
             started.extend(pair)  # before they start: a kill during their start still stops them
             return start_both(*pair)
 
         try:
             first = start()
+            environments = {w.side: {"python": w.python, **w.environment} for w in first}
             gpu = sees_cuda([w.cuda_devices for w in first])
             if not gpu:
-                print(f"no CUDA device for {opts.python}: combinations on {' or '.join(GPU_VALUES)} are left out "
+                pythons = " or ".join(sorted({w.python for w in first}))
+                print(f"no CUDA device for {pythons}: combinations on {' or '.join(GPU_VALUES)} are left out "
                       "(each would skip)", flush=True)  # fmt: skip
             pattern = bench_pattern(opts.bench, opts.twins, gpu)
             figures = plan_figures(first[0].benchmarks, first[1].benchmarks, pattern)
+            same = mark_same_code(figures, opts, trees)
+            if same:
+                print(f"{same} figures run byte-identical code on both sides in one environment: listed as "
+                      "'same code', not measured (--measure-all measures them)", flush=True)  # fmt: skip
             running = sum(f.state == "running" for f in figures)
             if opts.bench and not figures:
                 raise ABError(f"--bench {opts.bench!r} selects no benchmark combination (of either side)")
@@ -91,7 +116,8 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
                 w.stop()
     record = {
         "machine": opts.machine or socket.gethostname(),
-        "sides": {s.name: {"rev": s.rev, "sha": s.sha, "benchmark_code": benchmark_code(opts.repo, s.sha)}
+        "sides": {s.name: {"rev": s.rev, "sha": s.sha, "benchmark_code": benchmark_code(opts.repo, s.sha),
+                           "environment": environments.get(s.name, {"python": opts.python_of(s.name)})}
                   for s in sides},  # fmt: skip
         "bench": pattern,
         "cuda": gpu,

@@ -50,8 +50,15 @@ class Worker:
     benchmarks: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the CUDA devices the side's torch sees (``None``: it could not be told)
     cuda_devices: int | None = None
+    #: what the side runs on: Python, torch, its CUDA and cuDNN (the worker's hello; empty: not told)
+    environment: dict[str, Any] = field(default_factory=dict)
     _reply_fd: int = -1
     _buffer: bytes = b""
+
+    @property
+    def who(self) -> str:
+        """The side and its Python, as an error names them: "head (/venvs/torch-2.14/bin/python)"."""
+        return f"{self.side} ({self.python})"
 
     def start(self) -> Worker:
         """Start the process and wait until it has listed its benchmarks."""
@@ -81,8 +88,9 @@ class Worker:
     def ready(self) -> Worker:
         hello = self._read(self.timeout_s)
         if "benchmarks" not in hello:
-            raise WorkerError(f"{self.side}: the benchmark process did not list its benchmarks: {hello}")
+            raise WorkerError(f"{self.who}: the benchmark process did not list its benchmarks: {hello}")
         self.benchmarks = {b["name"]: b for b in hello["benchmarks"]}
+        self.environment = hello.get("environment") or {}
         count = hello.get("cuda_devices")
         self.cuda_devices = count if isinstance(count, int) else None
         return self
@@ -93,7 +101,7 @@ class Worker:
             self.proc.stdin.write((json.dumps({"op": op, **fields}) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise WorkerError(f"{self.side}: the benchmark process has ended (see the log)") from None
+            raise WorkerError(f"{self.who}: the benchmark process has ended (see the log)") from None
         return self._read(self.timeout_s if timeout_s is None else timeout_s)
 
     def _read(self, timeout_s: float) -> dict[str, Any]:
@@ -101,16 +109,16 @@ class Worker:
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise WorkerError(f"{self.side}: no answer from the benchmark process in {timeout_s:.0f} s")
+                raise WorkerError(f"{self.who}: no answer from the benchmark process in {timeout_s:.0f} s")
             ready, _, _ = select.select([self._reply_fd], [], [], min(left, 1.0))
             if not ready:
                 if self.proc is not None and self.proc.poll() is not None:
-                    raise WorkerError(f"{self.side}: the benchmark process exited with {self.proc.returncode}")
+                    raise WorkerError(f"{self.who}: the benchmark process exited with {self.proc.returncode}")
                 continue
             chunk = os.read(self._reply_fd, 65536)
             if not chunk:
                 code = self.proc.wait(5) if self.proc is not None else None
-                raise WorkerError(f"{self.side}: the benchmark process exited with {code} (see the log)")
+                raise WorkerError(f"{self.who}: the benchmark process exited with {code} (see the log)")
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)

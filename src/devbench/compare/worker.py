@@ -244,13 +244,30 @@ def _cuda_devices() -> int | None:
     return int(said) if said.isdigit() else None
 
 
+def _environment() -> dict:
+    """What this side runs on: Python, and the torch the suite imported with its CUDA and cuDNN builds (read from
+    the module already loaded: nothing is imported or initialized for it)."""
+    import platform
+
+    out: dict = {"python_version": platform.python_version()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch"] = getattr(torch, "__version__", None)
+        out["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+        try:
+            out["cudnn"] = torch.backends.cudnn.version()
+        except Exception:  # noqa: BLE001 - a build without cuDNN
+            out["cudnn"] = None
+    return out
+
+
 def main(benchmark_dir: str, reply_fd: int, keep_dir: str | None = None) -> int:
     from asv_runner.discovery import disc_benchmarks
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(benchmark_dir)))
     benchmarks = {b.name: b for b in disc_benchmarks(os.path.abspath(benchmark_dir))}
     _reply(reply_fd, {"benchmarks": [_describe(b) for b in benchmarks.values()], "pid": os.getpid(),
-                      "cuda_devices": _cuda_devices()})  # fmt: skip
+                      "cuda_devices": _cuda_devices(), "environment": _environment()})  # fmt: skip
     requests = iter(sys.stdin.readline, "")
     # beside the side's tree, in the comparison's work folder, which goes when it ends
     cache_dir = tempfile.mkdtemp(prefix=".cache-", dir=os.path.dirname(os.path.abspath(benchmark_dir)))

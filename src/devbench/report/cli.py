@@ -200,6 +200,15 @@ def _judging(args: argparse.Namespace):
     return table, str(path), _host_line(folder / "run.json")
 
 
+def _environment(env: dict | None) -> str:
+    """A side's environment from a compare's run.json: "torch 2.13.0+cpu (CUDA none, cuDNN none), Python 3.11.7"."""
+    if not env:
+        return ""
+    torch = f"torch {env['torch']} (CUDA {env.get('cuda') or 'none'}, cuDNN {env.get('cudnn') or 'none'}), " if (
+        "torch" in env) else ""  # fmt: skip
+    return f"{torch}Python {env.get('python_version', '?')} at {env.get('python', '?')}"
+
+
 def _host_line(path: Path) -> str:
     """How the compare behind the A/B table measured, from its run.json: machine, pairs of processes and
     time; empty where the file is unreadable. (Read here, not through ``devbench.compare``: the report and
@@ -210,16 +219,21 @@ def _host_line(path: Path) -> str:
         run = json.loads(path.read_text())
         opts = run.get("options") or {}
         # the pairs of processes each measured figure got (a figure that could no longer be decided stopped early)
+        unmeasured = ("skip", "error", "changed", "same code")
         got = sorted({len(f.get("pass_seconds") or []) for f in (run.get("figures") or {}).values()
-                      if f.get("state") not in ("skip", "error", "changed") and f.get("pass_seconds")})  # fmt: skip
+                      if f.get("state") not in unmeasured and f.get("pass_seconds")})  # fmt: skip
         span = f"{got[0]} to {got[-1]}" if len(got) > 1 else (str(got[0]) if got else "")
         each = (f"each figure measured by {span} pairs of processes taking turns (a verdict needs "
                 f"{opts.get('min_passes')})" if span else
                 f"each figure from {opts.get('min_passes')} to {opts.get('max_passes')} pairs of processes taking "
                 "turns")  # fmt: skip
         line = f"host: {run['machine']}; {each}, {float(run.get('seconds', 0)) / 60:.1f} min in all."
-        shas = {side.get("sha") for side in (run.get("sides") or {}).values()}
-        if len(shas) == 1 and None not in shas:
+        sides = run.get("sides") or {}
+        shas = {side.get("sha") for side in sides.values()}
+        envs = {side: _environment(info.get("environment")) for side, info in sides.items()}
+        if len(set(envs.values())) > 1 or any(envs.values()):
+            line += " Environments: " + "; ".join(f"{side} {env or 'not recorded'}" for side, env in envs.items()) + "."
+        if len(shas) == 1 and None not in shas and len(set(envs.values())) <= 1:
             line += f" Both sides are commit {shas.pop()[:8]}: an A/A run, where any faster or slower is false."
         return line
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
