@@ -413,8 +413,9 @@ def format_plan(plan: Plan) -> str:
     lines = [
         f"plan: {len(plan.kept())} of {len(plan.points)} points in {plan.rounds} round(s); "
         f"budget {plan.budget_s:.0f} s, of which {plan.reserve_s:.0f} s held for tests, validate and packing",
-        f"costs measured here: a process {c.launch_s:.2f} s"
+        f"costs: a process {c.launch_s:.2f} s"
         + (f", its CUDA context {c.cuda_context_s:.2f} s ({c.gpus} GPU(s)), a GPU set-up {c.gpu_setup_s:.2f} s"
+           + (f", a workload's check {c.gpu_check_s:.2f} s (once per run)" if c.gpu_check_s else "")
            if c.gpus else ", no CUDA device")
         + f", an asv call {c.asv_call_s:.1f} s",
         "",
