@@ -74,7 +74,7 @@ class Collectives(Benchmark):
                 every = len(only) == len(OPS) * len(SIZES)
                 # 3 blocks a row, or DEVBENCH_BLOCKS (asv --quick in make test, devbench compare)
                 fn = functools.partial(sweep_rank, samples=blocks_per_figure(3), only=None if every else only)
-                rows = spawn_world(fn, world, args=(backend,), backend=backend, timeout_s=900.0)[0]
+                rows = spawn_world(fn, world, args=(backend,), backend=backend, timeout_s=900.0, quiet=True)[0]
                 worlds[f"{backend}/{world}"] = {"rows": {f"{r['op']}/{r['nbytes']}": r for r in rows}}
         return worlds
 

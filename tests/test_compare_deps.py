@@ -57,8 +57,10 @@ def test_a_figure_depends_on_its_module_what_it_imports_lazily_too_and_the_data_
 @pytest.mark.parametrize(
     "changed, unchanged",
     [
-        ({"src/devbench/workloads/norms.py": "def norm():\n    return 4\n"}, {"bench_copy": True, "bench_norms": False}),
-        ({"src/devbench/workloads/copy.py": "def run():\n    return 0\n"}, {"bench_copy": False, "bench_norms": True}),
+        ({"src/devbench/workloads/norms.py": "def norm():\n    return 4\n"},
+         {"bench_copy": True, "bench_norms": False}),
+        ({"src/devbench/workloads/copy.py": "def run():\n    return 0\n"},
+         {"bench_copy": False, "bench_norms": True}),
         ({"src/devbench/workloads/table.csv": "a,b\n1,3\n"}, {"bench_copy": False, "bench_norms": False}),
         ({"src/devbench/README.md": "other notes\n"}, {"bench_copy": True, "bench_norms": True}),
     ],

@@ -142,10 +142,12 @@ def project(tmp_path_factory):
     return repo, commits
 
 
-def _run(project, *argv, fast=True):
+def _run(project, *argv, fast=True, measure_all=True):
+    """A compare of the fixture; ``measure_all``: every figure measured, as the tests of the method need (two
+    commits that differ by their README run the same code, which a compare otherwise does not measure)."""
     repo, _ = project
     return main(["compare", "--repo", str(repo), "--python", sys.executable, "--machine", "alpha",
-                 *(FAST if fast else []), *argv])  # fmt: skip
+                 *(FAST if fast else []), *(["--measure-all"] if measure_all else []), *argv])  # fmt: skip
 
 
 def _rows(path: Path) -> dict[str, dict[str, str]]:
@@ -289,6 +291,44 @@ def test_an_a_a_pair_calls_nothing_faster_or_slower(project, tmp_path, capsys):
     assert "same benchmark code" in text and "Looked for faster and slower only" not in text
 
 
+def test_figures_whose_code_is_identical_are_listed_same_code_and_not_measured(project, tmp_path, capsys):
+    """Two commits that differ by their README run the same code: nothing is measured (no pass starts a
+    process), every figure says why, and the run ends at once."""
+    _, (c1, c2, _) = project
+    out = tmp_path / "readme"
+    assert _run(project, c1, c2, "--out", str(out), measure_all=False) == 0
+    rows = _rows(out / "compare.csv")
+    assert rows and all(r["note"].startswith("same code") for r in rows.values()), rows
+    assert not (out / "pairs.csv").read_text().strip().splitlines()[1:]
+    assert "listed as 'same code', not measured" in capsys.readouterr().out
+    run = json.loads((out / "run.json").read_text())
+    assert run["passes"] == [] and run["sides"]["base"]["environment"]["python"] == sys.executable
+
+
+def test_two_environments_are_sides_and_each_is_named(project, tmp_path, capsys):
+    """--base-python and --head-python: one commit in two environments, measured (an environment is what
+    changed), each side's Python and torch named; a copy of this Python stands for a second environment."""
+    _, (c1, _, _) = project
+    other = tmp_path / "bin" / "python"
+    other.parent.mkdir()
+    other.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    other.chmod(0o755)
+    out = tmp_path / "envs"
+    few = ["--confidence", "0.5", "--min-passes", "2", "--max-passes", "2"]
+    assert _run(project, c1, c1, *few, "--base-python", sys.executable, "--head-python", str(other), "--out", str(out),
+                "--bench", "track_sized", measure_all=False) == 0  # fmt: skip
+    said = capsys.readouterr().out
+    assert "same commit" not in said and f"head {other}" in said
+    run = json.loads((out / "run.json").read_text())
+    assert [run["sides"][s]["environment"]["python"] for s in ("base", "head")] == [sys.executable, str(other)]
+    assert run["passes"]  # measured: the environments differ
+    text = (out / "compare.md").read_text()
+    assert "Environments: base Python" in text and str(other) in text and "A/A run" not in text
+    missing = tmp_path / "no" / "python"
+    assert _run(project, c1, c1, "--head-python", str(missing), "--out", str(tmp_path / "x")) == 2
+    assert f"--head-python {missing} does not exist" in capsys.readouterr().err
+
+
 def test_the_same_commit_twice_says_so(project, tmp_path, capsys):
     _, (c1, _, _) = project
     # the message comes before any measuring: two passes at 50% are the least compare accepts
@@ -326,7 +366,8 @@ def test_a_benchmark_whose_code_changed_is_not_measured(project, tmp_path, capsy
     path.write_text(path.read_text().replace("return n * 1.0", "return n * 1.0 + 0.0"))
     _git(work, "commit", "-qam", "change track_sized")
     out = tmp_path / "changed"
-    assert main(["compare", "--repo", str(work), "--python", sys.executable, *FAST, c1, "HEAD", "--out", str(out),
+    assert main(["compare", "--repo", str(work), "--python", sys.executable, *FAST, "--measure-all", c1, "HEAD",
+                 "--out", str(out),
                  "--bench", "track_sized"]) == 0  # fmt: skip
     rows = _rows(out / "compare.csv")
     assert "benchmark changed" in rows["bench_ab.track_sized(n=1)"]["note"]

@@ -295,15 +295,16 @@ def spawn_world(
     args: Sequence[Any] = (),
     backend: str = "gloo",
     timeout_s: float = 600.0,
-    quiet: bool = True,
+    quiet: bool = False,
 ) -> list[Any]:
     """Run ``fn(rank, world, *args)`` on ``world`` new processes in one process group.
 
     ``fn`` must be importable by name (a module-level function). Returns each rank's
     result in rank order. Raises ``RankFailed`` for the first rank that raised or died
     and ``WorldTimeout`` when ranks are still running after ``timeout_s``; either way
-    every rank has been stopped and joined, and the message carries the last lines each
-    rank printed (``quiet``: each rank's output goes to a file, read on failure). A rank
+    every rank has been stopped and joined. ``quiet``: each rank's output goes to a file of
+    its own, and a failure's message carries the last lines each rank printed (NCCL's among
+    them); otherwise the ranks print where the caller does. A rank
     that outlives SIGKILL (stuck in a driver call) raises ``RanksStuck``, naming it.
     """
     if world < 1:
@@ -374,7 +375,8 @@ def preflight(world: int, backend: str = "gloo", timeout_s: float = PREFLIGHT_S,
     ranks printed (NCCL's own warnings; ``NCCL_DEBUG=WARN`` unless set). ``fn``: the per-rank work, for tests."""
     os.environ.setdefault("NCCL_DEBUG", "WARN")
     try:
-        sums = spawn_world(fn or _preflight_rank, world, args=(backend,), backend=backend, timeout_s=timeout_s)
+        sums = spawn_world(fn or _preflight_rank, world, args=(backend,), backend=backend, timeout_s=timeout_s,
+                           quiet=True)  # fmt: skip
     except (RankFailed, WorldTimeout, RanksStuck) as exc:
         return f"the pre-flight (one all_reduce of one element, {timeout_s:g} s at most) failed: {exc}"
     if fn is None and any(s != world for s in sums):
