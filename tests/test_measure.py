@@ -110,13 +110,12 @@ def test_calls_for_sizes_from_one_timed_call(monkeypatch):
 def test_measurement_keeps_every_block_and_gives_median_and_spread():
     m = M.Measurement((1.0, 2.0, 3.0, 4.0, 100.0), calls=10)
     assert m.median == 3.0
-    assert m.quartiles == (2.0, 4.0)
-    assert m.iqr == 2.0 and m.spread == pytest.approx(2 / 3)
+    assert M.spread_of(m.per_call) == pytest.approx(2 / 3)  # IQR (2 to 4) over the median
+    assert M.spread_note(m.per_call) and M.spread_note((1.0, 1.02, 0.99)) is None
     assert m.rate(6.0) == 2.0
     both = m + M.Measurement((3.0,), calls=5)
     assert both.per_call == (1.0, 2.0, 3.0, 4.0, 100.0, 3.0) and both.median == 3.0
-    one = M.Measurement((2.0,), calls=1)
-    assert one.quartiles == (2.0, 2.0) and one.spread == 0.0
+    assert M.spread_of((2.0,)) == 0.0
     with pytest.raises(ValueError, match="at least one block"):
         M.Measurement((), calls=1)
 

@@ -16,7 +16,7 @@ How a figure is timed (docs/design.md, "How a figure is timed"):
   device's work, not the host's dispatch (nvbandwidth's method). ``plan_blocks`` asks
   for it when one call is shorter than ``HOLD_BELOW_S``.
 * ``measure`` times several blocks and keeps every one in a ``Measurement``, which
-  gives the median (the figure) and the spread.
+  gives the median (the figure); ``spread_of`` the spread, which ``with_samples`` flags.
 * ``devbench.lanes`` (the engine's other half) runs several callables at once, one per lane
   (a CUDA stream made once, or a CPU thread), and times the whole and each lane.
 """
@@ -429,24 +429,6 @@ class Measurement:
     @property
     def median(self) -> float:
         return statistics.median(self.per_call)
-
-    @property
-    def quartiles(self) -> tuple[float, float]:
-        """The 25th and 75th percentiles (both the one block when there is one)."""
-        if len(self.per_call) < 2:
-            return self.per_call[0], self.per_call[0]
-        q = statistics.quantiles(self.per_call, n=4, method="inclusive")
-        return q[0], q[2]
-
-    @property
-    def iqr(self) -> float:
-        lo, hi = self.quartiles
-        return hi - lo
-
-    @property
-    def spread(self) -> float:
-        """IQR / median: above ``SPREAD_WARN`` the blocks disagree (torch.utils.benchmark's warning)."""
-        return spread_of(self.per_call)
 
     def rate(self, work: float) -> float:
         """``work`` per second at the median (work: bytes, FLOP, ...)."""
