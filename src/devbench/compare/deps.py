@@ -1,6 +1,6 @@
 """Which files a benchmark module's figures can depend on, so that a compare measures only what can have changed.
 
-The rule (docs/compare.md, "What can have changed"): a figure of ``benchmarks/bench_x.py`` depends on
+The rule (docs/compare.md, "What can have changed"): a figure of ``benchmarks/bench_<name>.py`` depends on
 
 * that module and ``benchmarks/__init__.py``;
 * every module of the project it imports, and every module those import, found in the source of each
