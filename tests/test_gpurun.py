@@ -550,3 +550,38 @@ def test_costs_from_another_machines_plan_json_price_a_plan_here(tmp_path):
     bad.write_text("not json")
     with pytest.raises(ValueError, match="cannot read it as JSON"):
         costs_from(bad)
+
+
+@pytest.mark.slow
+def test_a_plan_for_a_described_machine_prices_its_multi_gpu_points_and_puts_nccl_last(tmp_path):
+    repo = _project(tmp_path)
+    out = tmp_path / "node"
+    text = _gpu_run(tmp_path, repo, "--plan-only", "--costs-from", str(ROOT / "reports" / "gpu" / "h200" / "plan.json"),
+                    "--gpus", "8", "--cores", "96", "--budget-s", "3000", "--out", str(out))  # fmt: skip
+    assert "described machine: 8 GPU(s), 96 cores" in text and "asv stages: headline" in text
+    record = json.loads((out / "plan.json").read_text())
+    states = {(p["benchmark"], p["params"]): p["state"] for p in record["points"]}
+    assert states[("bench_transfer.PeerMatrix.track_slowest_gbps", "nbytes=268435456")] == "run"
+    nccl = [p for p in record["points"] if p["benchmark"].startswith("bench_collectives") and "nccl" in p["params"]]
+    assert nccl and all(p["state"] == "run" for p in nccl)  # 8 GPUs: every NCCL world of 2 and 4 can run
+    from devbench import plan as P
+
+    listing = {"bench_c.C.track_busbw": _bench("bench_c.C.track_busbw", [["gloo", "nccl"], [2]], ["backend", "world"],
+                                               plan_last=[{"backend": ["nccl"]}])}  # fmt: skip
+    by = {p.label: p for p in P.make_plan(listing, _all, ONE_GPU, 1000, 0).points}
+    assert P.stage_of(by["backend=nccl, world=2"]) == "last" and P.stage_of(by["backend=gloo, world=2"]) != "last"
+
+
+def test_gpus_and_cores_describe_another_machine_only_with_its_costs(tmp_path):
+    import argparse
+
+    from devbench.gpurun import _check, add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    repo = str(ROOT)
+    assert "use them with --costs-from" in _check(p.parse_args(["--gpus", "8", "--repo", repo]))
+    plan = str(ROOT / "reports" / "gpu" / "h200" / "plan.json")
+    assert "--gpus must be >= 0" in _check(p.parse_args(["--plan-only", "--costs-from", plan, "--gpus", "-1",
+                                                         "--repo", repo]))  # fmt: skip
+    assert _check(p.parse_args(["--plan-only", "--costs-from", plan, "--gpus", "8", "--repo", repo])) is None

@@ -21,6 +21,7 @@ and what the earlier stages made is packed whatever a later one does.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -61,6 +62,8 @@ EXAMPLES = """examples:
   devbench gpu-run --machine h100 --out $OUT        # the lent GPU machine's one call
   devbench gpu-run --budget-s 1800 --rounds 2       # a rented box with time: the full grid, asv's rounds
   devbench gpu-run --bench 'Matmul' --budget-s 120  # one family
+  devbench gpu-run --plan-only --costs-from reports/gpu/h200/plan.json --gpus 8 --cores 96 --budget-s 600
+                                                    # an 8-GPU node at the H200's costs: what each stage runs
 """
 
 _PROBE = """
@@ -305,6 +308,10 @@ def execute(args: argparse.Namespace) -> int:
     if args.costs_from:
         costs = costs_from(Path(args.costs_from))
         print(f"costs from {args.costs_from} (another machine's recorded costs; nothing probed here)", flush=True)
+        if args.gpus is not None:  # a described machine: that machine's per-process costs, this many GPUs
+            costs = dataclasses.replace(costs, gpus=args.gpus, cores=args.cores or costs.cores)
+            print(f"described machine: {args.gpus} GPU(s)" + (f", {args.cores} cores" if args.cores else ""),
+                  flush=True)  # fmt: skip
     else:
         costs = probe_costs(python, run.repo, None if args.plan_only else machine)
     with open(run.out / "listing.log", "w") as log:
@@ -525,6 +532,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--costs-from", metavar="PLAN_JSON",
                    help="price the plan with another machine's recorded costs (its gpu-run plan.json) instead of "
                         "probing this one; with --plan-only, to try a plan for a GPU on the CPU")  # fmt: skip
+    p.add_argument("--gpus", type=int, metavar="N",
+                   help="with --costs-from: plan for a machine of N GPUs at those costs (e.g. 8, for an 8-GPU node "
+                        "no one has lent yet: what each stage would run and cost)")  # fmt: skip
+    p.add_argument("--cores", type=int, metavar="N", help="with --gpus: that machine's CPU cores")
     p.add_argument("--no-tests", dest="tests", action="store_false", help="leave out the tests that need CUDA")
     p.add_argument("--no-validate", dest="validate", action="store_false", help="leave out devbench validate")
 
@@ -543,6 +554,10 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--repo {args.repo}: no asv.conf.json there"
     if args.costs_from and not args.plan_only:
         return "--costs-from prices a plan for another machine: use it with --plan-only"
+    if (args.gpus is not None or args.cores is not None) and not args.costs_from:
+        return "--gpus and --cores describe another machine: use them with --costs-from and --plan-only"
+    if args.gpus is not None and args.gpus < 0 or args.cores is not None and args.cores < 1:
+        return f"--gpus must be >= 0 and --cores >= 1, got {args.gpus} and {args.cores}"
     if args.costs_from and not Path(args.costs_from).is_file():
         return f"--costs-from {args.costs_from}: no such file"
     if not Path(args.python).exists():

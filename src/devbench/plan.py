@@ -425,6 +425,9 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"{row['benchmark']:<56} {row['points']:>6} {row['run']:>5} {row['skip']:>5} "
                      f"{row['dropped']:>5} {row['estimate_s']:>7.1f}s")  # fmt: skip
     lines.append(f"{'expected, asv calls and set-up caches included':<80} {plan.estimate_s():>7.1f}s")
+    by_stage = [(s, [p for p in plan.kept() if stage_of(p) == s]) for s in STAGES]
+    lines.append("asv stages: " + "; ".join(f"{s} {len(ps)} points, {plan.estimate_s(points=ps):.0f} s"
+                                            for s, ps in by_stage if ps))  # fmt: skip
     dropped = plan.dropped()
     if dropped:
         lines += ["", f"dropped by the budget ({len(dropped)} points, lowest priority first):"]
