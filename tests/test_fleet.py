@@ -95,3 +95,33 @@ def test_the_report_shows_the_newest_fleet_run_and_names_a_bad_file(tmp_path):
     assert len(rows) == 1 and "600 (-25.0%)" in rows[0]
     assert section.count("0000:02:00.0") == 1  # the newest run: three ranks, each once
     assert "junk.json" in md and "not a devbench-fleet/1 document" in md
+
+
+def test_copies_run_in_turns_one_rank_at_a_time_so_a_shared_link_flags_no_one():
+    """Two ranks (threads here) with a real barrier: each one's copy runs while the other waits, in rank order."""
+    import threading
+    import time as _time
+
+    from devbench.fleet import in_turns
+
+    barrier = threading.Barrier(3)
+    spans: dict[int, tuple[float, float]] = {}
+
+    def work(rank):
+        start = _time.monotonic()
+        _time.sleep(0.05)
+        spans[rank] = (start, _time.monotonic())
+        return rank
+
+    got = {}
+    def rank(r):
+        got[r] = in_turns(r, 3, barrier.wait, lambda: work(r))
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert got == {0: 0, 1: 1, 2: 2}
+    ordered = [spans[r] for r in range(3)]
+    assert all(ordered[i][1] <= ordered[i + 1][0] for i in range(2))  # no two copies at once, rank order

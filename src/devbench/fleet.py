@@ -9,7 +9,9 @@ it starts ``--nproc`` local ranks itself. Every rank runs, in step with the othe
 * matmul, burst (after idling) and sustained (after seconds of load): bf16 n=8192 on a
   GPU, float32 n=1024 on a CPU; every product checked against float64 first;
 * pinned host->device and device->host copies (GPUs only), and a copy within the
-  device's memory; every copy checked byte for byte first.
+  device's memory; every copy checked byte for byte first, and timed one rank at a
+  time (GPUs behind one PCIe switch share it: copied at once, a healthy one would read
+  a share and be flagged for its neighbour's traffic).
 
 Rank 0 gathers the figures, compares each with the median over all ranks, flags the
 ranks more than ``--threshold`` (default 5%) below it, prints a table and writes
@@ -133,17 +135,32 @@ def identity(device: Any, rank: int, local_rank: int) -> dict[str, Any]:
     return out
 
 
+def in_turns(rank: int, world: int, barrier: Callable[[], None], work: Callable[[], Any]) -> Any:
+    """``work()`` on this rank while every other rank waits at ``barrier``: the ranks take turns, in rank order."""
+    out = None
+    for turn in range(world):
+        barrier()
+        if turn == rank:
+            out = work()
+    barrier()
+    return out
+
+
 def measure_rank(
     device: Any,
     barrier: Callable[[], None],
     slow: int = 1,
     quick: bool = False,
     progress: Callable[[str], None] | None = None,
+    turn: tuple[int, int] = (0, 1),
 ) -> dict[str, Any]:
-    """Every figure of this rank, each started together with the other ranks (``barrier``).
+    """Every figure of this rank: the products started together with the other ranks (``barrier``), the copies
+    one rank at a time (``turn``: this rank and the world, ``in_turns``).
 
-    ``slow`` > 1 does every call's work that many times (the figures count it once): a rank
-    made slow by construction, to see the flagging work. Returns ``{"figures": {...}, "clocks": {...}}``.
+    GPUs behind one PCIe switch, or one socket's memory, share their bandwidth: copied at once, each would read
+    a share of it and a healthy GPU could be flagged for its neighbour's traffic. A copy's figure is what its GPU
+    does alone. ``slow`` > 1 does every call's work that many times (the figures count it once): a rank made
+    slow by construction, to see the flagging work. Returns ``{"figures": {...}, "clocks": {...}}``.
     """
     from devbench.gpustate import Sampler
     from devbench.measure import burst, measure, one_call_s, plan_blocks, sustained, warm_up
@@ -182,10 +199,13 @@ def measure_rank(
         copy.check()
         fn = _repeated(copy, slow) if slow > 1 else copy
         warm_up(fn, device)
-        barrier()
         say(name)
-        plan = plan_blocks(fn, copy.timing_device, target_s=0.05, may_hold=not copy.host_waits)
-        figures[name] = gbps(copy.nbytes, measure(fn, copy.timing_device, plan, blocks=5).median)
+
+        def timed(fn: Callable[[], object] = fn, copy: Any = copy) -> float:
+            plan = plan_blocks(fn, copy.timing_device, target_s=0.05, may_hold=not copy.host_waits)
+            return gbps(copy.nbytes, measure(fn, copy.timing_device, plan, blocks=5).median)
+
+        figures[name] = in_turns(*turn, barrier, timed)
         del copy
     return {"figures": figures, "clocks": clocks}
 
@@ -335,7 +355,8 @@ def rank_main(
             print(f"# {what} on {world} rank(s) at once", flush=True)
 
     slow = slow_factor if slow_rank == rank else 1
-    out = measure_rank(device, dist.barrier, slow=slow, quick=quick, progress=say)
+    out = measure_rank(device, dist.barrier, slow=slow, quick=quick, progress=say,
+                       turn=(dist.get_rank(), dist.get_world_size()))  # fmt: skip
     out["identity"] = identity(device, rank, local_rank)
     return out
 

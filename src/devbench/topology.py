@@ -1,0 +1,96 @@
+"""How each pair of GPUs is joined, read from NVML: NVLink and its active links, a PCIe switch, the host bridge,
+across sockets. No torch import: ``devbench info``, the peer matrix's health and the report use it.
+
+NVML's calls, through a ``pynvml``-shaped object (``nvidia-ml-py``; the tests pass a fake with the same names,
+return shapes and enum values):
+
+* ``nvmlDeviceGetTopologyCommonAncestor(a, b)``: the nearest common ancestor of two GPUs on the PCIe tree
+  (``NVML_TOPOLOGY_INTERNAL`` one board, ``_SINGLE`` one PCIe switch, ``_MULTIPLE`` several switches,
+  ``_HOSTBRIDGE`` the CPU's host bridge, ``_NODE`` one NUMA node, ``_SYSTEM`` across sockets);
+* ``nvmlDeviceGetNvLinkState(h, link)`` for each of ``NVML_NVLINK_MAX_LINKS`` links: active or not;
+* ``nvmlDeviceGetNvLinkRemoteDeviceType(h, link)``: a GPU or an NVSwitch at the other end, and
+  ``nvmlDeviceGetNvLinkRemotePciInfo_v2(h, link).busId``: which GPU, where the other end is one.
+
+A pair joined by NVLink directly has as many links as point from one to the other; through NVSwitches every
+GPU reaches every other over all of its links to the switches, so the pair has the fewer of the two GPUs'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: NVML's enum values (nvml.h): the common ancestor of two GPUs, and the device at an NVLink's other end
+TOPOLOGY = {0: "board", 10: "PCIe switch", 20: "PCIe switches", 30: "host bridge", 40: "NUMA node",
+            50: "across sockets"}  # fmt: skip
+NVLINK_DEVICE_SWITCH = 2
+NVLINK_MAX_LINKS = 18
+
+
+@dataclass(frozen=True)
+class PairPath:
+    """How GPU ``src`` reaches GPU ``dst``: ``nvlinks`` active NVLinks between them (0: none), ``switched``
+    whether they go through NVSwitches, and ``pcie`` the nearest common ancestor on the PCIe tree."""
+
+    src: int
+    dst: int
+    nvlinks: int
+    switched: bool
+    pcie: str | None
+
+    @property
+    def label(self) -> str:
+        if self.nvlinks:
+            return f"NVLink x{self.nvlinks}" + (" via NVSwitch" if self.switched else "")
+        return self.pcie or "unknown"
+
+
+def _read(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - a field this GPU or driver does not report
+        return None
+
+
+def _bus(info: Any) -> str | None:
+    bus = getattr(info, "busId", None)
+    if isinstance(bus, bytes):
+        bus = bus.decode()
+    return str(bus).upper().lstrip("0") if bus else None
+
+
+def links(nv: Any, handle: Any) -> list[tuple[str | None, bool]]:
+    """Every active NVLink of ``handle``: (the PCI bus id of the GPU at its other end, or None, whether that end is an
+    NVSwitch)."""
+    out = []
+    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS)):
+        if _read(nv.nvmlDeviceGetNvLinkState, handle, link) != 1:  # NVML_FEATURE_ENABLED
+            continue
+        kind = _read(getattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", None), handle, link)
+        remote = _read(nv.nvmlDeviceGetNvLinkRemotePciInfo_v2, handle, link)
+        out.append((_bus(remote), kind == NVLINK_DEVICE_SWITCH))
+    return out
+
+
+def pair_paths(nv: Any, handles: Sequence[Any]) -> dict[tuple[int, int], PairPath]:
+    """(i, j) -> how GPU i reaches GPU j, for every ordered pair of ``handles`` (NVML's, in CUDA's order)."""
+    buses = [_bus(_read(nv.nvmlDeviceGetPciInfo, h)) for h in handles]
+    own = [links(nv, h) for h in handles]
+    out = {}
+    for i, a in enumerate(handles):
+        for j, b in enumerate(handles):
+            if i == j:
+                continue
+            direct = sum(1 for bus, switch in own[i] if not switch and bus is not None and bus == buses[j])
+            to_switch = (sum(1 for _, s in own[i] if s), sum(1 for _, s in own[j] if s))
+            switched = direct == 0 and min(to_switch) > 0
+            level = _read(nv.nvmlDeviceGetTopologyCommonAncestor, a, b)
+            out[(i, j)] = PairPath(i, j, direct or (min(to_switch) if switched else 0), switched,
+                                   TOPOLOGY.get(level) if isinstance(level, int) else None)  # fmt: skip
+    return out
+
+
+def ring_paths(paths: dict[tuple[int, int], PairPath], world: int) -> list[PairPath]:
+    """The pairs an NCCL ring of ``world`` ranks (rank r to r + 1) sends over, in rank order."""
+    return [paths[(r, (r + 1) % world)] for r in range(world) if (r, (r + 1) % world) in paths]
