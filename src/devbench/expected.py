@@ -25,6 +25,7 @@ and why) or ``not judged``. No torch import: the report uses this.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,15 @@ class Model:
     peak_clock_mhz: float | None = None
     device_copy: float | None = None
     device_copy_source: str = ""
+    #: NVLinks a healthy GPU of the model has (``nvlink_gbps`` over them is one link's rate, one direction), and
+    #: whether they come only with a bridge a card may lack (PCIe cards: H100 PCIe and NVL, H200 NVL, A100 PCIe)
+    nvlink_links: int | None = None
+    bridged: bool = False
+
+    @property
+    def link_gbps(self) -> float | None:
+        """One NVLink's rate, one direction (25 GB/s for NVLink 2, 3 and 4)."""
+        return self.nvlink_gbps / self.nvlink_links if self.nvlink_gbps and self.nvlink_links else None
 
 
 _HOPPER = {"float32": 67.0, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4}
@@ -133,6 +143,15 @@ MODELS: list[Model] = [
     Model(("T4",), "T4", 320.0, None, "NVIDIA T4 datasheet: 320 GB/s GDDR6, no NVLink",
           {"float32": 8.1, "tf32": None, "bfloat16": None, "float16": 65.0}, "NVIDIA T4 datasheet"),
 ]  # fmt: skip
+
+#: NVLinks of a healthy GPU of each model with NVLink, and whether a bridge brings them (datasheets: 18 NVLink 4
+#: links on Hopper SXM and NVL at 25 GB/s a direction each; 12 NVLink 3 links on A100 and on H100 PCIe/NVL's bridges;
+#: 6 NVLink 2 on V100 SXM2)
+_LINKS = {"H200 NVL": (18, True), "H200 SXM": (18, False), "H100 NVL": (12, True), "H100 PCIe": (12, True),
+          "H100 SXM": (18, False), "A100 SXM 80GB": (12, False), "A100 SXM 40GB": (12, False),
+          "A100 PCIe 80GB": (12, True), "A100 PCIe 40GB": (12, True), "V100 SXM2": (6, False)}  # fmt: skip
+MODELS = [dataclasses.replace(m, nvlink_links=_LINKS[m.label][0], bridged=_LINKS[m.label][1])
+          if m.label in _LINKS else m for m in MODELS]  # fmt: skip
 
 #: What a pinned copy over a whole PCIe link reaches on a healthy machine, by (generation, width): the typical
 #: figure and the pass floor of fleet health checks, with their sources. Other links: the link rate alone.
@@ -214,7 +233,25 @@ def _link(gpu: dict[str, Any]) -> tuple[int | None, int | None]:
     return gpu.get("pcie_gen_max") or gpu.get("pcie_gen"), gpu.get("pcie_width_max") or gpu.get("pcie_width")
 
 
-def expected(kind: str, gpu: dict[str, Any]) -> Expected:
+def _pair_expected(kind: str, gpu: dict[str, Any], found: Model, pair: Any) -> Expected:
+    """A GPU pair's (or a ring's slowest pair's) expected figure from the path NVML says it has (``pair``: a
+    ``topology.PairPath``): NVLink at the model's healthy link count, else the PCIe link."""
+    what = "NVLink per direction" + (", as nccl-tests reads busbw" if kind == "busbw" else "")
+    if pair.nvlinks and found.nvlink_gbps:
+        return Expected(found.nvlink_gbps, f"{what}, {found.nvlink_links} links of a healthy {found.label}: "
+                                           f"{found.source}; this pair: {pair.label}")  # fmt: skip
+    if pair.pcie == "across sockets":
+        return Expected(None, "the pair is on two sockets (NVML's topology): no public figure for a copy across "
+                              "them")  # fmt: skip
+    gbps = pcie_gbps(gpu.get("pcie_gen"), gpu.get("pcie_width"))
+    why = "no NVLink bridge between this pair" if found.bridged else f"{found.label} has no NVLink to this GPU"
+    if gbps is None:
+        return Expected(None, f"{why}, and NVML did not report the PCIe link")
+    return Expected(gbps, f"{why} (NVML's topology: {pair.label}): PCIe Gen{gpu['pcie_gen']} "
+                          f"x{gpu['pcie_width']} as trained, per direction, after encoding")  # fmt: skip
+
+
+def expected(kind: str, gpu: dict[str, Any], pair: Any = None) -> Expected:
     """The expected figure of ``kind`` on the GPU ``gpu`` (a ``devbench.devices.describe()`` GPU entry).
 
     ``kind``: ``h2d`` or ``d2h`` (pinned host memory, GB/s: what a healthy host reaches over the GPU's whole
@@ -251,7 +288,12 @@ def expected(kind: str, gpu: dict[str, Any]) -> Expected:
             return Expected(None, f"{found.label}: no single memory figure ({found.source})")
         return Expected(found.memory_gbps, found.source)
     if kind in ("peer", "busbw"):
+        if pair is not None:
+            return _pair_expected(kind, gpu, found, pair)
         what = "NVLink per direction" + (", as nccl-tests reads busbw" if kind == "busbw" else "")
+        if found.bridged:
+            return Expected(None, f"{found.label} cards are joined by NVLink only where a bridge is fitted: NVML's "
+                                  "topology tells whether this pair has one, and none was read")  # fmt: skip
         if found.nvlink_gbps is not None:
             return Expected(found.nvlink_gbps, f"{what}: {found.source}")
         gbps = pcie_gbps(gpu.get("pcie_gen"), gpu.get("pcie_width"))
@@ -264,7 +306,7 @@ def expected(kind: str, gpu: dict[str, Any]) -> Expected:
 
 
 def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = False, throttle: list[str] | None = None,
-          path: str | None = None, clock_mhz: float | None = None) -> Health:  # fmt: skip
+          path: str | None = None, clock_mhz: float | None = None, pair: Any = None) -> Health:  # fmt: skip
     """``ok``, ``low`` (below the expected figure's floor, else ``LOW_SHARE`` of it, with the likely reason),
     ``unknown`` (and why), or ``not judged`` (a pageable copy: ``PAGEABLE_NOTE``).
 
@@ -275,7 +317,7 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     "(topology)" where NVML had no counters)."""
     if pageable and kind in ("h2d", "d2h"):
         return Health("not judged", None, PAGEABLE_NOTE)
-    want = expected(kind, gpu)
+    want = expected(kind, gpu, pair) if kind in ("peer", "busbw") else expected(kind, gpu)
     if want.value is None:
         return Health("unknown", None, want.source)
     found = model(gpu.get("name"))
@@ -289,6 +331,10 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     floor = want.floor if want.floor is not None else LOW_SHARE * at
     share = measured / at
     basis = f"{at:.4g}{where} ({want.source})"
+    healthy_links = found.nvlink_links if found is not None else None
+    if pair is not None and healthy_links and 0 < pair.nvlinks < healthy_links:  # a link down is a fault, whatever
+        return Health("low", share, f"{share:.0%} of {basis}: NVLink: {pair.nvlinks} of {healthy_links} links "
+                                    f"active")  # fmt: skip
     if measured >= floor:
         above = "; above what it should reach: the machine's facts may be wrong" if share > ABOVE_SHARE else ""
         seen = [t for t in throttle or () if t not in caps or not where]

@@ -94,3 +94,23 @@ def pair_paths(nv: Any, handles: Sequence[Any]) -> dict[tuple[int, int], PairPat
 def ring_paths(paths: dict[tuple[int, int], PairPath], world: int) -> list[PairPath]:
     """The pairs an NCCL ring of ``world`` ranks (rank r to r + 1) sends over, in rank order."""
     return [paths[(r, (r + 1) % world)] for r in range(world) if (r, (r + 1) % world) in paths]
+
+
+def judge_pairs(figures: dict[tuple[int, int], float], gpu: dict[str, Any],
+                paths: dict[tuple[int, int], PairPath]) -> dict[tuple[int, int], Any]:  # fmt: skip
+    """Each GPU pair's copy (GB/s, one direction) against what a healthy pair on its path reaches
+    (``devbench.expected.judge`` with the pair's NVML path): a pair short of links is ``low`` and named; a
+    pair without NVLink is judged against PCIe, not NVLink; a pair across sockets is ``unknown``."""
+    from devbench.expected import judge
+
+    return {pair: judge(gbps, "peer", gpu, pair=paths.get(pair)) for pair, gbps in figures.items()}
+
+
+def judge_ring(busbw: float, world: int, gpu: dict[str, Any], paths: dict[tuple[int, int], PairPath]) -> Any:
+    """An NCCL collective's bus bandwidth on ``world`` ranks against the path its ring takes: the ring is as fast
+    as its slowest pair (fewest NVLinks, or PCIe)."""
+    from devbench.expected import judge
+
+    ring = ring_paths(paths, world)
+    slowest = min(ring, key=lambda p: (p.nvlinks, p.pcie != "across sockets")) if ring else None
+    return judge(busbw, "busbw", gpu, pair=slowest)

@@ -1,0 +1,91 @@
+"""Topology from NVML and the verdicts it gives, on simulated nodes (``fake_nvml``: the pynvml calls by name)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from devbench import fleet, topology
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_nvml import NODES  # noqa: E402
+
+
+def _paths(node: str):
+    nv = NODES[node]()
+    return nv, topology.pair_paths(nv, [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())])
+
+
+def _gpu(nv) -> dict:
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    gen, width = h.pcie
+    return {"name": nv.nvmlDeviceGetName(h), "pcie_gen": gen, "pcie_width": width, "pcie_gen_max": gen,
+            "pcie_width_max": width}  # fmt: skip
+
+
+def test_each_pairs_path_is_read_from_nvml():
+    _, sxm = _paths("8x H100 SXM")
+    assert len(sxm) == 56 and all(p.nvlinks == 18 and p.switched for p in sxm.values())
+    assert sxm[(0, 1)].pcie == "PCIe switch" and sxm[(0, 2)].pcie == "NUMA node"
+    assert sxm[(0, 4)].pcie == "across sockets"
+    assert sxm[(0, 1)].label == "NVLink x18 via NVSwitch"
+    _, pcie = _paths("8 PCIe GPUs, two sockets, two switches")
+    assert all(p.nvlinks == 0 for p in pcie.values())
+    assert pcie[(0, 3)].label == "PCIe switch" and pcie[(3, 4)].label == "across sockets"
+    _, bridged = _paths("2 bridged H100 NVL")
+    assert bridged[(0, 1)].nvlinks == 12 and not bridged[(0, 1)].switched and bridged[(0, 1)].label == "NVLink x12"
+    _, unbridged = _paths("2 unbridged H100 NVL")
+    assert unbridged[(0, 1)].nvlinks == 0 and unbridged[(0, 1)].label == "PCIe switch"
+    _, broken = _paths("8x H100 SXM, GPU 3 with a link down")
+    assert {p.nvlinks for k, p in broken.items() if 3 in k} == {17}
+    assert {p.nvlinks for k, p in broken.items() if 3 not in k} == {18}
+
+
+def test_a_healthy_node_reads_healthy_and_a_broken_one_names_its_link_down():
+    nv, healthy = _paths("8x H100 SXM")
+    figures = {pair: 380.0 for pair in healthy}
+    assert {h.verdict for h in topology.judge_pairs(figures, _gpu(nv), healthy).values()} == {"ok"}
+    nv, broken = _paths("8x H100 SXM, GPU 3 with a link down")
+    figures = {pair: 360.0 if 3 in pair else 380.0 for pair in broken}  # 17 of 18 links: a little slower
+    verdicts = topology.judge_pairs(figures, _gpu(nv), broken)
+    low = sorted(pair for pair, h in verdicts.items() if h.verdict == "low")
+    assert low == sorted(pair for pair in broken if 3 in pair)  # GPU 3's pairs, and nothing else
+    assert all("NVLink: 17 of 18 links active" in verdicts[pair].reason for pair in low)
+    # the ring of 4 ranks passes GPU 3: its busbw is judged on that pair; a ring of 2 does not and reads ok
+    ring4 = topology.judge_ring(370.0, 4, _gpu(nv), broken)
+    assert ring4.verdict == "low" and "17 of 18 links" in ring4.reason
+    assert topology.judge_ring(370.0, 2, _gpu(nv), broken).verdict == "ok"
+
+
+def test_pcie_pairs_are_judged_against_pcie_and_a_pair_across_sockets_is_not_judged():
+    nv, paths = _paths("8 PCIe GPUs, two sockets, two switches")
+    figures = {pair: 24.0 for pair in paths}  # 76% of a Gen4 x16 link
+    verdicts = topology.judge_pairs(figures, _gpu(nv), paths)
+    assert {verdicts[p].verdict for p in paths if paths[p].pcie == "PCIe switch"} == {"ok"}
+    across = [verdicts[p] for p in paths if paths[p].pcie == "across sockets"]
+    assert across and {h.verdict for h in across} == {"unknown"} and "two sockets" in across[0].reason
+    assert not [p for p, h in verdicts.items() if h.verdict == "low"]
+
+
+@pytest.mark.parametrize("node, gbps, expected", [("2 bridged H100 NVL", 250.0, 300.0),
+                                                  ("2 unbridged H100 NVL", 50.0, 63.0)])  # fmt: skip
+def test_a_bridged_pair_is_judged_against_its_bridge_and_an_unbridged_one_against_pcie(node, gbps, expected):
+    nv, paths = _paths(node)
+    health = topology.judge_pairs({(0, 1): gbps}, _gpu(nv), paths)[(0, 1)]
+    assert health.verdict == "ok" and health.share == pytest.approx(gbps / expected, rel=0.01)
+    from devbench.expected import expected as want
+
+    assert want("peer", _gpu(nv)).value is None  # without the topology an NVL pair is not assumed bridged
+
+
+def test_the_fleet_flags_the_gpu_at_half_clock_and_not_two_that_share_a_switch():
+    """The broken node's GPU 5 runs at half clock: its products read half. Copies are timed one GPU at a time
+    (``fleet.in_turns``), so GPUs 0 and 1 behind one switch each read the switch's whole rate."""
+    ranks = []
+    for r in range(8):
+        figures = {"matmul_burst": 700.0 / (2 if r == 5 else 1), "matmul_sustained": 680.0 / (2 if r == 5 else 1),
+                   "h2d_pinned": 53.0, "d2h_pinned": 53.0, "device_copy": 2900.0}  # fmt: skip
+        ranks.append({"identity": {"rank": r}, "figures": figures})
+    assert fleet.flagged_ranks(fleet.judge(ranks)) == [5]
