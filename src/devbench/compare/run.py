@@ -102,7 +102,8 @@ def measure(opts: Options, sides: list[Side], work: Path, log_path: Path) -> tup
             limit = stopping.limit(opts, figures)
             cached = max((limit(f) for f in figures if f.combo.in_cache), default=0)
             swept = f"; a sweep's figures, judged as one family, up to {cached}" if cached > opts.max_passes else ""
-            print(f"{running} figures to measure, {len(figures) - running} not measurable on both sides; "
+            print(f"{running} figures to measure, {len(figures) - running} not measured (same code, or new, gone, "
+                  "changed or skipped on a side); "
                   f"up to {opts.max_passes} pairs of processes each (a verdict from {opts.min_passes}{swept}), "
                   f"up to {opts.pairs} pairs of blocks in each ({opts.figure_s:g} s of turns at most)",
                   flush=True)  # fmt: skip
