@@ -80,6 +80,7 @@ def test_gpu_models_are_matched_by_whole_name_from_one_table():
     # names that contain another model's name are not that model
     assert E.model("NVIDIA L40S") is None and E.model("NVIDIA L4").label == "L4"
     assert E.model("NVIDIA GH200 480GB").label == "GH200" and E.model("NVIDIA H200").label == "H200 SXM"
+    assert E.model("1 x NVIDIA H200").label == "H200 SXM"  # as asv's machine record names the GPUs
     assert E.model("NVIDIA A100-SXM4-80GB").label == "A100 SXM 80GB" and E.model("NVIDIA A100X") is None
     assert E.gpu_peak("NVIDIA GH200 480GB", "bfloat16") == 989.4 and E.gpu_peak("NVIDIA L40S", "bfloat16") is None
     assert E.model("NVIDIA H100 PCIe").label == "H100 PCIe"

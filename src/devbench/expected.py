@@ -188,8 +188,9 @@ class Health:
 
 
 def normal_name(name: str) -> str:
-    """The model part of a GPU's name: "NVIDIA H100 80GB HBM3" -> "H100 80GB HBM3", "Tesla T4" -> "T4"."""
-    text = " ".join(str(name).split())
+    """The model part of a GPU's name: "NVIDIA H100 80GB HBM3" -> "H100 80GB HBM3", "Tesla T4" -> "T4", and
+    "1 x NVIDIA H200" (asv's machine record) -> "H200"."""
+    text = re.sub(r"^\d+\s*x\s+", "", " ".join(str(name).split()))  # asv's machine record: "8 x NVIDIA H100 ..."
     for prefix in ("NVIDIA ", "Tesla "):
         if text.lower().startswith(prefix.lower()):
             text = text[len(prefix) :]

@@ -398,7 +398,7 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
                              nbytes=int(r.nbytes))  # fmt: skip
                 if seen.get("pcie_gen") and seen.get("pcie_width"):  # the link as trained under this copy
                     gpu = {**gpu, "pcie_gen": seen["pcie_gen"], "pcie_width": seen["pcie_width"]}
-            if "pcie_gen" in gpu:
+            if "pcie_gen" in gpu or "pageable" in kind:  # a pageable copy is not judged, link or no link
                 health_ = judge(measured, kind[:3], gpu, pageable="pageable" in kind)
             else:
                 health_ = Health("unknown", None, "the machine's asv record names no PCIe link (devbench machine "
