@@ -38,6 +38,9 @@ class GPU:
 
 class FakeNVML:
     NVML_NVLINK_MAX_LINKS = NVML_NVLINK_MAX_LINKS
+    NVML_P2P_CAPS_INDEX_NVLINK = 3
+    NVML_P2P_STATUS_OK = 0
+    NVML_P2P_STATUS_NOT_SUPPORTED = 5
 
     def __init__(self, gpus: list[GPU]) -> None:
         self.gpus = gpus
@@ -56,6 +59,25 @@ class FakeNVML:
 
     def nvmlDeviceGetName(self, h: GPU) -> str:
         return h.name
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "580.159.04"
+
+    def nvmlDeviceGetIndex(self, h: GPU) -> int:
+        return self.gpus.index(h)
+
+    def nvmlDeviceGetUUID(self, h: GPU) -> str:
+        return f"GPU-{self.gpus.index(h):08d}-fake"
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: GPU) -> int:
+        return h.pcie[0]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: GPU) -> int:
+        return h.pcie[1]
+
+    def nvmlDeviceGetP2PStatus(self, a: GPU, b: GPU, index: int) -> int:
+        joined = any(link is not None and (link[0] == "switch" or link[1] == b.bus) for link in a.links)
+        return self.NVML_P2P_STATUS_OK if joined else self.NVML_P2P_STATUS_NOT_SUPPORTED
 
     def nvmlDeviceGetPciInfo(self, h: GPU) -> SimpleNamespace:
         return SimpleNamespace(busId=h.bus.encode())

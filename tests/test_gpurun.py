@@ -475,6 +475,12 @@ def test_a_gpu_pair_and_an_nccl_busbw_are_judged_with_the_path_the_copies_took(t
     assert " low " in by["all_reduce busbw, 2 GPUs"] and "27% of 450" in by["all_reduce busbw, 2 GPUs"]
     assert "nccl-tests reads busbw" in by["all_reduce busbw, 2 GPUs"]
     assert not any("peer matrix" in k for k in by)  # not measured: no line
+    # with NVML's topology (devbench info's pair_paths): the pair and the ring are judged on their own paths
+    pairs = {"0->1": {"nvlinks": 17, "switched": True, "pcie": "PCIe switch"},
+             "1->0": {"nvlinks": 17, "switched": True, "pcie": "PCIe switch"}}  # fmt: skip
+    by = {line.split("  ")[1].strip(): line for line in health_lines(tmp_path, "a" * 40, h100, None, pairs)}
+    assert "NVLink: 17 of 18 links active" in by["GPU 0->1 256 MiB (through host)"]
+    assert " low " in by["all_reduce busbw, 2 GPUs"] and "17 of 18 links" in by["all_reduce busbw, 2 GPUs"]
 
 
 def test_a_probe_that_prints_nothing_is_named_not_a_traceback(tmp_path):

@@ -89,3 +89,22 @@ def test_the_fleet_flags_the_gpu_at_half_clock_and_not_two_that_share_a_switch()
                    "h2d_pinned": 53.0, "d2h_pinned": 53.0, "device_copy": 2900.0}  # fmt: skip
         ranks.append({"identity": {"rank": r}, "figures": figures})
     assert fleet.flagged_ranks(fleet.judge(ranks)) == [5]
+
+
+def test_devbench_info_shows_each_pairs_path_from_nvml(monkeypatch):
+    """``devices._nvml_info`` through the fake, as pynvml: the pairs' NVLinks and PCIe path in the record, and in
+    ``devbench info``'s table."""
+    from devbench import devices
+    from devbench.cli import format_info
+
+    nv = NODES["8x H100 SXM, GPU 3 with a link down"]()
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    cuda = [{"uuid": f"GPU-{i:08d}-fake", "pci_bus_id": nv.gpus[i].bus} for i in range(8)]
+    info = devices._nvml_info(cuda)
+    assert info["nvml"] == "ok" and info["pair_paths"]["0->1"]["label"] == "NVLink x18 via NVSwitch"
+    assert info["pair_paths"]["3->4"]["nvlinks"] == 17 and info["pair_paths"]["3->4"]["pcie"] == "across sockets"
+    record = {"host": {}, "torch": {"version": "2.13.0", "cuda_runtime": "13.0", "cudnn": None}, "driver": "580",
+              "gpu_count": 2, "gpus": [], "notes": [], "peer_access": {"3->4": True},
+              "pair_paths": info["pair_paths"]}  # fmt: skip
+    monkeypatch.setattr("devbench.cli._rows", lambda r: [])
+    assert "3->4: yes (NVLink x17 via NVSwitch; PCIe: across sockets)" in format_info(record)

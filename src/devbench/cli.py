@@ -46,8 +46,11 @@ def format_info(record: dict[str, Any]) -> str:
     if record.get("peer_access"):
         lines += ["", "peer access (P2P / NVLink):"]
         nvlink = record.get("nvlink_peers", {})
+        paths = record.get("pair_paths", {})
         for pair, ok in record["peer_access"].items():
             link = {True: "NVLink", False: "no NVLink"}.get(nvlink.get(pair), "NVLink unknown")
+            if pair in paths:  # NVML's topology: the links and the PCIe path
+                link = f"{paths[pair]['label']}; PCIe: {paths[pair]['pcie'] or 'unknown'}"
             lines.append(f"  {pair}: {'yes' if ok else 'no'} ({link})")
     for note in [*record["notes"], *notes]:
         lines.append(f"note: {note}")

@@ -223,6 +223,15 @@ def _nvml_info(cuda: Sequence[dict[str, Any]]) -> dict[str, Any]:
             for j, hj in enumerate(handles)
             if i != j and hi is not None and hj is not None
         }
+        if len(handles) > 1 and all(h is not None for h in handles):
+            from devbench.topology import pair_paths
+
+            try:
+                out["pair_paths"] = {f"{i}->{j}": {"nvlinks": p.nvlinks, "switched": p.switched, "pcie": p.pcie,
+                                                   "label": p.label}
+                                     for (i, j), p in pair_paths(pynvml, handles).items()}  # fmt: skip
+            except Exception:  # noqa: BLE001 - a driver without the topology calls: the rest still stands
+                pass
         return out
     except Exception as exc:
         return {"nvml": f"error: {exc}"}
@@ -318,6 +327,8 @@ def describe() -> dict[str, Any]:
             for g, extra in zip(record["gpus"], nvml["gpus"], strict=True):
                 g.update(extra)
             record["nvlink_peers"] = nvml["nvlink_peers"]
+            if "pair_paths" in nvml:  # each pair's NVLinks and PCIe ancestor (devbench.topology)
+                record["pair_paths"] = nvml["pair_paths"]
     return record
 
 

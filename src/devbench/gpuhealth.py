@@ -45,7 +45,34 @@ def figure_value(results: Path, sha: str, name: str, params: tuple) -> float | N
     return None
 
 
-def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict[str, Any]] | None = None) -> list[str]:
+def _pair(pairs: dict[str, dict[str, Any]] | None, point: Any, kind: str) -> Any:
+    """The NVML path (``devbench info``'s ``pair_paths``, as ``topology.PairPath``) a peer figure or a ring's
+    busbw is judged against: the pair's own, or the slowest pair of the ring; None without the topology."""
+    if not pairs or kind not in ("peer", "busbw"):
+        return None
+    from devbench.topology import PairPath
+
+    def path(key: str) -> PairPath | None:
+        p = pairs.get(key)
+        if p is None:
+            return None
+        i, j = (int(x) for x in key.split("->"))
+        return PairPath(i, j, int(p.get("nvlinks") or 0), bool(p.get("switched")), p.get("pcie"))
+
+    if kind == "peer":
+        route = point.values.get("route", "0->1")
+        if route in pairs:
+            return path(route)
+        ring = [path(k) for k in pairs]  # the peer matrix: judged against the slowest pair there is
+    else:
+        world = int(point.values.get("world", 2))
+        ring = [path(f"{r}->{(r + 1) % world}") for r in range(world)]
+    ring = [p for p in ring if p is not None]
+    return min(ring, key=lambda p: p.nvlinks) if ring else None
+
+
+def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict[str, Any]] | None = None,
+                 pairs: dict[str, dict[str, Any]] | None = None) -> list[str]:  # fmt: skip
     """Each headline GPU figure of this run (``spec.HEALTH_POINTS``) beside what the machine should do
     (``devbench.expected.judge``), judged with the GPU's state while it ran (``states``: ``gpustate`` records):
     the clock and throttle reasons of a product, the PCIe link a pinned copy trained at under load."""
@@ -68,8 +95,9 @@ def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict
         facts = dict(gpu)
         if kind in ("h2d", "d2h") and state.get("pcie_gen") and state.get("pcie_width"):
             facts.update(pcie_gen=state["pcie_gen"], pcie_width=state["pcie_width"])  # the link under this copy
+        pair = _pair(pairs, point, kind)
         health = judge(value, kind, facts, throttle=state.get("throttling") or None, path=path,
-                       clock_mhz=state.get("sm_clock_mhz"))  # fmt: skip
+                       clock_mhz=state.get("sm_clock_mhz"), pair=pair)  # fmt: skip
         lines.append(f"  {label:<28} {value:>9.4g}  {health.verdict:<7} {health.reason}")
     return lines
 
@@ -87,7 +115,8 @@ def print_health(repo: Path, python: str, machine: str, sha: str) -> None:
     from devbench import gpustate
 
     states = gpustate.load(repo / gpustate.GPUSTATE_DIR)
-    lines = health_lines(repo / ".asv" / "results" / machine, sha, gpus[0], states)
+    pairs = json.loads(out.stdout).get("pair_paths") if out.returncode == 0 else None
+    lines = health_lines(repo / ".asv" / "results" / machine, sha, gpus[0], states, pairs)
     if lines:
         print(f"health: GPU 0 ({gpus[0].get('name')}), each figure against what this machine should do", flush=True)
         print("\n".join(lines), flush=True)

@@ -65,17 +65,17 @@ def links(nv: Any, handle: Any) -> list[tuple[str | None, bool]]:
     NVSwitch)."""
     out = []
     for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS)):
-        if _read(nv.nvmlDeviceGetNvLinkState, handle, link) != 1:  # NVML_FEATURE_ENABLED
+        if _read(getattr(nv, "nvmlDeviceGetNvLinkState", None), handle, link) != 1:  # NVML_FEATURE_ENABLED
             continue
         kind = _read(getattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", None), handle, link)
-        remote = _read(nv.nvmlDeviceGetNvLinkRemotePciInfo_v2, handle, link)
+        remote = _read(getattr(nv, "nvmlDeviceGetNvLinkRemotePciInfo_v2", None), handle, link)
         out.append((_bus(remote), kind == NVLINK_DEVICE_SWITCH))
     return out
 
 
 def pair_paths(nv: Any, handles: Sequence[Any]) -> dict[tuple[int, int], PairPath]:
     """(i, j) -> how GPU i reaches GPU j, for every ordered pair of ``handles`` (NVML's, in CUDA's order)."""
-    buses = [_bus(_read(nv.nvmlDeviceGetPciInfo, h)) for h in handles]
+    buses = [_bus(_read(getattr(nv, "nvmlDeviceGetPciInfo", None), h)) for h in handles]
     own = [links(nv, h) for h in handles]
     out = {}
     for i, a in enumerate(handles):
@@ -85,7 +85,7 @@ def pair_paths(nv: Any, handles: Sequence[Any]) -> dict[tuple[int, int], PairPat
             direct = sum(1 for bus, switch in own[i] if not switch and bus is not None and bus == buses[j])
             to_switch = (sum(1 for _, s in own[i] if s), sum(1 for _, s in own[j] if s))
             switched = direct == 0 and min(to_switch) > 0
-            level = _read(nv.nvmlDeviceGetTopologyCommonAncestor, a, b)
+            level = _read(getattr(nv, "nvmlDeviceGetTopologyCommonAncestor", None), a, b)
             out[(i, j)] = PairPath(i, j, direct or (min(to_switch) if switched else 0), switched,
                                    TOPOLOGY.get(level) if isinstance(level, int) else None)  # fmt: skip
     return out
