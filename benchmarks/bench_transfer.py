@@ -226,6 +226,22 @@ def _peer_path(copy: Copy) -> PeerPath:
     return trace_path(copy, peer, gpustate.nvlink_joined(src, dst, None, ids), gpustate.nvlink_reader(src, None, ids))
 
 
+def _pair_topology() -> dict:
+    """(i, j) -> each pair of this process's CUDA devices' NVML path (``devbench.topology``); {} without NVML."""
+    from devbench.topology import pair_paths
+
+    nv = gpustate._nvml()
+    if nv is None:
+        return {}
+    handles = gpustate.cuda_handles(nv, cuda_identities())
+    if not handles or any(h is None for h in handles):
+        return {}
+    try:
+        return pair_paths(nv, handles)
+    except Exception:  # noqa: BLE001 - a driver without the topology calls: the matrix stands without them
+        return {}
+
+
 @instrumented
 class PeerCopy(Benchmark):
     """GPU 0 -> GPU 1 and back over sizes (NVLink or PCIe, peer-to-peer when the driver allows it).
@@ -303,9 +319,14 @@ class PeerMatrix(Benchmark):
         except NotImplementedError as exc:
             return {"skip": str(exc)}
         gpus = [torch.device("cuda", i) for i in range(num_gpus())]
+        paths = _pair_topology()
         out = {}
         for nbytes in MATRIX_SIZES:
             rows = peer_matrix(gpus, nbytes, _warm_gbps, _peer_path, progress=_say)
+            for r in rows:  # the path NVML says each pair has: what the report judges it against
+                p = paths.get((r["src"], r["dst"]))
+                if p is not None:
+                    r.update(nvlinks=p.nvlinks, switched=p.switched, pcie=p.pcie)
             write_peer_records(rows, Path(__file__).resolve().parents[1] / PEERS_DIR)
             out[nbytes] = rows
         return out

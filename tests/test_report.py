@@ -738,6 +738,12 @@ def test_the_health_section_judges_gpu_pairs_and_nccl_busbw_against_nvlink_with_
     slow = rows["peer matrix slowest: GPU 0->2 256 MiB (PCIe P2P)"]
     assert slow.verdict == "low" and "the copy took PCIe P2P, not NVLink" in slow.reason
     assert rows["peer matrix median: GPU 1->0 256 MiB (NVLink)"].verdict == "ok"
+    # with each pair's NVML path recorded: a pair short of links is low and named, though its copy reads well
+    linked = peers.assign(nvlinks=[18, 17, 0], switched=[True, True, False], pcie=["PCIe switch"] * 3)
+    by_path = {r.figure: r for r in D.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), None,
+                                             linked).itertuples()}  # fmt: skip
+    median = by_path["peer matrix median: GPU 1->0 256 MiB (NVLink)"]
+    assert median.verdict == "low" and "NVLink: 17 of 18 links active" in median.reason
     two = D.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), None, peers.iloc[:2])
     assert [f for f in two["figure"] if f.startswith("peer matrix")] == [
         "peer matrix slowest: GPU 1->0 256 MiB (NVLink)"]  # two GPUs, two pairs: the median is the slowest

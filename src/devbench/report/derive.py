@@ -439,7 +439,7 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
             picks = [("slowest", 0), ("median", (len(one) - 1) // 2)][: 2 if len(one) > 2 else 1]
             for which, r in ((w, one.iloc[i]) for w, i in picks):
                 path = str(r["path"]) if isinstance(r.get("path"), str) and r["path"] else None
-                health_ = judge(float(r["gbps"]), "peer", gpu, path=path)
+                health_ = judge(float(r["gbps"]), "peer", gpu, path=path, pair=_pair_of(r))
                 figure = f"peer matrix {which}: GPU {r['src']}->{r['dst']} {spec.size_label(int(nbytes))}"
                 rows.append([str(machine), figure + (f" ({path})" if path else ""), float(r["gbps"]), "GB/s",
                              health_.verdict, health_.share, health_.reason])  # fmt: skip
@@ -474,6 +474,18 @@ def _states_while_timed(frame: pd.DataFrame) -> dict[tuple, dict]:
         if any(v for v in seen.values()):
             out[(str(machine), str(env), str(commit), str(bench), str(params))] = seen
     return out
+
+
+def _pair_of(row: Any) -> Any:
+    """A peer matrix row's NVML path (``topology.PairPath``) where PeerMatrix recorded one, else None."""
+    from devbench.topology import PairPath
+
+    links = row.get("nvlinks")
+    if links is None or not pd.notna(links):
+        return None
+    pcie = row.get("pcie")
+    return PairPath(int(row["src"]), int(row["dst"]), int(links), bool(row.get("switched")),
+                    str(pcie) if isinstance(pcie, str) else None)  # fmt: skip
 
 
 def _peer_paths(frame: pd.DataFrame) -> dict[tuple, str]:

@@ -344,7 +344,8 @@ def load_fleet(folder: str | os.PathLike[str], problems: list[Problem] | None = 
     return out[out["finished"] == newest].reset_index(drop=True)
 
 
-PEER_COLUMNS = ["machine", "time", "nbytes", "src", "dst", "gbps", "path", "src_id", "dst_id"]
+PEER_COLUMNS = ["machine", "time", "nbytes", "src", "dst", "gbps", "path", "src_id", "dst_id", "nvlinks", "switched",
+                "pcie"]
 
 
 def load_peers(folder: str | os.PathLike[str], problems: list[Problem] | None = None) -> pd.DataFrame:
@@ -358,6 +359,8 @@ def load_peers(folder: str | os.PathLike[str], problems: list[Problem] | None = 
             "machine": str(rec["machine"]), "time": float(rec["time"]), "nbytes": int(rec["nbytes"]),
             "src": int(rec["src"]), "dst": int(rec["dst"]), "gbps": float(rec["gbps"]),
             "path": str(rec.get("path") or ""), "src_id": rec.get("src_id"), "dst_id": rec.get("dst_id"),
+            # the pair's NVML path (devbench.topology), where PeerMatrix could read it
+            "nvlinks": rec.get("nvlinks"), "switched": rec.get("switched"), "pcie": rec.get("pcie"),
         }  # fmt: skip
 
     out = _parsed_jsonl(folder, parse, "GPU-pair", PEER_COLUMNS, problems)
