@@ -20,7 +20,7 @@ from devbench.suite import Benchmark, instrumented, selected, with_samples
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
 from devbench.world import BACKENDS, backend_reason, preflight, spawn_world
 
-WORLDS = [2, 4]
+WORLDS = [2, 4, 8]
 
 #: the figures read from one sweep row
 TRACKS = ("track_time", "track_algbw", "track_busbw")
