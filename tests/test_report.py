@@ -744,6 +744,11 @@ def test_the_health_section_judges_gpu_pairs_and_nccl_busbw_against_nvlink_with_
                                              linked).itertuples()}  # fmt: skip
     median = by_path["peer matrix median: GPU 1->0 256 MiB (NVLink)"]
     assert median.verdict == "low" and "NVLink: 17 of 18 links active" in median.reason
+    # an NCCL ring of 8 ranks passes 0->1: its busbw is judged on that pair's recorded path
+    ring = D.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), D.collective_bandwidth(frame),
+                    linked.assign(nvlinks=[17, 18, 0]))  # fmt: skip
+    bus8 = {r.figure: r for r in ring.itertuples()}["all_reduce busbw, 8 GPUs, 256 MiB"]
+    assert bus8.verdict == "low" and "NVLink: 17 of 18 links active" in bus8.reason
     two = D.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), None, peers.iloc[:2])
     assert [f for f in two["figure"] if f.startswith("peer matrix")] == [
         "peer matrix slowest: GPU 1->0 256 MiB (NVLink)"]  # two GPUs, two pairs: the median is the slowest

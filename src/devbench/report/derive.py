@@ -451,7 +451,7 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
             gpu = gpu_of(r.machine)
             if gpu is None or not pd.notna(r.busbw):
                 continue
-            health_ = judge(float(r.busbw), "busbw", gpu)
+            health_ = judge(float(r.busbw), "busbw", gpu, pair=_ring_pair(peers, str(r.machine), int(r.world)))
             figure = f"{r.op} busbw, {r.world} GPUs, {spec.size_label(int(r.nbytes))}"
             rows.append([where(r), figure, float(r.busbw), "GB/s", health_.verdict, health_.share, health_.reason])
     return pd.DataFrame(rows, columns=cols)
@@ -474,6 +474,18 @@ def _states_while_timed(frame: pd.DataFrame) -> dict[tuple, dict]:
         if any(v for v in seen.values()):
             out[(str(machine), str(env), str(commit), str(bench), str(params))] = seen
     return out
+
+
+def _ring_pair(peers: pd.DataFrame | None, machine: str, world: int) -> Any:
+    """The slowest pair (fewest NVLinks) of an NCCL ring of ``world`` ranks on ``machine`` (rank r to r + 1),
+    from the NVML paths PeerMatrix recorded; None where it recorded none."""
+    if peers is None or peers.empty or "nvlinks" not in peers:
+        return None
+    mine = peers[peers["machine"].astype(str) == machine]
+    ring = [_pair_of(r) for _, r in mine.iterrows()
+            if (int(r["src"]), int(r["dst"])) in {(k, (k + 1) % world) for k in range(world)}]  # fmt: skip
+    ring = [p for p in ring if p is not None]
+    return min(ring, key=lambda p: p.nvlinks) if ring else None
 
 
 def _pair_of(row: Any) -> Any:

@@ -271,9 +271,17 @@ def _fleet(fleet: pd.DataFrame | None) -> Section | None:
 def _peers(peers: pd.DataFrame | None) -> Section | None:
     if peers is None or peers.empty:
         return None
+    links = peers["nvlinks"] if "nvlinks" in peers else pd.Series(None, index=peers.index)
+    pcie = peers["pcie"] if "pcie" in peers else pd.Series(None, index=peers.index)
+
+    def cell(g: float, path: str, n: object, p: object) -> str:
+        nvml = (f"NVLink x{int(n)}" if pd.notna(n) and n else str(p) if isinstance(p, str) else "")
+        said = ", ".join(x for x in (path, nvml) if x)
+        return f"{g:.1f} ({said})" if said else f"{g:.1f}"
+
     cells = peers.assign(
         where=peers["machine"], size=[size_label(n) for n in peers["nbytes"]],
-        cell=[f"{g:.1f} ({p})" if p else f"{g:.1f}" for g, p in zip(peers["gbps"], peers["path"], strict=True)],
+        cell=[cell(g, p, n, c) for g, p, n, c in zip(peers["gbps"], peers["path"], links, pcie, strict=True)],
     )  # fmt: skip
     table = cells.pivot_table(index=["where", "size", "src"], columns="dst", values="cell", aggfunc="first")
     table.columns = [f"to GPU {d}" for d in table.columns]
@@ -284,7 +292,9 @@ def _peers(peers: pd.DataFrame | None) -> Section | None:
         "`PeerMatrix`: a copy from every GPU to every other, both directions, each checked byte for byte, "
         "GB/s copied (median block); in brackets the path the copies took (NVLink when the source GPU's NVLink "
         "counters sent at least half the bytes, PCIe P2P when they did not, through host without peer access; "
-        f"'(topology)' where NVML had no counters and only says what the link could do). Slowest pair: {worst}."
+        "'(topology)' where NVML had no counters and only says what the link could do), then the pair's path "
+        "as NVML's topology gives it (its active NVLinks, else its PCIe path), where it was read. "
+        f"Slowest pair: {worst}."
     )
     return Section("GPU pairs: copy bandwidth (GB/s), every direction", text, table)
 
