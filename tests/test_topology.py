@@ -108,3 +108,21 @@ def test_devbench_info_shows_each_pairs_path_from_nvml(monkeypatch):
               "pair_paths": info["pair_paths"]}  # fmt: skip
     monkeypatch.setattr("devbench.cli._rows", lambda r: [])
     assert "3->4: yes (NVLink x17 via NVSwitch; PCIe: across sockets)" in format_info(record)
+
+
+def test_a_simulated_node_drives_the_plan_its_worlds_fit_and_nccl_runs_last():
+    """The plan's GPUs from the fake node's NVML count: an 8-GPU node runs NCCL worlds of 2, 4 and 8 ranks in
+    the last stage; the pair of NVL cards runs only the world of 2."""
+    from devbench import plan as P
+
+    bench = {"name": "bench_collectives.Collectives.track_busbw", "param_names": ["backend", "world"],
+             "params": [["'gloo'", "'nccl'"], ["2", "4", "8"]], "plan_last": [{"backend": ["nccl"]}],
+             "plan_needs": [{"where": {"backend": ["gloo"]}, "cores_from": "world"},
+                            {"where": {"backend": ["nccl"]}, "gpus_from": "world"}]}  # fmt: skip
+    for node, runs in (("8x H100 SXM", {"2", "4", "8"}), ("2 bridged H100 NVL", {"2"})):
+        gpus = NODES[node]().nvmlDeviceGetCount()
+        costs = P.Costs(launch_s=0.01, cuda_context_s=0.3, asv_call_s=7.5, gpus=gpus, cores=96)
+        plan = P.make_plan({bench["name"]: bench}, lambda s: True, costs, 1000.0, 0.0)
+        nccl = [p for p in plan.points if p.values[0] == "'nccl'"]
+        assert {p.values[1] for p in nccl if p.state == "run"} == runs
+        assert all(P.stage_of(p) == "last" for p in nccl if p.state == "run")
