@@ -300,7 +300,9 @@ def test_figures_whose_code_is_identical_are_listed_same_code_and_not_measured(p
     rows = _rows(out / "compare.csv")
     assert rows and all(r["note"].startswith("same code") for r in rows.values()), rows
     assert not (out / "pairs.csv").read_text().strip().splitlines()[1:]
-    assert "listed as 'same code', not measured" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "listed as 'same code', not measured" in said
+    assert f"same code, not measured ({len(rows)} figures" in said and "  bench_ab." in said  # a line a benchmark
     run = json.loads((out / "run.json").read_text())
     assert run["passes"] == [] and run["sides"]["base"]["environment"]["python"] == sys.executable
 

@@ -46,16 +46,24 @@ def to_text(table: Any, title: str) -> str:
         o=table["verdict"].map(ORDER), size=table["ratio"].map(lambda r: abs(math.log(r)) if r > 0 else 0.0)
     ).sort_values(["o", "size"], ascending=[True, False])
     not_judged = []
+    same_code: dict[str, int] = {}
     for r in shown.itertuples():
         if r.verdict == V.SAME:
             continue
         name = f"{r.benchmark} {r.params}"
+        if str(r.note).startswith("same code"):  # one line per benchmark: hundreds of them in a confined change
+            same_code[r.benchmark] = same_code.get(r.benchmark, 0) + 1
+            continue
         if r.note:
             not_judged.append(f"{r.verdict:>9}  {name}: {r.note}")
             continue
         lines.append(f"{r.verdict:>9}  {_pct(r.ratio):>8} {_interval(r):>20}  {r.n_base:>2} pairs of processes  {name}")
     if not_judged:
         lines += ["", f"not judged ({len(not_judged)}):", *not_judged]
+    if same_code:
+        lines += ["", f"same code, not measured ({sum(same_code.values())} figures: the benchmark and every file it "
+                      "depends on are identical on both sides; --measure-all measures them):",
+                  *(f"  {name}: {n}" for name, n in sorted(same_code.items()))]  # fmt: skip
     if counts[V.SAME]:
         lines.append(f"     same  {counts[V.SAME]} figures within the floor")
     return "\n".join(lines) + "\n"
