@@ -25,7 +25,6 @@ and why) or ``not judged``. No torch import: the report uses this.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,8 +82,10 @@ class Model:
     peak_clock_mhz: float | None = None
     device_copy: float | None = None
     device_copy_source: str = ""
-    #: NVLinks a healthy GPU of the model has (``nvlink_gbps`` over them is one link's rate, one direction), and
-    #: whether they come only with a bridge a card may lack (PCIe cards: H100 PCIe and NVL, H200 NVL, A100 PCIe)
+    #: NVLinks a healthy GPU of the model has (``nvlink_gbps`` over them is one link's rate, one direction: 18
+    #: NVLink 4 on Hopper, 12 NVLink 3 on A100 and on H100 PCIe/NVL bridges, 6 NVLink 2 on V100 SXM2, 25 GB/s a
+    #: direction each), and whether they come only with a bridge a card may lack (H100 PCIe and NVL, H200 NVL,
+    #: A100 PCIe)
     nvlink_links: int | None = None
     bridged: bool = False
 
@@ -103,33 +104,36 @@ _HOPPER_CLOCK = 1830.0
 
 MODELS: list[Model] = [
     Model(("H200 NVL",), "H200 NVL", 4800.0, 450.0, "NVIDIA H200 NVL product brief: 4.8 TB/s HBM3e, NVLink 900 GB/s",
-          _HOPPER_NVL, "NVIDIA H200 NVL product brief"),
+          _HOPPER_NVL, "NVIDIA H200 NVL product brief", nvlink_links=18, bridged=True),
     Model(("H200", "H200 SXM", "H200 141GB HBM3e"), "H200 SXM", 4800.0, 450.0,
           "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, NVLink 900 GB/s", _HOPPER, "NVIDIA H200 datasheet",
           {"bfloat16": 794.5}, f"{_MAMF}: 794.5 on an H100 SXM, the H200 listed as the same", _HOPPER_CLOCK,
-          4010.0, "Azure AI-benchmarking-guide, ND_H200_v5 HBM table: STREAM Copy 4.01 TB/s read plus written"),
+          4010.0, "Azure AI-benchmarking-guide, ND_H200_v5 HBM table: STREAM Copy 4.01 TB/s read plus written",
+          nvlink_links=18),
     Model((r"GH200( \d+GB)?",), "GH200", None, None, "NVIDIA GH200 datasheet: memory and NVLink differ by variant",
           _HOPPER, "NVIDIA GH200 datasheet", {"bfloat16": 828.6}, f"{_MAMF}: GH200 828.6", _HOPPER_CLOCK),
     Model(("H100 NVL",), "H100 NVL", 3900.0, 300.0, "NVIDIA H100 datasheet (NVL): 3.9 TB/s HBM3, NVLink 600 GB/s",
-          _HOPPER_NVL, "NVIDIA H100 datasheet (NVL)"),
+          _HOPPER_NVL, "NVIDIA H100 datasheet (NVL)", nvlink_links=12, bridged=True),
     Model(("H100 PCIe",), "H100 PCIe", 2000.0, 300.0, "NVIDIA H100 datasheet (PCIe): 2.0 TB/s HBM2e, NVLink 600 GB/s",
-          {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.0, "float16": 756.0}, "NVIDIA H100 datasheet (PCIe)"),
+          {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.0, "float16": 756.0}, "NVIDIA H100 datasheet (PCIe)",
+          nvlink_links=12, bridged=True),
     Model(("H100 80GB HBM3", "H100 SXM", "H100 SXM5 80GB", "H100"), "H100 SXM", 3350.0, 450.0,
           "NVIDIA H100 datasheet (SXM): 3.35 TB/s HBM3, NVLink 900 GB/s", _HOPPER, "NVIDIA H100 datasheet (SXM)",
           {"bfloat16": 794.5}, f"{_MAMF}: H100 SXM 794.5", _HOPPER_CLOCK,
-          2900.0, "Azure AI-benchmarking-guide, ND_H100_v5 HBM table: STREAM Copy 2.90 TB/s read plus written"),
+          2900.0, "Azure AI-benchmarking-guide, ND_H100_v5 HBM table: STREAM Copy 2.90 TB/s read plus written",
+          nvlink_links=18),
     Model(("A100-SXM4-80GB",), "A100 SXM 80GB", 2039.0, 300.0,
           "NVIDIA A100 datasheet (SXM 80GB): 2,039 GB/s, NVLink 600", _A100, "NVIDIA A100 datasheet",
-          {"bfloat16": 271.2}, f"{_MAMF}: A100 SXM 271.2"),
+          {"bfloat16": 271.2}, f"{_MAMF}: A100 SXM 271.2", nvlink_links=12),
     Model(("A100-SXM4-40GB",), "A100 SXM 40GB", 1555.0, 300.0,
           "NVIDIA A100 datasheet (SXM 40GB): 1,555 GB/s, NVLink 600", _A100, "NVIDIA A100 datasheet",
-          {"bfloat16": 271.2}, f"{_MAMF}: A100 SXM 271.2"),
+          {"bfloat16": 271.2}, f"{_MAMF}: A100 SXM 271.2", nvlink_links=12),
     Model(("A100 80GB PCIe", "A100-PCIE-80GB"), "A100 PCIe 80GB", 1935.0, 300.0,
           "NVIDIA A100 datasheet (PCIe 80GB): 1,935 GB/s, NVLink 600 GB/s", _A100, "NVIDIA A100 datasheet",
-          {"bfloat16": 252.9}, f"{_MAMF}: A100 PCIe 252.9"),
+          {"bfloat16": 252.9}, f"{_MAMF}: A100 PCIe 252.9", nvlink_links=12, bridged=True),
     Model(("A100-PCIE-40GB",), "A100 PCIe 40GB", 1555.0, 300.0,
           "NVIDIA A100 datasheet (PCIe 40GB): 1,555 GB/s, NVLink 600 GB/s", _A100, "NVIDIA A100 datasheet",
-          {"bfloat16": 252.9}, f"{_MAMF}: A100 PCIe 252.9"),
+          {"bfloat16": 252.9}, f"{_MAMF}: A100 PCIe 252.9", nvlink_links=12, bridged=True),
     Model(("L4",), "L4", 300.0, None, "NVIDIA L4 datasheet: 300 GB/s GDDR6, no NVLink",
           {"float32": 30.3, "tf32": 60.0, "bfloat16": 121.0, "float16": 121.0}, "NVIDIA L4 datasheet"),
     Model(("GeForce RTX 4090",), "GeForce RTX 4090", 1008.0, None,
@@ -139,19 +143,12 @@ MODELS: list[Model] = [
           {"float32": 14.0, "tf32": None, "bfloat16": None, "float16": 112.0}, "NVIDIA V100 datasheet (PCIe)"),
     Model((r"V100-SXM2-(16|32)GB",), "V100 SXM2", 900.0, 150.0,
           "NVIDIA V100 datasheet (SXM2): 900 GB/s HBM2, NVLink 300 GB/s",
-          {"float32": 15.7, "tf32": None, "bfloat16": None, "float16": 125.0}, "NVIDIA V100 datasheet (SXM2)"),
+          {"float32": 15.7, "tf32": None, "bfloat16": None, "float16": 125.0}, "NVIDIA V100 datasheet (SXM2)",
+          nvlink_links=6),
     Model(("T4",), "T4", 320.0, None, "NVIDIA T4 datasheet: 320 GB/s GDDR6, no NVLink",
           {"float32": 8.1, "tf32": None, "bfloat16": None, "float16": 65.0}, "NVIDIA T4 datasheet"),
-]  # fmt: skip
 
-#: NVLinks of a healthy GPU of each model with NVLink, and whether a bridge brings them (datasheets: 18 NVLink 4
-#: links on Hopper SXM and NVL at 25 GB/s a direction each; 12 NVLink 3 links on A100 and on H100 PCIe/NVL's bridges;
-#: 6 NVLink 2 on V100 SXM2)
-_LINKS = {"H200 NVL": (18, True), "H200 SXM": (18, False), "H100 NVL": (12, True), "H100 PCIe": (12, True),
-          "H100 SXM": (18, False), "A100 SXM 80GB": (12, False), "A100 SXM 40GB": (12, False),
-          "A100 PCIe 80GB": (12, True), "A100 PCIe 40GB": (12, True), "V100 SXM2": (6, False)}  # fmt: skip
-MODELS = [dataclasses.replace(m, nvlink_links=_LINKS[m.label][0], bridged=_LINKS[m.label][1])
-          if m.label in _LINKS else m for m in MODELS]  # fmt: skip
+]  # fmt: skip
 
 #: What a pinned copy over a whole PCIe link reaches on a healthy machine, by (generation, width): the typical
 #: figure and the pass floor of fleet health checks, with their sources. Other links: the link rate alone.

@@ -189,6 +189,7 @@ class Run:
         self.start = time.monotonic()
         self.stages: list[dict[str, Any]] = []
         self.stage_started = time.time()
+        self.checked: str | None = None  # the run's folder of checked workloads (suite.check_once)
 
     def left(self) -> float:
         return self.args.budget_s - (time.monotonic() - self.start)
@@ -228,37 +229,28 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
             "--set-commit-hash", sha, "-a", f"rounds={rounds}", "--show-stderr", "--bench", regex]  # fmt: skip
 
 
-def durations_since(results: Path, sha: str, since: float) -> dict[str, float]:
-    """Seconds asv spent on each benchmark of commit ``sha`` that it started at or after ``since`` (asv's own
-    ``duration``: every point of it in that call), read from the results asv saved."""
-    out: dict[str, float] = {}
-    for data in saved_results(results, sha):
-        cols = data["result_columns"]
-        if "started_at" not in cols or "duration" not in cols:
-            continue
-        at, took = cols.index("started_at"), cols.index("duration")
-        for name, row in data.get("results", {}).items():
-            started = row[at] if at < len(row) else None
-            seconds = row[took] if took < len(row) else None
-            if started is not None and started / 1000.0 >= since - 1.0 and isinstance(seconds, int | float):
-                out[name] = float(seconds)
-    return out
-
-
-def measured_since(results: Path, sha: str, since: float) -> set[str]:
-    """Benchmarks of commit ``sha`` in the asv results folder ``results`` (one machine's) that asv started at
-    or after ``since`` (seconds since the epoch), read from the results asv saved."""
-    done: set[str] = set()
+def durations_since(results: Path, sha: str, since: float) -> dict[str, float | None]:
+    """Each benchmark of commit ``sha`` in the asv results folder ``results`` (one machine's) that asv started at or
+    after ``since`` (seconds since the epoch) -> the seconds asv spent on it (its ``duration``: every point of it
+    in that call; None where asv kept none), read from the results asv saved."""
+    out: dict[str, float | None] = {}
     for data in saved_results(results, sha):
         cols = data["result_columns"]
         if "started_at" not in cols:
             continue
         at = cols.index("started_at")
+        took = cols.index("duration") if "duration" in cols else None
         for name, row in data.get("results", {}).items():
             started = row[at] if at < len(row) else None
+            seconds = row[took] if took is not None and took < len(row) else None
             if started is not None and started / 1000.0 >= since - 1.0:  # asv keeps milliseconds
-                done.add(name)
-    return done
+                out[name] = float(seconds) if isinstance(seconds, int | float) else None
+    return out
+
+
+def measured_since(results: Path, sha: str, since: float) -> set[str]:
+    """Benchmarks of commit ``sha`` that asv started at or after ``since`` (``durations_since``'s)."""
+    return set(durations_since(results, sha, since))
 
 
 class Summary:
@@ -308,10 +300,10 @@ def execute(args: argparse.Namespace) -> int:
     if args.costs_from:
         costs = costs_from(Path(args.costs_from))
         print(f"costs from {args.costs_from} (another machine's recorded costs; nothing probed here)", flush=True)
-        if args.gpus is not None:  # a described machine: that machine's per-process costs, this many GPUs
-            costs = dataclasses.replace(costs, gpus=args.gpus, cores=args.cores or costs.cores)
-            print(f"described machine: {args.gpus} GPU(s)" + (f", {args.cores} cores" if args.cores else ""),
-                  flush=True)  # fmt: skip
+        if args.gpus is not None or args.cores is not None:  # a described machine at that machine's costs
+            gpus = costs.gpus if args.gpus is None else args.gpus
+            costs = dataclasses.replace(costs, gpus=gpus, cores=args.cores or costs.cores)
+            print(f"described machine: {gpus} GPU(s), {costs.cores} cores", flush=True)
     else:
         costs = probe_costs(python, run.repo, None if args.plan_only else machine)
     with open(run.out / "listing.log", "w") as log:
@@ -334,10 +326,11 @@ def execute(args: argparse.Namespace) -> int:
         return 0
     summary = Summary(run, plan, machine)
     running: list[P.Point] = []
-    # every process of this run checks a workload only where no earlier one has (suite.check_once): one commit,
-    # one environment, so one check of each workload proves it for the run
+    # every benchmark process of this run checks a workload only where no earlier one has (suite.check_once): one
+    # commit, one environment, so one check of each workload proves it for the run. Only the asv stages see the
+    # folder: the CUDA tests and validate check what they build themselves.
     checked = tempfile.mkdtemp(prefix="devbench-checked-")
-    os.environ[CHECKED_ENV] = checked
+    run.checked = checked
     try:
         return _stages(run, plan, summary, reserve, python, machine, sha, running)
     except (KeyboardInterrupt, Stopped) as stop:
@@ -347,7 +340,6 @@ def execute(args: argparse.Namespace) -> int:
             summary.cut(running, run.stage_started, f"{why} before asv finished it")
         raise
     finally:
-        os.environ.pop(CHECKED_ENV, None)
         shutil.rmtree(checked, ignore_errors=True)
         summary.save()
         print(summary.text(), flush=True)
@@ -361,7 +353,7 @@ REFIT_MARGIN = 0.25
 SCALE_RANGE = (0.25, 4.0)
 
 
-def _scale(run: Run, plan_estimates: list[tuple[float, float]]) -> float:
+def _scale(plan_estimates: list[tuple[float, float]]) -> float:
     """What the asv stages so far really cost over their estimate, for what no stage has measured yet (a family
     not run, an asv call, a set-up cache): never below 1, at most 4. A stage that ran faster than planned says
     little of a family it did not run (one gloo world costs more than its share of the stage)."""
@@ -370,14 +362,14 @@ def _scale(run: Run, plan_estimates: list[tuple[float, float]]) -> float:
     return min(SCALE_RANGE[1], max(1.0, took / est)) if est > 0 and took > 0 else 1.0
 
 
-def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float]) -> None:
+def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | None]) -> None:
     """Each benchmark of a stage: asv's duration of its points over their estimate, into ``plan.scales``."""
     planned: dict[str, float] = {}
     for p in points:
         if p.state != "cut":
             planned[p.benchmark] = planned.get(p.benchmark, 0.0) + p.estimate_s
     for name, estimate in planned.items():
-        if name in durations and estimate > 0:
+        if durations.get(name) is not None and estimate > 0:
             plan.scales[name] = min(SCALE_RANGE[1], max(SCALE_RANGE[0], durations[name] / estimate))
 
 
@@ -386,6 +378,8 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     """One asv call over ``points``; returns its exit code, its estimate (times ``scale``) and the seconds it took."""
     regex = selection_regex(points)
     env = {**os.environ, "DEVBENCH_BENCH": regex}  # a setup_cache sweep measures only what is read
+    if run.checked:
+        env[CHECKED_ENV] = run.checked
     estimate = plan.estimate_s(points=points, group=lambda p: name, scale=scale)
     raw = plan.estimate_s(points=points, group=lambda p: name)
     running[:] = points
@@ -444,13 +438,18 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     }
     for name, take in takes.items():
         room = run.left() - reserve
+        if room < MIN_STAGE_S:  # no asv call starts: what is left of the plan stays dropped, with the reason
+            for p in plan.points:
+                if p.state == "run" and not p.done:
+                    p.state, p.reason = "dropped", "no time left for it"
+            break
         if name == "headline":
             kept = [p for p in plan.kept() if not p.done and take(p)]
         else:
-            kept = _refit(run, plan, room, _scale(run, done), name, take)
+            kept = _refit(run, plan, room, _scale(done), name, take)
         if not kept:
             continue
-        code, estimate, took = _asv_stage(run, plan, summary, name, kept, room, _scale(run, done), python, machine,
+        code, estimate, took = _asv_stage(run, plan, summary, name, kept, room, _scale(done), python, machine,
                                           sha, running)  # fmt: skip
         done.append((estimate, took))
         failed |= code != 0
@@ -467,9 +466,9 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     # what the tests and validate left: the points still dropped, fitted into it
     room = run.left() - PACK_S - HEALTH_S
     if room >= MIN_STAGE_S and any(p.state == "dropped" for p in plan.points):
-        kept = _refit(run, plan, room, _scale(run, done), "fill", lambda p: True)
+        kept = _refit(run, plan, room, _scale(done), "fill", lambda p: True)
         if kept:
-            code, estimate, took = _asv_stage(run, plan, summary, "fill", kept, room, _scale(run, done), python,
+            code, estimate, took = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done), python,
                                               machine, sha, running)  # fmt: skip
             failed |= code != 0
     for p in plan.points:

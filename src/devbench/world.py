@@ -160,6 +160,8 @@ def _rank_main(
     log: str | None = None,
 ) -> None:
     if log is not None:  # this rank's own output (NCCL's lines among it) to a file the parent reads on failure
+        if backend == "nccl":
+            os.environ.setdefault("NCCL_DEBUG", "WARN")  # NCCL says why an init fails only when asked
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -372,8 +374,8 @@ def preflight(world: int, backend: str = "gloo", timeout_s: float = PREFLIGHT_S,
     """Why a world of ``world`` ranks of ``backend`` cannot exchange data here, or None when it can: the process
     group set up and one all_reduce of one element, within ``timeout_s`` (not the sweep's minutes). A rank that
     never joins or hangs ends the world at the limit with every rank stopped, and the reason carries what the
-    ranks printed (NCCL's own warnings; ``NCCL_DEBUG=WARN`` unless set). ``fn``: the per-rank work, for tests."""
-    os.environ.setdefault("NCCL_DEBUG", "WARN")
+    ranks printed (NCCL's own warnings; each rank sets ``NCCL_DEBUG=WARN`` unless set). ``fn``: the per-rank work,
+    for tests."""
     try:
         sums = spawn_world(fn or _preflight_rank, world, args=(backend,), backend=backend, timeout_s=timeout_s,
                            quiet=True)  # fmt: skip
