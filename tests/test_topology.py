@@ -81,8 +81,9 @@ def test_a_bridged_pair_is_judged_against_its_bridge_and_an_unbridged_one_agains
 
 
 def test_the_fleet_flags_the_gpu_at_half_clock_and_not_two_that_share_a_switch():
-    """The broken node's GPU 5 runs at half clock: its products read half. Copies are timed one GPU at a time
-    (``fleet.in_turns``), so GPUs 0 and 1 behind one switch each read the switch's whole rate."""
+    """The broken node's GPU 5 runs at half clock: its products read half. The copies are injected as timed one
+    GPU at a time (``fleet.in_turns``, whose exclusivity ``tests/test_fleet.py`` holds): GPUs 0 and 1 behind one
+    switch each read the switch's whole rate, and no one is flagged for sharing it."""
     ranks = []
     for r in range(8):
         figures = {"matmul_burst": 700.0 / (2 if r == 5 else 1), "matmul_sustained": 680.0 / (2 if r == 5 else 1),
