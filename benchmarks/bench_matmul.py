@@ -5,7 +5,7 @@ import contextlib
 import torch
 
 from devbench.devices import synchronize
-from devbench.measure import MATMUL_BLOCK_S, measure, plan_blocks, warm_up
+from devbench.measure import MATMUL_BLOCK_S, block_calls, measure, measure_synced, one_call_s, plan_blocks, warm_up
 from devbench.spec import matmul_flops as flops
 from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, with_samples
 from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add, warmed
@@ -41,6 +41,9 @@ class MatmulSquare(Benchmark):
 
     Inputs are seeded random normals in two rotating sets, checked once against float64.
     ``tf32`` is float32 storage with TF32 tensor cores allowed (restored in teardown).
+    ``time``: seconds per product as a user waits for it (launch, work, sync), on the host's clock;
+    ``tflops``: back-to-back products between CUDA events. On a GPU both are timed by the run's
+    measuring process from one built workload (``swept``).
     """
 
     params = [DEVICES, list(DTYPES), SIZES]
@@ -49,6 +52,9 @@ class MatmulSquare(Benchmark):
     headline = [{"device": ["cuda"], "n": [1024, 8192]}, {"device": ["cpu"], "dtype": ["float32"], "n": [1024]}]
     skips = [{"where": {"device": ["cpu"], "n": [8192]}, "reason": cpu_skip_reason("float32", 8192)},
              {"where": {"device": ["cpu"], "dtype": ["tf32"]}, "reason": cpu_skip_reason("tf32", 1024)}]  # fmt: skip
+    swept = True
+    #: 2: time_matmul (asv's clock, a process of its own) became track_time, timed beside track_tflops
+    work_version = 2
 
     def setup(self, device, dtype, n):
         self._tf32 = contextlib.nullcontext()  # asv calls teardown after a skip too
@@ -64,9 +70,12 @@ class MatmulSquare(Benchmark):
     def teardown(self, device, dtype, n):
         self._tf32.__exit__(None, None, None)
 
-    def time_matmul(self, device, dtype, n):
-        self.mm()
-        synchronize(self.device)
+    def track_time(self, device, dtype, n):
+        one = self.mm.warm_call_s if self.mm.warm_call_s is not None else one_call_s(self.mm, self.device)
+        calls = block_calls(one, BLOCK_S)
+        return with_samples(measure_synced(self.mm, lambda: synchronize(self.device), calls).per_call, calls)
+
+    track_time.unit = "seconds"
 
     def track_tflops(self, device, dtype, n):
         # small GPU products: stream held; a product that fills a block alone was sized by its check

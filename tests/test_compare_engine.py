@@ -746,7 +746,7 @@ def test_compare_leaves_the_twins_records_and_without_cuda_the_gpu_combinations_
     from devbench.spec import TWINS
 
     names = [
-        "bench_matmul.MatmulSquare.time_matmul('cpu', 'float32', 16)",
+        "bench_matmul.MatmulSquare.track_time('cpu', 'float32', 16)",
         "bench_matmul.MatmulSquare.track_tflops('cpu', 'float32', 16)",
         "bench_matmul.MatmulSquare.track_tflops('cuda', 'float32', 16)",
         "bench_collectives.Collectives.track_time('gloo', 2, 'all_reduce', 4096)",

@@ -377,9 +377,9 @@ def _frame(rows):
 def test_matmul_throughput_speedup_crossover_and_peak():
     rows = []
     for n, cpu_t, gpu_t in [(16, 1e-6, 1e-5), (256, 1e-3, 2e-4), (4096, 1.0, 2e-3)]:
-        rows.append({"benchmark": "bench_matmul.MatmulSquare.time_matmul", "device": "cpu", "dtype": "float32", "n": n,
+        rows.append({"benchmark": "bench_matmul.MatmulSquare.track_time", "device": "cpu", "dtype": "float32", "n": n,
                      "value": cpu_t})  # fmt: skip
-        rows.append({"benchmark": "bench_matmul.MatmulSquare.time_matmul", "device": "cuda", "dtype": "float32",
+        rows.append({"benchmark": "bench_matmul.MatmulSquare.track_time", "device": "cuda", "dtype": "float32",
                      "n": n, "value": gpu_t})  # fmt: skip
     f = _frame(rows)
     tp = D.matmul_throughput(f)
@@ -514,7 +514,7 @@ def test_crossover_needs_every_larger_size_to_win():
 def test_bandwidth_from_time_and_logging_and_parallel_ratios():
     f = _frame(
         [
-            {"benchmark": "bench_transfer.DeviceCopy.time_copy", "device": "cpu", "nbytes": 1 << 30, "value": 0.1},
+            {"benchmark": "bench_transfer.DeviceCopy.track_time", "device": "cpu", "nbytes": 1 << 30, "value": 0.1},
             {"benchmark": "bench_transfer.HostDevice.track_gbps", "direction": "h2d", "memory": "pageable",
              "mode": "non_blocking", "nbytes": 4096, "value": 1.0, "unit": "GB/s"},
             {"benchmark": "bench_logging.LogNorms.time_loop", "device": "cpu", "strategy": "on_device",

@@ -67,7 +67,7 @@ def test_set_up_again_reuses_the_checked_workload(monkeypatch):
     b = bm.MatmulSquare()
     for _ in range(3):
         b.setup("cpu", "float32", 64)
-        b.time_matmul("cpu", "float32", 64)
+        b.track_time("cpu", "float32", 64)
         b.teardown("cpu", "float32", 64)
     assert len(checks) == 1
     b.setup("cpu", "float32", 16)  # another combination is its own workload

@@ -277,19 +277,24 @@ def test_same_device_move_is_the_same_object():
 def test_device_copy_benchmark_measures_the_host_line(monkeypatch):
     import benchmarks.bench_transfer as bt
 
-    from devbench.measure import SAMPLES, Measurement
+    from devbench.measure import Measurement
+    from devbench.precision import MIN_SAMPLES
 
     b = bt.DeviceCopy()
     b.setup("cpu", 256 * T.KiB)
-    b.time_copy("cpu", 256 * T.KiB)
+    waited = b.track_time("cpu", 256 * T.KiB)
+    assert len(waited["samples"]) >= MIN_SAMPLES and min(waited["samples"]) > 0
     figure = b.track_gbps_copied("cpu", 256 * T.KiB)
-    assert len(figure["samples"]) == SAMPLES and min(figure["samples"]) > 0 and figure["number"] >= 1
+    assert len(figure["samples"]) >= MIN_SAMPLES and min(figure["samples"]) > 0 and figure["number"] >= 1
     # the two conventions: bytes copied, and bytes read plus bytes written (twice as many)
     blocks = Measurement((1e-3, 2e-3, 4e-3), 5)
     monkeypatch.setattr(bt, "measure", lambda *a, **k: blocks)
-    copied = b.track_gbps_copied("cpu", 256 * T.KiB)["samples"]
+    copied = b.track_gbps_copied("cpu", 256 * T.KiB)["samples"]  # measured again: the same figure asked again
     assert copied == pytest.approx([0.262144, 0.131072, 0.065536])
+    # the other figure counts the very blocks the first measured, once; asked again, it measures
     assert b.track_gbps_read_write("cpu", 256 * T.KiB)["samples"] == pytest.approx([2 * g for g in copied])
+    monkeypatch.setattr(bt, "measure", lambda *a, **k: Measurement((1e-3,), 5))
+    assert b.track_gbps_read_write("cpu", 256 * T.KiB)["samples"] == pytest.approx([2 * 0.262144])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA skips")

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
+from devbench import precision
+
 from devbench.devices import synchronize
 
 #: Seed for every input tensor: the same inputs on every machine and run.
@@ -443,23 +445,6 @@ class Measurement:
         return Measurement(self.per_call + other.per_call, max(self.calls, other.calls), self.held and other.held)
 
 
-#: A GPU figure (CUDA events, no host noise in the blocks) stops after this many blocks when they agree within
-#: ``TIGHT`` (``tight_enough``), else takes the full ``SAMPLES``. From 7 to 11 samples the 99% interval asv
-#: reports for the median (``asv_runner.statistics.compute_stats``) is the range of the samples, and the range
-#: of the first 8 blocks is never wider than the range of the 11 they begin: no figure is less precise.
-TIGHT_MIN_BLOCKS = 8
-#: half the range of the blocks over their median under which a GPU figure stops early (the compare floor is 2%)
-TIGHT = 0.01
-
-
-def tight_enough(per_call: Sequence[float], tight: float = TIGHT) -> bool:
-    """Whether the blocks agree within ``tight``: half their range over their median."""
-    if len(per_call) < 2:
-        return False
-    mid = statistics.median(per_call)
-    return mid > 0 and (max(per_call) - min(per_call)) / 2 / mid <= tight
-
-
 def measure(
     fn: Callable[[], object],
     device: torch.device,
@@ -470,28 +455,40 @@ def measure(
     """``blocks`` blocks of ``calls`` calls each (nvbandwidth-style: the median is the figure).
 
     ``calls`` is a number, or a ``BlockPlan`` (``plan_blocks``), which may hold the stream. ``blocks``
-    unset: ``SAMPLES``; on a GPU (and with no ``DEVBENCH_BLOCKS``) the blocks stop at ``TIGHT_MIN_BLOCKS``
-    where those agree within ``TIGHT``, and run on to ``SAMPLES`` where they do not (nvbench's noise-based
-    stopping, bounded so that no figure is less precise than with ``SAMPLES`` blocks).
+    unset: ``DEVBENCH_BLOCKS`` where set, else blocks until asv's 99% interval of their median is within
+    0.5% of it or the benchmark's cap has passed (``devbench.precision``: nvbench's noise-based stopping).
     """
-    adaptive = blocks is None and device.type == "cuda" and not os.environ.get(BLOCKS_ENV)
-    blocks = SAMPLES if blocks is None else blocks
+    plan = calls if isinstance(calls, BlockPlan) else BlockPlan(calls)
+    return Measurement(_blocks(lambda: time_block(fn, device, plan.calls, stream, hold=plan.hold).per_call,
+                               blocks), plan.calls, plan.hold)  # fmt: skip
+
+
+def _blocks(take: Callable[[], float], blocks: int | None) -> tuple[float, ...]:
+    """``blocks`` values of ``take()``, or (None) ``DEVBENCH_BLOCKS`` of them, or as many as precision asks."""
+    if blocks is None and os.environ.get(BLOCKS_ENV):
+        blocks = blocks_per_figure()
+    if blocks is None:
+        return precision.sample(take).values
     if blocks < 1:
         raise ValueError(f"blocks must be >= 1, got {blocks}")
-    plan = calls if isinstance(calls, BlockPlan) else BlockPlan(calls)
-    first = min(blocks, TIGHT_MIN_BLOCKS) if adaptive else blocks
-    timings = blocks_until_tight(lambda: time_block(fn, device, plan.calls, stream, hold=plan.hold).per_call,
-                                 first, blocks)  # fmt: skip
-    return Measurement(tuple(timings), plan.calls, plan.hold)
+    return tuple(take() for _ in range(blocks))
 
 
-def blocks_until_tight(take: Callable[[], float], first: int, most: int, tight: float = TIGHT) -> list[float]:
-    """``first`` values of ``take()``, then more while they disagree by more than ``tight`` (``tight_enough``),
-    ``most`` at most."""
-    values = [take() for _ in range(first)]
-    while len(values) < most and not tight_enough(values, tight):
-        values.append(take())
-    return values
+def measure_synced(fn: Callable[[], object], sync: Callable[[], object], calls: int,
+                   blocks: int | None = None) -> Measurement:  # fmt: skip
+    """Seconds per call of ``fn(); sync()`` on the host's clock, as asv times a ``time_`` benchmark (each call
+    waited for: launch, work and the wait), in blocks of ``calls`` sampled as ``measure``'s."""
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+
+    def block() -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+            sync()
+        return (time.perf_counter() - t0) / calls
+
+    return Measurement(_blocks(block, blocks), calls)
 
 
 def median_block(fn: Callable[[], object], device: torch.device, calls: int, samples: int = SAMPLES) -> float:

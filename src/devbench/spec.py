@@ -48,15 +48,15 @@ RECORDS = frozenset({
 
 
 #: Figures that repeat another figure's evidence (its twin), by benchmark key -> the key judged instead.
-#: ``time_`` figures that time the very work of a ``track_`` figure, and ``track_`` figures that are
+#: ``time_`` figures (and swept classes' ``track_time``) that time the very work of a ``track_`` figure, and ``track_`` figures that are
 #: another in other units (bandwidth of a collective's time, read+write bytes of a copy's, efficiency of
 #: a speedup). asv keeps both; ``devbench compare`` judges the twin's partner (per-block samples) and leaves
 #: the twin out unless asked (``--twins``): the same evidence measured twice costs twice and is judged twice.
 TWINS = {
-    "bench_matmul.MatmulSquare.time_matmul": "bench_matmul.MatmulSquare.track_tflops",
-    "bench_transfer.DeviceCopy.time_copy": "bench_transfer.DeviceCopy.track_gbps_copied",
+    "bench_matmul.MatmulSquare.track_time": "bench_matmul.MatmulSquare.track_tflops",
+    "bench_transfer.DeviceCopy.track_time": "bench_transfer.DeviceCopy.track_gbps_copied",
     "bench_transfer.DeviceCopy.track_gbps_read_write": "bench_transfer.DeviceCopy.track_gbps_copied",
-    "bench_transfer.HostDevice.time_copy": "bench_transfer.HostDevice.track_gbps",
+    "bench_transfer.HostDevice.track_time": "bench_transfer.HostDevice.track_gbps",
     "bench_parallel.ParallelMatmul.track_efficiency": "bench_parallel.ParallelMatmul.track_speedup",
     "bench_collectives.Collectives.track_algbw": "bench_collectives.Collectives.track_time",
     "bench_collectives.Collectives.track_busbw": "bench_collectives.Collectives.track_time",
@@ -156,16 +156,16 @@ class Figure:
 
 
 MATMUL_TFLOPS = Figure("bench_matmul.MatmulSquare.track_tflops", ("device", "dtype", "n"), TFLOPS)
-MATMUL_TIME = Figure("bench_matmul.MatmulSquare.time_matmul", ("device", "dtype", "n"), SECONDS)
+MATMUL_TIME = Figure("bench_matmul.MatmulSquare.track_time", ("device", "dtype", "n"), SECONDS)
 MATMUL_SPEEDUP = Figure("bench_matmul.MatmulSpeedup.track_gpu_over_cpu", ("dtype", "n"), RATIO)
 LAUNCH_US = Figure("bench_launch.LaunchOverhead.track_us", ("device", "task", "mode"), MICROSECONDS)
 ACHIEVABLE_TFLOPS = Figure("bench_achievable.MatmulAchievable.track_tflops", ("device", "dtype", "run"), TFLOPS)
 
 HOST_DEVICE_GBPS = Figure("bench_transfer.HostDevice.track_gbps", ("direction", "memory", "mode", "nbytes"), GBPS)
-HOST_DEVICE_TIME = Figure("bench_transfer.HostDevice.time_copy", ("direction", "memory", "mode", "nbytes"), SECONDS)
+HOST_DEVICE_TIME = Figure("bench_transfer.HostDevice.track_time", ("direction", "memory", "mode", "nbytes"), SECONDS)
 DEVICE_COPY_GBPS = Figure("bench_transfer.DeviceCopy.track_gbps_copied", ("device", "nbytes"), GBPS)
 DEVICE_COPY_RW_GBPS = Figure("bench_transfer.DeviceCopy.track_gbps_read_write", ("device", "nbytes"), GBPS)
-DEVICE_COPY_TIME = Figure("bench_transfer.DeviceCopy.time_copy", ("device", "nbytes"), SECONDS)
+DEVICE_COPY_TIME = Figure("bench_transfer.DeviceCopy.track_time", ("device", "nbytes"), SECONDS)
 PEER_COPY_GBPS = Figure("bench_transfer.PeerCopy.track_gbps", ("route", "nbytes"), GBPS)
 PEER_COPY_TIME = Figure("bench_transfer.PeerCopy.time_copy", ("route", "nbytes"), SECONDS)
 PEER_ACCESS = Figure("bench_transfer.PeerCopy.track_peer_access", ("route", "nbytes"), "bool")

@@ -91,6 +91,11 @@ def require_gpus(count: int) -> list[torch.device]:
 _BUILT: dict[tuple, object] = {}
 
 
+def forget_built() -> None:
+    """Drop what ``once`` built (the measuring process, between workloads: their memory goes back)."""
+    _BUILT.clear()
+
+
 def once(key: tuple, build: Callable[[], object]) -> object:
     """``build()``'s result, built once per process and then reused.
 
@@ -368,6 +373,11 @@ class Benchmark:
     #: whether the figures are measured in ``setup_cache`` (a sweep) and the benchmark methods only read
     #: them: ``devbench compare`` then takes one pair of figures per pair of processes, not one per block
     figures_in_setup_cache = False
+    #: whether a GPU point asks the run's measuring process (``devbench.sweep``): one CUDA context and one build
+    #: of each workload for all its figures, instead of a process, a context and a build per figure
+    swept = False
+    #: (seconds, samples): a figure that ``devbench.precision`` has not found precise stops when both have passed
+    sample_cap: tuple[float, int] | None = None
     warmup_time = 0.0
     sample_time = 0.05
     repeat = (3, 40, 2.0)
@@ -393,6 +403,8 @@ def instrumented(cls: type) -> type:
     The wrappers keep the source asv versions a benchmark by. A class opts out of a part by setting its
     attribute to False; nothing else changes what asv runs."""
     records_gpu_state(cls)
+    if getattr(cls, "swept", False):
+        _sweep(cls)
     if "work_version" in cls.__dict__:
         _work_versions(cls, cls.__dict__["work_version"])
     cls._devbench_instrumented = True
@@ -420,3 +432,97 @@ def records_gpu_state(cls: type) -> type:
     if setup_cache is not None and not getattr(setup_cache, "devbench_gpu_state", False):
         cls.setup_cache = _pinned_cache(setup_cache)
     return cls
+
+
+# --- Swept classes: a GPU point asks the measuring process (devbench.sweep) -----------------------------
+
+
+def figures_of(cls: type) -> list[str]:
+    """The ``track_`` methods of ``cls``, in the order the class defines them (a swept class has no other kind)."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        names += [n for n, f in vars(klass).items() if n.startswith("track_") and callable(f) and n not in names]
+    return names
+
+
+def _short(cls: type) -> str:
+    return f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}"
+
+
+def _on_sweep(bench: object, args: tuple) -> bool:
+    """Whether this point is measured by the measuring process (``devbench.sweep``'s modes)."""
+    from devbench import sweep
+
+    if sweep.in_server():
+        return False
+    mode = sweep.mode()
+    if mode != "auto":
+        return mode == "all"
+    names = list(getattr(bench, "param_names", []))
+    values = args[len(args) - len(names) :] if names else ()
+    if "device" in names and values[names.index("device")] != "cuda":
+        return False
+    return no_cuda_reason() is None
+
+
+def _ask(bench: object, op: str, name: str, args: tuple) -> dict:
+    from devbench import sweep
+
+    module = type(bench).__module__
+    reply = sweep.ask({"op": op, "name": name, "module": module, "file": getattr(sys.modules.get(module), "__file__", None),
+                       "params": list(args)},
+                      timeout_s=float(getattr(bench, "timeout", 300.0)))  # fmt: skip
+    if "skip" in reply:
+        raise NotImplementedError(reply["skip"])
+    if "error" in reply:
+        raise sweep.MeasuringError(f"{reply['error']} (in the measuring process)\n{reply.get('traceback', '')}")
+    return reply
+
+
+def _swept_setup(setup: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(setup)
+    def wrapped(self, *args):
+        self._devbench_asks = _on_sweep(self, args)
+        if not self._devbench_asks:
+            return setup(self, *args)
+        reason = declared_skip(self, args)
+        if reason:
+            raise NotImplementedError(reason)
+        _ask(self, "prepare", _short(type(self)), args)
+
+    return wrapped
+
+
+def _swept_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(teardown)
+    def wrapped(self, *args):
+        if not getattr(self, "_devbench_asks", False):  # the measuring process tears its own workloads down
+            teardown(self, *args)
+
+    return wrapped
+
+
+def _swept_figure(method: Callable[..., object]) -> Callable[..., object]:
+    @functools.wraps(method)
+    def wrapped(self, *args):
+        if getattr(self, "_devbench_asks", False):
+            return _ask(self, "measure", f"{_short(type(self))}.{method.__name__}", args)["result"]
+        from devbench import precision
+
+        with precision.capped(getattr(self, "sample_cap", None)):
+            return method(self, *args)
+
+    return wrapped
+
+
+def _sweep(cls: type) -> None:
+    """Route a swept class's points through the measuring process where ``_on_sweep`` says so."""
+    bad = [n for n in vars(cls) if n.startswith(BENCHMARK_PREFIXES) and not n.startswith("track_")]
+    if bad:
+        raise TypeError(f"{cls.__name__} is swept: its figures are track_ figures (a time_ figure is asv's clock "
+                        f"in the asking process), not {bad}")  # fmt: skip
+    cls.setup = _swept_setup(cls.setup)
+    cls.teardown = _swept_teardown(cls.teardown)
+    for name in figures_of(cls):
+        if name in vars(cls):
+            setattr(cls, name, _swept_figure(vars(cls)[name]))

@@ -56,13 +56,13 @@ def _rows(frame: pd.DataFrame, figure: spec.Figure) -> pd.DataFrame:
 
 
 def matmul_throughput(frame: pd.DataFrame) -> pd.DataFrame:
-    """TFLOP/s per device, dtype and n: the suite's ``track_tflops``, else 2n^3 / ``time_matmul``."""
+    """TFLOP/s per device, dtype and n: the suite's ``track_tflops``, else 2n^3 / its seconds (``track_time``)."""
     cols = ["device", "dtype", "n"]
     tracked = _rows(frame, spec.MATMUL_TFLOPS).assign(source="track_tflops")
     timed = _rows(frame, spec.MATMUL_TIME)
     if not timed.empty:
         flop = spec.matmul_flops(timed["n"].astype(float))
-        timed = timed.assign(value=spec.tflops(flop, timed["value"]), source="2n^3 / time_matmul")
+        timed = timed.assign(value=spec.tflops(flop, timed["value"]), source="2n^3 / track_time")
     parts = [d for d in (tracked, timed) if not d.empty]
     if not parts:
         return pd.DataFrame(columns=[*KEYS, *cols, "tflops", "source"])

@@ -1,0 +1,102 @@
+"""When a figure has samples enough: asv's 99% interval of its median within a share of it, or a cap.
+
+nvbench's rule, with asv's interval: a figure takes samples until the half-width of the 99% interval asv
+will report for its median (``asv_runner.statistics.compute_stats``: the order statistics a binomial
+distribution puts around the median) is within ``REL`` of the median, or until the cap the benchmark class
+sets (``Benchmark.sample_cap``: seconds and samples, whichever ends later). The interval exists, as asv
+computes it without its fallback, from ``MIN_SAMPLES`` samples: the range of 8 covers 99.2%.
+``tests/test_precision.py`` holds ``ci99`` to asv's own function. No torch, no asv: plain arithmetic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+#: the half-width of asv's 99% interval, over the median, under which a figure stops (a 2% change stays visible)
+REL = 0.005
+#: the fewest samples whose 99% interval of the median asv gives from the samples alone
+MIN_SAMPLES = 8
+#: a class's cap when it sets none: 11 samples and 0.5 s, whichever ends later
+DEFAULT_CAP = (0.5, 11)
+
+
+def ci99(values: Sequence[float]) -> tuple[float, float] | None:
+    """The 99% interval of the median asv reports for ``values`` (order statistics), or None where asv has
+    none from the samples alone (it then extends a Laplace posterior beyond them: not a precision to stop on)."""
+    y = sorted(values)
+    n = len(y)
+    lo = hi = None
+    below = 0.0  # P[K <= k] for K ~ Bin(n, 1/2)
+    for k, v in enumerate(y):
+        below += math.comb(n, k) / 2.0**n
+        if below <= 0.005:
+            lo = v
+        if below >= 0.995:
+            hi = v
+            break
+    return (lo, hi) if lo is not None and hi is not None else None
+
+
+def half_width(values: Sequence[float]) -> float:
+    """Half of asv's 99% interval over the median; ``inf`` where there is none yet."""
+    ci = ci99(values)
+    mid = statistics.median(values) if values else 0.0
+    if ci is None or mid <= 0:
+        return math.inf
+    return (ci[1] - ci[0]) / 2 / mid
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """A figure's samples, and whether the cap stopped them before they were precise enough."""
+
+    values: tuple[float, ...]
+    capped: bool
+
+    @property
+    def half_width(self) -> float:
+        return half_width(self.values)
+
+
+def sample(
+    take: Callable[[], float],
+    cap: tuple[float, int] | None = None,
+    rel: float = REL,
+    clock: Callable[[], float] = time.monotonic,
+) -> Sampled:
+    """``take()`` until asv's interval is within ``rel`` of the median (``MIN_SAMPLES`` at least) or the cap
+    (seconds, samples) has passed on both counts."""
+    cap_s, cap_n = cap if cap is not None else current_cap()
+    if cap_n < 1 or cap_s < 0:
+        raise ValueError(f"a cap is (seconds >= 0, samples >= 1), got {(cap_s, cap_n)}")
+    start = clock()
+    values: list[float] = []
+    while True:
+        values.append(take())
+        if len(values) >= MIN_SAMPLES and half_width(values) <= rel:
+            return Sampled(tuple(values), capped=False)
+        if len(values) >= cap_n and clock() - start >= cap_s:
+            return Sampled(tuple(values), capped=len(values) < MIN_SAMPLES or half_width(values) > rel)
+
+
+_CAP: list[tuple[float, int]] = []
+
+
+def current_cap() -> tuple[float, int]:
+    """The cap of the benchmark now measuring (``capped``), else ``DEFAULT_CAP``."""
+    return _CAP[-1] if _CAP else DEFAULT_CAP
+
+
+@contextlib.contextmanager
+def capped(cap: tuple[float, int] | None) -> Iterator[None]:
+    """Figures sampled inside stop at ``cap`` (seconds, samples) when not precise before (None: the default)."""
+    _CAP.append(tuple(cap) if cap is not None else DEFAULT_CAP)
+    try:
+        yield
+    finally:
+        _CAP.pop()

@@ -1,0 +1,298 @@
+"""The measuring process: one per asv run and GPU, which builds each workload once and times all its figures.
+
+asv runs every point (a benchmark method at one combination of params) in a process of its own. On a GPU
+that process pays a CUDA context, cuBLAS's start and the workload's build, check and warm-up before its
+first sample (1.4 s on an H200), and a workload's two to four figures pay it two to four times. For a class
+that sets ``swept = True`` (``devbench.suite``), a point on a GPU asks this process instead:
+
+* ``prepare`` (from the point's ``setup``): build the workload with the class's own ``setup``, unless this
+  process holds it already or has its figure waiting; a skip (``NotImplementedError``) comes back as one;
+* ``measure`` (from the point's ``track_`` method): the figure, timed here; the workload's other figures that
+  the run selects (``suite.selected``) are timed right after it, from the same built workload, and each waits
+  to be asked once (asv's next round asks again and is measured again, never served twice).
+
+The process starts on the first point's request and is owned by that point's parent (asv's forkserver or
+its main process, the same for the whole ``asv run``): it ends when its owner does, or after ``IDLE_S``
+idle. A CUDA error fails the figure it happened in, and the process ends: the next point starts a fresh
+one. Every build and every figure is appended to ``journal.jsonl`` in its folder (what was built, how long
+each figure sampled): ``devbench gpu-run`` and the tests read it. The protocol is one JSON line each way
+over a Unix socket. No asv here: the class's own methods do the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+#: where the measuring processes keep their sockets, logs and journal (gpu-run sets one per run)
+DIR_ENV = "DEVBENCH_SWEEP_DIR"
+#: ``auto`` (default: a swept class's GPU points), ``all`` (every point of a swept class, the CPU's too: the
+#: tests' switch), ``off`` (every point in its own process, as asv alone runs it)
+MODE_ENV = "DEVBENCH_SWEEP"
+#: set in the measuring process itself: its classes run their own methods
+SERVER_ENV = "DEVBENCH_SWEEP_SERVER"
+MODES = ("auto", "all", "off")
+#: a measuring process ends after this long without a request
+IDLE_S = 60.0
+#: how long a point waits for a measuring process to start (an interpreter, torch, a CUDA context)
+START_S = 180.0
+
+
+def mode() -> str:
+    """``DEVBENCH_SWEEP``'s value (``auto`` when unset); a bad value names itself."""
+    value = os.environ.get(MODE_ENV, "") or "auto"
+    if value not in MODES:
+        raise ValueError(f"{MODE_ENV}={value!r}: expected one of {', '.join(MODES)}")
+    return value
+
+
+def in_server() -> bool:
+    return bool(os.environ.get(SERVER_ENV))
+
+
+def folder() -> Path:
+    base = os.environ.get(DIR_ENV)
+    return Path(base) if base else Path(tempfile.gettempdir()) / f"devbench-sweep-{os.getuid()}"
+
+
+def _address(owner: int) -> Path:
+    """The socket of ``owner``'s measuring process for this interpreter and this process's visible GPUs."""
+    ident = f"{sys.executable}|{os.environ.get('CUDA_VISIBLE_DEVICES', '')}|{sys.path}"
+    return folder() / f"m{owner}-{hashlib.sha1(ident.encode()).hexdigest()[:10]}.sock"
+
+
+class MeasuringError(RuntimeError):
+    """The measuring process failed a point (the message says how) or could not be reached."""
+
+
+def ask(request: dict, timeout_s: float) -> dict:
+    """Send ``request`` to this asv run's measuring process (started if there is none) and return its reply."""
+    owner = os.getppid()
+    path = _address(owner)
+    with _connected(path, owner) as conn:
+        conn.settimeout(timeout_s)
+        conn.sendall((json.dumps(request) + "\n").encode())
+        with conn.makefile("r") as reply:
+            line = reply.readline()
+    if not line:
+        raise MeasuringError(f"the measuring process ended while it served {request.get('op')} "
+                             f"{request.get('name')}{tuple(request.get('params', ()))}; its log: {path.with_suffix('.log')}")  # fmt: skip
+    return json.loads(line)
+
+
+@contextlib.contextmanager
+def _connected(path: Path, owner: int):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time
+        conn = _connect(path)
+        if conn is None:
+            conn = _start(path, owner)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _connect(path: Path) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+        return conn
+    except OSError:
+        conn.close()
+        return None
+
+
+def _start(path: Path, owner: int) -> socket.socket:
+    """Start a measuring process for ``owner`` at ``path`` and connect to it."""
+    path.unlink(missing_ok=True)
+    log = path.with_suffix(".log")
+    env = {**os.environ, SERVER_ENV: "1",
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())}  # fmt: skip
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "devbench.sweep", "--socket", str(path), "--owner", str(owner)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, close_fds=True)  # fmt: skip
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        conn = _connect(path)
+        if conn is not None:
+            return conn
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise MeasuringError(f"the measuring process exited with {proc.returncode} before it listened:\n{tail}")
+        time.sleep(0.05)
+    proc.kill()
+    raise MeasuringError(f"the measuring process did not listen within {START_S:.0f} s (log: {log})")
+
+
+# --- The measuring process ------------------------------------------------------------------------------
+
+
+class Server:
+    """Holds one built workload at a time and the figures measured but not yet asked for."""
+
+    def __init__(self, journal: Path):
+        self.journal = journal
+        self.held: tuple | None = None  # (name of the class, params) of the built workload
+        self.bench: object | None = None
+        self.waiting: dict[tuple, dict] = {}  # (figure, params) -> reply, served once
+
+    def _note(self, **record) -> None:
+        with open(self.journal, "a") as out:
+            out.write(json.dumps({"pid": os.getpid(), "t": time.time(), **record}) + "\n")
+
+    def handle(self, request: dict) -> dict:
+        op, name, params = request["op"], request["name"], tuple(request["params"])
+        cls_name = name.rsplit(".", 1)[0] if op == "measure" else name
+        if op == "prepare":
+            if any(k[0].rsplit(".", 1)[0] == name and k[1] == params for k in self.waiting):
+                return {"ok": True, "waiting": True}
+            return self._build(request, cls_name, params)
+        if op == "measure":
+            waiting = self.waiting.pop((name, params), None)
+            if waiting is not None:
+                return waiting
+            built = self._build(request, cls_name, params)
+            if "ok" not in built:
+                return built
+            return self._measure(name, params)
+        return {"error": f"unknown request {op!r}"}
+
+    def _evict(self) -> None:
+        from devbench import suite
+
+        if self.bench is not None and self.held is not None:
+            with contextlib.suppress(Exception):
+                self.bench.teardown(*self.held[1])
+        self.bench = self.held = None
+        suite.forget_built()
+
+    def _build(self, request: dict, cls_name: str, params: tuple) -> dict:
+        if self.held == (cls_name, params):
+            return {"ok": True}
+        self._evict()
+        bench = _benchmark_class(request["module"], request.get("file"), cls_name.rsplit(".", 1)[-1])()
+        t0 = time.monotonic()
+        try:
+            bench.setup(*params)
+        except NotImplementedError as skip:
+            with contextlib.suppress(Exception):
+                bench.teardown(*params)
+            return {"skip": str(skip)}
+        except Exception as exc:  # noqa: BLE001 - the point that asked reports it
+            return _failed(exc)
+        self.bench, self.held = bench, (cls_name, params)
+        self._note(built=cls_name, params=list(params), seconds=round(time.monotonic() - t0, 4))
+        return {"ok": True}
+
+    def _measure(self, asked: str, params: tuple) -> dict:
+        """``asked``, then every other figure of the held workload this run selects, one after the other."""
+        from devbench import suite
+
+        cls_name = asked.rsplit(".", 1)[0]
+        figures = [asked] + [f"{cls_name}.{m}" for m in suite.figures_of(type(self.bench))
+                             if f"{cls_name}.{m}" != asked and suite.selected(f"{cls_name}.{m}", params)]  # fmt: skip
+        reply: dict = {}
+        for figure in figures:
+            t0 = time.monotonic()
+            try:
+                result = {"result": getattr(self.bench, figure.rsplit(".", 1)[1])(*params)}
+            except Exception as exc:  # noqa: BLE001
+                result = _failed(exc)
+            self._note(figure=figure, params=list(params), seconds=round(time.monotonic() - t0, 4),
+                       **({"error": result["error"]} if "error" in result else {}))  # fmt: skip
+            if figure == asked:
+                reply = result
+            else:
+                self.waiting[(figure, params)] = result
+            if result.get("fatal"):
+                break
+        self._evict()  # its figures are measured: its memory goes back before the next is built
+        return reply
+
+
+def _benchmark_class(module: str, file: str | None, name: str) -> type:
+    """The asking point's class, imported here as asv imported it (the folder above its package on the path)."""
+    if file and module not in sys.modules:
+        root = Path(file).resolve().parents[module.count(".")]
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+    return getattr(importlib.import_module(module), name)
+
+
+def _failed(exc: BaseException) -> dict:
+    text = f"{type(exc).__name__}: {exc}"
+    fatal = "CUDA" in text or "cuda" in type(exc).__module__ or type(exc).__name__ == "AcceleratorError"
+    return {"error": text, "traceback": traceback.format_exc()[-4000:], "fatal": fatal}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def serve(path: Path, owner: int, idle_s: float = IDLE_S) -> None:
+    """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one, or a CUDA error."""
+    server = Server(path.parent / "journal.jsonl")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    listener.settimeout(1.0)
+    last = time.monotonic()
+    try:
+        while _alive(owner) and time.monotonic() - last < idle_s:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn, conn.makefile("r") as lines:
+                line = lines.readline()
+                if not line:
+                    continue
+                try:
+                    reply = server.handle(json.loads(line))
+                except Exception as exc:  # noqa: BLE001 - a bad request or an import that failed: say so, go on
+                    reply = _failed(exc)
+                with contextlib.suppress(OSError):  # a point killed while it waited: the figure waits no more
+                    conn.sendall((json.dumps(reply) + "\n").encode())
+            last = time.monotonic()
+            if reply.get("fatal"):
+                break
+    finally:
+        listener.close()
+        path.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devbench.sweep",
+                                     description="The measuring process a swept benchmark's points ask (started by them).")  # fmt: skip
+    parser.add_argument("--socket", required=True, type=Path)
+    parser.add_argument("--owner", required=True, type=int, help="the process whose end ends this one")
+    args = parser.parse_args(argv)
+    try:
+        serve(args.socket, args.owner)
+    except KeyboardInterrupt:  # the run's Ctrl-C or its end reaches this process's group too
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

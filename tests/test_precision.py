@@ -1,0 +1,69 @@
+"""The stop rule: asv's own 99% interval of the median, within 0.5% of it, or the class's cap."""
+
+import itertools
+import random
+
+import pytest
+
+from devbench import precision as P
+
+
+def test_ci99_is_asvs_interval_where_asv_takes_it_from_the_samples():
+    """Fails if asv changes how it computes the interval it records (``compute_stats``)."""
+    from asv_runner.statistics import compute_stats
+
+    rng = random.Random(11)
+    for n in range(1, 41):
+        for _ in range(20):
+            values = [1.0 + rng.gauss(0, rng.choice([0.001, 0.01, 0.1])) for _ in range(n)]
+            ours = P.ci99(values)
+            _, stats = compute_stats(values, 1)
+            if ours is None:  # asv extends its interval beyond the samples (its posterior): nothing to stop on
+                assert n < P.MIN_SAMPLES
+                continue
+            assert ours == (stats["ci_99_a"], stats["ci_99_b"])
+    assert P.ci99([1.0] * (P.MIN_SAMPLES - 1)) is None and P.ci99([1.0] * P.MIN_SAMPLES) == (1.0, 1.0)
+
+
+def test_a_figure_stops_when_precise_and_at_its_cap_when_not():
+    tight = itertools.cycle([1.0, 1.001, 0.999, 1.002, 0.998])
+    got = P.sample(lambda: next(tight), cap=(0.0, 40))
+    assert len(got.values) == P.MIN_SAMPLES and not got.capped and got.half_width <= P.REL
+    wide = itertools.cycle([1.0, 1.2, 0.9, 1.1, 0.8])
+    got = P.sample(lambda: next(wide), cap=(0.0, 15))
+    assert len(got.values) == 15 and got.capped
+    # the cap is seconds and samples, whichever ends later: a clock that has not moved keeps sampling
+    ticks = itertools.count()
+    got = P.sample(lambda: next(wide), cap=(10.0, 3), clock=lambda: next(ticks) * 0.5)
+    assert got.capped and len(got.values) >= 19
+    # a figure that needs fewer samples than the cap's count still stops at MIN_SAMPLES when precise
+    assert len(P.sample(lambda: 2.0, cap=(0.0, 3)).values) == 3  # 3 < 8: the cap ends it first
+    with pytest.raises(ValueError, match="cap"):
+        P.sample(lambda: 1.0, cap=(0.0, 0))
+
+
+def test_a_class_cap_holds_inside_capped_only():
+    assert P.current_cap() == P.DEFAULT_CAP
+    with P.capped((2.0, 30)):
+        assert P.current_cap() == (2.0, 30)
+        with P.capped(None):
+            assert P.current_cap() == P.DEFAULT_CAP
+    assert P.current_cap() == P.DEFAULT_CAP
+
+
+def test_measure_samples_to_precision_unless_the_blocks_are_fixed(monkeypatch):
+    import torch
+
+    from devbench import measure as M
+
+    monkeypatch.delenv(M.BLOCKS_ENV, raising=False)
+    fixed = M.measure(lambda: None, torch.device("cpu"), 10, blocks=3)
+    assert len(fixed.per_call) == 3
+    with P.capped((0.0, 9)):
+        got = M.measure(lambda: None, torch.device("cpu"), 10)
+    assert len(got.per_call) >= P.MIN_SAMPLES
+    monkeypatch.setenv(M.BLOCKS_ENV, "1")
+    assert len(M.measure(lambda: None, torch.device("cpu"), 10).per_call) == 1
+    synced = []
+    m = M.measure_synced(lambda: synced.append("call"), lambda: synced.append("sync"), 4, blocks=2)
+    assert synced == ["call", "sync"] * 8 and m.calls == 4 and len(m.per_call) == 2
