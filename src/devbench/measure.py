@@ -33,7 +33,6 @@ from dataclasses import dataclass
 import torch
 
 from devbench import precision
-
 from devbench.devices import synchronize
 
 #: Seed for every input tensor: the same inputs on every machine and run.

@@ -48,7 +48,8 @@ RECORDS = frozenset({
 
 
 #: Figures that repeat another figure's evidence (its twin), by benchmark key -> the key judged instead.
-#: ``time_`` figures (and swept classes' ``track_time``) that time the very work of a ``track_`` figure, and ``track_`` figures that are
+#: ``time_`` figures (and swept classes' ``track_time``) that time the very work of a ``track_`` figure, and
+#: ``track_`` figures that are
 #: another in other units (bandwidth of a collective's time, read+write bytes of a copy's, efficiency of
 #: a speedup). asv keeps both; ``devbench compare`` judges the twin's partner (per-block samples) and leaves
 #: the twin out unless asked (``--twins``): the same evidence measured twice costs twice and is judged twice.

@@ -20,7 +20,6 @@ import hashlib
 import inspect
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -28,7 +27,9 @@ from pathlib import Path
 
 import torch
 
+from devbench import sweep
 from devbench.devices import num_gpus
+from devbench.sweep import SELECT_ENV, figures_of, selected  # noqa: F401 - the suite's names for them
 
 DEVICES: list[str] = ["cpu", "cuda"]
 
@@ -59,24 +60,6 @@ def require_device(name: str, index: int = 0) -> torch.device:
     raise ValueError(f"unknown device param {name!r}; expected one of {DEVICES}")
 
 
-#: asv's ``--bench`` pattern of this run, when ``devbench compare`` runs it. asv selects parameter
-#: combinations by matching ``name(repr(param), ...)`` but does not tell a ``setup_cache`` which it chose.
-SELECT_ENV = "DEVBENCH_BENCH"
-
-
-def selected(name: str, params: Iterable[object]) -> bool:
-    """Whether asv runs benchmark ``name`` ("module.Class.method") at ``params`` in this run.
-
-    ``True`` unless ``SELECT_ENV`` names a pattern that ``name(repr(p), ...)`` does not match, as
-    asv's ``--bench`` would not. A ``setup_cache`` that measures many figures in one go uses it
-    to measure only the figures that will be read (``devbench compare``'s extra rounds).
-    """
-    pattern = os.environ.get(SELECT_ENV)
-    if not pattern:
-        return True
-    return re.search(pattern, f"{name}({', '.join(repr(p) for p in params)})") is not None
-
-
 def require_gpus(count: int) -> list[torch.device]:
     """``count`` distinct GPUs, or skip saying how many there are."""
     reason = no_cuda_reason()
@@ -94,6 +77,9 @@ _BUILT: dict[tuple, object] = {}
 def forget_built() -> None:
     """Drop what ``once`` built (the measuring process, between workloads: their memory goes back)."""
     _BUILT.clear()
+
+
+sweep.on_evict(forget_built)
 
 
 def once(key: tuple, build: Callable[[], object]) -> object:
@@ -437,22 +423,12 @@ def records_gpu_state(cls: type) -> type:
 # --- Swept classes: a GPU point asks the measuring process (devbench.sweep) -----------------------------
 
 
-def figures_of(cls: type) -> list[str]:
-    """The ``track_`` methods of ``cls``, in the order the class defines them (a swept class has no other kind)."""
-    names: list[str] = []
-    for klass in reversed(cls.__mro__):
-        names += [n for n, f in vars(klass).items() if n.startswith("track_") and callable(f) and n not in names]
-    return names
-
-
 def _short(cls: type) -> str:
     return f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}"
 
 
 def _on_sweep(bench: object, args: tuple) -> bool:
     """Whether this point is measured by the measuring process (``devbench.sweep``'s modes)."""
-    from devbench import sweep
-
     if sweep.in_server():
         return False
     mode = sweep.mode()
@@ -466,12 +442,10 @@ def _on_sweep(bench: object, args: tuple) -> bool:
 
 
 def _ask(bench: object, op: str, name: str, args: tuple) -> dict:
-    from devbench import sweep
-
     module = type(bench).__module__
-    reply = sweep.ask({"op": op, "name": name, "module": module, "file": getattr(sys.modules.get(module), "__file__", None),
-                       "params": list(args)},
-                      timeout_s=float(getattr(bench, "timeout", 300.0)))  # fmt: skip
+    file = getattr(sys.modules.get(module), "__file__", None)
+    request = {"op": op, "name": name, "module": module, "file": file, "params": list(args)}
+    reply = sweep.ask(request, timeout_s=float(getattr(bench, "timeout", 300.0)))
     if "skip" in reply:
         raise NotImplementedError(reply["skip"])
     if "error" in reply:

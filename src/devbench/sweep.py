@@ -28,12 +28,14 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 
 #: where the measuring processes keep their sockets, logs and journal (gpu-run sets one per run)
@@ -73,6 +75,41 @@ def _address(owner: int) -> Path:
     return folder() / f"m{owner}-{hashlib.sha1(ident.encode()).hexdigest()[:10]}.sock"
 
 
+#: asv's ``--bench`` pattern of this run, when ``devbench compare`` runs it. asv selects parameter
+#: combinations by matching ``name(repr(param), ...)`` but does not tell a ``setup_cache`` which it chose.
+SELECT_ENV = "DEVBENCH_BENCH"
+
+
+def selected(name: str, params: Iterable[object]) -> bool:
+    """Whether asv runs benchmark ``name`` ("module.Class.method") at ``params`` in this run.
+
+    ``True`` unless ``SELECT_ENV`` names a pattern that ``name(repr(p), ...)`` does not match, as
+    asv's ``--bench`` would not. A ``setup_cache`` that measures many figures in one go uses it
+    to measure only the figures that will be read (``devbench compare``'s extra rounds).
+    """
+    pattern = os.environ.get(SELECT_ENV)
+    if not pattern:
+        return True
+    return re.search(pattern, f"{name}({', '.join(repr(p) for p in params)})") is not None
+
+
+def figures_of(cls: type) -> list[str]:
+    """The ``track_`` methods of ``cls``, in the order the class defines them (a swept class has no other kind)."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        names += [n for n, f in vars(klass).items() if n.startswith("track_") and callable(f) and n not in names]
+    return names
+
+
+_EVICTED: list = []
+
+
+def on_evict(hook) -> None:
+    """Call ``hook()`` whenever the measuring process lets a workload go (``suite.once``'s cache forgets it)."""
+    if hook not in _EVICTED:
+        _EVICTED.append(hook)
+
+
 class MeasuringError(RuntimeError):
     """The measuring process failed a point (the message says how) or could not be reached."""
 
@@ -87,8 +124,9 @@ def ask(request: dict, timeout_s: float) -> dict:
         with conn.makefile("r") as reply:
             line = reply.readline()
     if not line:
-        raise MeasuringError(f"the measuring process ended while it served {request.get('op')} "
-                             f"{request.get('name')}{tuple(request.get('params', ()))}; its log: {path.with_suffix('.log')}")  # fmt: skip
+        point = f"{request.get('op')} {request.get('name')}{tuple(request.get('params', ()))}"
+        log = path.with_suffix(".log")
+        raise MeasuringError(f"the measuring process ended while it served {point}; its log: {log}")
     return json.loads(line)
 
 
@@ -172,13 +210,12 @@ class Server:
         return {"error": f"unknown request {op!r}"}
 
     def _evict(self) -> None:
-        from devbench import suite
-
         if self.bench is not None and self.held is not None:
             with contextlib.suppress(Exception):
                 self.bench.teardown(*self.held[1])
         self.bench = self.held = None
-        suite.forget_built()
+        for hook in _EVICTED:
+            hook()
 
     def _build(self, request: dict, cls_name: str, params: tuple) -> dict:
         if self.held == (cls_name, params):
@@ -200,11 +237,9 @@ class Server:
 
     def _measure(self, asked: str, params: tuple) -> dict:
         """``asked``, then every other figure of the held workload this run selects, one after the other."""
-        from devbench import suite
-
         cls_name = asked.rsplit(".", 1)[0]
-        figures = [asked] + [f"{cls_name}.{m}" for m in suite.figures_of(type(self.bench))
-                             if f"{cls_name}.{m}" != asked and suite.selected(f"{cls_name}.{m}", params)]  # fmt: skip
+        figures = [asked] + [f"{cls_name}.{m}" for m in figures_of(type(self.bench))
+                             if f"{cls_name}.{m}" != asked and selected(f"{cls_name}.{m}", params)]  # fmt: skip
         reply: dict = {}
         for figure in figures:
             t0 = time.monotonic()
@@ -282,8 +317,9 @@ def serve(path: Path, owner: int, idle_s: float = IDLE_S) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devbench.sweep",
-                                     description="The measuring process a swept benchmark's points ask (started by them).")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m devbench.sweep",
+        description="The measuring process a swept benchmark's GPU points ask; they start it themselves.")
     parser.add_argument("--socket", required=True, type=Path)
     parser.add_argument("--owner", required=True, type=int, help="the process whose end ends this one")
     args = parser.parse_args(argv)

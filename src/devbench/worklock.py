@@ -32,7 +32,8 @@ from pathlib import Path
 
 LOCK = Path("benchmarks") / "work-lock.json"
 #: the work and the engine, relative to the repository root
-WATCHED = ("src/devbench/workloads/*.py", "src/devbench/measure.py", "src/devbench/lanes.py")
+WATCHED = ("src/devbench/workloads/*.py", "src/devbench/measure.py", "src/devbench/precision.py",
+           "src/devbench/lanes.py")
 BENCHMARKS = "benchmarks/bench_*.py"
 PACKAGE = "devbench"
 ABOUT = (
