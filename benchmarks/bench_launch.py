@@ -51,6 +51,7 @@ class LaunchOverhead(Benchmark):
     #: devbench gpu-run runs these first (devbench.plan)
     headline = [{"device": ["cuda"]}]
     samples_gpu_state = False  # microseconds a call: no sampling thread beside it
+    swept = True
     skips = [{"where": {"device": ["cpu"], "mode": ["held"]}, "reason": hold_reason(torch.device("cpu"))},
              {"where": {"device": ["cpu"], "mode": ["graph"]},
               "reason": graph_reason(torch.device("cpu"))}]  # fmt: skip

@@ -96,6 +96,7 @@ class MatmulSpeedup(Benchmark):
     params = [list(DTYPES), SIZES]
     param_names = ["dtype", "n"]
     rounds = 1
+    swept = True
     headline = [{"dtype": ["float32", "bfloat16"], "n": [1024, 4096]}]
     plan_gpus = 1
 

@@ -14,7 +14,7 @@ MiB = 2**20
 COPY = ("bench_transfer.DeviceCopy.track_gbps_copied", "GB/s", {"device": "cpu", "nbytes": 64 * MiB})
 BEST = ("bench_achievable.MatmulAchievable.track_tflops", "TFLOP/s",
         {"device": "cpu", "dtype": "float32", "run": "burst"})
-LOOP = ("bench_logging.LogNorms.time_loop", "seconds",
+LOOP = ("bench_logging.LogNorms.track_time", "seconds",
         {"device": "cpu", "strategy": "per_step", "steps": 100, "n": 100})
 SQUARE = ("bench_matmul.MatmulSquare.track_tflops", "TFLOP/s", {"device": "cpu", "dtype": "float32", "n": 1024})
 

@@ -21,6 +21,13 @@ Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a ro
   seconds (asv's rule, ``warmup_time`` before it); a ``track_`` one takes the class's ``plan_s``,
   else ``TRACK_S`` (the engine's 11 blocks of 0.1 s, and its sizing).
 
+A GPU point of a swept class (``swept``: ``devbench.sweep``) is a fork that asks the run's measuring process:
+no CUDA context and no set-up of its own. Its workload is built once per stage, priced as a set-up unit shared
+by the figures of that workload (``SETUP_S`` and ``Costs.gpu_setup_s``, or the class's ``plan_setup_s``); its
+figure samples ``SWEPT_S`` (8 blocks of at most 0.1 s, where they are precise); and each stage with such points
+starts one measuring process (``Costs.sweep_start_s``: an interpreter importing the suite, a CUDA context and
+cuBLAS's start).
+
 A point that matches one of the class's ``skips`` (a skip that depends only on params, raised by the
 ``@suite.instrumented`` before set-up: ``suite.declared_skip``) is not run or priced either. A point that needs more
 GPUs or cores than the machine has (``gpus_needed``: a ``'cuda'`` value, the
@@ -44,6 +51,8 @@ SETUP_S = 0.3
 TRACK_S = 1.3
 #: the same on a GPU, where the blocks stop at 8 when they agree (``measure.TIGHT_MIN_BLOCKS``)
 TRACK_GPU_S = 1.0
+#: seconds of one figure of a swept class on a GPU when its class declares none: 8 blocks of at most 0.1 s
+SWEPT_S = 0.9
 #: parameter values that need a CUDA device (as ``devbench.compare.selection``)
 GPU_VALUES = ("'cuda'", "'nccl'")
 
@@ -62,6 +71,12 @@ class Costs:
     #: (``suite.check_once``: gpu-run hands its processes one record of what was checked). 0 where the
     #: record of another machine has no such figure: there ``gpu_setup_s`` holds the check as well.
     gpu_check_s: float = 0.0
+
+    @property
+    def sweep_start_s(self) -> float:
+        """A measuring process's start: an interpreter importing the suite (half an asv call, which imports it
+        twice), its CUDA context and a GPU set-up's cuBLAS start."""
+        return self.asv_call_s / 2 + self.cuda_context_s + self.gpu_setup_s
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Costs:
@@ -93,6 +108,7 @@ class Point:
     keep: bool = False  # read by validate or the health lines (``spec.kept_points``): never dropped
     check: tuple[str, ...] | None = None  # the workload a GPU point checks once per run (its class and values)
     done: bool = False  # an asv stage has run it (measured, failed or cut)
+    swept: bool = False  # asks the stage's measuring process (a swept class's GPU point)
 
     @property
     def selector(self) -> str:
@@ -139,6 +155,7 @@ class Plan:
             kept = [p for p in chosen if group(p) == g]
             modules = {p.benchmark.split(".", 1)[0] for p in kept}
             fixed = self.costs.asv_call_s + sum(self.cache_s.get(m, 0.0) for m in modules)
+            fixed += self.costs.sweep_start_s if any(p.swept for p in kept) else 0.0
             fixed += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
             total += fixed * scale + sum(self.point_s(p, scale) for p in kept)
         checks = {p.check for p in chosen if p.check is not None} - checked
@@ -306,8 +323,14 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             point.keep = point.selector in keep
             if need and costs.gpu_check_s:
                 point.check = (name.rsplit(".", 1)[0], *values)
-            launch = costs.launch_s + (costs.cuda_context_s if need else 0.0)
             setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))
+            if need and bench.get("swept"):  # a fork that asks; the workload is built once for its figures
+                point.swept = True
+                point.unit, point.unit_s = ("built", name.rsplit(".", 1)[0], *values), setup
+                point.estimate_s = rounds * (costs.launch_s + float(bench.get("plan_s", SWEPT_S)))
+                out.append(point)
+                continue
+            launch = costs.launch_s + (costs.cuda_context_s if need else 0.0)
             per_round = launch + setup + sample_s(bench, gpu=bool(need))
             point.estimate_s = rounds * per_round
             out.append(point)
@@ -356,6 +379,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
     caches: set[tuple[str, str]] = set()
     units: set[tuple[tuple[str, ...], str]] = set()
     checked = {p.check for p in plan.points if p.done and p.check is not None}
+    sweeps: set[str] = set()  # stages that start a measuring process
     total = 0.0
 
     def cost(p: Point) -> float:
@@ -364,6 +388,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         fixed += 0.0 if (module, g) in caches else plan.cache_s.get(module, 0.0)
         fixed += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
         fixed += plan.costs.gpu_check_s if p.check is not None and p.check not in checked else 0.0
+        fixed += plan.costs.sweep_start_s if p.swept and g not in sweeps else 0.0
         return fixed * scale + plan.point_s(p, scale)
 
     def take(p: Point) -> float:
@@ -376,6 +401,8 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
             units.add((p.unit, g))
         if p.check is not None:
             checked.add(p.check)
+        if p.swept:
+            sweeps.add(g)
         p.state, p.reason = "run", ""
         return added
 

@@ -174,7 +174,7 @@ PEER_NVLINK_SHARE = Figure("bench_transfer.PeerCopy.track_nvlink_share", ("route
 PEER_MATRIX_SLOWEST = Figure("bench_transfer.PeerMatrix.track_slowest_gbps", ("nbytes",), GBPS)
 PEER_MATRIX_MEDIAN = Figure("bench_transfer.PeerMatrix.track_median_gbps", ("nbytes",), GBPS)
 
-LOG_NORMS_TIME = Figure("bench_logging.LogNorms.time_loop", ("device", "strategy", "steps", "n"), SECONDS)
+LOG_NORMS_TIME = Figure("bench_logging.LogNorms.track_time", ("device", "strategy", "steps", "n"), SECONDS)
 
 PARALLEL_SEQUENTIAL = Figure("bench_parallel.ParallelMatmul.time_sequential", ("mode", "n"), SECONDS)
 PARALLEL_PARALLEL = Figure("bench_parallel.ParallelMatmul.time_parallel", ("mode", "n"), SECONDS)
