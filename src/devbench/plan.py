@@ -23,7 +23,7 @@ Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a ro
 
 A GPU point of a swept class (``swept``: ``devbench.sweep``) is a fork that asks the run's measuring process:
 no CUDA context and no set-up of its own. Its workload is built once per stage, priced as a set-up unit shared
-by the figures of that workload (``SETUP_S`` and ``Costs.gpu_setup_s``, or the class's ``plan_setup_s``); its
+by the figures of that workload (``SETUP_S``, or the class's ``plan_setup_s``: cuBLAS has started); its
 figure samples ``SWEPT_S`` (8 blocks of at most 0.1 s, where they are precise); and each stage with such points
 starts one measuring process (``Costs.sweep_start_s``: an interpreter importing the suite, a CUDA context and
 cuBLAS's start).
@@ -323,13 +323,14 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             point.keep = point.selector in keep
             if need and costs.gpu_check_s:
                 point.check = (name.rsplit(".", 1)[0], *values)
-            setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))
             if need and bench.get("swept"):  # a fork that asks; the workload is built once for its figures
-                point.swept = True
-                point.unit, point.unit_s = ("built", name.rsplit(".", 1)[0], *values), setup
+                point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
+                point.unit = ("built", name.rsplit(".", 1)[0], *values)
+                point.unit_s = float(bench.get("plan_setup_s", SETUP_S))
                 point.estimate_s = rounds * (costs.launch_s + float(bench.get("plan_s", SWEPT_S)))
                 out.append(point)
                 continue
+            setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))
             launch = costs.launch_s + (costs.cuda_context_s if need else 0.0)
             per_round = launch + setup + sample_s(bench, gpu=bool(need))
             point.estimate_s = rounds * per_round

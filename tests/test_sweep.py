@@ -1,0 +1,268 @@
+"""The measuring process (``devbench.sweep``): a swept class's points ask it, as asv's point processes would.
+
+Each point here is a forked child that calls ``setup``, one figure and ``teardown``, as asv's forkserver does;
+``DEVBENCH_SWEEP=all`` routes every point of a swept class through the measuring process on the CPU, the
+switch that lets ``make test`` run the path a GPU takes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from devbench import sweep
+
+BENCH = '''
+import os
+from pathlib import Path
+
+from devbench.suite import Benchmark, instrumented, once, with_samples
+
+LOG = Path(os.environ["FAKE_LOG"])
+
+
+def note(what):
+    with open(LOG, "a") as out:
+        out.write(f"{os.getpid()} {what}\\n")
+
+
+@instrumented
+class Fake(Benchmark):
+    params = [["cpu", "cuda"], [1, 2]]
+    param_names = ["device", "n"]
+    swept = True
+    skips = [{"where": {"device": ["cuda"], "n": [2]}, "reason": "declared: never here"}]
+
+    def setup(self, device, n):
+        if device == "cuda":
+            raise NotImplementedError("no CUDA in the fake")
+        note(f"build {device} {n}")
+        self.n = once(("Fake", device, n), lambda: n)
+
+    def teardown(self, device, n):
+        note(f"teardown {device} {n}")
+
+    def track_a(self, device, n):
+        note(f"measure a {n}")
+        if n == 2 and os.environ.get("FAKE_FAIL"):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return with_samples([float(self.n)] * 3)
+
+    def track_b(self, device, n):
+        note(f"measure b {n}")
+        return with_samples([10.0 * self.n] * 3)
+
+    track_a.unit = track_b.unit = "x"
+'''
+
+
+@pytest.fixture
+def suite_dir(tmp_path, monkeypatch):
+    pkg = tmp_path / "fakebench"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bench_fake.py").write_text(textwrap.dedent(BENCH))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log.txt"))
+    monkeypatch.setenv(sweep.DIR_ENV, str(tmp_path / "sweep"))
+    monkeypatch.setenv(sweep.MODE_ENV, "all")
+    monkeypatch.delenv(sweep.SERVER_ENV, raising=False)
+    monkeypatch.delenv(sweep.SELECT_ENV, raising=False)
+    yield tmp_path
+    for pid in _servers(tmp_path):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def _servers(root: Path) -> set[int]:
+    journal = root / "sweep" / "journal.jsonl"
+    pids = {json.loads(line)["pid"] for line in journal.read_text().splitlines()} if journal.exists() else set()
+    log = root / "log.txt"
+    if log.exists():
+        pids |= {int(line.split()[0]) for line in log.read_text().splitlines()}
+    return pids - {os.getpid()}
+
+
+def _point(method: str, *args) -> dict:
+    """One point as asv runs it: a forked process that sets up, calls the figure and tears down."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the point
+        os.close(read)
+        try:
+            from fakebench.bench_fake import Fake
+
+            bench = Fake()
+            try:
+                bench.setup(*args)
+                out = {"result": getattr(bench, method)(*args)}
+            except NotImplementedError as skip:
+                out = {"skip": str(skip)}
+            except Exception as exc:  # noqa: BLE001
+                out = {"error": f"{type(exc).__name__}: {exc}"}
+            finally:
+                bench.teardown(*args)
+            os.write(write, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 65536):
+        data += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def _log(root: Path) -> list[str]:
+    path = root / "log.txt"
+    return [line.split(" ", 1)[1] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_workload_is_built_once_for_all_its_figures_and_each_figure_served_once(suite_dir):
+    assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
+    assert _log(suite_dir) == ["build cpu 1", "measure a 1", "measure b 1", "teardown cpu 1"]
+    # the twin was measured with it, from the same build: asked now, it is served, not built again
+    assert _point("track_b", "cpu", 1)["result"]["samples"] == [10.0] * 3
+    assert len(_log(suite_dir)) == 4
+    # asked again (asv's next round): measured again, never served twice
+    assert _point("track_b", "cpu", 1)["result"]["samples"] == [10.0] * 3
+    assert _log(suite_dir)[4:] == ["build cpu 1", "measure b 1", "measure a 1", "teardown cpu 1"]
+    # every point was served by one measuring process, not by the points themselves
+    pids = {line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}
+    assert len(pids) == 1 and str(os.getpid()) not in pids
+
+
+def test_skips_come_back_as_skips_and_the_declared_ones_never_ask(suite_dir):
+    assert _point("track_a", "cuda", 1) == {"skip": "no CUDA in the fake"}
+    assert _point("track_a", "cuda", 2) == {"skip": "declared: never here"}
+    # the measuring process tore the skipped set-up down, as asv does; the declared skip never reached it
+    assert _log(suite_dir) == ["teardown cuda 1"]
+    journal = suite_dir / "sweep" / "journal.jsonl"
+    assert not journal.exists() or "built" not in journal.read_text()
+
+
+def test_the_run_selection_limits_what_is_measured_with_the_asked_figure(suite_dir, monkeypatch):
+    monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Fake\.track_a")
+    _point("track_a", "cpu", 1)
+    assert _log(suite_dir) == ["build cpu 1", "measure a 1", "teardown cpu 1"]
+
+
+def test_a_cuda_error_fails_its_figure_and_the_next_point_gets_a_fresh_process(suite_dir, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL", "1")
+    first = _point("track_a", "cpu", 2)
+    assert "CUDA error: an illegal memory access" in first["error"] and "measuring process" in first["error"]
+    before = {line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}
+    deadline = time.monotonic() + 30
+    while any(sweep._alive(int(p)) for p in before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(sweep._alive(int(p)) for p in before), "the measuring process went on after a CUDA error"
+    assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
+    after = {line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}
+    assert len(after - before) == 1  # a fresh measuring process measured the next point
+    journal = [json.loads(line) for line in (suite_dir / "sweep" / "journal.jsonl").read_text().splitlines()]
+    assert any("CUDA error" in r.get("error", "") for r in journal)
+
+
+def test_the_measuring_process_ends_with_its_owner(tmp_path):
+    """Its owner is the points' parent (asv's forkserver): when that ends, so does the measuring process."""
+    import subprocess
+
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    path = tmp_path / "m.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "devbench.sweep", "--socket", str(path), "--owner", str(owner.pid)])
+    try:
+        deadline = time.monotonic() + 60
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert path.exists() and proc.poll() is None
+        owner.kill()
+        owner.wait()
+        assert proc.wait(timeout=30) == 0
+        assert not path.exists()
+    finally:
+        owner.kill()
+        proc.kill()
+
+
+def test_a_bad_mode_names_itself(monkeypatch):
+    monkeypatch.setenv(sweep.MODE_ENV, "sometimes")
+    with pytest.raises(ValueError, match="DEVBENCH_SWEEP='sometimes'"):
+        sweep.mode()
+
+
+def test_a_swept_class_has_only_track_figures():
+    from devbench.suite import Benchmark, instrumented
+
+    class Bad(Benchmark):
+        swept = True
+
+        def setup(self):
+            pass
+
+        def time_x(self):
+            pass
+
+    with pytest.raises(TypeError, match="time_x"):
+        instrumented(Bad)
+
+
+@pytest.mark.slow
+def test_asv_selecting_one_point_builds_that_workload_alone(tmp_path, monkeypatch):
+    """asv itself, one point selected with --bench: its workload built once, the other combinations never, and
+    the figure recorded with its samples (asv runs a ``track_`` figure in one round, whatever ``rounds`` says).
+    With the run's selection known (``DEVBENCH_BENCH``, as gpu-run and compare set it), the workload's other
+    figure is not measured either."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from asv_fixture import MACHINE_FIELDS, _git, asv
+
+    project = tmp_path / "project"
+    (project / "benchmarks").mkdir(parents=True)
+    (project / "benchmarks" / "__init__.py").write_text("")
+    (project / "benchmarks" / "bench_fake.py").write_text(textwrap.dedent(BENCH))
+    conf = {"version": 1, "project": "t", "repo": ".", "branches": ["main"], "benchmark_dir": "benchmarks",
+            "results_dir": "results", "html_dir": "html", "env_dir": "env", "environment_type": "existing"}  # fmt: skip
+    (project / "asv.conf.json").write_text(json.dumps(conf))
+    _git(project, "init", "-q", "-b", "main")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "one")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".asv-machine.json").write_text(json.dumps({"m": {**MACHINE_FIELDS, "machine": "m"}, "version": 1}))
+    log = tmp_path / "log.txt"
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    monkeypatch.setenv(sweep.DIR_ENV, str(tmp_path / "sweep"))
+    monkeypatch.setenv(sweep.MODE_ENV, "all")
+    monkeypatch.delenv(sweep.SELECT_ENV, raising=False)
+    try:
+        out = asv(project, home, "run", "-E", f"existing:{sys.executable}", "--machine", "m", "--record-samples",
+                  "--bench", r"Fake\.track_a\('cpu', 2\)", "--set-commit-hash", _git(project, "rev-parse", "HEAD"))
+        assert out.returncode == 0, out.stdout + out.stderr
+        lines = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
+        assert lines == ["build cpu 2", "measure a 2", "measure b 2", "teardown cpu 2"]
+        (path,) = [p for p in (project / "results" / "m").glob("*.json") if p.name != "machine.json"]
+        data = json.loads(path.read_text())
+        row = dict(zip(data["result_columns"], data["results"]["bench_fake.Fake.track_a"], strict=False))
+        assert row["result"][1] == 2.0 and row["samples"][1] == [2.0] * 3
+        assert all(r != r for i, r in enumerate(row["result"]) if i != 1)  # not run: asv's NaN
+        log.unlink()
+        monkeypatch.setenv(sweep.SELECT_ENV, r"Fake\.track_a\('cpu', 2\)")
+        out = asv(project, home, "run", "-E", f"existing:{sys.executable}", "--machine", "m",
+                  "--bench", r"Fake\.track_a\('cpu', 2\)", "--set-commit-hash", _git(project, "rev-parse", "HEAD"))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert [line.split(" ", 1)[1] for line in log.read_text().splitlines()] == [
+            "build cpu 2", "measure a 2", "teardown cpu 2"]  # fmt: skip
+    finally:
+        for pid in _servers(tmp_path):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
