@@ -5,9 +5,18 @@ import contextlib
 import torch
 
 from devbench.devices import synchronize
-from devbench.measure import MATMUL_BLOCK_S, block_calls, measure, measure_synced, one_call_s, plan_blocks, warm_up
+from devbench.measure import MATMUL_BLOCK_S, measure, plan_blocks, warm_up
 from devbench.spec import matmul_flops as flops
-from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, with_samples
+from devbench.suite import (
+    DEVICES,
+    Benchmark,
+    check_once,
+    instrumented,
+    once,
+    require_device,
+    waited,
+    with_samples,
+)
 from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add, warmed
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
@@ -71,9 +80,7 @@ class MatmulSquare(Benchmark):
         self._tf32.__exit__(None, None, None)
 
     def track_time(self, device, dtype, n):
-        one = self.mm.warm_call_s if self.mm.warm_call_s is not None else one_call_s(self.mm, self.device)
-        calls = block_calls(one, BLOCK_S)
-        return with_samples(measure_synced(self.mm, lambda: synchronize(self.device), calls).per_call, calls)
+        return waited(self.mm, lambda: synchronize(self.device), BLOCK_S)
 
     track_time.unit = "seconds"
 
@@ -139,14 +146,18 @@ class TinyOp(Benchmark):
     samples_gpu_state = False  # microseconds a call: no sampling thread beside it
     #: a sample (and a block of devbench compare) of 0.2 s of calls, as TryGpu's
     sample_time = 0.2
-    #: 2: samples of 0.2 s, not 0.05
-    work_version = 2
+    swept = True
+    #: launches and syncs: host-bound, up to 1 s of blocks for 0.5%
+    sample_cap = (1.0, 11)
+    #: 2: samples of 0.2 s, not 0.05; 3: time_add became track_time, timed by the run's measuring process
+    work_version = 3
 
     def setup(self, device, numel):
         self.device = require_device(device)
         self.add = tiny_add(numel, self.device)
         warm_up(self.add, self.device)
 
-    def time_add(self, device, numel):
-        self.add()
-        synchronize(self.device)
+    def track_time(self, device, numel):
+        return waited(self.add, lambda: synchronize(self.device), self.sample_time)
+
+    track_time.unit = "seconds"

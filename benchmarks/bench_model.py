@@ -8,7 +8,7 @@ import torch
 
 from devbench.devices import synchronize
 from devbench.measure import randn, warm_up
-from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device
+from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, waited
 from devbench.workloads.model import (
     BATCH,
     MODEL_INPUTS,
@@ -32,6 +32,9 @@ class Forward(Benchmark):
 
     params = [DEVICES, MODELS]
     param_names = ["device", "model"]
+    swept = True
+    #: 2: time_forward became track_time, timed by the run's measuring process
+    work_version = 2
 
     def setup(self, device, model):
         self.device = require_device(device)
@@ -50,9 +53,10 @@ class Forward(Benchmark):
         with torch.no_grad():
             return self.net(self.x)
 
-    def time_forward(self, device, model):
-        self._forward()
-        synchronize(self.device)
+    def track_time(self, device, model):
+        return waited(self._forward, lambda: synchronize(self.device), self.sample_time)
+
+    track_time.unit = "seconds"
 
 
 @instrumented
@@ -69,6 +73,9 @@ class TrainingStep(Benchmark):
               "reason": "pinned memory and non_blocking copies need a CUDA device"}]  # fmt: skip
     #: devbench gpu-run runs these first (devbench.plan)
     headline = [{"device": ["cuda"]}]
+    swept = True
+    #: 2: time_train_step became track_time, timed by the run's measuring process
+    work_version = 2
 
     def setup(self, device, model, batch_transfer):
         self.device = require_device(device)
@@ -85,9 +92,10 @@ class TrainingStep(Benchmark):
         warm_up(step, self.device)
         return step
 
-    def time_train_step(self, device, model, batch_transfer):
-        self.step()
-        synchronize(self.device)
+    def track_time(self, device, model, batch_transfer):
+        return waited(self.step, lambda: synchronize(self.device), self.sample_time)
+
+    track_time.unit = "seconds"
 
 
 @instrumented
@@ -100,6 +108,11 @@ class StateDict(Benchmark):
     params = [DEVICES, ["1M", "100M"]]
     param_names = ["device", "parameters"]
     timeout = 600.0
+    swept = True
+    #: a 100M round trip lasts a quarter of a second: 8 of them, or 1 s, for 0.5%
+    sample_cap = (1.0, 8)
+    #: 2: time_save and time_load became track_save_time and track_load_time (the measuring process's)
+    work_version = 2
 
     def setup(self, device, parameters):
         self.device = require_device(device)
@@ -120,9 +133,10 @@ class StateDict(Benchmark):
         if hasattr(self, "dir"):
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def time_save(self, device, parameters):
-        save_state(self.model, self.path)
+    def track_save_time(self, device, parameters):
+        return waited(lambda: save_state(self.model, self.path), None, self.sample_time)
 
-    def time_load(self, device, parameters):
-        load_state(self.path, self.device)
-        synchronize(self.device)
+    def track_load_time(self, device, parameters):
+        return waited(lambda: load_state(self.path, self.device), lambda: synchronize(self.device), self.sample_time)
+
+    track_save_time.unit = track_load_time.unit = "seconds"

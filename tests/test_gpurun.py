@@ -231,9 +231,9 @@ def test_a_budget_too_short_keeps_each_benchmarks_first_point_and_names_the_rest
     states = _states(out)
     kept = [k for k, s in states.items() if s == "run"]
     assert sorted(b for b, _ in kept) == [
-        "bench_logging.LogNorms.track_time", "bench_logging.LogNorms.track_vs_on_device", "bench_matmul.TinyOp.time_add"
-    ]  # fmt: skip
-    assert states[("bench_matmul.TinyOp.time_add", "device=cuda, numel=1")] == "skip"
+        "bench_logging.LogNorms.track_time", "bench_logging.LogNorms.track_vs_on_device",
+        "bench_matmul.TinyOp.track_time"]  # fmt: skip
+    assert states[("bench_matmul.TinyOp.track_time", "device=cuda, numel=1")] == "skip"
     # LogNorms: 8 CPU points per method run here (n=1,024 is declared GPU-only); TinyOp: 2; each keeps its first
     assert sum(s == "dropped" for s in states.values()) == 8 + 8 + 2 - 3
     assert not (out / "results.tgz").exists()  # a plan only: nothing run, nothing packed

@@ -511,6 +511,10 @@ def test_crossover_needs_every_larger_size_to_win():
     assert math.isnan(D.crossover(never)["crossover_n"].iloc[0])
 
 
+PAR_SEQ = "bench_parallel.ParallelMatmul.track_sequential_time"
+PAR_PAR = "bench_parallel.ParallelMatmul.track_parallel_time"
+
+
 def test_bandwidth_from_time_and_logging_and_parallel_ratios():
     f = _frame(
         [
@@ -521,10 +525,10 @@ def test_bandwidth_from_time_and_logging_and_parallel_ratios():
              "steps": 100, "n": 100, "value": 0.01},
             {"benchmark": "bench_logging.LogNorms.track_time", "device": "cpu", "strategy": "per_step_item",
              "steps": 100, "n": 100, "value": 0.05},
-            {"benchmark": "bench_parallel.ParallelMatmul.time_sequential", "mode": "gpus", "n": 1024, "value": 2.0},
-            {"benchmark": "bench_parallel.ParallelMatmul.time_parallel", "mode": "gpus", "n": 1024, "value": 1.25},
-            {"benchmark": "bench_parallel.ParallelMatmul.time_sequential", "mode": "streams", "n": 4096, "value": 1.03},
-            {"benchmark": "bench_parallel.ParallelMatmul.time_parallel", "mode": "streams", "n": 4096, "value": 1.0},
+            {"benchmark": PAR_SEQ, "mode": "gpus", "n": 1024, "value": 2.0},
+            {"benchmark": PAR_PAR, "mode": "gpus", "n": 1024, "value": 1.25},
+            {"benchmark": PAR_SEQ, "mode": "streams", "n": 4096, "value": 1.03},
+            {"benchmark": PAR_PAR, "mode": "streams", "n": 4096, "value": 1.0},
         ]
     )  # fmt: skip
     bw = D.transfer_bandwidth(f)

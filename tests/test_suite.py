@@ -97,16 +97,17 @@ def test_set_up_again_builds_and_checks_models_once_and_still_writes_the_file(mo
     monkeypatch.setattr(bmo, "check_forward", counting("forward", bmo.check_forward))
     monkeypatch.setattr(bmo, "check_state", counting("state", bmo.check_state))
     monkeypatch.setattr(bp, "ParallelPair", counting("pair", bp.ParallelPair))
-    cases = [(bmo.TrainingStep(), "time_train_step", ("cpu", "lazy_linear", "plain")),
-             (bmo.Forward(), "time_forward", ("cpu", "lazy_linear")),
-             (bmo.StateDict(), "time_load", ("cpu", "1M")),
-             (bp.ParallelMatmul(), "time_parallel", ("cpu_threads", 64))]  # fmt: skip
+    monkeypatch.setenv("DEVBENCH_BLOCKS", "1")
+    cases = [(bmo.TrainingStep(), "track_time", ("cpu", "lazy_linear", "plain")),
+             (bmo.Forward(), "track_time", ("cpu", "lazy_linear")),
+             (bmo.StateDict(), "track_load_time", ("cpu", "1M")),
+             (bp.ParallelMatmul(), "track_parallel_time", ("cpu_threads", 64))]  # fmt: skip
     for bench, method, params in cases:
         for _ in range(3):
             bench.setup(*params)
             getattr(bench, method)(*params)
             if isinstance(bench, bmo.StateDict):
-                assert bench.path.is_file()  # the file time_load reads is there every time
+                assert bench.path.is_file()  # the file track_load_time reads is there every time
             bench.teardown(*params)
     assert counts == {"step": 1, "forward": 1, "state": 1, "pair": 1}
 

@@ -327,13 +327,14 @@ def test_cuda_combinations_skip_with_a_reason(cls_name, args, reason):
         ("HiddenCopy", ("cpu", "print")),
     ],
 )
-def test_cpu_benchmarks_set_up_and_time(cls_name, args):
+def test_cpu_benchmarks_set_up_and_time(cls_name, args, monkeypatch):
     import benchmarks.bench_transfer as bt
 
+    monkeypatch.setenv("DEVBENCH_BLOCKS", "2")
     b = getattr(bt, cls_name)()
     b.setup(*args)
-    timer = next(getattr(b, m) for m in dir(b) if m.startswith("time_"))
-    timer(*args)
+    figure = b.track_time(*args)
+    assert len(figure["samples"]) == 2 and min(figure["samples"]) > 0 and figure["number"] >= 1
 
 
 # --- On a GPU --------------------------------------------------------------------------------------------

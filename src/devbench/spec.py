@@ -176,8 +176,8 @@ PEER_MATRIX_MEDIAN = Figure("bench_transfer.PeerMatrix.track_median_gbps", ("nby
 
 LOG_NORMS_TIME = Figure("bench_logging.LogNorms.track_time", ("device", "strategy", "steps", "n"), SECONDS)
 
-PARALLEL_SEQUENTIAL = Figure("bench_parallel.ParallelMatmul.time_sequential", ("mode", "n"), SECONDS)
-PARALLEL_PARALLEL = Figure("bench_parallel.ParallelMatmul.time_parallel", ("mode", "n"), SECONDS)
+PARALLEL_SEQUENTIAL = Figure("bench_parallel.ParallelMatmul.track_sequential_time", ("mode", "n"), SECONDS)
+PARALLEL_PARALLEL = Figure("bench_parallel.ParallelMatmul.track_parallel_time", ("mode", "n"), SECONDS)
 
 _COLLECTIVE_PARAMS = ("backend", "world", "op", "nbytes")
 COLLECTIVE_BUSBW = Figure("bench_collectives.Collectives.track_busbw", _COLLECTIVE_PARAMS, GBPS)
