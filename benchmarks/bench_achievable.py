@@ -33,8 +33,10 @@ from devbench.suite import (
 from devbench.workloads.achievable import (
     CPU_BUDGET_S,
     GPU_BUDGET_S,
+    KNOWN_BUDGET_S,
     candidates,
     free_bytes,
+    known_shape,
     search_reason,
     searched,
     write_records,
@@ -78,7 +80,9 @@ class MatmulAchievable(Benchmark):
     #: this CPU's dtypes without a fast path are not searched (read from its flags, no CUDA touched)
     skips = [{"where": {"device": ["cpu"], "dtype": [d]}, "reason": search_reason(torch.device("cpu"), d)}
              for d in DTYPES if search_reason(torch.device("cpu"), d)]  # fmt: skip
-    plan_cache_s = {"per": ["device", "dtype"], "s": {"cpu": CPU_BUDGET_S + 15.0, "cuda": GPU_BUDGET_S + 10.0}}
+    #: a GPU model and dtype searched before (``devbench.expected.best_shape``): its best shape and neighbours
+    plan_cache_s = {"per": ["device", "dtype"], "s": {"cpu": CPU_BUDGET_S + 15.0, "cuda": GPU_BUDGET_S + 10.0},
+                    "known_s": KNOWN_BUDGET_S + 10.0}  # fmt: skip
     plan_s = 3.0
     plan_last = True
     #: 2: the search's best is the fastest of its finalists timed again, longer; it was
@@ -100,8 +104,9 @@ class MatmulAchievable(Benchmark):
                     found[(device, dtype)] = why
                     continue
                 dev = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
-                budget = GPU_BUDGET_S if device == "cuda" else CPU_BUDGET_S
-                record = searched(dev, dtype, candidates(dev, dtype, free_bytes(dev)), budget)
+                known = known_shape(dev, dtype)  # a model searched before: its best shape and neighbours first
+                budget = KNOWN_BUDGET_S if known else GPU_BUDGET_S if device == "cuda" else CPU_BUDGET_S
+                record = searched(dev, dtype, candidates(dev, dtype, free_bytes(dev), known), budget)
                 best = record["best"]
                 found[(device, dtype)] = (best["m"], best["k"], best["n"])
                 records.append(record)

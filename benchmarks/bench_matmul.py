@@ -62,6 +62,8 @@ class MatmulSquare(Benchmark):
     skips = [{"where": {"device": ["cpu"], "n": [8192]}, "reason": cpu_skip_reason("float32", 8192)},
              {"where": {"device": ["cpu"], "dtype": ["tf32"]}, "reason": cpu_skip_reason("tf32", 1024)}]  # fmt: skip
     swept = True
+    #: a block of products lasts at least this long (both figures)
+    sample_time = BLOCK_S
     #: 2: time_matmul (asv's clock, a process of its own) became track_time, timed beside track_tflops
     work_version = 2
 
@@ -80,7 +82,7 @@ class MatmulSquare(Benchmark):
         self._tf32.__exit__(None, None, None)
 
     def track_time(self, device, dtype, n):
-        return waited(self.mm, lambda: synchronize(self.device), BLOCK_S)
+        return waited(self.mm, lambda: synchronize(self.device), self.sample_time)
 
     track_time.unit = "seconds"
 
@@ -104,6 +106,8 @@ class MatmulSpeedup(Benchmark):
     param_names = ["dtype", "n"]
     rounds = 1
     swept = True
+    #: 7 pairs of a CPU block and a GPU block of 0.1 s each
+    plan_s = 1.6
     headline = [{"dtype": ["float32", "bfloat16"], "n": [1024, 4096]}]
     plan_gpus = 1
 

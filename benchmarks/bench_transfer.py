@@ -131,8 +131,6 @@ class HostDevice(Benchmark):
     headline = [{"nbytes": [64 * MiB]}, {"memory": ["pinned"], "nbytes": [256 * MiB]}]
     plan_gpus = 1
     swept = True
-    #: pageable copies pass through the host's memory and scheduler: up to 1 s of blocks for 0.5%
-    sample_cap = (1.0, 11)
     #: 2: time_copy (asv's clock, a process of its own) became track_time, timed beside track_gbps
     work_version = 2
 

@@ -234,11 +234,17 @@ FORBIDDEN_IMPORTS = [
     ("devbench.measure", "devbench.workloads"),
     ("devbench.measure", "devbench.suite"),
     ("devbench.workloads", "devbench.suite"),
-    # the plan is pure arithmetic; gpu-run drives the tools and no tool drives it
+    # the plan is pure arithmetic (and the stop rule's, which is arithmetic too); gpu-run drives the tools and
+    # no tool drives it
     ("devbench.plan", "devbench"),
     ("devbench.compare", "devbench.gpurun"),
     ("devbench.report", "devbench.gpurun"),
 ]
+
+
+#: (module, dependency) pairs a rule above would forbid and that are allowed: the plan prices figures by the
+#: stop rule's own numbers (``devbench.precision``: arithmetic, importing nothing of devbench)
+ALLOWED_IMPORTS = {("devbench.plan", "devbench.precision")}
 
 
 def _under(module: str, prefix: str) -> bool:
@@ -247,7 +253,7 @@ def _under(module: str, prefix: str) -> bool:
 
 def test_no_import_reaches_a_layer_above():
     graph = _import_graph()
-    bad = [f"{m} -> {d}" for m, deps in graph.items() for d in deps
+    bad = [f"{m} -> {d}" for m, deps in graph.items() for d in deps if (m, d) not in ALLOWED_IMPORTS
            for a, b in FORBIDDEN_IMPORTS if _under(m, a) and _under(d, b)]  # fmt: skip
     assert not bad, bad
 

@@ -88,6 +88,10 @@ class Model:
     #: A100 PCIe)
     nvlink_links: int | None = None
     bridged: bool = False
+    #: the fastest (m, k, n) this suite's searches found on the model, by dtype, and where (the achievable search
+    #: times these and their neighbours first, and searches the whole grid only for a model and dtype not here)
+    best_shapes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    best_shapes_source: str = ""
 
     @property
     def link_gbps(self) -> float | None:
@@ -109,6 +113,8 @@ MODELS: list[Model] = [
           "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, NVLink 900 GB/s", _HOPPER, "NVIDIA H200 datasheet",
           {"bfloat16": 794.5}, f"{_MAMF}: 794.5 on an H100 SXM, the H200 listed as the same", _HOPPER_CLOCK,
           4010.0, "Azure AI-benchmarking-guide, ND_H200_v5 HBM table: STREAM Copy 4.01 TB/s read plus written",
+          best_shapes={"bfloat16": (2048, 16384, 2048)},
+          best_shapes_source="this suite's search on an H200 (reports/gpu/h200/achievable.jsonl)",
           nvlink_links=18),
     Model((r"GH200( \d+GB)?",), "GH200", None, None, "NVIDIA GH200 datasheet: memory and NVLink differ by variant",
           _HOPPER, "NVIDIA GH200 datasheet", {"bfloat16": 828.6}, f"{_MAMF}: GH200 828.6", _HOPPER_CLOCK),
@@ -200,6 +206,12 @@ def model(name: str | None) -> Model | None:
         return None
     text = normal_name(name)
     return next((m for m in MODELS if any(re.fullmatch(n, text, flags=re.IGNORECASE) for n in m.names)), None)
+
+
+def best_shape(gpu_name: str | None, dtype: str) -> tuple[int, int, int] | None:
+    """The fastest (m, k, n) a search found on ``gpu_name``'s model for ``dtype`` (``Model.best_shapes``), or None."""
+    found = model(gpu_name)
+    return found.best_shapes.get(dtype) if found is not None else None
 
 
 def gpu_peak(gpu_name: str | None, dtype: str) -> float | None:

@@ -29,15 +29,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from devbench import plan as P
+from devbench import precision, sweep
 from devbench.compare.session import CHECKED_ENV  # devbench.suite.CHECKED_ENV, torch-free
-from devbench.gpuhealth import print_health, saved_results
+from devbench.gpuhealth import print_health
+from devbench.gpupack import _smi, durations_since, measured_since, pack
 from devbench.sessions import _group_run
 
 #: seconds held back after the benchmarks: the CUDA tests, validate, and the packing (measured: the CUDA tests
@@ -54,8 +55,6 @@ MIN_STAGE_S = 10.0
 ASV_START_S = 2.0
 #: ``devbench validate``'s exit when the method agrees with the reference but the recorded figure drifted
 VALIDATE_DRIFT = 3
-#: the folders of .asv that a run fills, packed with the results
-STATE_DIRS = ("gpustate", "runinfo", "achievable", "fleet")
 
 EXAMPLES = """examples:
   devbench gpu-run --plan-only                      # the plan for this machine, nothing run
@@ -77,6 +76,7 @@ if pid == 0:
 os.waitpid(pid, 0)
 t2 = time.perf_counter()
 gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+model = torch.cuda.get_device_name(0) if gpus else ""
 if gpus:
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
@@ -99,7 +99,7 @@ if len(sys.argv) > 1:  # record the asv machine here too: `devbench machine` wou
     if cmd_machine(argparse.Namespace(machine=sys.argv[1], config=None)):
         sys.exit(3)
 print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus,
-                  "setup_s": setup, "check_s": check, "cores": cores}))
+                  "setup_s": setup, "check_s": check, "cores": cores, "model": model}))
 """
 
 
@@ -130,7 +130,7 @@ def probe_costs(python: str, repo: Path, machine: str | None = None) -> P.Costs:
     return P.Costs(launch_s=got["fork_s"], cuda_context_s=got["context_s"],
                    asv_call_s=ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]),
                    gpu_setup_s=got["setup_s"], gpu_check_s=got.get("check_s", 0.0),
-                   cores=int(got["cores"]))  # fmt: skip
+                   cores=int(got["cores"]), gpu_model=got.get("model", ""))  # fmt: skip
 
 
 def costs_from(path: Path) -> P.Costs:
@@ -171,14 +171,6 @@ def _sha(repo: Path) -> str:
     return out.stdout.strip()
 
 
-def _smi(path: Path) -> None:
-    if shutil.which("nvidia-smi") is None:
-        path.write_text("nvidia-smi: not on this machine\n")
-        return
-    with open(path, "w") as f:
-        subprocess.run(["nvidia-smi", "-q"], stdout=f, stderr=subprocess.STDOUT, timeout=60)
-
-
 class Run:
     """One ``gpu-run``: its options, its clock and the record of its stages."""
 
@@ -187,6 +179,7 @@ class Run:
         self.repo = Path(args.repo).resolve()
         self.out = Path(args.out).resolve()
         self.start = time.monotonic()
+        self.started_at = time.time()
         self.stages: list[dict[str, Any]] = []
         self.stage_started = time.time()
         self.checked: str | None = None  # the run's folder of checked workloads (suite.check_once)
@@ -227,30 +220,6 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
     # keeps every benchmark asv finished
     return [python, "-m", "devbench.asvrun", "run", "-E", f"existing:{python}", "--machine", machine,
             "--set-commit-hash", sha, "-a", f"rounds={rounds}", "--show-stderr", "--bench", regex]  # fmt: skip
-
-
-def durations_since(results: Path, sha: str, since: float) -> dict[str, float | None]:
-    """Each benchmark of commit ``sha`` in the asv results folder ``results`` (one machine's) that asv started at or
-    after ``since`` (seconds since the epoch) -> the seconds asv spent on it (its ``duration``: every point of it
-    in that call; None where asv kept none), read from the results asv saved."""
-    out: dict[str, float | None] = {}
-    for data in saved_results(results, sha):
-        cols = data["result_columns"]
-        if "started_at" not in cols:
-            continue
-        at = cols.index("started_at")
-        took = cols.index("duration") if "duration" in cols else None
-        for name, row in data.get("results", {}).items():
-            started = row[at] if at < len(row) else None
-            seconds = row[took] if took is not None and took < len(row) else None
-            if started is not None and started / 1000.0 >= since - 1.0:  # asv keeps milliseconds
-                out[name] = float(seconds) if isinstance(seconds, int | float) else None
-    return out
-
-
-def measured_since(results: Path, sha: str, since: float) -> set[str]:
-    """Benchmarks of commit ``sha`` that asv started at or after ``since`` (``durations_since``'s)."""
-    return set(durations_since(results, sha, since))
 
 
 class Summary:
@@ -306,6 +275,10 @@ def execute(args: argparse.Namespace) -> int:
             print(f"described machine: {gpus} GPU(s), {costs.cores} cores", flush=True)
     else:
         costs = probe_costs(python, run.repo, None if args.plan_only else machine)
+    from devbench import expected
+
+    known = expected.model(costs.gpu_model)  # a model searched before: its short search is what the plan prices
+    costs = dataclasses.replace(costs, known_shapes=tuple(sorted(known.best_shapes)) if known else ())
     with open(run.out / "listing.log", "w") as log:
         listing = list_benchmarks(run.repo, python, log)
     (run.out / "listing.log").unlink()
@@ -377,7 +350,9 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
                scale: float, python: str, machine: str, sha: str, running: list[P.Point]) -> tuple[int, float, float]:
     """One asv call over ``points``; returns its exit code, its estimate (times ``scale``) and the seconds it took."""
     regex = selection_regex(points)
-    env = {**os.environ, "DEVBENCH_BENCH": regex}  # a setup_cache sweep measures only what is read
+    # a setup_cache sweep, and the measuring process's twins, measure only what is read; the measuring processes
+    # keep their journal and logs in the run's .asv, packed with the results (devbench.sweep)
+    env = {**os.environ, "DEVBENCH_BENCH": regex, sweep.DIR_ENV: str(run.repo / ".asv" / "sweep")}
     if run.checked:
         env[CHECKED_ENV] = run.checked
     estimate = plan.estimate_s(points=points, group=lambda p: name, scale=scale)
@@ -477,11 +452,26 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     _smi(run.out / "smi-after.txt")
     if plan.costs.gpus:  # the probe found a GPU: without one there is no GPU figure to judge
         print_health(run.repo, python, machine, sha)
+    print_capped(run.repo / ".asv" / "sweep" / "journal.jsonl", run.started_at)
     took = time.monotonic() - run.start
     print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f} ({max(0.0, args.budget_s - took):.0f} s unused); "
           f"first plan expected {plan.first_estimate_s + plan.reserve_s:.0f} s; packed into {run.out}",
           flush=True)  # fmt: skip
     return 1 if failed else 0
+
+
+def print_capped(journal: Path, since: float) -> None:
+    """The figures the measuring processes stopped at their class's cap (``devbench.precision``), with asv's
+    interval: precise enough for a compare's 2% only where it is well under that."""
+    rows = [r for r in sweep.capped(journal) if r.get("t", 0) >= since]
+    if not rows:
+        return
+    print(f"figures at their cap before asv's 99% interval came within {100 * precision.REL:.1f}% "
+          f"({len(rows)}):", flush=True)  # fmt: skip
+    for r in rows:
+        width = f"+-{100 * r['half_width']:.1f}%" if r.get("half_width") is not None else "no interval yet"
+        params = ", ".join(repr(v) for v in r.get("params", []))
+        print(f"  {r['figure']}({params}): {r.get('samples')} samples, {width}", flush=True)
 
 
 def sum_reserves(args: argparse.Namespace) -> float:
@@ -495,26 +485,6 @@ def _write_plan(run: Run, plan: P.Plan, stopped: str = "") -> None:
     tmp = run.out / ".plan.json.tmp"
     tmp.write_text(json.dumps(record, indent=1))
     os.replace(tmp, run.out / "plan.json")
-
-
-def pack(repo: Path, machine: str, dest: Path) -> list[str]:
-    """The asv results of ``machine`` (with benchmarks.json) and the run's state folders, as one tarball.
-    Written beside ``dest`` and renamed: a half-written tarball never takes its place."""
-    asv = repo / ".asv"
-    members = [asv / "results" / machine, asv / "results" / "benchmarks.json", *(asv / d for d in STATE_DIRS)]
-    members = [m for m in members if m.exists()]
-    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tgz", dir=dest.parent)
-    os.close(fd)
-    try:
-        with tarfile.open(tmp, "w:gz") as tar:
-            for m in members:
-                # asvrun's saves go through a temporary folder beside the results: never pack one
-                tar.add(m, arcname=str(m.relative_to(repo)), filter=lambda t: None if "/.saving-" in t.name else t)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return [str(m.relative_to(repo)) for m in members]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -24,9 +24,9 @@ Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a ro
 A GPU point of a swept class (``swept``: ``devbench.sweep``) is a fork that asks the run's measuring process:
 no CUDA context and no set-up of its own. Its workload is built once per stage, priced as a set-up unit shared
 by the figures of that workload (``SETUP_S``, or the class's ``plan_setup_s``: cuBLAS has started); its
-figure samples ``SWEPT_S`` (8 blocks of at most 0.1 s, where they are precise); and each stage with such points
-starts one measuring process (``Costs.sweep_start_s``: an interpreter importing the suite, a CUDA context and
-cuBLAS's start).
+figure samples ``swept_sample_s`` (8 blocks of its ``sample_time`` where precise, else its cap); each stage
+with such points starts one measuring process (``Costs.sweep_start_s``: an interpreter importing the suite, a
+CUDA context and cuBLAS's start).
 
 A point that matches one of the class's ``skips`` (a skip that depends only on params, raised by the
 ``@suite.instrumented`` before set-up: ``suite.declared_skip``) is not run or priced either. A point that needs more
@@ -45,14 +45,16 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from devbench import precision
+
 #: seconds of a combination's set-up when its class declares none
 SETUP_S = 0.3
 #: seconds of one ``track_`` figure when its class declares none: 11 blocks of 0.1 s and their sizing
 TRACK_S = 1.3
 #: the same on a GPU, where the blocks stop at 8 when they agree (``measure.TIGHT_MIN_BLOCKS``)
 TRACK_GPU_S = 1.0
-#: seconds of one figure of a swept class on a GPU when its class declares none: 8 blocks of at most 0.1 s
-SWEPT_S = 0.9
+#: seconds a swept figure spends sizing its blocks before the first (``measure.one_call_s``'s batches)
+SIZING_S = 0.02
 #: parameter values that need a CUDA device (as ``devbench.compare.selection``)
 GPU_VALUES = ("'cuda'", "'nccl'")
 
@@ -71,6 +73,11 @@ class Costs:
     #: (``suite.check_once``: gpu-run hands its processes one record of what was checked). 0 where the
     #: record of another machine has no such figure: there ``gpu_setup_s`` holds the check as well.
     gpu_check_s: float = 0.0
+    #: the first GPU's name as torch gives it ("NVIDIA H200")
+    gpu_model: str = ""
+    #: the dtypes whose best shape is known for that model (``devbench.expected.best_shape``: gpu-run fills it):
+    #: the achievable search times that shape and its neighbours, not the whole grid
+    known_shapes: tuple[str, ...] = ()
 
     @property
     def sweep_start_s(self) -> float:
@@ -241,15 +248,20 @@ def needs(bench: dict[str, Any], values: tuple[str, ...]) -> tuple[int, int]:
     return gpus, cores
 
 
-def cache_units(bench: dict[str, Any], values: tuple[str, ...]) -> tuple[tuple[str, ...], float] | None:
+def cache_units(bench: dict[str, Any], values: tuple[str, ...],
+                known: tuple[str, ...] = ()) -> tuple[tuple[str, ...], float] | None:  # fmt: skip
     """The set-up cache unit this point needs, with its seconds: ``None`` where the class's ``plan_cache_s``
-    is one figure for the module (or absent); else the point's values of the ``per`` params."""
+    is one figure for the module (or absent); else the point's values of the ``per`` params. ``known_s``: the
+    seconds for a GPU point whose ``dtype`` is in ``known`` (``Costs.known_shapes``: the achievable search times
+    the best shape known for the model and its neighbours, not the whole grid)."""
     declared = bench.get("plan_cache_s")
     if not isinstance(declared, dict):
         return None
     per = list(declared.get("per", []))
     key = tuple(_value(bench, values, name, "plan_cache_s") for name in per)
     seconds = declared.get("s", 0.0)
+    if "known_s" in declared and "'cuda'" in key and _value(bench, values, "dtype", "plan_cache_s").strip("'") in known:
+        seconds = declared["known_s"]
     if isinstance(seconds, dict):
         first = key[0].strip("'") if key else ""
         if first not in seconds:
@@ -281,6 +293,20 @@ def sample_s(bench: dict[str, Any], gpu: bool = False) -> float:
         most, cap = 10, 20.0
     warmup = float(bench.get("warmup_time", 0.1))
     return max(0.0, warmup) + min(cap, most * sample_time)
+
+
+def swept_sample_s(bench: dict[str, Any]) -> float:
+    """Seconds a swept figure samples (``devbench.precision``): the class's ``plan_s``, else blocks of its
+    ``sample_time``: ``MIN_SAMPLES`` of them where the class sets no cap (a GPU figure: precise), else its cap,
+    seconds or blocks, whichever ends later (a host-bound figure it expects to reach it)."""
+    if "plan_s" in bench:
+        return float(bench["plan_s"])
+    block = float(bench.get("sample_time", 0.05))
+    cap = bench.get("sample_cap")
+    if not cap:
+        return SIZING_S + precision.MIN_SAMPLES * block
+    seconds, blocks = float(cap[0]), int(cap[1])
+    return SIZING_S + max(seconds, blocks * block)
 
 
 def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int,
@@ -315,7 +341,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.state, point.reason = "skip", f"needs {cores} cores, this machine has {costs.cores}"
                 out.append(point)
                 continue
-            unit = cache_units(bench, values)
+            unit = cache_units(bench, values, costs.known_shapes if need else ())
             if unit is not None:
                 point.unit, point.unit_s = unit
             point.late = is_late(bench, values)
@@ -327,7 +353,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
                 point.unit = ("built", name.rsplit(".", 1)[0], *values)
                 point.unit_s = float(bench.get("plan_setup_s", SETUP_S))
-                point.estimate_s = rounds * (costs.launch_s + float(bench.get("plan_s", SWEPT_S)))
+                point.estimate_s = rounds * (costs.launch_s + swept_sample_s(bench))
                 out.append(point)
                 continue
             setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))

@@ -70,9 +70,15 @@ def folder() -> Path:
 
 
 def _address(owner: int) -> Path:
-    """The socket of ``owner``'s measuring process for this interpreter and this process's visible GPUs."""
-    ident = f"{sys.executable}|{os.environ.get('CUDA_VISIBLE_DEVICES', '')}|{sys.path}"
-    return folder() / f"m{owner}-{hashlib.sha1(ident.encode()).hexdigest()[:10]}.sock"
+    """The socket of ``owner``'s measuring process for this interpreter, its folder and this process's visible
+    GPUs: in a short folder of its own (a Unix socket's path is at most 107 bytes), its log in ``folder()``."""
+    ident = f"{sys.executable}|{os.environ.get('CUDA_VISIBLE_DEVICES', '')}|{sys.path}|{folder()}"
+    short = Path(tempfile.gettempdir()) / f"devbench-sweep-{os.getuid()}"
+    return short / f"m{owner}-{hashlib.sha1(ident.encode()).hexdigest()[:10]}.sock"
+
+
+def _log_of(path: Path) -> Path:
+    return folder() / path.with_suffix(".log").name
 
 
 #: asv's ``--bench`` pattern of this run, when ``devbench compare`` runs it. asv selects parameter
@@ -125,7 +131,7 @@ def ask(request: dict, timeout_s: float) -> dict:
             line = reply.readline()
     if not line:
         point = f"{request.get('op')} {request.get('name')}{tuple(request.get('params', ()))}"
-        log = path.with_suffix(".log")
+        log = _log_of(path)
         raise MeasuringError(f"the measuring process ended while it served {point}; its log: {log}")
     return json.loads(line)
 
@@ -157,11 +163,13 @@ def _connect(path: Path) -> socket.socket | None:
 def _start(path: Path, owner: int) -> socket.socket:
     """Start a measuring process for ``owner`` at ``path`` and connect to it."""
     path.unlink(missing_ok=True)
-    log = path.with_suffix(".log")
+    log = _log_of(path)
+    log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, SERVER_ENV: "1",
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())}  # fmt: skip
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "devbench.sweep", "--socket", str(path), "--owner", str(owner)],
+        proc = subprocess.Popen([sys.executable, "-m", "devbench.sweep", "--socket", str(path), "--owner", str(owner),
+                                 "--journal", str(folder() / "journal.jsonl")],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, close_fds=True)  # fmt: skip
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
@@ -247,8 +255,8 @@ class Server:
                 result = {"result": getattr(self.bench, figure.rsplit(".", 1)[1])(*params)}
             except Exception as exc:  # noqa: BLE001
                 result = _failed(exc)
-            self._note(figure=figure, params=list(params), seconds=round(time.monotonic() - t0, 4),
-                       **({"error": result["error"]} if "error" in result else {}))  # fmt: skip
+            took = round(time.monotonic() - t0, 4)
+            self._note(figure=figure, params=list(params), seconds=took, **_precision(result))
             if figure == asked:
                 reply = result
             else:
@@ -257,6 +265,28 @@ class Server:
                 break
         self._evict()  # its figures are measured: its memory goes back before the next is built
         return reply
+
+
+def _precision(result: dict) -> dict:
+    """What the journal keeps of a figure: its error, or its samples' count and asv's interval over its median."""
+    if "error" in result:
+        return {"error": result["error"]}
+    value = result.get("result")
+    if not isinstance(value, dict) or not value.get("samples"):
+        return {}
+    from devbench.precision import REL, half_width
+
+    width = half_width(value["samples"])
+    return {"samples": len(value["samples"]), "half_width": round(width, 5) if width != float("inf") else None,
+            "precise": width <= REL}  # fmt: skip
+
+
+def capped(journal: Path) -> list[dict]:
+    """The figures of ``journal`` whose samples stopped before asv's interval came within ``precision.REL``."""
+    if not journal.exists():
+        return []
+    rows = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    return [r for r in rows if "figure" in r and r.get("precise") is False]
 
 
 def _benchmark_class(module: str, file: str | None, name: str) -> type:
@@ -284,9 +314,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def serve(path: Path, owner: int, idle_s: float = IDLE_S) -> None:
-    """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one, or a CUDA error."""
-    server = Server(path.parent / "journal.jsonl")
+def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = IDLE_S) -> None:
+    """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one, or a CUDA error; each build
+    and figure appended to ``journal`` (default: beside the socket)."""
+    server = Server(journal or path.parent / "journal.jsonl")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(4)
@@ -322,9 +353,10 @@ def main(argv: list[str] | None = None) -> int:
         description="The measuring process a swept benchmark's GPU points ask; they start it themselves.")
     parser.add_argument("--socket", required=True, type=Path)
     parser.add_argument("--owner", required=True, type=int, help="the process whose end ends this one")
+    parser.add_argument("--journal", type=Path, help="where each build and figure is recorded (JSON lines)")
     args = parser.parse_args(argv)
     try:
-        serve(args.socket, args.owner)
+        serve(args.socket, args.owner, args.journal)
     except KeyboardInterrupt:  # the run's Ctrl-C or its end reaches this process's group too
         return 130
     return 0

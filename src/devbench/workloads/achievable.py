@@ -37,6 +37,8 @@ CPU_SQUARES = (1024, 4096)
 
 #: Seconds a search may spend per device and dtype (it stops between shapes).
 GPU_BUDGET_S = 45.0
+#: seconds for a known model's best shape and its neighbours (a handful of shapes and their finalists)
+KNOWN_BUDGET_S = 10.0
 CPU_BUDGET_S = 60.0
 
 #: Each searched shape: blocks of about this many seconds (its median is its figure).
@@ -74,19 +76,50 @@ def shape_bytes(shape: Shape, dtype: str, sets: int = 2) -> int:
     return sets * (m * k + k * n + m * n) * itemsize
 
 
-def candidates(device: torch.device, dtype: str, free_bytes: int | None = None) -> list[Shape]:
-    """Shapes to search, squares first, each of which fits ``MEMORY_SHARE`` of ``free_bytes``.
+def candidates(device: torch.device, dtype: str, free_bytes: int | None = None,
+               known: Shape | None = None) -> list[Shape]:  # fmt: skip
+    """Shapes to search, squares first, each of which fits ``MEMORY_SHARE`` of ``free_bytes``; with ``known`` (the
+    best shape an earlier search found on this model: ``devbench.expected.best_shape``), that shape and its
+    neighbours in the grid (one of m, k, n one step up or down) alone.
 
     (m, k, n): A is m x k, B is k x n. ``free_bytes`` None: no memory bound.
     """
     gpu = device.type == "cuda"
     squares = GPU_SQUARES if gpu else CPU_SQUARES
     dims, ks = (GPU_DIMS, GPU_K) if gpu else (CPU_DIMS, CPU_K)
-    out: list[Shape] = [(s, s, s) for s in squares]
-    out += [(m, k, n) for m, n, k in itertools.product(dims, dims, ks) if (m, k, n) not in out]
+    if known is not None:
+        out = [tuple(known), *neighbours(tuple(known), dims, ks)]
+    else:
+        out = [(s, s, s) for s in squares]
+        out += [(m, k, n) for m, n, k in itertools.product(dims, dims, ks) if (m, k, n) not in out]
     if free_bytes is not None:
         out = [s for s in out if shape_bytes(s, dtype) <= MEMORY_SHARE * free_bytes]
     return out
+
+
+def neighbours(shape: Shape, dims: Sequence[int], ks: Sequence[int]) -> list[Shape]:
+    """The shapes one grid step from ``shape`` in one of m, k, n (a value off the grid: its nearest grid values)."""
+    out: list[Shape] = []
+    for axis, grid in ((0, dims), (1, ks), (2, dims)):
+        values = sorted(set(grid))
+        here = shape[axis]
+        below = [v for v in values if v < here][-1:]
+        above = [v for v in values if v > here][:1]
+        for v in below + above:
+            moved = list(shape)
+            moved[axis] = v
+            if tuple(moved) not in out:
+                out.append(tuple(moved))
+    return out
+
+
+def known_shape(device: torch.device, dtype: str) -> Shape | None:
+    """The best shape an earlier search found on this GPU's model for ``dtype`` (``devbench.expected``), or None."""
+    if device.type != "cuda":
+        return None
+    from devbench.expected import best_shape
+
+    return best_shape(torch.cuda.get_device_name(device), dtype)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,77 @@
+"""What ``devbench gpu-run`` keeps: the asv results and the run's side records packed into one tarball, the
+``nvidia-smi -q`` texts, and what asv measured in a stage (read back from the results it saved)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from devbench.gpuhealth import saved_results
+
+#: the folders of .asv that a run fills, packed with the results (``sweep``: the measuring processes' journal
+#: and logs, ``devbench.sweep``)
+STATE_DIRS = ("gpustate", "runinfo", "achievable", "fleet", "sweep")
+
+
+def _smi(path: Path) -> None:
+    if shutil.which("nvidia-smi") is None:
+        path.write_text("nvidia-smi: not on this machine\n")
+        return
+    with open(path, "w") as f:
+        subprocess.run(["nvidia-smi", "-q"], stdout=f, stderr=subprocess.STDOUT, timeout=60)
+
+
+def durations_since(results: Path, sha: str, since: float) -> dict[str, float | None]:
+    """Each benchmark of commit ``sha`` in the asv results folder ``results`` (one machine's) that asv started at or
+    after ``since`` (seconds since the epoch) -> the seconds asv spent on it (its ``duration``: every point of it
+    in that call; None where asv kept none), read from the results asv saved."""
+    out: dict[str, float | None] = {}
+    for data in saved_results(results, sha):
+        cols = data["result_columns"]
+        if "started_at" not in cols:
+            continue
+        at = cols.index("started_at")
+        took = cols.index("duration") if "duration" in cols else None
+        for name, row in data.get("results", {}).items():
+            started = row[at] if at < len(row) else None
+            seconds = row[took] if took is not None and took < len(row) else None
+            if started is not None and started / 1000.0 >= since - 1.0:  # asv keeps milliseconds
+                out[name] = float(seconds) if isinstance(seconds, int | float) else None
+    return out
+
+
+def measured_since(results: Path, sha: str, since: float) -> set[str]:
+    """Benchmarks of commit ``sha`` that asv started at or after ``since`` (``durations_since``'s)."""
+    return set(durations_since(results, sha, since))
+
+
+def pack(repo: Path, machine: str, dest: Path) -> list[str]:
+    """The asv results of ``machine`` (with benchmarks.json) and the run's state folders, as one tarball.
+    Written beside ``dest`` and renamed: a half-written tarball never takes its place."""
+    asv = repo / ".asv"
+    members = [asv / "results" / machine, asv / "results" / "benchmarks.json", *(asv / d for d in STATE_DIRS)]
+    members = [m for m in members if m.exists()]
+    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tgz", dir=dest.parent)
+    os.close(fd)
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            for m in members:
+                # asvrun's saves go through a temporary folder beside the results: never pack one
+                tar.add(m, arcname=str(m.relative_to(repo)), filter=_packed)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return [str(m.relative_to(repo)) for m in members]
+
+
+def _packed(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """asvrun's saves go through a temporary folder beside the results, and the measuring processes keep their
+    lock files beside their journal: neither is packed."""
+    if "/.saving-" in info.name or info.name.endswith(".lock") or not (info.isfile() or info.isdir()):
+        return None
+    return info

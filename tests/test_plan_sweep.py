@@ -1,0 +1,74 @@
+"""How the plan prices what the measuring process runs (``devbench.plan``, ``devbench.sweep``), and the
+achievable search that starts from a model's known best shape."""
+
+import pytest
+import torch
+
+from devbench import expected, precision
+from devbench import plan as P
+from devbench.workloads import achievable as A
+
+COSTS = P.Costs(launch_s=0.01, cuda_context_s=0.3, asv_call_s=6.0, gpus=1, gpu_setup_s=0.8)
+
+
+def _bench(name, params, names, **attrs):
+    return {"name": name, "params": [[repr(v) for v in p] for p in params], "param_names": names, **attrs}
+
+
+def _swept():
+    grid = ([["cpu", "cuda"], [64, 1024]], ["device", "n"])
+    return {f"bench_m.Mat.{m}": _bench(f"bench_m.Mat.{m}", *grid, swept=True, sample_time=0.1)
+            for m in ("track_time", "track_tflops")}  # fmt: skip
+
+
+def test_a_swept_gpu_point_is_a_fork_its_workload_built_once_and_one_measuring_process_per_stage():
+    plan = P.make_plan(_swept(), lambda s: True, COSTS, budget_s=1000, reserve_s=0)
+    gpu = [p for p in plan.points if "'cuda'" in p.values]
+    cpu = [p for p in plan.points if "'cpu'" in p.values]
+    figure = P.SIZING_S + precision.MIN_SAMPLES * 0.1
+    assert all(p.swept and p.estimate_s == pytest.approx(COSTS.launch_s + figure) for p in gpu)
+    assert not any(p.swept for p in cpu)  # the CPU's points keep their processes
+    # two workloads (n=64, n=1024), each built once for its two figures, and one measuring process
+    cpu_s = sum(p.estimate_s for p in cpu)
+    expected_s = COSTS.asv_call_s + COSTS.sweep_start_s + 2 * P.SETUP_S + 4 * (COSTS.launch_s + figure) + cpu_s
+    assert plan.estimate_s() == pytest.approx(expected_s)
+    assert COSTS.sweep_start_s == pytest.approx(6.0 / 2 + 0.3 + 0.8)
+    # without a GPU no measuring process is priced
+    none = P.make_plan(_swept(), lambda s: True, P.Costs(launch_s=0.01, cuda_context_s=0.0, asv_call_s=6.0, gpus=0),
+                       budget_s=1000, reserve_s=0)  # fmt: skip
+    assert not any(p.swept for p in none.points)
+
+
+def test_a_class_cap_prices_a_host_bound_figure_at_its_cap():
+    assert P.swept_sample_s({"sample_time": 0.05}) == pytest.approx(P.SIZING_S + 8 * 0.05)
+    assert P.swept_sample_s({"sample_time": 0.2, "sample_cap": [1.0, 11]}) == pytest.approx(P.SIZING_S + 2.2)
+    assert P.swept_sample_s({"sample_time": 0.05, "sample_cap": [1.0, 11]}) == pytest.approx(P.SIZING_S + 1.0)
+    assert P.swept_sample_s({"plan_s": 1.6}) == 1.6
+
+
+def test_a_known_models_search_is_priced_short():
+    bench = _bench("bench_a.Ach.track_tflops", [["cuda"], ["float32", "bfloat16"], ["best"]], ["device", "dtype", "run"],
+                   plan_cache_s={"per": ["device", "dtype"], "s": {"cuda": 55.0}, "known_s": 20.0})  # fmt: skip
+    values_bf16, values_f32 = ("'cuda'", "'bfloat16'", "'best'"), ("'cuda'", "'float32'", "'best'")
+    assert P.cache_units(bench, values_bf16, ("bfloat16",))[1] == 20.0
+    assert P.cache_units(bench, values_f32, ("bfloat16",))[1] == 55.0
+    assert P.cache_units(bench, values_bf16, ())[1] == 55.0
+
+
+def test_the_h200s_bf16_shape_is_known_by_model_name_alone():
+    assert expected.best_shape("NVIDIA H200", "bfloat16") == (2048, 16384, 2048)
+    assert expected.best_shape("NVIDIA H200", "float32") is None
+    assert expected.best_shape("NVIDIA GH200 480GB", "bfloat16") is None  # another model
+
+
+def test_a_known_shape_is_searched_with_its_neighbours_only():
+    cuda = torch.device("cuda", 0)  # candidates reads the device's type only
+    shapes = A.candidates(cuda, "bfloat16", None, known=(2048, 16384, 2048))
+    assert shapes[0] == (2048, 16384, 2048)
+    assert sorted(shapes[1:]) == sorted([(4096, 16384, 2048), (2048, 12288, 2048), (2048, 16384, 4096)])
+    full = A.candidates(cuda, "bfloat16", None)
+    assert len(full) > len(shapes) and set(shapes) <= set(full)
+    # a value off the grid: its nearest grid values on either side
+    assert sorted(A.neighbours((3000, 4096, 2048), A.GPU_DIMS, A.GPU_K)) == sorted(
+        [(2048, 4096, 2048), (4096, 4096, 2048), (3000, 8192, 2048), (3000, 4096, 4096)])  # fmt: skip
+    assert A.known_shape(torch.device("cpu"), "bfloat16") is None
