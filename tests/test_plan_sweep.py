@@ -47,7 +47,8 @@ def test_a_class_cap_prices_a_host_bound_figure_at_its_cap():
 
 
 def test_a_known_models_search_is_priced_short():
-    bench = _bench("bench_a.Ach.track_tflops", [["cuda"], ["float32", "bfloat16"], ["best"]], ["device", "dtype", "run"],
+    grid = ([["cuda"], ["float32", "bfloat16"], ["best"]], ["device", "dtype", "run"])
+    bench = _bench("bench_a.Ach.track_tflops", *grid,
                    plan_cache_s={"per": ["device", "dtype"], "s": {"cuda": 55.0}, "known_s": 20.0})  # fmt: skip
     values_bf16, values_f32 = ("'cuda'", "'bfloat16'", "'best'"), ("'cuda'", "'float32'", "'best'")
     assert P.cache_units(bench, values_bf16, ("bfloat16",))[1] == 20.0
