@@ -73,3 +73,13 @@ def test_a_known_shape_is_searched_with_its_neighbours_only():
     assert sorted(A.neighbours((3000, 4096, 2048), A.GPU_DIMS, A.GPU_K)) == sorted(
         [(2048, 4096, 2048), (4096, 4096, 2048), (3000, 8192, 2048), (3000, 4096, 4096)])  # fmt: skip
     assert A.known_shape(torch.device("cpu"), "bfloat16") is None
+
+
+def test_a_point_that_reads_its_setup_caches_sweep_is_priced_no_cuda_context():
+    grid = ([["nccl"], [2]], ["backend", "world"])
+    reader = _bench("bench_c.Coll.track_busbw", *grid, plan_setup_s=0.0, plan_s=0.0, figures_in_setup_cache=True)
+    other = _bench("bench_c.Other.track_x", *grid, plan_setup_s=0.0, plan_s=0.0)
+    plan = P.make_plan({b["name"]: b for b in (reader, other)}, lambda s: True, COSTS, budget_s=1000, reserve_s=0)
+    by = {p.benchmark: p.estimate_s for p in plan.points}
+    assert by["bench_c.Coll.track_busbw"] == pytest.approx(COSTS.launch_s)
+    assert by["bench_c.Other.track_x"] == pytest.approx(COSTS.launch_s + COSTS.cuda_context_s)

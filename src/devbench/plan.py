@@ -14,7 +14,8 @@ many as it can; a benchmark's first point is never dropped, so no family goes si
 Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a rounds=R``):
 
 * launch: the fork of asv's forkserver and, for a GPU point, a CUDA context (``Costs.launch_s``,
-  measured on the machine before the plan is made);
+  measured on the machine before the plan is made), but for a point that only reads what its class's
+  ``setup_cache`` measured (``figures_in_setup_cache``: the NCCL worlds' sweep);
 * set-up: the class's ``plan_setup_s``, else ``SETUP_S``, plus for a GPU point ``Costs.gpu_setup_s``
   (cuBLAS's start-up and a float64-checked product at a large size, timed by the probe on the machine);
 * samples: a ``time_`` benchmark samples for at most ``min(repeat[2], repeat[1] * sample_time)``
@@ -357,7 +358,9 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 out.append(point)
                 continue
             setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))
-            launch = costs.launch_s + (costs.cuda_context_s if need else 0.0)
+            # a point that reads what its setup_cache measured (a world's sweep) never makes a CUDA context
+            reads = bool(bench.get("figures_in_setup_cache"))
+            launch = costs.launch_s + (costs.cuda_context_s if need and not reads else 0.0)
             per_round = launch + setup + sample_s(bench, gpu=bool(need))
             point.estimate_s = rounds * per_round
             out.append(point)

@@ -61,7 +61,7 @@ TWINS = {
     "bench_parallel.ParallelMatmul.track_efficiency": "bench_parallel.ParallelMatmul.track_speedup",
     "bench_collectives.Collectives.track_algbw": "bench_collectives.Collectives.track_time",
     "bench_collectives.Collectives.track_busbw": "bench_collectives.Collectives.track_time",
-    "bench_transfer.PeerCopy.time_copy": "bench_transfer.PeerCopy.track_gbps",
+    "bench_transfer.PeerCopy.track_time": "bench_transfer.PeerCopy.track_gbps",
 }
 
 
@@ -168,7 +168,7 @@ DEVICE_COPY_GBPS = Figure("bench_transfer.DeviceCopy.track_gbps_copied", ("devic
 DEVICE_COPY_RW_GBPS = Figure("bench_transfer.DeviceCopy.track_gbps_read_write", ("device", "nbytes"), GBPS)
 DEVICE_COPY_TIME = Figure("bench_transfer.DeviceCopy.track_time", ("device", "nbytes"), SECONDS)
 PEER_COPY_GBPS = Figure("bench_transfer.PeerCopy.track_gbps", ("route", "nbytes"), GBPS)
-PEER_COPY_TIME = Figure("bench_transfer.PeerCopy.time_copy", ("route", "nbytes"), SECONDS)
+PEER_COPY_TIME = Figure("bench_transfer.PeerCopy.track_time", ("route", "nbytes"), SECONDS)
 PEER_ACCESS = Figure("bench_transfer.PeerCopy.track_peer_access", ("route", "nbytes"), "bool")
 PEER_NVLINK_SHARE = Figure("bench_transfer.PeerCopy.track_nvlink_share", ("route", "nbytes"), "fraction")
 PEER_MATRIX_SLOWEST = Figure("bench_transfer.PeerMatrix.track_slowest_gbps", ("nbytes",), GBPS)
