@@ -123,19 +123,27 @@ def _point(method: str, *args) -> dict:
 
 
 def _log(root: Path) -> list[str]:
+    """What the fake's workloads did, tear-downs aside: the measuring process tears a workload down when the
+    next is built or after a second without a request, whichever comes first."""
     path = root / "log.txt"
-    return [line.split(" ", 1)[1] for line in path.read_text().splitlines()] if path.exists() else []
+    lines = [line.split(" ", 1)[1] for line in path.read_text().splitlines()] if path.exists() else []
+    return [x for x in lines if not x.startswith("teardown")]
 
 
 def test_a_workload_is_built_once_for_all_its_figures_and_each_figure_served_once(suite_dir):
     assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
-    assert _log(suite_dir) == ["build cpu 1", "measure a 1", "measure b 1", "teardown cpu 1"]
+    assert _log(suite_dir) == ["build cpu 1", "measure a 1", "measure b 1"]
     # the twin was measured with it, from the same build: asked now, it is served, not built again
     assert _point("track_b", "cpu", 1)["result"]["samples"] == [10.0] * 3
-    assert len(_log(suite_dir)) == 4
-    # asked again (asv's next round): measured again, never served twice
+    assert len(_log(suite_dir)) == 3
+    # asked again (asv's next round, a compare's next turn): measured again, never served twice; built again
+    # only where the measuring process let the workload go meanwhile (a second without a request)
     assert _point("track_b", "cpu", 1)["result"]["samples"] == [10.0] * 3
-    assert _log(suite_dir)[4:] == ["build cpu 1", "measure b 1", "measure a 1", "teardown cpu 1"]
+    assert [x for x in _log(suite_dir)[3:] if x != "build cpu 1"] == ["measure b 1", "measure a 1"]
+    assert _point("track_a", "cpu", 2)["result"]["samples"] == [2.0] * 3
+    assert _log(suite_dir)[-3:] == ["build cpu 2", "measure a 2", "measure b 2"]
+    full = (suite_dir / "log.txt").read_text()
+    assert "teardown cpu 1" in full  # the next workload's build let the first go
     # every point was served by one measuring process, not by the points themselves
     pids = {line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}
     assert len(pids) == 1 and str(os.getpid()) not in pids
@@ -145,7 +153,7 @@ def test_skips_come_back_as_skips_and_the_declared_ones_never_ask(suite_dir):
     assert _point("track_a", "cuda", 1) == {"skip": "no CUDA in the fake"}
     assert _point("track_a", "cuda", 2) == {"skip": "declared: never here"}
     # the measuring process tore the skipped set-up down, as asv does; the declared skip never reached it
-    assert _log(suite_dir) == ["teardown cuda 1"]
+    assert _log(suite_dir) == [] and (suite_dir / "log.txt").read_text().split()[1:] == ["teardown", "cuda", "1"]
     journal = suite_dir / "sweep" / "journal.jsonl"
     assert not journal.exists() or "built" not in journal.read_text()
 
@@ -153,7 +161,7 @@ def test_skips_come_back_as_skips_and_the_declared_ones_never_ask(suite_dir):
 def test_the_run_selection_limits_what_is_measured_with_the_asked_figure(suite_dir, monkeypatch):
     monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Fake\.track_a")
     _point("track_a", "cpu", 1)
-    assert _log(suite_dir) == ["build cpu 1", "measure a 1", "teardown cpu 1"]
+    assert _log(suite_dir) == ["build cpu 1", "measure a 1"]
 
 
 def test_a_cuda_error_fails_its_figure_and_the_next_point_gets_a_fresh_process(suite_dir, monkeypatch):
@@ -246,8 +254,8 @@ def test_asv_selecting_one_point_builds_that_workload_alone(tmp_path, monkeypatc
         out = asv(project, home, "run", "-E", f"existing:{sys.executable}", "--machine", "m", "--record-samples",
                   "--bench", r"Fake\.track_a\('cpu', 2\)", "--set-commit-hash", _git(project, "rev-parse", "HEAD"))
         assert out.returncode == 0, out.stdout + out.stderr
-        lines = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
-        assert lines == ["build cpu 2", "measure a 2", "measure b 2", "teardown cpu 2"]
+        lines = [x.split(" ", 1)[1] for x in log.read_text().splitlines() if " teardown " not in x]
+        assert lines == ["build cpu 2", "measure a 2", "measure b 2"]
         (path,) = [p for p in (project / "results" / "m").glob("*.json") if p.name != "machine.json"]
         data = json.loads(path.read_text())
         row = dict(zip(data["result_columns"], data["results"]["bench_fake.Fake.track_a"], strict=False))
@@ -258,8 +266,8 @@ def test_asv_selecting_one_point_builds_that_workload_alone(tmp_path, monkeypatc
         out = asv(project, home, "run", "-E", f"existing:{sys.executable}", "--machine", "m",
                   "--bench", r"Fake\.track_a\('cpu', 2\)", "--set-commit-hash", _git(project, "rev-parse", "HEAD"))
         assert out.returncode == 0, out.stdout + out.stderr
-        assert [line.split(" ", 1)[1] for line in log.read_text().splitlines()] == [
-            "build cpu 2", "measure a 2", "teardown cpu 2"]  # fmt: skip
+        assert [x.split(" ", 1)[1] for x in log.read_text().splitlines() if " teardown " not in x] == [
+            "build cpu 2", "measure a 2"]  # fmt: skip
     finally:
         for pid in _servers(tmp_path):
             try:

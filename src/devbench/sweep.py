@@ -263,8 +263,7 @@ class Server:
                 self.waiting[(figure, params)] = result
             if result.get("fatal"):
                 break
-        self._evict()  # its figures are measured: its memory goes back before the next is built
-        return reply
+        return reply  # the workload stays built: a compare's next turn asks the same figure again
 
 
 def _precision(result: dict) -> dict:
@@ -328,6 +327,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
+                server._evict()  # a second without a request: the workload's memory goes back
                 continue
             with conn, conn.makefile("r") as lines:
                 line = lines.readline()
@@ -343,6 +343,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
             if reply.get("fatal"):
                 break
     finally:
+        server._evict()
         listener.close()
         path.unlink(missing_ok=True)
 
