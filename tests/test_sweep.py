@@ -159,9 +159,14 @@ def test_skips_come_back_as_skips_and_the_declared_ones_never_ask(suite_dir):
 
 
 def test_the_run_selection_limits_what_is_measured_with_the_asked_figure(suite_dir, monkeypatch):
+    """Each point's own selection holds, not the one the measuring process started with (a compare's child
+    selects its one combination; the process outlives it)."""
+    _point("track_a", "cpu", 2)
+    assert _log(suite_dir) == ["build cpu 2", "measure a 2", "measure b 2"]
     monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Fake\.track_a")
     _point("track_a", "cpu", 1)
-    assert _log(suite_dir) == ["build cpu 1", "measure a 1"]
+    assert _log(suite_dir)[3:] == ["build cpu 1", "measure a 1"]
+    assert len({line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}) == 1
 
 
 def test_a_cuda_error_fails_its_figure_and_the_next_point_gets_a_fresh_process(suite_dir, monkeypatch):

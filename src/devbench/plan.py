@@ -296,17 +296,17 @@ def sample_s(bench: dict[str, Any], gpu: bool = False) -> float:
     return max(0.0, warmup) + min(cap, most * sample_time)
 
 
-def swept_sample_s(bench: dict[str, Any]) -> float:
-    """Seconds a swept figure samples (``devbench.precision``): the class's ``plan_s``, else blocks of its
-    ``sample_time``: ``MIN_SAMPLES`` of them where the class sets no cap (a GPU figure: precise), else its cap,
-    seconds or blocks, whichever ends later (a host-bound figure it expects to reach it)."""
+def swept_sample_s(bench: dict[str, Any], gpu: bool = True) -> float:
+    """Seconds a swept class's figure samples (``devbench.precision``): the class's ``plan_s``, else blocks of its
+    ``sample_time``: on a GPU ``MIN_SAMPLES`` of them where the class sets no cap (precise), else, and on the CPU
+    (a shared host rarely gives 0.5%), the cap: seconds or blocks, whichever ends later."""
     if "plan_s" in bench:
         return float(bench["plan_s"])
     block = float(bench.get("sample_time", 0.05))
     cap = bench.get("sample_cap")
-    if not cap:
+    if gpu and not cap:
         return SIZING_S + precision.MIN_SAMPLES * block
-    seconds, blocks = float(cap[0]), int(cap[1])
+    seconds, blocks = (float(cap[0]), int(cap[1])) if cap else precision.DEFAULT_CAP
     return SIZING_S + max(seconds, blocks * block)
 
 
@@ -354,14 +354,15 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
                 point.unit = ("built", name.rsplit(".", 1)[0], *values)
                 point.unit_s = float(bench.get("plan_setup_s", SETUP_S))
-                point.estimate_s = rounds * (costs.launch_s + swept_sample_s(bench))
+                point.estimate_s = rounds * (costs.launch_s + swept_sample_s(bench, gpu=True))
                 out.append(point)
                 continue
             setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))
             # a point that reads what its setup_cache measured (a world's sweep) never makes a CUDA context
             reads = bool(bench.get("figures_in_setup_cache"))
             launch = costs.launch_s + (costs.cuda_context_s if need and not reads else 0.0)
-            per_round = launch + setup + sample_s(bench, gpu=bool(need))
+            sampling = swept_sample_s(bench, gpu=bool(need)) if bench.get("swept") else sample_s(bench, gpu=bool(need))
+            per_round = launch + setup + sampling
             point.estimate_s = rounds * per_round
             out.append(point)
     return out

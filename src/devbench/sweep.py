@@ -84,6 +84,9 @@ def _log_of(path: Path) -> Path:
 #: asv's ``--bench`` pattern of this run, when ``devbench compare`` runs it. asv selects parameter
 #: combinations by matching ``name(repr(param), ...)`` but does not tell a ``setup_cache`` which it chose.
 SELECT_ENV = "DEVBENCH_BENCH"
+#: what a point's own environment says of its measurement: set in the measuring process for each request
+#: (a compare's child selects one combination, a gpu-run stage its points; blocks, checks and threads)
+PASSED_ENV = (SELECT_ENV, "DEVBENCH_BLOCKS", "DEVBENCH_CHECKED", "DEVBENCH_THREADS", "DEVBENCH_MACHINE")
 
 
 def selected(name: str, params: Iterable[object]) -> bool:
@@ -124,6 +127,7 @@ def ask(request: dict, timeout_s: float) -> dict:
     """Send ``request`` to this asv run's measuring process (started if there is none) and return its reply."""
     owner = os.getppid()
     path = _address(owner)
+    request = {**request, "env": {k: os.environ.get(k) for k in PASSED_ENV}}
     with _connected(path, owner) as conn:
         conn.settimeout(timeout_s)
         conn.sendall((json.dumps(request) + "\n").encode())
@@ -170,7 +174,8 @@ def _start(path: Path, owner: int) -> socket.socket:
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "devbench.sweep", "--socket", str(path), "--owner", str(owner),
                                  "--journal", str(folder() / "journal.jsonl")],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, close_fds=True)  # fmt: skip
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, close_fds=True,
+                                cwd=folder())  # asv's point runs in a folder it removes after the point  # fmt: skip
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         conn = _connect(path)
@@ -303,6 +308,20 @@ def _failed(exc: BaseException) -> dict:
     return {"error": text, "traceback": traceback.format_exc()[-4000:], "fatal": fatal}
 
 
+@contextlib.contextmanager
+def _environment(values: dict):
+    """The asking point's measurement settings (``PASSED_ENV``) in this process while its request is served."""
+    before = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if k in PASSED_ENV:
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        yield
+    finally:
+        for k, v in before.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -334,7 +353,9 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                 if not line:
                     continue
                 try:
-                    reply = server.handle(json.loads(line))
+                    request = json.loads(line)
+                    with _environment(request.get("env") or {}):
+                        reply = server.handle(request)
                 except Exception as exc:  # noqa: BLE001 - a bad request or an import that failed: say so, go on
                     reply = _failed(exc)
                 with contextlib.suppress(OSError):  # a point killed while it waited: the figure waits no more
