@@ -83,3 +83,33 @@ def test_a_point_that_reads_its_setup_caches_sweep_is_priced_no_cuda_context():
     by = {p.benchmark: p.estimate_s for p in plan.points}
     assert by["bench_c.Coll.track_busbw"] == pytest.approx(COSTS.launch_s)
     assert by["bench_c.Other.track_x"] == pytest.approx(COSTS.launch_s + COSTS.cuda_context_s)
+
+
+def test_with_the_cpu_switched_onto_the_measuring_process_its_points_are_priced_as_a_gpus():
+    plan = P.make_plan(_swept(), lambda s: True, COSTS, budget_s=1000, reserve_s=0, sweep_cpu=True)
+    cpu = [p for p in plan.points if "'cpu'" in p.values]
+    assert all(p.swept for p in cpu)
+    # on the CPU a figure is priced at its cap (a shared host rarely gives 0.5%): 11 blocks of 0.1 s
+    assert all(p.estimate_s == pytest.approx(COSTS.launch_s + P.SIZING_S + 1.1) for p in cpu)
+
+
+def test_a_bad_sweep_mode_is_named_before_gpu_run_starts(monkeypatch):
+    import argparse
+
+    from devbench.gpurun import _check, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    monkeypatch.setenv("DEVBENCH_SWEEP", "yes")
+    assert "DEVBENCH_SWEEP='yes'" in _check(parser.parse_args(["--plan-only"]))
+
+
+def test_a_swept_family_is_learned_whole_from_asvs_durations():
+    """The first figure asked carries the build and its twin's sampling in asv's duration; the twin's is ~0."""
+    from devbench.gpurun import _learn
+
+    plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
+    ran = [p for p in plan.points if p.state == "run"]
+    total = sum(p.estimate_s for p in ran)
+    _learn(plan, ran, {"bench_m.Mat.track_time": 2 * total, "bench_m.Mat.track_tflops": 0.0})
+    assert plan.scales == {"bench_m.Mat.track_time": pytest.approx(2.0), "bench_m.Mat.track_tflops": pytest.approx(2.0)}

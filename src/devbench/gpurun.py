@@ -291,7 +291,8 @@ def execute(args: argparse.Namespace) -> int:
     # what validate and the health lines read is never dropped; a twin (the same evidence in other units) goes first
     keep = frozenset(p.selector for p in spec.kept_points())
     plan = P.make_plan(listing, lambda s: only is None or only.search(s) is not None, costs,
-                       run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS))  # fmt: skip
+                       run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
+                       sweep_cpu=sweep.mode() == "all")  # fmt: skip
     plan.first_estimate_s = plan.estimate_s()
     print(P.format_plan(plan), flush=True)
     _write_plan(run, plan)
@@ -336,14 +337,27 @@ def _scale(plan_estimates: list[tuple[float, float]]) -> float:
 
 
 def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | None]) -> None:
-    """Each benchmark of a stage: asv's duration of its points over their estimate, into ``plan.scales``."""
+    """Each benchmark of a stage: asv's duration of its points over their estimate, into ``plan.scales``. A swept
+    class is learned whole: its first figure asked carries the build and its twins' sampling in asv's duration,
+    and the twins read what was measured for them (``devbench.sweep``)."""
+    family = lambda p: p.benchmark.rsplit(".", 1)[0] if p.swept else p.benchmark  # noqa: E731
     planned: dict[str, float] = {}
+    took: dict[str, float | None] = {}
+    members: dict[str, set[str]] = {}
     for p in points:
-        if p.state != "cut":
-            planned[p.benchmark] = planned.get(p.benchmark, 0.0) + p.estimate_s
-    for name, estimate in planned.items():
-        if durations.get(name) is not None and estimate > 0:
-            plan.scales[name] = min(SCALE_RANGE[1], max(SCALE_RANGE[0], durations[name] / estimate))
+        if p.state == "cut":
+            continue
+        key = family(p)
+        planned[key] = planned.get(key, 0.0) + p.estimate_s
+        members.setdefault(key, set()).add(p.benchmark)
+    for key, names in members.items():
+        seen = [durations.get(n) for n in names]
+        took[key] = None if any(d is None for d in seen) else sum(seen)
+    for key, estimate in planned.items():
+        if took[key] is not None and estimate > 0:
+            scale = min(SCALE_RANGE[1], max(SCALE_RANGE[0], took[key] / estimate))
+            for name in members[key]:
+                plan.scales[name] = scale
 
 
 def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list[P.Point], limit_s: float,
@@ -510,6 +524,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> str | None:
+    try:
+        sweep.mode()
+    except ValueError as exc:
+        return str(exc)
     if not args.budget_s > 0:
         return f"--budget-s must be > 0, got {args.budget_s}"
     if args.rounds < 1:

@@ -311,10 +311,12 @@ def swept_sample_s(bench: dict[str, Any], gpu: bool = True) -> float:
 
 
 def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int,
-           keep: frozenset[str] = frozenset(), twins: frozenset[str] = frozenset()) -> list[Point]:  # fmt: skip
+           keep: frozenset[str] = frozenset(), twins: frozenset[str] = frozenset(),
+           sweep_cpu: bool = False) -> list[Point]:  # fmt: skip
     """Every combination of the listed benchmarks that ``pattern_ok(selector)`` accepts, with its estimate.
     ``keep``: the selectors never dropped (``Point.keep``); ``twins``: benchmarks that repeat another's
-    evidence (``Point.twin``)."""
+    evidence (``Point.twin``); ``sweep_cpu``: a swept class's CPU points ask the measuring process too
+    (``DEVBENCH_SWEEP=all``)."""
     out: list[Point] = []
     for name in sorted(listing):
         bench = listing[name]
@@ -350,11 +352,11 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             point.keep = point.selector in keep
             if need and costs.gpu_check_s:
                 point.check = (name.rsplit(".", 1)[0], *values)
-            if need and bench.get("swept"):  # a fork that asks; the workload is built once for its figures
+            if bench.get("swept") and (need or sweep_cpu):  # a fork that asks; the workload built once for its figures
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
                 point.unit = ("built", name.rsplit(".", 1)[0], *values)
                 point.unit_s = float(bench.get("plan_setup_s", SETUP_S))
-                point.estimate_s = rounds * (costs.launch_s + swept_sample_s(bench, gpu=True))
+                point.estimate_s = rounds * (costs.launch_s + swept_sample_s(bench, gpu=bool(need)))
                 out.append(point)
                 continue
             setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))
@@ -370,10 +372,11 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
 
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
               rounds: int = 1, keep: frozenset[str] = frozenset(),
-              twins: frozenset[str] = frozenset()) -> Plan:  # fmt: skip
-    """The plan: every selected point, tier 0 first, dropped from the lowest priority until it fits (``keep`` and
-    ``twins``: as ``points``)."""
-    plan = Plan(points(listing, pattern_ok, costs, rounds, keep, twins), budget_s, reserve_s, costs, rounds)
+              twins: frozenset[str] = frozenset(), sweep_cpu: bool = False) -> Plan:  # fmt: skip
+    """The plan: every selected point, tier 0 first, dropped from the lowest priority until it fits (``keep``,
+    ``twins`` and ``sweep_cpu``: as ``points``)."""
+    plan = Plan(points(listing, pattern_ok, costs, rounds, keep, twins, sweep_cpu), budget_s, reserve_s, costs,
+                rounds)  # fmt: skip
     for name, bench in listing.items():
         once = bench.get("plan_cache_s")
         if isinstance(once, int | float) and once and bench.get("setup_cache"):
