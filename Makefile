@@ -76,14 +76,16 @@ test-asv: machine
 # `asv check` (each benchmark's set-up, call and teardown signatures) runs inside pytest here
 # (tests/test_benchmarks.py): as a command it started two more processes that import torch.
 ASV_HALF := bench_(matmul|collectives|parallel)[.]
-DRY_RUN = d=$$(mktemp -d) && DEVBENCH_CHECKED=$$d DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr
+DRY_RUN = d=$$(mktemp -d) && DEVBENCH_CHECKED=$$d DEVBENCH_SWEEP_DIR=$$d/sweep DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr
 DRY_END = ; rc=$$?; rm -rf "$$d"; exit $$rc
 
 test-asv-1: machine
 	$(DRY_RUN) --bench '^$(ASV_HALF)' $(DRY_END)
 
+# The second half runs the swept classes' CPU points through the measuring process (devbench.sweep), the
+# path their GPU points take; the first half runs them in asv's own processes, as a CPU run does.
 test-asv-2: machine
-	$(DRY_RUN) --bench '^(?!$(ASV_HALF))' $(DRY_END)
+	export DEVBENCH_SWEEP=all; $(DRY_RUN) --bench '^(?!$(ASV_HALF))' $(DRY_END)
 
 # A change to devbench.workloads or the engine fails make test until recorded here: raise the
 # work_version of every benchmark class whose work changed, then record (devbench.worklock).
