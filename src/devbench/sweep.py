@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -367,6 +368,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
         server._evict()
         listener.close()
         path.unlink(missing_ok=True)
+        path.with_suffix(".lock").unlink(missing_ok=True)  # its owner is gone: no point will start one here
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--owner", required=True, type=int, help="the process whose end ends this one")
     parser.add_argument("--journal", type=Path, help="where each build and figure is recorded (JSON lines)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stop ends it cleanly: its socket goes
     try:
         serve(args.socket, args.owner, args.journal)
     except KeyboardInterrupt:  # the run's Ctrl-C or its end reaches this process's group too
