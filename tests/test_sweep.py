@@ -279,3 +279,93 @@ def test_asv_selecting_one_point_builds_that_workload_alone(tmp_path, monkeypatc
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+
+_STOP = """
+import time
+
+from devbench.suite import Benchmark, instrumented, with_samples
+
+
+@instrumented
+class Fast(Benchmark):
+    swept = True
+
+    def setup(self):
+        pass
+
+    def track_one(self):
+        return with_samples([1.0] * 3)
+
+
+@instrumented
+class Slow(Benchmark):
+    swept = True
+    timeout = 900
+
+    def setup(self):
+        pass
+
+    def track_two(self):
+        time.sleep(600)
+        return with_samples([2.0] * 3)
+"""
+
+
+@pytest.mark.slow
+def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finished(tmp_path):
+    """gpu-run with every point through the measuring process, stopped (SIGTERM) while it measures the second
+    class: the first class's figure is kept in the packed results, the second is cut, and the measuring
+    process ends with the stage."""
+    import re
+    import shutil
+    import subprocess
+    import tarfile
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from asv_fixture import _git
+
+    root = Path(__file__).resolve().parents[1]
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    shutil.copy(root / "asv.conf.json", repo)
+    (repo / "benchmarks" / "__init__.py").write_text("")
+    (repo / "benchmarks" / "bench_stop.py").write_text(_STOP)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "suite")
+    out, log = tmp_path / "out", tmp_path / "log"
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", sweep.MODE_ENV: "all"}
+    cmd = [sys.executable, "-m", "devbench.cli", "gpu-run", "--repo", str(repo), "--machine", "cpu-box",
+           "--no-tests", "--no-validate", "--budget-s", "900", "--out", str(out)]  # fmt: skip
+    journal = repo / ".asv" / "sweep" / "journal.jsonl"
+
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while not (re.search(r"bench_stop\.Fast\.track_one\s+1\.0", log.read_text()) and journal.exists()):
+                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.2)
+            time.sleep(2.0)  # the slow figure is being measured
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert code == 143, log.read_text()[-3000:]
+    record = json.loads((out / "plan.json").read_text())
+    states = {p["benchmark"]: p["state"] for p in record["points"]}
+    assert states == {"bench_stop.Fast.track_one": "run", "bench_stop.Slow.track_two": "cut"}
+    with tarfile.open(out / "results.tgz") as tar:
+        name = next(n for n in tar.getnames() if re.search(r"results/cpu-box/[0-9a-f]{8}-existing.*\.json$", n))
+        data = json.load(tar.extractfile(name))
+        assert any(n.endswith("sweep/journal.jsonl") for n in tar.getnames())  # the journal is packed
+    assert data["results"]["bench_stop.Fast.track_one"][0] == [1.0]
+    assert "bench_stop.Slow.track_two" not in data["results"]
+    pids = {json.loads(line)["pid"] for line in journal.read_text().splitlines()}
+    deadline = time.monotonic() + 10
+    while any(sweep._alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(sweep._alive(p) for p in pids), "the measuring process outlived the stage"
