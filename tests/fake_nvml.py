@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-NVML_NVLINK_MAX_LINKS = 18
+NVML_NVLINK_MAX_LINKS = 36
+#: NVLinks a Hopper SXM GPU has (NVLink 4: 18 of 25 GB/s a direction); NVML reports up to 36 for any GPU
+HOPPER_LINKS = 18
 NVML_FEATURE_ENABLED = 1
 NVML_NVLINK_DEVICE_TYPE_GPU = 0
 NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
@@ -38,7 +40,7 @@ class GPU:
 
 class FakeNVML:
     NVML_NVLINK_MAX_LINKS = NVML_NVLINK_MAX_LINKS
-    NVML_P2P_CAPS_INDEX_NVLINK = 3
+    NVML_P2P_CAPS_INDEX_NVLINK = 2
     NVML_P2P_STATUS_OK = 0
     NVML_P2P_STATUS_NOT_SUPPORTED = 5
 
@@ -102,7 +104,7 @@ class FakeNVML:
         kind, _ = self._link(h, link)
         return NVML_NVLINK_DEVICE_TYPE_SWITCH if kind == "switch" else NVML_NVLINK_DEVICE_TYPE_GPU
 
-    def nvmlDeviceGetNvLinkRemotePciInfo_v2(self, h: GPU, link: int) -> SimpleNamespace:
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: GPU, link: int) -> SimpleNamespace:
         kind, bus = self._link(h, link)
         return SimpleNamespace(busId=(bus or "00000000:FF:00.0").encode())
 
@@ -122,8 +124,8 @@ def sxm8(name: str = "NVIDIA H100 80GB HBM3", down: dict[int, int] | None = None
     down = down or {}
     gpus = []
     for i in range(8):
-        links: list = [("switch", None)] * NVML_NVLINK_MAX_LINKS
-        links = [None if k >= NVML_NVLINK_MAX_LINKS - down.get(i, 0) else link for k, link in enumerate(links)]
+        links: list = [("switch", None)] * HOPPER_LINKS
+        links = [None if k >= HOPPER_LINKS - down.get(i, 0) else link for k, link in enumerate(links)]
         gpus.append(GPU(name, _bus(i), switch=i // 2, socket=i // 4, links=links))
     return FakeNVML(gpus)
 

@@ -9,7 +9,7 @@ return shapes and enum values):
   ``_HOSTBRIDGE`` the CPU's host bridge, ``_NODE`` one NUMA node, ``_SYSTEM`` across sockets);
 * ``nvmlDeviceGetNvLinkState(h, link)`` for each of ``NVML_NVLINK_MAX_LINKS`` links: active or not;
 * ``nvmlDeviceGetNvLinkRemoteDeviceType(h, link)``: a GPU or an NVSwitch at the other end, and
-  ``nvmlDeviceGetNvLinkRemotePciInfo_v2(h, link).busId``: which GPU, where the other end is one.
+  ``nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId``: which GPU, where the other end is one.
 
 A pair joined by NVLink directly has as many links as point from one to the other; through NVSwitches every
 GPU reaches every other over all of its links to the switches, so the pair has the fewer of the two GPUs'.
@@ -25,7 +25,7 @@ from typing import Any
 TOPOLOGY = {0: "board", 10: "PCIe switch", 20: "PCIe switches", 30: "host bridge", 40: "NUMA node",
             50: "across sockets"}  # fmt: skip
 NVLINK_DEVICE_SWITCH = 2
-NVLINK_MAX_LINKS = 18
+NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS, where the module lacks it
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def links(nv: Any, handle: Any) -> list[tuple[str | None, bool]]:
         if _read(getattr(nv, "nvmlDeviceGetNvLinkState", None), handle, link) != 1:  # NVML_FEATURE_ENABLED
             continue
         kind = _read(getattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", None), handle, link)
-        remote = _read(getattr(nv, "nvmlDeviceGetNvLinkRemotePciInfo_v2", None), handle, link)
+        remote = _read(getattr(nv, "nvmlDeviceGetNvLinkRemotePciInfo", None), handle, link)
         out.append((_bus(remote), kind == NVLINK_DEVICE_SWITCH))
     return out
 
