@@ -244,7 +244,7 @@ class _FakeField:
 class _FakeNvml:
     """Two GPUs in NVML's order, the reverse of CUDA's; GPU-b counts 7 KiB sent, GPU-a has no counter."""
 
-    NVML_P2P_CAPS_INDEX_NVLINK, NVML_P2P_STATUS_OK = 6, 0
+    NVML_P2P_CAPS_INDEX_NVLINK, NVML_P2P_STATUS_OK = 2, 0  # nvidia-ml-py's values
 
     def __init__(self):
         self.asked = []
@@ -323,3 +323,28 @@ def test_the_base_class_pins_threads_and_records_unless_the_class_opts_out(monke
     assert "def setup(self, n)" in inspect.getsource(Plain.setup)  # asv versions the source, unwrapped
     assert records_gpu_state(Fake) is Fake and Fake.setup.__wrapped__.__name__ == "setup"  # wrapped once only
     assert "def setup(self, device, n)" in inspect.getsource(Fake.setup)
+
+
+def test_a_figure_is_judged_with_the_state_of_the_gpu_it_ran_on_under_cuda_visible_devices(monkeypatch, tmp_path):
+    """CUDA_VISIBLE_DEVICES=1: the process's CUDA device 0 is NVML's GPU 1 (matched by UUID). The sampler reads
+    every NVML device; the record and ``while_timed`` keep CUDA's numbering, so GPU 0's figure reads GPU 1's
+    clock, not NVML's GPU 0's (idle, at another clock)."""
+    monkeypatch.setattr(gpustate, "_nvml", lambda: FakeNVML())
+    monkeypatch.setattr("torch.cuda.is_initialized", lambda: True)
+    monkeypatch.setattr("devbench.suite._cuda_identities", lambda: [{"uuid": "GPU-bbbb", "pci_bus_id": None}])
+    monkeypatch.setattr(gpustate, "gpustate_dir", lambda _file=None: tmp_path)
+    monkeypatch.setattr("devbench.files.default_machine", lambda: "box")
+    monkeypatch.setattr("devbench.suite._last_gpu_state", {})
+    per_nvml = [{"sm_clock_mhz": 345, "throttling": []}, {"sm_clock_mhz": 1755, "throttling": ["sw_power_cap"]}]
+    monkeypatch.setattr(gpustate.Sampler, "_reader", lambda self: lambda: [dict(r) for r in per_nvml])
+    b = Fake()
+    b.setup("cuda", 64)
+    b.teardown("cuda", 64)
+    records = gpustate.load(tmp_path)
+    state = gpustate.while_timed(records, f"{Fake.__module__.removeprefix('benchmarks.')}.Fake",
+                                 {"device": "cuda", "n": 64}, gpu=0)  # fmt: skip
+    assert state is not None and state["uuid"] == "GPU-bbbb" and state["cuda_index"] == 0
+    assert state["sm_clock_mhz"] == 1755 and state["throttling"] == ["sw_power_cap"]
+    # a record from before cuda_index was kept is read by NVML's index, as it was written
+    old = [{"benchmark": "m.C", "phase": "during", "params": {}, "index": 0, "time": 1.0, "sm_clock_mhz": 1}]
+    assert gpustate.while_timed(old, "m.C", {}, gpu=0)["sm_clock_mhz"] == 1

@@ -194,15 +194,23 @@ def load(folder: Path) -> list[dict[str, Any]]:
     return [r for r in read_jsonl(folder) if isinstance(r.get("time"), (int, float))]
 
 
+def _cuda_device(record: dict[str, Any]) -> int | None:
+    """The CUDA device of the process that recorded ``record`` (its ``cuda_index``: NVML matched it by UUID or PCI
+    bus id; None for an NVML device that process could not see), or NVML's index in records older than that."""
+    return record["cuda_index"] if "cuda_index" in record else record.get("index", 0)
+
+
 def while_timed(records: Sequence[dict[str, Any]], cls: str, params: dict[str, Any], gpu: int = 0) -> dict | None:
-    """GPU ``gpu``'s state while the figure of benchmark class ``cls`` ("module.Class") at ``params`` was timed:
-    the newest record of its own measured blocks (``timed``), else of set-up to tear-down (``during``), or None.
-    Its ``sm_clock_mhz`` (median), ``throttling`` (every reason seen) and ``pcie_gen``/``pcie_width`` (the link
-    under that load) are what ``devbench.expected.judge`` reads."""
+    """CUDA device ``gpu``'s state while the figure of benchmark class ``cls`` ("module.Class") at ``params`` was
+    timed: the newest record of its own measured blocks (``timed``), else of set-up to tear-down (``during``), or
+    None. The GPU is the one the figure ran on (``cuda_index``), never NVML's device of the same number: under
+    ``CUDA_VISIBLE_DEVICES=2,3`` CUDA's device 0 is NVML's 2. Its ``sm_clock_mhz`` (median), ``throttling`` (every
+    reason seen) and ``pcie_gen``/``pcie_width`` (the link under that load) are what ``devbench.expected.judge``
+    reads."""
     want = {k: v for k, v in params.items()}
     for phase in ("timed", "during"):
         found = [r for r in records if r.get("benchmark") == cls and r.get("phase") == phase
-                 and r.get("params") == want and r.get("index", 0) == gpu]  # fmt: skip
+                 and r.get("params") == want and _cuda_device(r) == gpu]  # fmt: skip
         if found:
             return max(found, key=lambda r: r.get("time", 0.0))
     return None
