@@ -144,6 +144,14 @@ def test_check_once_checks_in_every_process_under_asv_and_once_per_side_in_a_com
     suite.check_once(("K", 1), lambda: calls.append("check"), lambda: calls.append("warm"))
     suite.check_once(("K", 2), lambda: calls.append("check2"), lambda: calls.append("warm2"))
     assert calls == ["bad", "check", "warm", "check2"]
+    # the folder exported to another commit's work, torch build or GPU: its checks stand for nothing there
+    for other in (("other work", "2.13.0", None, ()), ("f", "2.14.0", None, ()), ("f", "2.13.0", "13.0", ("GPU-x",))):
+        calls.clear()
+        monkeypatch.setattr(suite, "_checked_scope", lambda other=other: other)
+        suite.check_once(("K", 1), lambda: calls.append("check"), lambda: calls.append("warm"))
+        assert calls == ["check"], other
+    fingerprint = suite._work_fingerprint()
+    assert len(fingerprint) == 40 and fingerprint == suite._work_fingerprint()
 
 
 def test_a_compare_worker_names_the_checked_folder_the_suite_reads():

@@ -112,7 +112,7 @@ def check_once(key: tuple, check: Callable[[], object], warm: Callable[[], objec
     commit, so one check of each workload is enough). A failed check records nothing.
     """
     folder = os.environ.get(CHECKED_ENV)
-    mark = Path(folder) / hashlib.sha1(repr(key).encode()).hexdigest() if folder else None
+    mark = Path(folder) / hashlib.sha1(repr((key, _checked_scope())).encode()).hexdigest() if folder else None
     if mark is not None and mark.exists():
         warm()
         return
@@ -120,6 +120,22 @@ def check_once(key: tuple, check: Callable[[], object], warm: Callable[[], objec
     if mark is not None:
         mark.parent.mkdir(parents=True, exist_ok=True)
         mark.write_text(repr(key) + "\n")
+
+
+@functools.cache
+def _work_fingerprint() -> str:
+    """The source of the work a check proves (``devbench.workloads`` and the engine), as one hash."""
+    package = Path(__file__).resolve().parent
+    files = sorted([*package.glob("workloads/*.py"), package / "measure.py", package / "precision.py"])
+    return hashlib.sha1(b"".join(f.read_bytes() for f in files if f.exists())).hexdigest()
+
+
+def _checked_scope() -> tuple:
+    """What a check proves beyond its key: this code's work, this torch build, and the GPUs it ran on (by UUID):
+    a folder of checks exported across commits, machines or torch builds never stands for a check here."""
+    ran_on = _cuda_identities() if torch.cuda.is_initialized() else []
+    gpus = tuple(g.get("uuid") or g.get("pci_bus_id") for g in ran_on)
+    return _work_fingerprint(), torch.__version__, torch.version.cuda, gpus
 
 
 def with_samples(samples: Iterable[float], number: int = 1) -> dict:
