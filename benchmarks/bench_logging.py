@@ -2,8 +2,7 @@
 
 import time
 
-from devbench.measure import block_calls, measure_synced, one_call_s
-from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, with_samples
+from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, waited, with_samples
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
 #: Pairs of loops behind the in-process ratio (each pair is one sample).
@@ -55,8 +54,7 @@ class LogNorms(Benchmark):
 
     def track_time(self, device, strategy, steps, n):
         # every strategy ends with its norms on the host: each loop is waited for
-        calls = block_calls(one_call_s(self.run, self.device), LOOP_BLOCK_S)
-        return with_samples(measure_synced(self.run, lambda: None, calls).per_call, calls)
+        return waited(self.run, None, LOOP_BLOCK_S, self.device)
 
     track_time.unit = "seconds"
 

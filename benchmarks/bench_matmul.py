@@ -82,7 +82,7 @@ class MatmulSquare(Benchmark):
         self._tf32.__exit__(None, None, None)
 
     def track_time(self, device, dtype, n):
-        return waited(self.mm, lambda: synchronize(self.device), self.sample_time)
+        return waited(self.mm, lambda: synchronize(self.device), self.sample_time, self.device)
 
     track_time.unit = "seconds"
 
@@ -162,6 +162,6 @@ class TinyOp(Benchmark):
         warm_up(self.add, self.device)
 
     def track_time(self, device, numel):
-        return waited(self.add, lambda: synchronize(self.device), self.sample_time)
+        return waited(self.add, lambda: synchronize(self.device), self.sample_time, self.device)
 
     track_time.unit = "seconds"

@@ -54,7 +54,7 @@ class Forward(Benchmark):
             return self.net(self.x)
 
     def track_time(self, device, model):
-        return waited(self._forward, lambda: synchronize(self.device), self.sample_time)
+        return waited(self._forward, lambda: synchronize(self.device), self.sample_time, self.device)
 
     track_time.unit = "seconds"
 
@@ -93,7 +93,7 @@ class TrainingStep(Benchmark):
         return step
 
     def track_time(self, device, model, batch_transfer):
-        return waited(self.step, lambda: synchronize(self.device), self.sample_time)
+        return waited(self.step, lambda: synchronize(self.device), self.sample_time, self.device)
 
     track_time.unit = "seconds"
 
@@ -134,9 +134,10 @@ class StateDict(Benchmark):
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def track_save_time(self, device, parameters):
-        return waited(lambda: save_state(self.model, self.path), None, self.sample_time)
+        return waited(lambda: save_state(self.model, self.path), None, self.sample_time, self.device)
 
     def track_load_time(self, device, parameters):
-        return waited(lambda: load_state(self.path, self.device), lambda: synchronize(self.device), self.sample_time)
+        sync = lambda: synchronize(self.device)  # noqa: E731
+        return waited(lambda: load_state(self.path, self.device), sync, self.sample_time, self.device)
 
     track_save_time.unit = track_load_time.unit = "seconds"

@@ -57,10 +57,10 @@ class ParallelMatmul(Benchmark):
             raise NotImplementedError(reason)
 
     def track_parallel_time(self, mode, n):
-        return waited(self.pair.run_parallel, None, self.sample_time)
+        return waited(self.pair.run_parallel, None, self.sample_time, self.pair.lanes.devices[0])
 
     def track_sequential_time(self, mode, n):
-        return waited(self.pair.run_sequential, None, self.sample_time)
+        return waited(self.pair.run_sequential, None, self.sample_time, self.pair.lanes.devices[0])
 
     track_parallel_time.unit = track_sequential_time.unit = "seconds"
 

@@ -96,7 +96,7 @@ def _shared(bench: object, figure: str, take):
 
 def _waited(copy: Copy) -> dict:
     """Seconds per copy with the host waiting for each (launch, copy, sync), in blocks as the GB/s figure's."""
-    return waited(copy, copy.sync, BLOCK_S)
+    return waited(copy, copy.sync, BLOCK_S, copy.timing_device)
 
 
 def _checked(copy: Copy, key: tuple) -> Copy:
@@ -404,7 +404,7 @@ class ManySmallCopies(Benchmark):
         warm_up(self.batch, self.device)
 
     def track_time(self, device, kind):
-        return waited(self.batch, lambda: synchronize(self.device), self.sample_time)
+        return waited(self.batch, lambda: synchronize(self.device), self.sample_time, self.device)
 
     track_time.unit = "seconds"
 
@@ -443,7 +443,7 @@ class SameDeviceMove(Benchmark):
         warm_up(self.move, self.device)
 
     def track_time(self, device, method):
-        return waited(self.move, None, self.sample_time)
+        return waited(self.move, None, self.sample_time, self.device)
 
     track_time.unit = "seconds"
 
@@ -523,6 +523,6 @@ class HiddenCopy(Benchmark):
         warm_up(self.read, self.device)
 
     def track_time(self, device, read):
-        return waited(self.read, None, self.sample_time)
+        return waited(self.read, None, self.sample_time, self.device)
 
     track_time.unit = "seconds"

@@ -113,3 +113,9 @@ def test_a_swept_family_is_learned_whole_from_asvs_durations():
     total = sum(p.estimate_s for p in ran)
     _learn(plan, ran, {"bench_m.Mat.track_time": 2 * total, "bench_m.Mat.track_tflops": 0.0})
     assert plan.scales == {"bench_m.Mat.track_time": pytest.approx(2.0), "bench_m.Mat.track_tflops": pytest.approx(2.0)}
+
+
+def test_a_host_clock_figure_on_the_cpu_is_priced_the_seconds_asv_gave_a_time_figure():
+    bench = {"sample_time": 0.05, "unit": "seconds", "repeat": [3, 40, 2.0]}
+    assert P.swept_sample_s(bench, gpu=False) == pytest.approx(P.SIZING_S + 2.0)
+    assert P.swept_sample_s(bench, gpu=True) == pytest.approx(P.SIZING_S + 8 * 0.05)

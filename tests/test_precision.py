@@ -67,3 +67,23 @@ def test_measure_samples_to_precision_unless_the_blocks_are_fixed(monkeypatch):
     synced = []
     m = M.measure_synced(lambda: synced.append("call"), lambda: synced.append("sync"), 4, blocks=2)
     assert synced == ["call", "sync"] * 8 and m.calls == 4 and len(m.per_call) == 2
+
+
+def test_a_host_clock_figure_on_the_cpu_samples_at_least_asvs_seconds(monkeypatch):
+    import torch
+
+    from devbench import suite
+
+    seen = []
+    real = P.sample
+
+    def spy(take, cap=None, **kw):
+        seen.append(P.current_cap())
+        return P.Sampled((1.0,) * 8, capped=False)
+
+    monkeypatch.setattr(P, "sample", spy)
+    monkeypatch.delenv("DEVBENCH_BLOCKS", raising=False)
+    suite.waited(lambda: None, None, 0.05, torch.device("cpu"), one_s=1e-3)
+    suite.waited(lambda: None, None, 0.05, torch.device("meta"), one_s=1e-3)  # any other device: the class's cap
+    assert seen == [(suite.Benchmark.repeat[2], P.DEFAULT_CAP[1]), P.DEFAULT_CAP]
+    assert real is not P.sample

@@ -15,7 +15,7 @@ import pytest
 from asv.util import human_value
 from asv_runner.statistics import get_err
 
-from devbench import files
+from devbench import files, spec
 from devbench.report import asvrule as C
 from devbench.report import derive as D
 from devbench.report.cli import main
@@ -766,3 +766,13 @@ def test_the_health_section_judges_gpu_pairs_and_nccl_busbw_against_nvlink_with_
     assert set(judged["benchmark"]) == {"bench_transfer.PeerCopy.track_gbps",
                                         "bench_collectives.Collectives.track_busbw"}
     assert (judged["expected"] == 450.0).all() and len(judged) == 4  # the skipped world of 4 is not judged
+
+
+def test_a_copy_kind_declared_in_spec_alone_is_rendered(monkeypatch):
+    """A new copy benchmark needs its identity in ``spec.COPY_KINDS`` and nothing in the report."""
+    new = spec.Figure("bench_transfer.RingCopy.track_gbps", ("lanes", "nbytes"), spec.GBPS)
+    monkeypatch.setattr(spec, "COPY_KINDS", {**spec.COPY_KINDS, new: ("lanes",)})
+    f = _frame([{"benchmark": "bench_transfer.RingCopy.track_gbps", "lanes": "4", "nbytes": 1 << 20, "value": 3.0,
+                 "unit": "GB/s"}])  # fmt: skip
+    bw = D.transfer_bandwidth(f)
+    assert list(bw["copy"]) == ["RingCopy 4"] and list(bw["gbps"]) == [3.0]

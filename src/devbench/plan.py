@@ -299,7 +299,8 @@ def sample_s(bench: dict[str, Any], gpu: bool = False) -> float:
 def swept_sample_s(bench: dict[str, Any], gpu: bool = True) -> float:
     """Seconds a swept class's figure samples (``devbench.precision``): the class's ``plan_s``, else blocks of its
     ``sample_time``: on a GPU ``MIN_SAMPLES`` of them where the class sets no cap (precise), else, and on the CPU
-    (a shared host rarely gives 0.5%), the cap: seconds or blocks, whichever ends later."""
+    (a shared host rarely gives 0.5%), the cap: seconds or blocks, whichever ends later; a host-clock figure on
+    the CPU at least asv's ``repeat[2]`` (``suite.waited``)."""
     if "plan_s" in bench:
         return float(bench["plan_s"])
     block = float(bench.get("sample_time", 0.05))
@@ -307,6 +308,9 @@ def swept_sample_s(bench: dict[str, Any], gpu: bool = True) -> float:
     if gpu and not cap:
         return SIZING_S + precision.MIN_SAMPLES * block
     seconds, blocks = (float(cap[0]), int(cap[1])) if cap else precision.DEFAULT_CAP
+    if not gpu and bench.get("unit") == "seconds":  # a host-clock figure samples what asv gave a time_ one
+        repeat = bench.get("repeat")
+        seconds = max(seconds, float(repeat[2]) if isinstance(repeat, list | tuple) and len(repeat) == 3 else 2.0)
     return SIZING_S + max(seconds, blocks * block)
 
 

@@ -166,18 +166,25 @@ def with_samples(samples: Iterable[float], number: int = 1) -> dict:
     return {"samples": values, "number": int(number)}
 
 
-def waited(fn: Callable[[], object], sync: Callable[[], object] | None = None, block_s: float = 0.05,
+def waited(fn: Callable[[], object], sync: Callable[[], object] | None, block_s: float, device: torch.device,
            one_s: float | None = None) -> dict:  # fmt: skip
     """A ``track_time`` figure: seconds per call of ``fn()`` then ``sync()`` on the host's clock, as asv times a
     ``time_`` benchmark (launch, work and the wait for it), in blocks of at least ``block_s`` (asv's
-    ``sample_time``), as many as ``devbench.precision`` asks. ``one_s``: one waited call's seconds when known."""
+    ``sample_time``), as many as ``devbench.precision`` asks. On the CPU, where 0.5% is rarely reached, the cap's
+    seconds are at least asv's ``repeat[2]`` (2 s): the samples a ``time_`` figure had. ``one_s``: one waited call's
+    seconds when known."""
+    from devbench import precision
     from devbench.measure import block_calls, measure_synced, one_call_s
 
     sync = sync or (lambda: None)
     if one_s is None:
         one_s = one_call_s(lambda: (fn(), sync()), torch.device("cpu"))
     calls = block_calls(one_s, block_s)
-    return with_samples(measure_synced(fn, sync, calls).per_call, calls)
+    seconds, blocks = precision.current_cap()
+    if torch.device(device).type == "cpu":
+        seconds = max(seconds, float(Benchmark.repeat[2]))
+    with precision.capped((seconds, blocks)):
+        return with_samples(measure_synced(fn, sync, calls).per_call, calls)
 
 
 #: asv re-runs setup and teardown around every sample (up to 40 a round): the GPU state is

@@ -82,6 +82,7 @@ def transfer_bandwidth(frame: pd.DataFrame) -> pd.DataFrame:
     e.g. "h2d pinned non_blocking", "on-device cpu", "peer 0->1".
     """
     out = []
+    # the suite's own copy kinds read as they always have; any other that spec declares, by its class's name
     prefix = {"HostDevice": "", "DeviceCopy": "on-device ", "PeerCopy": "peer "}
     for figure, kind_params in spec.COPY_KINDS.items():
         sub = _rows(frame, figure)
@@ -96,7 +97,8 @@ def transfer_bandwidth(frame: pd.DataFrame) -> pd.DataFrame:
         # CUDA stages a copy from pageable memory through a pinned buffer and returns when it is
         # done: non_blocking=True asks for an asynchronous copy that does not happen
         kind = kind.str.replace("pageable non_blocking", PAGEABLE_NON_BLOCKING, regex=False)
-        sub = sub.assign(copy=prefix[figure.benchmark.split(".")[1]] + kind)
+        cls = figure.benchmark.split(".")[1]
+        sub = sub.assign(copy=prefix.get(cls, f"{cls} ") + kind)
         out.append(sub[[*KEYS, "copy", "nbytes", "value", "source"]])
     if not out:
         return pd.DataFrame(columns=[*KEYS, "copy", "nbytes", "gbps", "source"])
