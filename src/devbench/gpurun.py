@@ -475,13 +475,13 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
 
 
 def print_capped(journal: Path, since: float) -> None:
-    """The figures the measuring processes stopped at their class's cap (``devbench.precision``), with asv's
-    interval: precise enough for a compare's 2% only where it is well under that."""
+    """The figures the measuring processes timed whose interval is wider than the stop rule's (``devbench.precision``):
+    stopped at their class's cap, or sampled a fixed number of times (a ratio's pairs), with asv's interval."""
     rows = [r for r in sweep.capped(journal) if r.get("t", 0) >= since]
     if not rows:
         return
-    print(f"figures at their cap before asv's 99% interval came within {100 * precision.REL:.1f}% "
-          f"({len(rows)}):", flush=True)  # fmt: skip
+    print(f"figures whose 99% interval (asv's) is wider than {100 * precision.REL:.1f}% of their median, stopped at "
+          f"their class's cap or at a fixed count of samples ({len(rows)}):", flush=True)  # fmt: skip
     for r in rows:
         width = f"+-{100 * r['half_width']:.1f}%" if r.get("half_width") is not None else "no interval yet"
         params = ", ".join(repr(v) for v in r.get("params", []))
