@@ -76,7 +76,11 @@ test-asv: machine
 # `asv check` (each benchmark's set-up, call and teardown signatures) runs inside pytest here
 # (tests/test_benchmarks.py): as a command it started two more processes that import torch.
 ASV_HALF := bench_(matmul|collectives|parallel)[.]
-DRY_RUN = d=$$(mktemp -d) && DEVBENCH_CHECKED=$$d DEVBENCH_SWEEP_DIR=$$d/sweep DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr
+# Each half reads the asv machine from a HOME of its own: asv rewrites ~/.asv-machine.json whenever a run starts
+# (asv.machine.Machine.load), and one half once read it empty while the other wrote it.
+DRY_RUN = d=$$(mktemp -d) && mkdir "$$d/home" && cp "$$HOME/.asv-machine.json" "$$d/home/" && \
+	XDG_CACHE_HOME="$${XDG_CACHE_HOME:-$$HOME/.cache}" HOME="$$d/home" DEVBENCH_CHECKED=$$d \
+	DEVBENCH_SWEEP_DIR=$$d/sweep DEVBENCH_BLOCKS=1 $(ASV) run $(ASV_ENV) --quick --dry-run --show-stderr
 DRY_END = ; rc=$$?; rm -rf "$$d"; exit $$rc
 
 test-asv-1: machine

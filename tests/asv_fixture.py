@@ -116,6 +116,36 @@ def asv(project: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
     return run_group([sys.executable, "-m", "asv", *args], timeout=300, cwd=project, env=env)
 
 
+def one_module_project(tmp: Path, module: str, source: str) -> tuple[Path, Path]:
+    """A git repository whose suite is one module ``benchmarks/<module>.py`` and a HOME whose asv machine is
+    ``m``: (the project, the home) for ``asv(...)``."""
+    project = tmp / "project"
+    (project / "benchmarks").mkdir(parents=True)
+    (project / "benchmarks" / "__init__.py").write_text("")
+    (project / "benchmarks" / f"{module}.py").write_text(source)
+    conf = {"version": 1, "project": "t", "repo": ".", "branches": ["main"], "benchmark_dir": "benchmarks",
+            "results_dir": "results", "html_dir": "html", "env_dir": "env", "environment_type": "existing"}  # fmt: skip
+    (project / "asv.conf.json").write_text(json.dumps(conf))
+    _git(project, "init", "-q", "-b", "main")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "one")
+    home = tmp / "home"
+    home.mkdir()
+    (home / ".asv-machine.json").write_text(json.dumps({"m": {**MACHINE_FIELDS, "machine": "m"}, "version": 1}))
+    return project, home
+
+
+def terminate(proc: subprocess.Popen, timeout: float = 60) -> int:
+    """SIGTERM to ``proc`` and its exit code; its whole session killed if it has not ended by ``timeout``."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def make_history(tmp: Path) -> History:
     project = tmp / "project"
     (project / "benchmarks").mkdir(parents=True)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -20,7 +18,7 @@ from devbench import plan as P
 from devbench.gpurun import selection_regex
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from asv_fixture import _git, run_group  # noqa: E402
+from asv_fixture import _git, run_group, terminate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -381,12 +379,10 @@ def test_sigterm_during_asv_exits_143_keeps_what_asv_finished_and_leaves_no_proc
             assert _wait(lambda: re.search(r"bench_stop\.Fast\.track_one\s+1\.0", log.read_text()) is not None
                          and pidfile.exists(), 240), log.read_text()[-3000:]  # fmt: skip
             grandchild = int(pidfile.read_text())
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        except BaseException:
+            terminate(proc)
+            raise
+        code = terminate(proc)
     text = log.read_text()
     assert code == 143, text[-3000:]
     assert _wait(lambda: not _alive(grandchild), 5.0), "the stage's grandchild outlived gpu-run"

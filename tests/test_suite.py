@@ -185,21 +185,9 @@ def test_track_figures_with_samples_keep_them_in_asv(tmp_path):
     import json
 
     sys.path.insert(0, os.path.dirname(__file__))
-    from asv_fixture import MACHINE_FIELDS, _git, asv
+    from asv_fixture import _git, asv, one_module_project
 
-    project = tmp_path / "project"
-    (project / "benchmarks").mkdir(parents=True)
-    (project / "benchmarks" / "__init__.py").write_text("")
-    (project / "benchmarks" / "bench_t.py").write_text(TRACKED)
-    conf = {"version": 1, "project": "t", "repo": ".", "branches": ["main"], "benchmark_dir": "benchmarks",
-            "results_dir": "results", "html_dir": "html", "env_dir": "env", "environment_type": "existing"}  # fmt: skip
-    (project / "asv.conf.json").write_text(json.dumps(conf))
-    _git(project, "init", "-q", "-b", "main")
-    _git(project, "add", "-A")
-    _git(project, "commit", "-qm", "one")
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".asv-machine.json").write_text(json.dumps({"m": {**MACHINE_FIELDS, "machine": "m"}, "version": 1}))
+    project, home = one_module_project(tmp_path, "bench_t", TRACKED)
     out = asv(project, home, "run", "-E", f"existing:{sys.executable}", "--machine", "m", "--record-samples",
               "--set-commit-hash", _git(project, "rev-parse", "HEAD"))  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr

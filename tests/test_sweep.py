@@ -235,21 +235,9 @@ def test_asv_selecting_one_point_builds_that_workload_alone(tmp_path, monkeypatc
     With the run's selection known (``DEVBENCH_BENCH``, as gpu-run and compare set it), the workload's other
     figure is not measured either."""
     sys.path.insert(0, os.path.dirname(__file__))
-    from asv_fixture import MACHINE_FIELDS, _git, asv
+    from asv_fixture import _git, asv, one_module_project
 
-    project = tmp_path / "project"
-    (project / "benchmarks").mkdir(parents=True)
-    (project / "benchmarks" / "__init__.py").write_text("")
-    (project / "benchmarks" / "bench_fake.py").write_text(textwrap.dedent(BENCH))
-    conf = {"version": 1, "project": "t", "repo": ".", "branches": ["main"], "benchmark_dir": "benchmarks",
-            "results_dir": "results", "html_dir": "html", "env_dir": "env", "environment_type": "existing"}  # fmt: skip
-    (project / "asv.conf.json").write_text(json.dumps(conf))
-    _git(project, "init", "-q", "-b", "main")
-    _git(project, "add", "-A")
-    _git(project, "commit", "-qm", "one")
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".asv-machine.json").write_text(json.dumps({"m": {**MACHINE_FIELDS, "machine": "m"}, "version": 1}))
+    project, home = one_module_project(tmp_path, "bench_fake", textwrap.dedent(BENCH))
     log = tmp_path / "log.txt"
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv(sweep.DIR_ENV, str(tmp_path / "sweep"))
@@ -323,7 +311,7 @@ def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finis
     import tarfile
 
     sys.path.insert(0, os.path.dirname(__file__))
-    from asv_fixture import _git
+    from asv_fixture import _git, terminate
 
     root = Path(__file__).resolve().parents[1]
     repo = tmp_path / "repo"
@@ -348,12 +336,10 @@ def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finis
                 assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-3000:]
                 time.sleep(0.2)
             time.sleep(2.0)  # the slow figure is being measured
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        except BaseException:
+            terminate(proc)
+            raise
+        code = terminate(proc)
     assert code == 143, log.read_text()[-3000:]
     record = json.loads((out / "plan.json").read_text())
     states = {p["benchmark"]: p["state"] for p in record["points"]}
