@@ -38,12 +38,13 @@ class Fake(Benchmark):
     param_names = ["device", "n"]
     swept = True
     skips = [{"where": {"device": ["cuda"], "n": [2]}, "reason": "declared: never here"}]
+    timeout = float(os.environ.get("FAKE_TIMEOUT", "300"))
 
     def setup(self, device, n):
         if device == "cuda":
             raise NotImplementedError("no CUDA in the fake")
         note(f"build {device} {n}")
-        self.n = once(("Fake", device, n), lambda: n)
+        self.n = once(("Fake", device, n), lambda: note(f"made {n}") or n)
 
     def teardown(self, device, n):
         note(f"teardown {device} {n}")
@@ -56,6 +57,12 @@ class Fake(Benchmark):
 
     def track_b(self, device, n):
         note(f"measure b {n}")
+        if n == 2 and os.environ.get("FAKE_FAIL_B"):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        if n == 2 and os.environ.get("FAKE_SLEEP"):
+            import time
+
+            time.sleep(60)
         return with_samples([10.0 * self.n] * 3)
 
     track_a.unit = track_b.unit = "x"
@@ -122,12 +129,12 @@ def _point(method: str, *args) -> dict:
     return json.loads(data)
 
 
-def _log(root: Path) -> list[str]:
-    """What the fake's workloads did, tear-downs aside: the measuring process tears a workload down when the
-    next is built or after a second without a request, whichever comes first."""
+def _log(root: Path, made: bool = False) -> list[str]:
+    """What the fake's workloads did, tear-downs aside (the measuring process tears a workload down when the
+    next is built or after a few seconds without a request) and, unless ``made``, what ``once`` built."""
     path = root / "log.txt"
     lines = [line.split(" ", 1)[1] for line in path.read_text().splitlines()] if path.exists() else []
-    return [x for x in lines if not x.startswith("teardown")]
+    return [x for x in lines if not x.startswith("teardown") and (made or not x.startswith("made"))]
 
 
 def test_a_workload_is_built_once_for_all_its_figures_and_each_figure_served_once(suite_dir):
@@ -137,13 +144,16 @@ def test_a_workload_is_built_once_for_all_its_figures_and_each_figure_served_onc
     assert _point("track_b", "cpu", 1)["result"]["samples"] == [10.0] * 3
     assert len(_log(suite_dir)) == 3
     # asked again (asv's next round, a compare's next turn): measured again, never served twice; built again
-    # only where the measuring process let the workload go meanwhile (a second without a request)
+    # only where the measuring process let the workload go meanwhile (seconds without a request)
     assert _point("track_b", "cpu", 1)["result"]["samples"] == [10.0] * 3
     assert [x for x in _log(suite_dir)[3:] if x != "build cpu 1"] == ["measure b 1", "measure a 1"]
     assert _point("track_a", "cpu", 2)["result"]["samples"] == [2.0] * 3
     assert _log(suite_dir)[-3:] == ["build cpu 2", "measure a 2", "measure b 2"]
     full = (suite_dir / "log.txt").read_text()
     assert "teardown cpu 1" in full  # the next workload's build let the first go
+    # and with it what suite.once built for it: built again when asked again, not kept in memory
+    assert _point("track_b", "cpu", 1)["result"]["samples"] == [10.0] * 3  # not waiting: built again
+    assert _log(suite_dir, made=True).count("made 1") == 2
     # every point was served by one measuring process, not by the points themselves
     pids = {line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}
     assert len(pids) == 1 and str(os.getpid()) not in pids
@@ -183,6 +193,30 @@ def test_a_cuda_error_fails_its_figure_and_the_next_point_gets_a_fresh_process(s
     assert len(after - before) == 1  # a fresh measuring process measured the next point
     journal = [json.loads(line) for line in (suite_dir / "sweep" / "journal.jsonl").read_text().splitlines()]
     assert any("CUDA error" in r.get("error", "") for r in journal)
+
+
+def test_a_cuda_error_in_a_twin_ends_the_process_too(suite_dir, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL_B", "1")
+    assert _point("track_a", "cpu", 2)["result"]["samples"] == [2.0] * 3  # the asked figure was measured
+    first = {line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}
+    journal = (suite_dir / "sweep" / "journal.jsonl").read_text()
+    assert "CUDA error" in journal and "track_b" in journal
+    monkeypatch.delenv("FAKE_FAIL_B")
+    assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
+    pids = [line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()]
+    assert pids[-1] not in first  # the error in the twin ended that process: a fresh one measured the next
+
+
+def test_a_figure_past_its_timeout_ends_the_process_and_the_next_point_goes_on(suite_dir, monkeypatch):
+    """asv stops a point at its timeout; the measuring process stops the figure too, so that later points do not
+    wait behind it."""
+    monkeypatch.setenv("FAKE_SLEEP", "1")
+    monkeypatch.setenv("FAKE_TIMEOUT", "3")
+    t0 = time.monotonic()
+    assert "error" in _point("track_a", "cpu", 2)  # its twin hangs: the point's wait ends at its timeout
+    monkeypatch.delenv("FAKE_SLEEP")
+    assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
+    assert time.monotonic() - t0 < 30
 
 
 def test_the_measuring_process_ends_with_its_owner(tmp_path):
@@ -248,7 +282,7 @@ def test_asv_selecting_one_point_builds_that_workload_alone(tmp_path, monkeypatc
                   "--bench", r"Fake\.track_a\('cpu', 2\)", "--set-commit-hash", _git(project, "rev-parse", "HEAD"))
         assert out.returncode == 0, out.stdout + out.stderr
         lines = [x.split(" ", 1)[1] for x in log.read_text().splitlines() if " teardown " not in x]
-        assert lines == ["build cpu 2", "measure a 2", "measure b 2"]
+        assert lines == ["build cpu 2", "made 2", "measure a 2", "measure b 2"]
         (path,) = [p for p in (project / "results" / "m").glob("*.json") if p.name != "machine.json"]
         data = json.loads(path.read_text())
         row = dict(zip(data["result_columns"], data["results"]["bench_fake.Fake.track_a"], strict=False))
@@ -260,7 +294,7 @@ def test_asv_selecting_one_point_builds_that_workload_alone(tmp_path, monkeypatc
                   "--bench", r"Fake\.track_a\('cpu', 2\)", "--set-commit-hash", _git(project, "rev-parse", "HEAD"))
         assert out.returncode == 0, out.stdout + out.stderr
         assert [x.split(" ", 1)[1] for x in log.read_text().splitlines() if " teardown " not in x] == [
-            "build cpu 2", "measure a 2"]  # fmt: skip
+            "build cpu 2", "made 2", "measure a 2"]  # fmt: skip
     finally:
         for pid in _servers(tmp_path):
             try:

@@ -33,7 +33,7 @@ def ci99(values: Sequence[float]) -> tuple[float, float] | None:
     lo = hi = None
     below = 0.0  # P[K <= k] for K ~ Bin(n, 1/2)
     for k, v in enumerate(y):
-        below += math.comb(n, k) / 2.0**n
+        below += math.comb(n, k) / (1 << n)  # exact integers: 2.0**n overflows a float from n = 1,024
         if below <= 0.005:
             lo = v
         if below >= 0.995:

@@ -80,6 +80,8 @@ def forget_built() -> None:
 
 
 sweep.on_evict(forget_built)
+#: in the measuring process, the GPU's state while a workload's figures were timed ends with them (``during``)
+sweep.on_measured(lambda bench, params: _stop_sampler(bench, tuple(params)))
 
 
 def once(key: tuple, build: Callable[[], object]) -> object:

@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterable
@@ -49,6 +50,8 @@ SERVER_ENV = "DEVBENCH_SWEEP_SERVER"
 MODES = ("auto", "all", "off")
 #: a measuring process ends after this long without a request
 IDLE_S = 60.0
+#: a built workload is let go after this long without a request (a compare's turns come back sooner)
+EVICT_IDLE_S = 5.0
 #: how long a point waits for a measuring process to start (an interpreter, torch, a CUDA context)
 START_S = 180.0
 
@@ -112,12 +115,20 @@ def figures_of(cls: type) -> list[str]:
 
 
 _EVICTED: list = []
+_MEASURED: list = []
 
 
 def on_evict(hook) -> None:
     """Call ``hook()`` whenever the measuring process lets a workload go (``suite.once``'s cache forgets it)."""
     if hook not in _EVICTED:
         _EVICTED.append(hook)
+
+
+def on_measured(hook) -> None:
+    """Call ``hook(bench, params)`` when a workload's figures are measured (the suite records the GPU's state while
+    they were timed, not while the workload then waits to be let go)."""
+    if hook not in _MEASURED:
+        _MEASURED.append(hook)
 
 
 class MeasuringError(RuntimeError):
@@ -128,12 +139,15 @@ def ask(request: dict, timeout_s: float) -> dict:
     """Send ``request`` to this asv run's measuring process (started if there is none) and return its reply."""
     owner = os.getppid()
     path = _address(owner)
-    request = {**request, "env": {k: os.environ.get(k) for k in PASSED_ENV}}
-    with _connected(path, owner) as conn:
-        conn.settimeout(timeout_s)
-        conn.sendall((json.dumps(request) + "\n").encode())
-        with conn.makefile("r") as reply:
-            line = reply.readline()
+    request = {**request, "env": {k: os.environ.get(k) for k in PASSED_ENV}, "timeout_s": timeout_s}
+    try:
+        with _connected(path, owner) as conn:
+            conn.settimeout(timeout_s)
+            conn.sendall((json.dumps(request) + "\n").encode())
+            with conn.makefile("r") as reply:
+                line = reply.readline()
+    except ConnectionError:
+        line = ""
     if not line:
         point = f"{request.get('op')} {request.get('name')}{tuple(request.get('params', ()))}"
         log = _log_of(path)
@@ -201,6 +215,7 @@ class Server:
         self.held: tuple | None = None  # (name of the class, params) of the built workload
         self.bench: object | None = None
         self.waiting: dict[tuple, dict] = {}  # (figure, params) -> reply, served once
+        self.fatal = False  # a CUDA error: this process ends after its reply
 
     def _note(self, **record) -> None:
         with open(self.journal, "a") as out:
@@ -244,7 +259,9 @@ class Server:
                 bench.teardown(*params)
             return {"skip": str(skip)}
         except Exception as exc:  # noqa: BLE001 - the point that asked reports it
-            return _failed(exc)
+            failed = _failed(exc)
+            self.fatal |= bool(failed.get("fatal"))
+            return failed
         self.bench, self.held = bench, (cls_name, params)
         self._note(built=cls_name, params=list(params), seconds=round(time.monotonic() - t0, 4))
         return {"ok": True}
@@ -268,7 +285,11 @@ class Server:
             else:
                 self.waiting[(figure, params)] = result
             if result.get("fatal"):
+                self.fatal = True
                 break
+        for hook in _MEASURED:
+            with contextlib.suppress(Exception):
+                hook(self.bench, params)
         return reply  # the workload stays built: a compare's next turn asks the same figure again
 
 
@@ -339,15 +360,25 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
     server = Server(journal or path.parent / "journal.jsonl")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
+    ours = os.stat(path).st_ino
     listener.listen(4)
     listener.settimeout(1.0)
     last = time.monotonic()
+
+    def close() -> None:
+        listener.close()
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_ino == ours:  # another process's socket, started after this one's, stays
+                path.unlink()
+                path.with_suffix(".lock").unlink(missing_ok=True)
+
     try:
         while _alive(owner) and time.monotonic() - last < idle_s:
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
-                server._evict()  # a second without a request: the workload's memory goes back
+                if time.monotonic() - last > EVICT_IDLE_S:
+                    server._evict()  # no request for a while: the workload's memory goes back
                 continue
             with conn, conn.makefile("r") as lines:
                 line = lines.readline()
@@ -355,20 +386,29 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                     continue
                 try:
                     request = json.loads(line)
-                    with _environment(request.get("env") or {}):
-                        reply = server.handle(request)
+                    # a request past its point's timeout: asv has stopped the point; a hung figure must not make
+                    # every later point wait its timeout too
+                    watchdog = threading.Timer(float(request.get("timeout_s") or 0) or 1e9, os._exit, (124,))
+                    watchdog.daemon = True
+                    watchdog.start()
+                    try:
+                        with _environment(request.get("env") or {}):
+                            reply = server.handle(request)
+                    finally:
+                        watchdog.cancel()
                 except Exception as exc:  # noqa: BLE001 - a bad request or an import that failed: say so, go on
                     reply = _failed(exc)
+                    server.fatal |= bool(reply.get("fatal"))
+                if server.fatal:
+                    close()  # no later point may connect to a process that is ending
                 with contextlib.suppress(OSError):  # a point killed while it waited: the figure waits no more
                     conn.sendall((json.dumps(reply) + "\n").encode())
             last = time.monotonic()
-            if reply.get("fatal"):
+            if server.fatal:
                 break
     finally:
         server._evict()
-        listener.close()
-        path.unlink(missing_ok=True)
-        path.with_suffix(".lock").unlink(missing_ok=True)  # its owner is gone: no point will start one here
+        close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -388,4 +428,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as the imported module, not as __main__: the suite registers its hooks (on_evict) on devbench.sweep, and
+    # a second copy of this module's globals would never call them (every workload built would stay in memory)
+    from devbench.sweep import main as _main
+
+    sys.exit(_main())
