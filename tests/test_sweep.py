@@ -389,3 +389,25 @@ def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finis
     while any(sweep._alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(sweep._alive(p) for p in pids), "the measuring process outlived the stage"
+
+
+def test_a_classs_cpu_points_keep_their_processes_on_a_gpu_host(monkeypatch):
+    """``auto``: only the points that use a GPU ask the measuring process; a class that says which of its points
+    need GPUs by param value (``plan_gpus``) keeps the others in their own processes."""
+    from devbench import suite
+
+    monkeypatch.setenv(sweep.MODE_ENV, "auto")
+    monkeypatch.delenv(sweep.SERVER_ENV, raising=False)
+    monkeypatch.setattr(suite, "no_cuda_reason", lambda: None)  # as on a GPU host
+
+    class Par:
+        param_names = ["mode", "n"]
+        plan_gpus = {"mode": {"gpus": 2, "streams": 1}}
+
+    class Dev:
+        param_names = ["device", "n"]
+
+    assert suite._on_sweep(Par(), ("streams", 1024)) and not suite._on_sweep(Par(), ("cpu_threads", 1024))
+    assert suite._on_sweep(Dev(), ("cuda", 64)) and not suite._on_sweep(Dev(), ("cpu", 64))
+    monkeypatch.setattr(suite, "no_cuda_reason", lambda: "no CUDA")
+    assert not suite._on_sweep(Dev(), ("cuda", 64))  # the point skips in its own process, with the reason

@@ -477,6 +477,11 @@ def _on_sweep(bench: object, args: tuple) -> bool:
     values = args[len(args) - len(names) :] if names else ()
     if "device" in names and values[names.index("device")] != "cuda":
         return False
+    # a class that says by param value which points need GPUs (``plan_gpus``): the others are CPU points
+    declared = getattr(bench, "plan_gpus", None)
+    if isinstance(declared, dict) and any(p in names and values[names.index(p)] not in by_value
+                                          for p, by_value in declared.items()):  # fmt: skip
+        return False
     return no_cuda_reason() is None
 
 

@@ -157,7 +157,9 @@ def ask(request: dict, timeout_s: float) -> dict:
 
 @contextlib.contextmanager
 def _connected(path: Path, owner: int):
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.parent.stat().st_uid != os.getuid():
+        raise MeasuringError(f"{path.parent} belongs to another user: the measuring process's socket is not safe there")
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time
         conn = _connect(path)
