@@ -160,7 +160,7 @@ MODELS: list[Model] = [
 #: figure and the pass floor of fleet health checks, with their sources. Other links: the link rate alone.
 LINK_COPY: dict[tuple[int, int], tuple[float, float, str]] = {
     (5, 16): (52.0, 48.0, "a healthy Gen5 x16 host: typical 52 GB/s (Azure AI-benchmarking-guide, ND_H100_v5 and "
-                          "ND_H200_v5; nvbandwidth's example output 55.6), pass floor 48 (azurehpc-health-checks)"),
+                          "ND_H200_v5), pass floor 48 (azurehpc-health-checks)"),
 }
 
 #: Throttle reasons a healthy GPU shows under a heavy product: the board's own power limit. A figure that ran

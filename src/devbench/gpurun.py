@@ -217,9 +217,11 @@ class Run:
 
 def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> list[str]:
     # devbench.asvrun is asv with each benchmark's results saved as it ends: a stage stopped at its limit
-    # keeps every benchmark asv finished
+    # keeps every benchmark asv finished; the samples are kept so that `asv compare` judges the run's figures
+    # with its own statistics (its Mann-Whitney test), not by their intervals alone
     return [python, "-m", "devbench.asvrun", "run", "-E", f"existing:{python}", "--machine", machine,
-            "--set-commit-hash", sha, "-a", f"rounds={rounds}", "--show-stderr", "--bench", regex]  # fmt: skip
+            "--set-commit-hash", sha, "-a", f"rounds={rounds}", "--record-samples", "--show-stderr",
+            "--bench", regex]  # fmt: skip
 
 
 class Summary:
