@@ -99,8 +99,11 @@ work-lock: venv
 test-fast: venv
 	$(PY) -m pytest -n 2 --dist loadfile -m "not slow"
 
+# asv writes machine.json into .asv/results/<machine>/ as each run starts, creating the folder unless it exists:
+# make test's two asv halves start together, and in a fresh clone one of them failed on the other's folder
 machine: venv
 	$(PY) -m devbench.cli machine
+	mkdir -p .asv/results/$$($(PY) -c 'from asv.machine import Machine; print(Machine.get_unique_machine_name())')
 
 bench: machine
 	$(ASV) run $(ASV_ENV) --set-commit-hash $(COMMIT) --record-samples --show-stderr --bench '$(BENCH)'
