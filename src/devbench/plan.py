@@ -52,7 +52,7 @@ from devbench import precision
 SETUP_S = 0.3
 #: seconds of one ``track_`` figure when its class declares none: 11 blocks of 0.1 s and their sizing
 TRACK_S = 1.3
-#: the same on a GPU, where the blocks stop at 8 when they agree (``measure.TIGHT_MIN_BLOCKS``)
+#: the same on a GPU, where a precise figure stops at 8 blocks (``precision.MIN_SAMPLES``)
 TRACK_GPU_S = 1.0
 #: seconds a swept figure spends sizing its blocks before the first (``measure.one_call_s``'s batches)
 SIZING_S = 0.02

@@ -218,7 +218,7 @@ def _who(bench: object, args: tuple) -> tuple[str, dict, Path]:
     values = args[len(args) - len(names) :] if names else ()
     module = sys.modules.get(cls.__module__)
     folder = gpustate.gpustate_dir(getattr(module, "__file__", None))
-    return f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}", dict(zip(names, values, strict=True)), folder
+    return _short(cls), dict(zip(names, values, strict=True)), folder
 
 
 @functools.cache
@@ -463,6 +463,7 @@ def records_gpu_state(cls: type) -> type:
 
 
 def _short(cls: type) -> str:
+    """A benchmark class's name as asv's benchmark names spell it: "bench_transfer.HostDevice"."""
     return f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}"
 
 

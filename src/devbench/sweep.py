@@ -388,9 +388,11 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                     continue
                 try:
                     request = json.loads(line)
-                    # a request past its point's timeout: asv has stopped the point; a hung figure must not make
-                    # every later point wait its timeout too
-                    watchdog = threading.Timer(float(request.get("timeout_s") or 0) or 1e9, os._exit, (124,))
+                    # a request that reaches its point's timeout ends this process just before it: a hung figure
+                    # must not make every later point wait its timeout too, and the point, not the next one, sees
+                    # the process go
+                    limit = float(request.get("timeout_s") or 0) or 1e9
+                    watchdog = threading.Timer(limit - min(5.0, 0.1 * limit), os._exit, (124,))
                     watchdog.daemon = True
                     watchdog.start()
                     try:
