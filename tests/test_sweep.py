@@ -216,8 +216,11 @@ def test_a_cuda_error_in_a_twin_ends_the_process_too(suite_dir, monkeypatch):
 def test_a_figure_past_its_timeout_ends_the_process_and_the_next_point_goes_on(suite_dir, monkeypatch):
     """asv stops a point at its timeout; the measuring process stops the figure too, so that later points do not
     wait behind it."""
-    monkeypatch.setenv("FAKE_SLEEP", "1")
-    monkeypatch.setenv("FAKE_TIMEOUT", "3")
+    monkeypatch.setenv("FAKE_SLEEP", "1")  # read by the measuring process when it starts: n = 2's twin hangs
+    # a first point starts the process and imports the suite under the default timeout: only the hang may reach
+    # the short one, however slow this host is to start a process
+    assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
+    monkeypatch.setenv("FAKE_TIMEOUT", "5")
     assert "error" in _point("track_a", "cpu", 2)  # its twin hangs: the point's wait ends at its timeout
     hung = int(next(line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()
                     if line.endswith("measure b 2")))  # fmt: skip
