@@ -36,7 +36,7 @@ from devbench.workloads.achievable import (
     KNOWN_BUDGET_S,
     candidates,
     free_bytes,
-    known_shape,
+    known_shapes,
     search_reason,
     searched,
     write_records,
@@ -75,16 +75,17 @@ class MatmulAchievable(Benchmark):
     param_names = ["device", "dtype", "run"]
     #: devbench gpu-run (devbench.plan): bf16 on the GPU first; setup_cache searches each selected device and
     #: dtype (its budget, and its finalists timed again), then a best (~0.2 s), burst (~1.3 s) or sustained (~7 s)
-    #: figure; the search is long, so the plan runs it after every other single-GPU point (``plan_last``)
+    #: figure; the CPU's search is long, so the plan runs it after every other point (``plan_last``); a GPU
+    #: model searched before times a handful of shapes and runs with the rest
     headline = [{"device": ["cuda"], "dtype": ["bfloat16"]}]
     #: this CPU's dtypes without a fast path are not searched (read from its flags, no CUDA touched)
     skips = [{"where": {"device": ["cpu"], "dtype": [d]}, "reason": search_reason(torch.device("cpu"), d)}
              for d in DTYPES if search_reason(torch.device("cpu"), d)]  # fmt: skip
-    #: a GPU model and dtype searched before (``devbench.expected.best_shape``): its best shape and neighbours
+    #: a GPU model searched before (``devbench.expected.known_shapes``): its best shapes, neighbours and squares
     plan_cache_s = {"per": ["device", "dtype"], "s": {"cpu": CPU_BUDGET_S + 15.0, "cuda": GPU_BUDGET_S + 10.0},
-                    "known_s": KNOWN_BUDGET_S + 10.0}  # fmt: skip
+                    "known_s": KNOWN_BUDGET_S + 5.0}  # fmt: skip
     plan_s = 3.0
-    plan_last = True
+    plan_last = [{"device": ["cpu"]}]
     #: 2: the search's best is the fastest of its finalists timed again, longer; it was
     #: the fastest of the grid's brief figures, which read high and could pick a shape that was lucky
     work_version = 2
@@ -104,7 +105,7 @@ class MatmulAchievable(Benchmark):
                     found[(device, dtype)] = why
                     continue
                 dev = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
-                known = known_shape(dev, dtype)  # a model searched before: its best shape and neighbours first
+                known = known_shapes(dev, dtype)  # a model searched before: its best shapes and neighbours alone
                 budget = KNOWN_BUDGET_S if known else GPU_BUDGET_S if device == "cuda" else CPU_BUDGET_S
                 record = searched(dev, dtype, candidates(dev, dtype, free_bytes(dev), known), budget)
                 best = record["best"]

@@ -5,7 +5,7 @@ import torch
 from devbench.devices import num_gpus
 from devbench.measure import pin_threads
 from devbench.spec import parallel_ideal
-from devbench.suite import Benchmark, instrumented, once, require_device, require_gpus, waited, with_samples
+from devbench.suite import Benchmark, instrumented, once, require_device, require_gpus, shared, waited, with_samples
 from devbench.workloads.parallel import ParallelPair
 
 MODES = ["gpus", "streams", "cpu_threads"]
@@ -65,12 +65,12 @@ class ParallelMatmul(Benchmark):
     track_parallel_time.unit = track_sequential_time.unit = "seconds"
 
     def track_speedup(self, mode, n):
-        return with_samples(self.pair.speedups())
+        return with_samples(shared(self, "speedup", self.pair.speedups))
 
     track_speedup.unit = "x"
 
     def track_efficiency(self, mode, n):
         ideal = parallel_ideal(mode, len(self.pair.lanes))  # two streams on one GPU: 1
-        return with_samples(100.0 * s / ideal for s in self.pair.speedups())
+        return with_samples(100.0 * s / ideal for s in shared(self, "efficiency", self.pair.speedups))  # the same pairs
 
     track_efficiency.unit = "%"

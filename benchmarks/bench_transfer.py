@@ -33,6 +33,7 @@ from devbench.suite import (
     once,
     require_device,
     require_gpus,
+    shared,
     waited,
     with_samples,
 )
@@ -80,18 +81,6 @@ def _block_gbps(copy: Copy, scale: float = 1.0) -> tuple[list[float], int]:
 def _bandwidth(copy: Copy, scale: float = 1.0) -> dict:
     """``_block_gbps`` as an asv figure with its samples."""
     return with_samples(*_block_gbps(copy, scale))
-
-
-def _shared(bench: object, figure: str, take):
-    """``take()``'s result, read by each figure of ``bench`` once: figures that count the same blocks another way
-    (GB/s copied and read+write, a run's total and each direction) read one measurement; a figure that has read
-    it already (asked again: asv's next round) measures anew."""
-    held = bench.__dict__.get("_shared_runs")
-    if held is None or figure in held[1]:
-        held = (take(), set())
-        bench._shared_runs = held
-    held[1].add(figure)
-    return held[0]
 
 
 def _waited(copy: Copy) -> dict:
@@ -187,7 +176,7 @@ class HostDeviceBidirectional(Benchmark):
         self.calls = calls_for(self.h2d, dev, target_s=BLOCK_S, min_calls=1)
 
     def _samples(self, field):
-        runs = _shared(self, field, lambda: [bidirectional(self.lanes, self.h2d, self.d2h, self.calls)
+        runs = shared(self, field, lambda: [bidirectional(self.lanes, self.h2d, self.d2h, self.calls)
                                              for _ in range(5)])  # fmt: skip
         return with_samples((getattr(r, field) for r in runs), self.calls)
 
@@ -232,10 +221,10 @@ class DeviceCopy(Benchmark):
     track_time.unit = "seconds"
 
     def track_gbps_copied(self, device, nbytes):
-        return with_samples(*_shared(self, "copied", lambda: _block_gbps(self.copy)))
+        return with_samples(*shared(self, "copied", lambda: _block_gbps(self.copy)))
 
     def track_gbps_read_write(self, device, nbytes):
-        values, calls = _shared(self, "read_write", lambda: _block_gbps(self.copy))
+        values, calls = shared(self, "read_write", lambda: _block_gbps(self.copy))
         return with_samples([2.0 * v for v in values], calls)
 
     track_gbps_copied.unit = track_gbps_read_write.unit = "GB/s"
@@ -483,7 +472,7 @@ class CopyComputeOverlap(Benchmark):
         overlap(self.lanes, self.copy, self.compute)  # streams, events and cuBLAS on the lane streams warm
 
     def _samples(self, field, scale=1.0):
-        runs = _shared(self, field, lambda: [overlap(self.lanes, self.copy, self.compute, self.calls)
+        runs = shared(self, field, lambda: [overlap(self.lanes, self.copy, self.compute, self.calls)
                                              for _ in range(5)])  # fmt: skip
         return with_samples((scale * getattr(r, field) for r in runs), self.calls)
 

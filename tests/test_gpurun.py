@@ -545,6 +545,15 @@ def test_costs_from_another_machines_plan_json_price_a_plan_here(tmp_path):
 
     h200 = costs_from(ROOT / "reports" / "gpu" / "h200" / "plan.json")
     assert h200.gpus == 1 and h200.cuda_context_s == pytest.approx(0.3155, abs=1e-3) and h200.gpu_check_s == 0.0
+    # what its CUDA tests and validate took is held back for them, not the defaults
+    assert (h200.tests_s, h200.validate_s) == (pytest.approx(21.0), pytest.approx(17.6))
+    from devbench.gpurun import TESTS_S, VALIDATE_S, held_s
+
+    assert held_s(h200) == (h200.tests_s, h200.validate_s)
+    cut = tmp_path / "cut.json"  # a stage that did not end is no measure of what it takes
+    cut.write_text('{"costs": {"launch_s": 0.01, "cuda_context_s": 0.3, "asv_call_s": 7, "gpus": 1}, '
+                   '"stages": [{"stage": "validate", "actual_s": 4.0, "rc": 124}]}')  # fmt: skip
+    assert held_s(costs_from(cut)) == (TESTS_S, VALIDATE_S)
     bad = tmp_path / "plan.json"
     bad.write_text('{"costs": {"gpus": 1}}')
     with pytest.raises(ValueError, match="lacks"):

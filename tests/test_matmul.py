@@ -43,6 +43,21 @@ def test_check_catches_a_wrong_product(monkeypatch):
         mm.check()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_inputs_drawn_on_the_device_are_seeded_and_checked_there(dtype, monkeypatch):
+    """A search's shapes draw their inputs on their device and check against a float64 product computed there;
+    on the CPU that is the same code a GPU runs."""
+    mm = Matmul(48, dtype, torch.device("cpu"), m=40, k=24, on_device=True)
+    again = Matmul(48, dtype, torch.device("cpu"), m=40, k=24, on_device=True)
+    assert all(x.equal(y) for (x, _), (y, _) in zip(mm.inputs, again.inputs, strict=True))  # seeded
+    assert not mm.inputs[0][0].equal(mm.inputs[1][0]) and mm.inputs[0][0].dtype == DTYPES[dtype][0]
+    assert mm.check() < matmul.TOLERANCE[dtype]
+    real_mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b, out=None: real_mm(a, b, out=out).mul_(1.05))
+    with pytest.raises(AssertionError, match="40x24x48 .* relative error"):
+        mm.check()
+
+
 def test_bad_dtype_named():
     with pytest.raises(ValueError, match="int8"):
         Matmul(4, "int8", torch.device("cpu"))

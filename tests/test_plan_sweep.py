@@ -51,28 +51,33 @@ def test_a_known_models_search_is_priced_short():
     bench = _bench("bench_a.Ach.track_tflops", *grid,
                    plan_cache_s={"per": ["device", "dtype"], "s": {"cuda": 55.0}, "known_s": 20.0})  # fmt: skip
     values_bf16, values_f32 = ("'cuda'", "'bfloat16'", "'best'"), ("'cuda'", "'float32'", "'best'")
-    assert P.cache_units(bench, values_bf16, ("bfloat16",))[1] == 20.0
-    assert P.cache_units(bench, values_f32, ("bfloat16",))[1] == 55.0
-    assert P.cache_units(bench, values_bf16, ())[1] == 55.0
+    assert P.cache_units(bench, values_bf16, True)[1] == 20.0
+    assert P.cache_units(bench, values_f32, True)[1] == 20.0  # a model searched: every dtype starts from its shapes
+    assert P.cache_units(bench, values_bf16, False)[1] == 55.0
 
 
-def test_the_h200s_bf16_shape_is_known_by_model_name_alone():
-    assert expected.best_shape("NVIDIA H200", "bfloat16") == (2048, 16384, 2048)
-    assert expected.best_shape("NVIDIA H200", "float32") is None
-    assert expected.best_shape("NVIDIA GH200 480GB", "bfloat16") is None  # another model
+def test_the_h200s_shapes_are_known_by_model_name_alone():
+    assert expected.known_shapes("NVIDIA H200", "bfloat16") == [(2048, 16384, 2048)]
+    assert expected.known_shapes("NVIDIA H200", "float32") == [(2048, 16384, 2048)]  # the model's other dtypes'
+    assert expected.known_shapes("NVIDIA GH200 480GB", "bfloat16") == []  # another model
+    assert expected.known_shapes(None, "bfloat16") == []
 
 
-def test_a_known_shape_is_searched_with_its_neighbours_only():
+def test_a_known_shape_is_searched_with_its_neighbours_and_the_squares_only():
     cuda = torch.device("cuda", 0)  # candidates reads the device's type only
-    shapes = A.candidates(cuda, "bfloat16", None, known=(2048, 16384, 2048))
-    assert shapes[0] == (2048, 16384, 2048)
-    assert sorted(shapes[1:]) == sorted([(4096, 16384, 2048), (2048, 12288, 2048), (2048, 16384, 4096)])
+    shapes = A.candidates(cuda, "bfloat16", None, known=[(2048, 16384, 2048)])
+    squares = [(s, s, s) for s in A.GPU_SQUARES]
+    assert shapes[: len(squares)] == squares and shapes[len(squares)] == (2048, 16384, 2048)
+    assert sorted(shapes[len(squares) + 1 :]) == sorted([(4096, 16384, 2048), (2048, 12288, 2048),
+                                                         (2048, 16384, 4096)])  # fmt: skip
     full = A.candidates(cuda, "bfloat16", None)
     assert len(full) > len(shapes) and set(shapes) <= set(full)
+    two = A.candidates(cuda, "float32", None, known=[(2048, 16384, 2048), (4096, 4096, 4096)])
+    assert len(two) == len(set(two))  # a shape two known shapes share is timed once
     # a value off the grid: its nearest grid values on either side
     assert sorted(A.neighbours((3000, 4096, 2048), A.GPU_DIMS, A.GPU_K)) == sorted(
         [(2048, 4096, 2048), (4096, 4096, 2048), (3000, 8192, 2048), (3000, 4096, 4096)])  # fmt: skip
-    assert A.known_shape(torch.device("cpu"), "bfloat16") is None
+    assert A.known_shapes(torch.device("cpu"), "bfloat16") == []
 
 
 def test_a_point_that_reads_its_setup_caches_sweep_is_priced_no_cuda_context():
@@ -119,3 +124,14 @@ def test_a_host_clock_figure_on_the_cpu_is_priced_the_seconds_asv_gave_a_time_fi
     bench = {"sample_time": 0.05, "unit": "seconds", "repeat": [3, 40, 2.0]}
     assert P.swept_sample_s(bench, gpu=False) == pytest.approx(P.SIZING_S + 2.0)
     assert P.swept_sample_s(bench, gpu=True) == pytest.approx(P.SIZING_S + 8 * 0.05)
+
+
+def test_a_figure_counted_from_anothers_blocks_is_priced_no_sampling():
+    grid = ([["cuda"], [64]], ["device", "n"])
+    listing = {f"bench_c.Copy.{m}": _bench(f"bench_c.Copy.{m}", *grid, swept=True, sample_time=0.1)
+               for m in ("track_copied", "track_read_write")}  # fmt: skip
+    plan = P.make_plan(listing, lambda s: True, COSTS, budget_s=1000, reserve_s=0,
+                       same_blocks=frozenset({"bench_c.Copy.track_read_write"}))  # fmt: skip
+    by = {p.benchmark: p.estimate_s for p in plan.points}
+    assert by["bench_c.Copy.track_read_write"] == pytest.approx(COSTS.launch_s)
+    assert by["bench_c.Copy.track_copied"] == pytest.approx(COSTS.launch_s + P.SIZING_S + precision.MIN_SAMPLES * 0.1)

@@ -205,3 +205,22 @@ def test_a_figure_whose_samples_disagree_is_flagged_beside_it(capsys):
     suite.with_samples([1.0, 1.5, 0.7, 1.3, 0.9])
     err = capsys.readouterr().err
     assert "interquartile range is" in err and "of their median (over 10%" in err
+
+
+def test_figures_that_count_the_same_blocks_share_one_measurement():
+    """``suite.shared``: a speedup and its efficiency read the same pairs; asked again (asv's next round), anew."""
+    from devbench.suite import shared
+
+    class Bench:
+        pass
+
+    taken = []
+    bench = Bench()
+
+    def take():
+        taken.append(1)
+        return len(taken)
+
+    assert shared(bench, "speedup", take) == 1 and shared(bench, "efficiency", take) == 1 and len(taken) == 1
+    assert shared(bench, "speedup", take) == 2  # the same figure again: measured anew
+    assert shared(bench, "efficiency", take) == 2 and len(taken) == 2

@@ -88,8 +88,8 @@ class Model:
     #: A100 PCIe)
     nvlink_links: int | None = None
     bridged: bool = False
-    #: the fastest (m, k, n) this suite's searches found on the model, by dtype, and where (the achievable search
-    #: times these and their neighbours first, and searches the whole grid only for a model and dtype not here)
+    #: the fastest (m, k, n) this suite's searches found on the model, by dtype, and where (on a model listed here
+    #: the achievable search times these, their neighbours and the squares; the whole grid only on a model not here)
     best_shapes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     best_shapes_source: str = ""
 
@@ -208,10 +208,15 @@ def model(name: str | None) -> Model | None:
     return next((m for m in MODELS if any(re.fullmatch(n, text, flags=re.IGNORECASE) for n in m.names)), None)
 
 
-def best_shape(gpu_name: str | None, dtype: str) -> tuple[int, int, int] | None:
-    """The fastest (m, k, n) a search found on ``gpu_name``'s model for ``dtype`` (``Model.best_shapes``), or None."""
+def known_shapes(gpu_name: str | None, dtype: str) -> list[tuple[int, int, int]]:
+    """The fastest (m, k, n) this suite's searches found on ``gpu_name``'s model (``Model.best_shapes``): the
+    one found for ``dtype`` first, then those of the model's other dtypes (a model's tiles and waves favour
+    similar shapes across dtypes); empty for a model never searched."""
     found = model(gpu_name)
-    return found.best_shapes.get(dtype) if found is not None else None
+    if found is None:
+        return []
+    own = [found.best_shapes[dtype]] if dtype in found.best_shapes else []
+    return own + [s for d, s in sorted(found.best_shapes.items()) if d != dtype and s not in own]
 
 
 def gpu_peak(gpu_name: str | None, dtype: str) -> float | None:

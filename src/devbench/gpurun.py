@@ -142,8 +142,12 @@ def costs_from(path: Path) -> P.Costs:
     costs = record.get("costs") if isinstance(record, dict) else None
     if not isinstance(costs, dict):
         raise ValueError(f"--costs-from {path}: no 'costs' in it (a gpu-run plan.json has them)")
+    # what its CUDA tests and validate took, where they ran to the end: held back for them instead of the defaults
+    took = {s.get("stage"): s.get("actual_s") for s in record.get("stages") or [] if isinstance(s, dict)
+            and s.get("rc") in (0, 5, VALIDATE_DRIFT) and isinstance(s.get("actual_s"), int | float)}  # fmt: skip
     try:
-        return P.Costs.from_record(costs)
+        return P.Costs.from_record({**costs, "tests_s": took.get("cuda tests", 0.0),
+                                    "validate_s": took.get("validate", 0.0)})  # fmt: skip
     except (TypeError, ValueError) as exc:
         raise ValueError(f"--costs-from {path}: {exc}") from None
 
@@ -280,21 +284,21 @@ def execute(args: argparse.Namespace) -> int:
     from devbench import expected
 
     known = expected.model(costs.gpu_model)  # a model searched before: its short search is what the plan prices
-    costs = dataclasses.replace(costs, known_shapes=tuple(sorted(known.best_shapes)) if known else ())
+    costs = dataclasses.replace(costs, model_searched=bool(known and known.best_shapes))
     with open(run.out / "listing.log", "w") as log:
         listing = list_benchmarks(run.repo, python, log)
     (run.out / "listing.log").unlink()
     only = re.compile(args.bench) if args.bench else None
     # held back for the CUDA tests, validate and the packing; at most half of a short budget, so that the
     # benchmarks always get the other half (the tests and validate then run under what is left)
-    reserve = min(PACK_S + sum_reserves(args), max(PACK_S, run.left() / 2))
+    reserve = min(PACK_S + sum_reserves(args, costs), max(PACK_S, run.left() / 2))
     from devbench import spec
 
     # what validate and the health lines read is never dropped; a twin (the same evidence in other units) goes first
     keep = frozenset(p.selector for p in spec.kept_points())
     plan = P.make_plan(listing, lambda s: only is None or only.search(s) is not None, costs,
                        run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
-                       sweep_cpu=sweep.mode() == "all")  # fmt: skip
+                       sweep_cpu=sweep.mode() == "all", same_blocks=frozenset(spec.SAME_BLOCKS))  # fmt: skip
     plan.first_estimate_s = plan.estimate_s()
     print(P.format_plan(plan), flush=True)
     _write_plan(run, plan)
@@ -444,15 +448,16 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
                                           sha, running)  # fmt: skip
         done.append((estimate, took))
         failed |= code != 0
+    tests_s, validate_s = held_s(plan.costs)
     if args.tests and (run.repo / "tests").is_dir():
         code = run.stage("cuda tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"],
-                         run.left() - PACK_S - (VALIDATE_S if args.validate else 0), TESTS_S,
+                         run.left() - PACK_S - (validate_s if args.validate else 0), tests_s,
                          log_path=run.out / "tests.txt")  # fmt: skip
         failed |= code not in (0, 5)  # 5: no test selected (none needs CUDA in this tree)
         summary.save()
     if args.validate:
         code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine],
-                         run.left() - PACK_S, VALIDATE_S, log_path=run.out / "validate.txt")  # fmt: skip
+                         run.left() - PACK_S, validate_s, log_path=run.out / "validate.txt")  # fmt: skip
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
     # what the tests and validate left: the points still dropped, fitted into it
     room = run.left() - PACK_S - HEALTH_S
@@ -490,8 +495,14 @@ def print_capped(journal: Path, since: float) -> None:
         print(f"  {r['figure']}({params}): {r.get('samples')} samples, {width}", flush=True)
 
 
-def sum_reserves(args: argparse.Namespace) -> float:
-    return (TESTS_S if args.tests else 0.0) + (VALIDATE_S if args.validate else 0.0)
+def held_s(costs: P.Costs) -> tuple[float, float]:
+    """Seconds held back for the CUDA tests and validate: what a recorded run took, else the defaults."""
+    return costs.tests_s or TESTS_S, costs.validate_s or VALIDATE_S
+
+
+def sum_reserves(args: argparse.Namespace, costs: P.Costs) -> float:
+    tests, validate = held_s(costs)
+    return (tests if args.tests else 0.0) + (validate if args.validate else 0.0)
 
 
 def _write_plan(run: Run, plan: P.Plan, stopped: str = "") -> None:

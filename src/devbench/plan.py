@@ -76,9 +76,13 @@ class Costs:
     gpu_check_s: float = 0.0
     #: the first GPU's name as torch gives it ("NVIDIA H200")
     gpu_model: str = ""
-    #: the dtypes whose best shape is known for that model (``devbench.expected.best_shape``: gpu-run fills it):
-    #: the achievable search times that shape and its neighbours, not the whole grid
-    known_shapes: tuple[str, ...] = ()
+    #: whether earlier searches found best shapes on that model (``devbench.expected.known_shapes``: gpu-run fills
+    #: it): the achievable search then times those, their neighbours and the squares, not the whole grid
+    model_searched: bool = False
+    #: seconds the CUDA tests and validate took where a recorded run gives them (``gpu-run --costs-from``), else 0:
+    #: gpu-run holds its defaults back for them
+    tests_s: float = 0.0
+    validate_s: float = 0.0
 
     @property
     def sweep_start_s(self) -> float:
@@ -250,18 +254,18 @@ def needs(bench: dict[str, Any], values: tuple[str, ...]) -> tuple[int, int]:
 
 
 def cache_units(bench: dict[str, Any], values: tuple[str, ...],
-                known: tuple[str, ...] = ()) -> tuple[tuple[str, ...], float] | None:  # fmt: skip
+                searched: bool = False) -> tuple[tuple[str, ...], float] | None:  # fmt: skip
     """The set-up cache unit this point needs, with its seconds: ``None`` where the class's ``plan_cache_s``
     is one figure for the module (or absent); else the point's values of the ``per`` params. ``known_s``: the
-    seconds for a GPU point whose ``dtype`` is in ``known`` (``Costs.known_shapes``: the achievable search times
-    the best shape known for the model and its neighbours, not the whole grid)."""
+    seconds for a GPU point where ``searched`` (``Costs.model_searched``: the achievable search times the best
+    shapes known for the model and their neighbours, not the whole grid)."""
     declared = bench.get("plan_cache_s")
     if not isinstance(declared, dict):
         return None
     per = list(declared.get("per", []))
     key = tuple(_value(bench, values, name, "plan_cache_s") for name in per)
     seconds = declared.get("s", 0.0)
-    if "known_s" in declared and "'cuda'" in key and _value(bench, values, "dtype", "plan_cache_s").strip("'") in known:
+    if "known_s" in declared and "'cuda'" in key and searched:
         seconds = declared["known_s"]
     if isinstance(seconds, dict):
         first = key[0].strip("'") if key else ""
@@ -316,11 +320,12 @@ def swept_sample_s(bench: dict[str, Any], gpu: bool = True) -> float:
 
 def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int,
            keep: frozenset[str] = frozenset(), twins: frozenset[str] = frozenset(),
-           sweep_cpu: bool = False) -> list[Point]:  # fmt: skip
+           sweep_cpu: bool = False, same_blocks: frozenset[str] = frozenset()) -> list[Point]:  # fmt: skip
     """Every combination of the listed benchmarks that ``pattern_ok(selector)`` accepts, with its estimate.
     ``keep``: the selectors never dropped (``Point.keep``); ``twins``: benchmarks that repeat another's
     evidence (``Point.twin``); ``sweep_cpu``: a swept class's CPU points ask the measuring process too
-    (``DEVBENCH_SWEEP=all``)."""
+    (``DEVBENCH_SWEEP=all``); ``same_blocks``: swept figures counted from another figure's blocks
+    (``spec.SAME_BLOCKS``), which sample nothing of their own."""
     out: list[Point] = []
     for name in sorted(listing):
         bench = listing[name]
@@ -348,7 +353,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.state, point.reason = "skip", f"needs {cores} cores, this machine has {costs.cores}"
                 out.append(point)
                 continue
-            unit = cache_units(bench, values, costs.known_shapes if need else ())
+            unit = cache_units(bench, values, costs.model_searched and bool(need))
             if unit is not None:
                 point.unit, point.unit_s = unit
             point.late = is_late(bench, values)
@@ -360,7 +365,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
                 point.unit = ("built", name.rsplit(".", 1)[0], *values)
                 point.unit_s = float(bench.get("plan_setup_s", SETUP_S))
-                point.estimate_s = rounds * (costs.launch_s + swept_sample_s(bench, gpu=bool(need)))
+                sampling = 0.0 if name in same_blocks else swept_sample_s(bench, gpu=bool(need))
+                point.estimate_s = rounds * (costs.launch_s + sampling)
                 out.append(point)
                 continue
             setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))
@@ -376,11 +382,12 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
 
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
               rounds: int = 1, keep: frozenset[str] = frozenset(),
-              twins: frozenset[str] = frozenset(), sweep_cpu: bool = False) -> Plan:  # fmt: skip
+              twins: frozenset[str] = frozenset(), sweep_cpu: bool = False,
+              same_blocks: frozenset[str] = frozenset()) -> Plan:  # fmt: skip
     """The plan: every selected point, tier 0 first, dropped from the lowest priority until it fits (``keep``,
-    ``twins`` and ``sweep_cpu``: as ``points``)."""
-    plan = Plan(points(listing, pattern_ok, costs, rounds, keep, twins, sweep_cpu), budget_s, reserve_s, costs,
-                rounds)  # fmt: skip
+    ``twins``, ``sweep_cpu`` and ``same_blocks``: as ``points``)."""
+    plan = Plan(points(listing, pattern_ok, costs, rounds, keep, twins, sweep_cpu, same_blocks), budget_s, reserve_s,
+                costs, rounds)  # fmt: skip
     for name, bench in listing.items():
         once = bench.get("plan_cache_s")
         if isinstance(once, int | float) and once and bench.get("setup_cache"):

@@ -64,6 +64,16 @@ TWINS = {
     "bench_transfer.PeerCopy.track_time": "bench_transfer.PeerCopy.track_gbps",
 }
 
+#: Figures counted from the blocks another figure of the same workload measured (``suite.shared``): gpu-run
+#: prices them no sampling of their own (``devbench.plan``).
+SAME_BLOCKS = {
+    "bench_transfer.DeviceCopy.track_gbps_read_write": "bench_transfer.DeviceCopy.track_gbps_copied",
+    "bench_transfer.HostDeviceBidirectional.track_h2d_gbps": "bench_transfer.HostDeviceBidirectional.track_total_gbps",
+    "bench_transfer.HostDeviceBidirectional.track_d2h_gbps": "bench_transfer.HostDeviceBidirectional.track_total_gbps",
+    "bench_transfer.CopyComputeOverlap.track_hidden": "bench_transfer.CopyComputeOverlap.track_overlap",
+    "bench_parallel.ParallelMatmul.track_efficiency": "bench_parallel.ParallelMatmul.track_speedup",
+}
+
 
 def direction(benchmark: str, unit: str) -> str:
     """``"higher"``/``"lower"`` is better for this figure, ``""`` for a record or an unknown ratio."""

@@ -168,6 +168,19 @@ def with_samples(samples: Iterable[float], number: int = 1) -> dict:
     return {"samples": values, "number": int(number)}
 
 
+def shared(bench: object, figure: str, take: Callable[[], object]) -> object:
+    """``take()``'s result, read by each figure of ``bench`` once: figures that count the same blocks another way
+    (GB/s copied and read+write, a run's total and each direction, a speedup and its efficiency) read one
+    measurement; a figure that has read it already (asked again: asv's next round) measures anew. Name such a
+    figure in ``spec.SAME_BLOCKS`` so that gpu-run prices it no sampling of its own."""
+    held = bench.__dict__.get("_shared_runs")
+    if held is None or figure in held[1]:
+        held = (take(), set())
+        bench._shared_runs = held
+    held[1].add(figure)
+    return held[0]
+
+
 def waited(fn: Callable[[], object], sync: Callable[[], object] | None, block_s: float, device: torch.device,
            one_s: float | None = None) -> dict:  # fmt: skip
     """A ``track_time`` figure: seconds per call of ``fn()`` then ``sync()`` on the host's clock, as asv times a

@@ -77,20 +77,21 @@ def shape_bytes(shape: Shape, dtype: str, sets: int = 2) -> int:
 
 
 def candidates(device: torch.device, dtype: str, free_bytes: int | None = None,
-               known: Shape | None = None) -> list[Shape]:  # fmt: skip
+               known: Sequence[Shape] = ()) -> list[Shape]:  # fmt: skip
     """Shapes to search, squares first, each of which fits ``MEMORY_SHARE`` of ``free_bytes``; with ``known`` (the
-    best shape an earlier search found on this model: ``devbench.expected.best_shape``), that shape and its
-    neighbours in the grid (one of m, k, n one step up or down) alone.
+    best shapes earlier searches found on this model, this dtype's first: ``devbench.expected.known_shapes``),
+    the squares, those shapes and their neighbours in the grid (one of m, k, n one step up or down) alone.
 
     (m, k, n): A is m x k, B is k x n. ``free_bytes`` None: no memory bound.
     """
     gpu = device.type == "cuda"
     squares = GPU_SQUARES if gpu else CPU_SQUARES
     dims, ks = (GPU_DIMS, GPU_K) if gpu else (CPU_DIMS, CPU_K)
-    if known is not None:
-        out = [tuple(known), *neighbours(tuple(known), dims, ks)]
+    out = [(s, s, s) for s in squares]
+    if known:
+        for shape in known:
+            out += [s for s in (tuple(shape), *neighbours(tuple(shape), dims, ks)) if s not in out]
     else:
-        out = [(s, s, s) for s in squares]
         out += [(m, k, n) for m, n, k in itertools.product(dims, dims, ks) if (m, k, n) not in out]
     if free_bytes is not None:
         out = [s for s in out if shape_bytes(s, dtype) <= MEMORY_SHARE * free_bytes]
@@ -113,13 +114,14 @@ def neighbours(shape: Shape, dims: Sequence[int], ks: Sequence[int]) -> list[Sha
     return out
 
 
-def known_shape(device: torch.device, dtype: str) -> Shape | None:
-    """The best shape an earlier search found on this GPU's model for ``dtype`` (``devbench.expected``), or None."""
+def known_shapes(device: torch.device, dtype: str) -> list[Shape]:
+    """The best shapes earlier searches found on this GPU's model, ``dtype``'s first (``devbench.expected``); none
+    for the CPU or a model never searched."""
     if device.type != "cuda":
-        return None
-    from devbench.expected import best_shape
+        return []
+    from devbench.expected import known_shapes as of_model
 
-    return best_shape(torch.cuda.get_device_name(device), dtype)
+    return of_model(torch.cuda.get_device_name(device), dtype)
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ def time_shape(
 ) -> ShapeResult:
     """Build, check against float64, warm and time one shape (the median of ``blocks`` of ``block_s``)."""
     m, k, n = shape
-    mm = Matmul(n, dtype, device, m=m, k=k)
+    mm = Matmul(n, dtype, device, m=m, k=k, on_device=True)  # inputs and reference drawn there: ms, not s
     with tf32(mm.allow_tf32):
         error = mm.check()
         warm_up(mm, device, repeats=2)

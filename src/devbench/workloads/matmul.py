@@ -97,6 +97,10 @@ class Matmul:
     sets: int = 2
     m: int | None = None
     k: int | None = None
+    #: inputs drawn by the device's own seeded generator, and the check's float64 reference computed there: a
+    #: search's dozens of shapes, where drawing gigabytes on the host and copying them back to check would cost
+    #: seconds a shape (a float64 product takes other units than the tensor cores timed)
+    on_device: bool = False
     #: seconds of one warm call when ``checked`` learned it from the check (a call long enough to
     #: fill a block on its own), else ``None``: what block sizing can start from without a call
     warm_call_s: float | None = field(default=None, init=False, repr=False)
@@ -133,15 +137,22 @@ class Matmul:
             raise NotImplementedError(reason)  # asv records it as a skip with this reason
         torch_dtype, self.allow_tf32 = DTYPES[self.dtype]
         m, k, n = self.shape
+        draw = self._drawn if self.on_device else randn
         self.inputs = [
             (
-                randn((m, k), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i),
-                randn((k, n), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i + 1),
+                draw((m, k), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i),
+                draw((k, n), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i + 1),
             )
             for i in range(self.sets)
         ]
         self.outputs = [torch.empty((m, n), dtype=torch_dtype, device=self.device) for _ in self.inputs]
         self._next = 0
+
+    @staticmethod
+    def _drawn(shape: tuple[int, int], *, dtype: torch.dtype, device: torch.device, seed: int) -> torch.Tensor:
+        """Seeded standard normals drawn on ``device`` itself (their values differ from ``randn``'s)."""
+        gen = torch.Generator(device=device).manual_seed(seed)
+        return torch.randn(shape, generator=gen, dtype=torch.float32, device=device).to(dtype)
 
     def __call__(self) -> torch.Tensor:
         i = self._next
@@ -168,9 +179,12 @@ class Matmul:
                 out = self()
                 synchronize(self.device)
                 self.check_call_s.append(time.perf_counter() - start)
-                got = out[rows.to(self.device)].double().cpu()
                 a, b = self.inputs[i]
-                want = a.cpu()[rows].double() @ b.cpu().double()
+                picked = rows.to(self.device)
+                if self.on_device:  # the reference where the inputs are; the sampled rows alone come back
+                    got, want = out[picked].double().cpu(), (a[picked].double() @ b.double()).cpu()
+                else:
+                    got, want = out[picked].double().cpu(), a[picked].cpu().double() @ b.cpu().double()
                 if not torch.isfinite(got).all():
                     raise AssertionError(f"matmul {self.label} {self.dtype} on {self.device}: non-finite output")
                 worst = max(worst, float((got - want).norm() / want.norm()))
