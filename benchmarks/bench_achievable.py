@@ -137,7 +137,7 @@ class MatmulAchievable(Benchmark):
 
         timed = TIMED[run]
         m, seen = timed(self.mm, self.device, self.one_call_s, sampler=Sampler if self.device.type == "cuda" else None)
-        record_sampled(self, (device, dtype, run), seen)
+        record_sampled(self, (device, dtype, run), seen, figure="track_tflops")
         return with_samples(m.rates(self.mm.flops / 1e12), m.calls)
 
     track_tflops.unit = "TFLOP/s"

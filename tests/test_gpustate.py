@@ -348,3 +348,76 @@ def test_a_figure_is_judged_with_the_state_of_the_gpu_it_ran_on_under_cuda_visib
     # a record from before cuda_index was kept is read by NVML's index, as it was written
     old = [{"benchmark": "m.C", "phase": "during", "params": {}, "index": 0, "time": 1.0, "sm_clock_mhz": 1}]
     assert gpustate.while_timed(old, "m.C", {}, gpu=0)["sm_clock_mhz"] == 1
+
+
+def test_a_figures_state_is_its_own_and_its_machines(tmp_path):
+    """The measuring process times a workload's figures one after another: each record names its figure, and a
+    twin's state never stands for the figure's; records of another machine are not read for this one."""
+    rec = {"benchmark": "m.C", "phase": "during", "params": {"n": 1}, "cuda_index": 0, "machine": "box"}
+    records = [{**rec, "figure": "track_gbps", "time": 1.0, "sm_clock_mhz": 1980},
+               {**rec, "figure": "track_time", "time": 2.0, "sm_clock_mhz": 1200}]  # fmt: skip
+    assert gpustate.while_timed(records, "m.C", {"n": 1}, figure="track_gbps")["sm_clock_mhz"] == 1980
+    assert gpustate.while_timed(records, "m.C", {"n": 1}, figure="track_time")["sm_clock_mhz"] == 1200
+    assert gpustate.while_timed(records, "m.C", {"n": 1}, figure="track_other") is None
+    one = [{**rec, "time": 3.0, "sm_clock_mhz": 1500}]  # asv's own process: one figure, keyed by none
+    assert gpustate.while_timed(one, "m.C", {"n": 1}, figure="track_gbps")["sm_clock_mhz"] == 1500
+    for machine in ("box", "other"):
+        gpustate.record("m.C", {"n": 1}, "during", tmp_path, machine=machine, gpus=[{"index": 0}], figure="track_a")
+    assert {r["machine"] for r in gpustate.load(tmp_path)} == {"box", "other"}
+    (mine,) = gpustate.load(tmp_path, machine="box")
+    assert mine["machine"] == "box" and mine["figure"] == "track_a"
+
+
+def test_the_measuring_process_samples_each_figure_and_records_it_by_name(monkeypatch):
+    """Around each figure it times, the measuring process starts the sampler (one running goes on) and records
+    what it saw under that figure's name."""
+    from devbench import suite, sweep
+
+    calls = []
+    monkeypatch.setattr(suite, "_start_sampler", lambda bench: calls.append(("start",)))
+    monkeypatch.setattr(suite, "_stop_sampler", lambda bench, args, figure=None: calls.append(("stop", figure)))
+
+    class Bench:
+        def track_a(self, n):
+            calls.append(("a",))
+            return 1.0
+
+        def track_b(self, n):
+            calls.append(("b",))
+            return 2.0
+
+    server = sweep.Server.__new__(sweep.Server)
+    server.bench, server.waiting, server.fatal, server._note = Bench(), {}, False, lambda **_: None
+    monkeypatch.setattr(sweep, "selected", lambda name, params: True)
+    assert server._measure("bench_x.Bench.track_b", (1,)) == {"result": 2.0}
+    assert calls == [("start",), ("b",), ("stop", "track_b"), ("start",), ("a",), ("stop", "track_a")]
+
+
+def test_the_report_reads_a_figures_own_state_from_its_run_and_only_gpus_it_saw(tmp_path):
+    results = tmp_path / "asv" / "results"
+    shutil.copytree(ROOT / "reports" / "asv-results", results)
+    frame = load_results(results).frame
+    rows = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.track_tflops")]
+    run = frame[(frame["machine"] == "h200") & (frame["commit"] == rows["commit"].iloc[0])]
+    first = run["started_at"].min().timestamp()  # the run's first figure: twins may be timed long before their turn
+    big = {"device": "cuda", "dtype": "float32", "n": 8192}
+
+    def rec(figure, **over):
+        return json.dumps({"time": first + 0.5, "machine": "h200", "benchmark": "bench_matmul.MatmulSquare",
+                           "figure": figure, "params": big, "phase": "during", **GPU, "cuda_index": 0, **over})
+
+    folder = tmp_path / "asv" / "gpustate"
+    folder.mkdir()
+    (folder / "h200.jsonl").write_text("\n".join([
+        rec("track_tflops", sm_clock_mhz=1830, power_w=500.0),
+        rec("time_matmul", sm_clock_mhz=1100, power_w=200.0, throttling=["hw_slowdown"]),  # the twin's, not its
+        rec("track_tflops", index=1, cuda_index=None, sm_clock_mhz=300, throttling=["hw_slowdown"]),  # unseen GPU
+    ]) + "\n")  # fmt: skip
+    frame = load_results(results).frame
+    mine = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.track_tflops")]
+    timed = mine.set_index("params").loc["device=cuda, dtype=float32, n=8192"]
+    assert (timed["gpu_mhz"], timed["gpu_watts"]) == (1830, 500.0)
+    assert timed["gpu_throttled"] == False  # noqa: E712 - neither the twin's nor the unseen GPU's slowdown
+    twin = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.time_matmul")]
+    seen = twin.set_index("params").loc["device=cuda, dtype=float32, n=8192"]
+    assert seen["gpu_mhz"] == 1100 and seen["gpu_throttled"] == True  # noqa: E712

@@ -127,3 +127,20 @@ def test_a_simulated_node_drives_the_plan_its_worlds_fit_and_nccl_runs_last():
         nccl = [p for p in plan.points if p.values[0] == "'nccl'"]
         assert {p.values[1] for p in nccl if p.state == "run"} == runs
         assert all(P.stage_of(p) == "last" for p in nccl if p.state == "run")
+
+
+def test_under_cuda_visible_devices_info_reads_the_gpus_the_process_runs_on(monkeypatch):
+    """CUDA_VISIBLE_DEVICES=2,3 on the broken node: CUDA's devices 0 and 1 are NVML's 2 and 3 (matched by UUID, never
+    by index), so their facts and their pair's path are NVML's 2 and 3's, GPU 3's link down included."""
+    from devbench import devices
+
+    nv = NODES["8x H100 SXM, GPU 3 with a link down"]()
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    visible = [2, 3]
+    cuda = [{"uuid": nv.nvmlDeviceGetUUID(nv.gpus[i]), "pci_bus_id": None} for i in visible]
+    info = devices._nvml_info(cuda)
+    assert [g["nvml_index"] for g in info["gpus"]] == visible
+    _, every = _paths("8x H100 SXM, GPU 3 with a link down")
+    seen, nvml = info["pair_paths"]["0->1"], every[(2, 3)]
+    assert (seen["nvlinks"], seen["switched"], seen["pcie"]) == (nvml.nvlinks, nvml.switched, nvml.pcie)
+    assert seen["nvlinks"] == 17 and every[(0, 1)].nvlinks == 18  # GPU 3's link down, seen as CUDA's device 1

@@ -91,7 +91,8 @@ def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict
             share = figure_value(results, sha, spec.PEER_NVLINK_SHARE.benchmark, params)
             path = None if access is None else path_label(bool(access), None, share)
             label = f"{label} ({path})" if path else label
-        state = gpustate.while_timed(states or [], name.rsplit(".", 1)[0], dict(point.values)) or {}
+        cls, figure = name.rsplit(".", 1)
+        state = gpustate.while_timed(states or [], cls, dict(point.values), figure=figure) or {}
         facts = dict(gpu)
         if kind in ("h2d", "d2h") and state.get("pcie_gen") and state.get("pcie_width"):
             facts.update(pcie_gen=state["pcie_gen"], pcie_width=state["pcie_width"])  # the link under this copy
@@ -114,7 +115,7 @@ def print_health(repo: Path, python: str, machine: str, sha: str) -> None:
         return
     from devbench import gpustate
 
-    states = gpustate.load(repo / gpustate.GPUSTATE_DIR)
+    states = gpustate.load(repo / gpustate.GPUSTATE_DIR, machine=machine)  # this run's machine: no other's state
     pairs = json.loads(out.stdout).get("pair_paths") if out.returncode == 0 else None
     lines = health_lines(repo / ".asv" / "results" / machine, sha, gpus[0], states, pairs)
     if lines:

@@ -172,8 +172,10 @@ def record(
     folder: Path,
     machine: str | None = None,
     gpus: list[dict[str, Any]] | None = None,
+    figure: str | None = None,
 ) -> Path | None:
-    """Append one line per GPU for ``benchmark`` (``module.Class``) with ``params`` at ``phase``.
+    """Append one line per GPU for ``benchmark`` (``module.Class``) with ``params`` at ``phase``, and ``figure``
+    (the method's name) where the state was read while that one figure was timed.
 
     Returns the file written, or None when there was no GPU state to write.
     """
@@ -183,15 +185,17 @@ def record(
     if machine is None:
         machine = files.default_machine()
     now = time.time()
-    records = [
-        {"time": now, "machine": machine, "benchmark": benchmark, "params": params, "phase": phase, **g} for g in gpus
-    ]
+    which = {"figure": figure} if figure else {}
+    records = [{"time": now, "machine": machine, "benchmark": benchmark, **which, "params": params, "phase": phase, **g}
+               for g in gpus]  # fmt: skip
     return append_jsonl(folder, machine, records)
 
 
-def load(folder: Path) -> list[dict[str, Any]]:
-    """Every record under ``folder`` (none if it is absent); unreadable lines are skipped."""
-    return [r for r in read_jsonl(folder) if isinstance(r.get("time"), (int, float))]
+def load(folder: Path, machine: str | None = None) -> list[dict[str, Any]]:
+    """Every record under ``folder`` (none if it is absent), only ``machine``'s where one is named; unreadable
+    lines are skipped."""
+    return [r for r in read_jsonl(folder) if isinstance(r.get("time"), (int, float))
+            and (machine is None or r.get("machine") == machine)]  # fmt: skip
 
 
 def _cuda_device(record: dict[str, Any]) -> int | None:
@@ -200,17 +204,21 @@ def _cuda_device(record: dict[str, Any]) -> int | None:
     return record["cuda_index"] if "cuda_index" in record else record.get("index", 0)
 
 
-def while_timed(records: Sequence[dict[str, Any]], cls: str, params: dict[str, Any], gpu: int = 0) -> dict | None:
-    """CUDA device ``gpu``'s state while the figure of benchmark class ``cls`` ("module.Class") at ``params`` was
-    timed: the newest record of its own measured blocks (``timed``), else of set-up to tear-down (``during``), or
-    None. The GPU is the one the figure ran on (``cuda_index``), never NVML's device of the same number: under
-    ``CUDA_VISIBLE_DEVICES=2,3`` CUDA's device 0 is NVML's 2. Its ``sm_clock_mhz`` (median), ``throttling`` (every
+def while_timed(records: Sequence[dict[str, Any]], cls: str, params: dict[str, Any], gpu: int = 0,
+                figure: str | None = None) -> dict | None:  # fmt: skip
+    """CUDA device ``gpu``'s state while ``figure`` (a method's name) of benchmark class ``cls`` ("module.Class")
+    at ``params`` was timed: the newest record of its own measured blocks (``timed``), else of set-up to tear-down
+    (``during``), or None. A record keyed by another figure (a twin timed from the same workload) is not its
+    state; one keyed by none (asv's own process, one figure each) is. The GPU is the one the figure ran on
+    (``cuda_index``), never NVML's device of the same number: under ``CUDA_VISIBLE_DEVICES=2,3`` CUDA's device 0 is
+    NVML's 2. Its ``sm_clock_mhz`` (median), ``throttling`` (every
     reason seen) and ``pcie_gen``/``pcie_width`` (the link under that load) are what ``devbench.expected.judge``
     reads."""
     want = {k: v for k, v in params.items()}
     for phase in ("timed", "during"):
         found = [r for r in records if r.get("benchmark") == cls and r.get("phase") == phase
-                 and r.get("params") == want and _cuda_device(r) == gpu]  # fmt: skip
+                 and r.get("params") == want and _cuda_device(r) == gpu
+                 and (figure is None or r.get("figure") in (None, figure))]  # fmt: skip
         if found:
             return max(found, key=lambda r: r.get("time", 0.0))
     return None

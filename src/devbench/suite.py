@@ -80,8 +80,9 @@ def forget_built() -> None:
 
 
 sweep.on_evict(forget_built)
-#: in the measuring process, the GPU's state while a workload's figures were timed ends with them (``during``)
-sweep.on_measured(lambda bench, params: _stop_sampler(bench, tuple(params)))
+#: in the measuring process, the GPU's state is sampled while each figure is timed and recorded for that figure
+sweep.on_figure(lambda bench, params: _start_sampler(bench),
+                lambda bench, params, figure: _stop_sampler(bench, tuple(params), figure))  # fmt: skip
 
 
 def once(key: tuple, build: Callable[[], object]) -> object:
@@ -243,11 +244,14 @@ def _cuda_identities() -> list[dict]:
 
 
 def _start_sampler(bench: object) -> None:
-    """Sample the GPUs' clocks and power from the end of set-up to tear-down: the timed part.
+    """Sample the GPUs' clocks and power from the end of set-up to tear-down (in the measuring process, around
+    each figure): the timed part; one already sampling goes on.
 
     Not for a class with ``samples_gpu_state = False``: its figures are microseconds long, and a
     thread that wakes every 50 ms for ctypes calls under the GIL would be timed with them."""
     if not torch.cuda.is_initialized() or not getattr(bench, "samples_gpu_state", True):
+        return
+    if "_devbench_sampler" in bench.__dict__:
         return
     from devbench import gpustate
 
@@ -255,17 +259,20 @@ def _start_sampler(bench: object) -> None:
     bench._devbench_sampler = sampler.__enter__()
 
 
-def _stop_sampler(bench: object, args: tuple) -> None:
-    """Stop the sampler and record what it saw as the ``during`` phase (median clock and power)."""
+def _stop_sampler(bench: object, args: tuple, figure: str | None = None) -> None:
+    """Stop the sampler and record what it saw as the ``during`` phase (median clock and power), for ``figure``
+    where one figure was timed under it (the measuring process's; asv's own process times one per point)."""
     sampler = bench.__dict__.pop("_devbench_sampler", None)
     if sampler is None:
         return
     sampler.__exit__(None, None, None)
-    record_sampled(bench, args, sampler.summary(), "during")
+    record_sampled(bench, args, sampler.summary(), "during", figure)
 
 
-def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str = "timed") -> None:
-    """Record a ``gpustate.Sampler`` summary for this benchmark and params.
+def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str = "timed",
+                   figure: str | None = None) -> None:  # fmt: skip
+    """Record a ``gpustate.Sampler`` summary for this benchmark and params, and the figure (its method's name)
+    it was sampled under where known: a figure's twin does not overwrite its state.
 
     A benchmark that samples its own measured blocks (burst, sustained) records them as
     ``timed``; the report prefers those over ``during`` (all of set-up to tear-down).
@@ -278,7 +285,7 @@ def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str =
     ident = {g["index"]: g for g in gpustate.snapshot(_cuda_identities())}
     keep = ("index", "cuda_index", "uuid", "pci_bus_id", "name", "power_limit_w", "max_sm_clock_mhz")
     gpus = [{**{k: ident.get(g["index"], {}).get(k) for k in keep}, **g} for g in summary]
-    gpustate.record(name, params, phase, folder, gpus=gpus)
+    gpustate.record(name, params, phase, folder, gpus=gpus, figure=figure)
 
 
 def declared_skip(bench: object, args: tuple) -> str | None:

@@ -115,6 +115,7 @@ def figures_of(cls: type) -> list[str]:
 
 
 _EVICTED: list = []
+_MEASURING: list = []
 _MEASURED: list = []
 
 
@@ -124,11 +125,13 @@ def on_evict(hook) -> None:
         _EVICTED.append(hook)
 
 
-def on_measured(hook) -> None:
-    """Call ``hook(bench, params)`` when a workload's figures are measured (the suite records the GPU's state while
-    they were timed, not while the workload then waits to be let go)."""
-    if hook not in _MEASURED:
-        _MEASURED.append(hook)
+def on_figure(before, after) -> None:
+    """Call ``before(bench, params)`` before each figure of a workload is timed and ``after(bench, params, figure)``
+    after it (the suite records the GPU's state while each figure was timed, keyed by that figure, not while the
+    workload then waits to be let go)."""
+    if (before, after) not in zip(_MEASURING, _MEASURED, strict=True):
+        _MEASURING.append(before)
+        _MEASURED.append(after)
 
 
 class MeasuringError(RuntimeError):
@@ -275,12 +278,18 @@ class Server:
                              if f"{cls_name}.{m}" != asked and selected(f"{cls_name}.{m}", params)]  # fmt: skip
         reply: dict = {}
         for figure in figures:
+            for hook in _MEASURING:
+                with contextlib.suppress(Exception):
+                    hook(self.bench, params)
             t0 = time.monotonic()
             try:
                 result = {"result": getattr(self.bench, figure.rsplit(".", 1)[1])(*params)}
             except Exception as exc:  # noqa: BLE001
                 result = _failed(exc)
             took = round(time.monotonic() - t0, 4)
+            for hook in _MEASURED:
+                with contextlib.suppress(Exception):
+                    hook(self.bench, params, figure.rsplit(".", 1)[1])
             self._note(figure=figure, params=list(params), seconds=took, **_precision(result))
             if figure == asked:
                 reply = result
@@ -289,9 +298,6 @@ class Server:
             if result.get("fatal"):
                 self.fatal = True
                 break
-        for hook in _MEASURED:
-            with contextlib.suppress(Exception):
-                hook(self.bench, params)
         return reply  # the workload stays built: a compare's next turn asks the same figure again
 
 

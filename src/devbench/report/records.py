@@ -70,18 +70,32 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     recs = gpustate.load(folder)
     if not recs or frame.empty:
         return frame
+    # a GPU the recording process did not see (CUDA_VISIBLE_DEVICES: NVML lists every GPU) ran none of its figures
+    recs = [r for r in recs if "cuda_index" not in r or r["cuda_index"] is not None]
+    if not recs:
+        return frame
     g = pd.DataFrame(recs)
     g = g.assign(params=g["params"].map(_label), when=pd.to_datetime(g["time"], unit="s", utc=True))
     g = g.rename(columns={"benchmark": "cls"})
+    if "figure" not in g.columns:
+        g["figure"] = None
     f = frame[["machine", "env", "commit", "benchmark", "params", "started_at"]].astype({"params": str})
     f = f.assign(row=np.arange(len(f)), cls=f["benchmark"].astype(str).str.rsplit(".", n=1).str[0])
     starts = f.drop_duplicates(["machine", "env", "commit", "benchmark"]).sort_values("started_at")
     starts = starts.assign(ends=starts.groupby(["machine", "env", "commit"], observed=True)["started_at"].shift(-1))
     f = f.merge(starts[["machine", "env", "commit", "benchmark", "ends"]], on=["machine", "env", "commit", "benchmark"])
+    # the measuring process times a workload's figures together, while asv runs the first of them: a record keyed
+    # by its figure belongs to that figure from the start of its run (the first figure asv started in that file)
+    runs = starts.groupby(["machine", "env", "commit"], observed=True)["started_at"].min().rename("run_start")
+    f = f.merge(runs.reset_index().astype({"machine": str}), on=["machine", "env", "commit"], how="left")
     f = f.astype({"machine": str})
     m = f.merge(g, on=["machine", "cls", "params"])
+    keyed = m["figure"].notna()
+    m = m[~keyed | (m["figure"] == m["benchmark"].astype(str).str.rsplit(".", n=1).str[-1])]
+    keyed = m["figure"].notna()
     end = m["ends"].fillna(pd.Timestamp.max.tz_localize("UTC"))
-    m = m[(m["when"] >= m["started_at"]) & (m["when"] < end)]
+    start = m["started_at"].where(~keyed, m["run_start"])
+    m = m[(m["when"] >= start) & (m["when"] < end)]
     if m.empty:
         return frame
     for col in ("throttling", "power_violation_ns", "thermal_violation_ns", "sm_clock_mhz", "temperature_c", "power_w"):
