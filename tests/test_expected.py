@@ -115,3 +115,19 @@ def test_a_model_without_nvlink_is_judged_against_its_pcie_link_and_names_a_link
     assert low.verdict == "low" and "PCIe link trained at Gen3 x16, below its Gen4 x16" in low.reason
     # over PCIe, a PCIe P2P path is the expected one, not a reason
     assert "not NVLink" not in E.judge(5.0, "peer", l4, path="PCIe P2P").reason
+
+
+def test_a_lowered_power_limit_is_a_fault_named_never_an_excuse():
+    """The H200's sustained 693 TFLOP/s ran under sw_power_cap at 1,515 MHz: at its default 700 W limit that is
+    healthy; with the limit lowered to 500 W the same clock excuse would pass a board held back by its setting."""
+    capped = {"throttle": ["sw_power_cap"], "clock_mhz": 1515.0}
+    default = {**H200, "power_limit_w": 700.0, "default_power_limit_w": 700.0}
+    assert E.judge(693.27, "achievable:bfloat16", default, **capped).verdict == "ok"
+    lowered = {**H200, "power_limit_w": 500.0, "default_power_limit_w": 700.0}
+    held = E.judge(600.0, "achievable:bfloat16", lowered, **capped)
+    assert held.verdict == "low" and "power limit 500 W, lowered from the board's default 700 W" in held.reason
+    assert "at 1515 of" not in held.reason  # judged at the full figure, not at the clock the limit allowed
+    copy = E.judge(4266.0, "device_copy", lowered)  # a copy the limit did not hold back: ok, the fault still named
+    assert copy.verdict == "ok" and "lowered from the board's default" in copy.reason
+    assert E.lowered_limit({"power_limit_w": 699.0, "default_power_limit_w": 700.0}) is None  # rounding
+    assert E.lowered_limit({"power_limit_w": 700.0}) is None  # no default read: nothing claimed

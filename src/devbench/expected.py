@@ -167,6 +167,17 @@ LINK_COPY: dict[tuple[int, int], tuple[float, float, str]] = {
 #: under them is judged at the clock it ran at; any other reason (thermal, a hardware slowdown or power brake)
 #: is a fault to name, never a reason to expect less.
 HEALTHY_CAPS = frozenset({"sw_power_cap"})
+#: a power limit this far below the board's default (NVML's default limit) is a lowered limit, not rounding
+LOWERED_LIMIT_SHARE = 0.99
+
+
+def lowered_limit(gpu: dict[str, Any]) -> str | None:
+    """What is wrong where the GPU's enforced power limit was set below its board's default (``power_limit_w``,
+    ``default_power_limit_w``: NVML's, as ``gpustate`` records them), else None."""
+    limit, default = gpu.get("power_limit_w"), gpu.get("default_power_limit_w")
+    if not limit or not default or limit >= LOWERED_LIMIT_SHARE * default:
+        return None
+    return f"power limit {limit:.0f} W, lowered from the board's default {default:.0f} W"
 
 #: Why a pageable copy is not judged: no public figure for it, and the link is not what bounds it.
 PAGEABLE_NOTE = ("not judged: a pageable copy is staged by the driver through a pinned buffer, bounded by one host "
@@ -327,7 +338,9 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
 
     ``throttle``: the throttle reasons recorded while the figure ran; ``clock_mhz``: its SM clock then. A
     product that ran under a healthy power cap (``HEALTHY_CAPS``) below the clock its datasheet assumes is
-    judged at that clock; every reason recorded is named. ``path``: how a GPU -> GPU copy travelled, as
+    judged at that clock, unless the board's limit was lowered (``lowered_limit``: a fault named in the verdict,
+    never an excuse; a product held back by it reads low); every reason recorded is named. ``path``: how a
+    GPU -> GPU copy travelled, as
     ``PeerPath.label`` names it ("NVLink", "PCIe P2P", "through host", or one of the first two with
     "(topology)" where NVML had no counters)."""
     if pageable and kind in ("h2d", "d2h"):
@@ -340,6 +353,11 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     caps = sorted(set(throttle or ()) & HEALTHY_CAPS)
     compute = kind.startswith(("matmul:", "achievable:"))
     top = found.peak_clock_mhz if found is not None else None
+    lowered = lowered_limit(gpu)
+    if lowered and compute and caps:  # the lowered limit held the product back: no clock it ran at excuses it
+        share = measured / want.value
+        return Health("low", share, f"{share:.0%} of {want.value:.4g} ({want.source}): {lowered}; the product ran "
+                                    f"under it ({', '.join(caps)})")  # fmt: skip
     if compute and caps and clock_mhz and top and clock_mhz < top:
         at = want.value * clock_mhz / top
         where = f" at {clock_mhz:.0f} of {top:.0f} MHz ({', '.join(caps)} while it ran: the board's power limit)"
@@ -354,6 +372,7 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
         above = "; above what it should reach: the machine's facts may be wrong" if share > ABOVE_SHARE else ""
         seen = [t for t in throttle or () if t not in caps or not where]
         noted = f"; throttled while it ran: {', '.join(seen)}" if seen else ""
+        noted += f"; {lowered}" if lowered else ""
         return Health("ok", share, f"{share:.0%} of {basis}{above}{noted}")
     reasons = []
     over_pcie = kind in ("h2d", "d2h") or (kind in ("peer", "busbw") and found is not None and not found.nvlink_gbps)
@@ -366,6 +385,8 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
         reasons.append(f"the copy took {path}, not NVLink")
     if throttle:
         reasons.append("throttled while it ran: " + ", ".join(throttle))
+    if lowered:
+        reasons.append(lowered)
     why = "; ".join(reasons) if reasons else "no reason could be read from the machine's state"
     below = f"below its floor {want.floor:.4g}, " if want.floor is not None else ""
     return Health("low", share, f"{share:.0%} of {basis}, {below}{why}")

@@ -96,6 +96,7 @@ def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict
         facts = dict(gpu)
         if kind in ("h2d", "d2h") and state.get("pcie_gen") and state.get("pcie_width"):
             facts.update(pcie_gen=state["pcie_gen"], pcie_width=state["pcie_width"])  # the link under this copy
+        facts.update({k: state[k] for k in ("power_limit_w", "default_power_limit_w") if state.get(k)})
         pair = _pair(pairs, point, kind)
         health = judge(value, kind, facts, throttle=state.get("throttling") or None, path=path,
                        clock_mhz=state.get("sm_clock_mhz"), pair=pair)  # fmt: skip

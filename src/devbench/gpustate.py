@@ -135,6 +135,7 @@ def snapshot(cuda: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
             mask = _read(get_reasons, h) if get_reasons else None
             power = _read(nv.nvmlDeviceGetPowerUsage, h)
             limit = _read(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+            default = _read(nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
             rec: dict[str, Any] = {
                 "index": i,
                 "cuda_index": cuda_of.get(i),
@@ -146,6 +147,7 @@ def snapshot(cuda: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
                 "temperature_c": _read(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
                 "power_w": power / 1e3 if power is not None else None,
                 "power_limit_w": limit / 1e3 if limit is not None else None,
+                "default_power_limit_w": default / 1e3 if default is not None else None,
                 "reasons": reasons(mask) if mask is not None else None,
                 "throttling": throttling(mask) if mask is not None else None,
             }

@@ -283,7 +283,8 @@ def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str =
 
     name, params, folder = _who(bench, args)
     ident = {g["index"]: g for g in gpustate.snapshot(_cuda_identities())}
-    keep = ("index", "cuda_index", "uuid", "pci_bus_id", "name", "power_limit_w", "max_sm_clock_mhz")
+    keep = ("index", "cuda_index", "uuid", "pci_bus_id", "name", "power_limit_w", "default_power_limit_w",
+            "max_sm_clock_mhz")  # fmt: skip
     gpus = [{**{k: ident.get(g["index"], {}).get(k) for k in keep}, **g} for g in summary]
     gpustate.record(name, params, phase, folder, gpus=gpus, figure=figure)
 
