@@ -8,22 +8,29 @@ backend and world size, checks and times every op and size in it (the ``sweep`` 
 sweep. Times are the mean over ranks of each rank's median block (nccl-tests' convention);
 each figure's samples are its blocks, each the mean over ranks of one block.
 Multi-node runs use ``python -m devbench.collectives`` under torchrun instead. Before a
-world's sweep, a pre-flight (``devbench.world.preflight``: one all_reduce of one element within
-a minute) proves it can exchange data; a world that cannot is skipped with the reason.
+world's sweep, a pre-flight (``devbench.world.preflight``: an all_reduce of one element and one
+large enough for NCCL's large-message path, within a minute) proves it can exchange data; a world
+that cannot is skipped with the reason. Each world is bounded on its own and within the class's
+timeout: one that fails or hangs is skipped with why, the others keep what they measured.
 """
 
 import functools
+import time
 
 from devbench.measure import blocks_per_figure
 from devbench.spec import MiB, bus_factor, gbps
 from devbench.suite import Benchmark, instrumented, selected, with_samples
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
-from devbench.world import BACKENDS, backend_reason, preflight, spawn_world
+from devbench.world import BACKENDS, RankFailed, RanksStuck, WorldTimeout, backend_reason, preflight, spawn_world
 
 WORLDS = [2, 4, 8]
 
 #: the figures read from one sweep row
 TRACKS = ("track_time", "track_algbw", "track_busbw")
+#: seconds a world's sweep may take at most; each is also bounded by what is left of the class's ``timeout``
+#: less ``MARGIN_S`` (asv kills a set-up cache at its timeout, and pickles it only when it returns)
+WORLD_S = 900.0
+MARGIN_S = 30.0
 
 
 @instrumented
@@ -52,10 +59,13 @@ class Collectives(Benchmark):
     figures_in_setup_cache = True  # devbench compare: one pair of figures per pair of processes
 
     def setup_cache(self):
-        worlds = {}
+        """Each world on its own: one that fails or hangs is skipped with why, and what the others measured is
+        kept; a rank stuck beyond SIGKILL holds its GPU, so no later world of its backend starts on it."""
+        worlds, stuck = {}, {}
+        deadline = time.monotonic() + self.timeout - MARGIN_S
         for backend in BACKENDS:
             for world in WORLDS:
-                reason = backend_reason(backend, world)
+                reason = backend_reason(backend, world) or stuck.get(backend)
                 if reason:
                     worlds[f"{backend}/{world}"] = {"skip": reason}
                     continue
@@ -70,11 +80,26 @@ class Collectives(Benchmark):
                 failed = preflight(world, backend)
                 if failed:
                     worlds[f"{backend}/{world}"] = {"skip": failed}
+                    if "did not end after SIGKILL" in failed:
+                        stuck[backend] = f"not started: a rank of the {world}-rank {backend} pre-flight is stuck"
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    worlds[f"{backend}/{world}"] = {"skip": f"no time left of the class's {self.timeout:g} s"}
                     continue
                 every = len(only) == len(OPS) * len(SIZES)
                 # 3 blocks a row, or DEVBENCH_BLOCKS (asv --quick in make test, devbench compare)
                 fn = functools.partial(sweep_rank, samples=blocks_per_figure(3), only=None if every else only)
-                rows = spawn_world(fn, world, args=(backend,), backend=backend, timeout_s=900.0, quiet=True)[0]
+                try:
+                    rows = spawn_world(fn, world, args=(backend,), backend=backend, timeout_s=min(WORLD_S, left),
+                                       quiet=True)[0]  # fmt: skip
+                except (RankFailed, WorldTimeout, RanksStuck) as exc:
+                    worlds[f"{backend}/{world}"] = {"skip": f"the {world}-rank {backend} world failed: {exc}"}
+                    if isinstance(exc, RanksStuck):
+                        ranks = ", ".join(str(r) for r, _pid, _state in exc.stuck)
+                        stuck[backend] = (f"not started: rank(s) {ranks} of the {world}-rank {backend} world are "
+                                          f"stuck beyond SIGKILL and hold their devices")  # fmt: skip
+                    continue
                 worlds[f"{backend}/{world}"] = {"rows": {f"{r['op']}/{r['nbytes']}": r for r in rows}}
         return worlds
 

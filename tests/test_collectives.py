@@ -398,3 +398,34 @@ def test_summing_into_its_own_input_stays_finite_over_many_calls():
     for rank_out in spawn_world(_many_calls, 2):
         assert rank_out == {("all_reduce", False): (True, True, True), ("reduce_scatter", True): (True, True, True),
                             ("reduce_scatter", False): (False, True, True)}  # fmt: skip
+
+
+def test_a_world_that_fails_or_sticks_loses_only_itself_and_a_stuck_rank_starts_no_later_world(monkeypatch):
+    """The 2-rank world measures, the 4-rank one hangs, the 8-rank one has a rank no SIGKILL ends: the first keeps
+    its rows, the others say why, and no later world of that backend starts on the stuck rank's device."""
+    sys.path.insert(0, str(ROOT))
+    import benchmarks.bench_collectives as B
+    from devbench.world import RanksStuck, WorldTimeout
+
+    started = []
+
+    def world_run(fn, world, args=(), backend="gloo", timeout_s=0.0, quiet=False):
+        started.append((args[0], world, timeout_s))
+        if world == 4:
+            raise WorldTimeout([1, 3], timeout_s)
+        if world == 8:
+            raise RanksStuck([(5, 123, "D")])
+        return [[{"op": "all_reduce", "nbytes": 4096, "time_us": 1.0, "iters": 1, "block_us": [1.0]}]]
+
+    monkeypatch.setattr(B, "WORLDS", [2, 4, 8, 16])
+    monkeypatch.setattr(B, "BACKENDS", ("gloo",))
+    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
+    monkeypatch.setattr(B, "preflight", lambda world, backend: None)
+    monkeypatch.setattr(B, "_read", lambda *a: True)
+    monkeypatch.setattr(B, "spawn_world", world_run)
+    worlds = B.Collectives().setup_cache()
+    assert "all_reduce/4096" in worlds["gloo/2"]["rows"]
+    assert "did not finish" in worlds["gloo/4"]["skip"] and "did not end after SIGKILL" in worlds["gloo/8"]["skip"]
+    assert "rank(s) 5 of the 8-rank gloo world are stuck" in worlds["gloo/16"]["skip"]
+    assert [w for _, w, _ in started] == [2, 4, 8]  # the 16-rank world never started
+    assert all(0 < t <= B.WORLD_S for _, _, t in started)  # each bounded on its own, within the class's timeout

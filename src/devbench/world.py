@@ -356,23 +356,34 @@ def spawn_world(
     return [got[r] for r in range(world)]
 
 
+#: bytes of the pre-flight's second all_reduce: NCCL takes its large-message path (the Simple protocol, every
+#: channel) well below 64 MiB, where a link or a P2P path that moves one element may still fail; gloo's ring
+#: needs no more than a MiB to chunk its message
+PREFLIGHT_LARGE = {"nccl": 64 << 20, "gloo": 1 << 20}
+
+
 def _preflight_rank(rank: int, world: int, backend: str) -> float:
-    """One all_reduce of one element on this rank's device: proves the group can exchange data."""
+    """One all_reduce of one element on this rank's device, then one of ``PREFLIGHT_LARGE`` bytes, each checked:
+    proves the group can exchange data, small and large."""
     import torch
     import torch.distributed as dist
 
     device = rank_device(backend, rank)
     one = torch.ones(1, device=device)
     dist.all_reduce(one)
+    large = torch.ones(PREFLIGHT_LARGE.get(backend, 1 << 20) // 4, device=device)
+    dist.all_reduce(large)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    if not bool((large == world).all()):
+        raise AssertionError(f"the pre-flight's {large.numel() * 4} B all_reduce did not sum to {world} everywhere")
     return float(one.item())
 
 
 def preflight(world: int, backend: str = "gloo", timeout_s: float = PREFLIGHT_S, fn: Callable[..., Any] | None = None,
               ) -> str | None:  # fmt: skip
     """Why a world of ``world`` ranks of ``backend`` cannot exchange data here, or None when it can: the process
-    group set up and one all_reduce of one element, within ``timeout_s`` (not the sweep's minutes). A rank that
+    group set up, one all_reduce of one element and one large (``PREFLIGHT_LARGE``), within ``timeout_s`` (not the sweep's minutes). A rank that
     never joins or hangs ends the world at the limit with every rank stopped, and the reason carries what the
     ranks printed (NCCL's own warnings; each rank sets ``NCCL_DEBUG=WARN`` unless set). ``fn``: the per-rank work,
     for tests."""
@@ -380,7 +391,8 @@ def preflight(world: int, backend: str = "gloo", timeout_s: float = PREFLIGHT_S,
         sums = spawn_world(fn or _preflight_rank, world, args=(backend,), backend=backend, timeout_s=timeout_s,
                            quiet=True)  # fmt: skip
     except (RankFailed, WorldTimeout, RanksStuck) as exc:
-        return f"the pre-flight (one all_reduce of one element, {timeout_s:g} s at most) failed: {exc}"
+        return (f"the pre-flight (an all_reduce of one element and one of {PREFLIGHT_LARGE.get(backend, 0) >> 20} MiB, "
+                f"{timeout_s:g} s at most) failed: {exc}")  # fmt: skip
     if fn is None and any(s != world for s in sums):
         return f"the pre-flight all_reduce summed {sums} on {world} ranks, not {world} each"
     return None
