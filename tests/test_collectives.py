@@ -405,6 +405,7 @@ def test_a_world_that_fails_or_sticks_loses_only_itself_and_a_stuck_rank_starts_
     its rows, the others say why, and no later world of that backend starts on the stuck rank's device."""
     sys.path.insert(0, str(ROOT))
     import benchmarks.bench_collectives as B
+
     from devbench.world import RanksStuck, WorldTimeout
 
     started = []

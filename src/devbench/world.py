@@ -383,10 +383,10 @@ def _preflight_rank(rank: int, world: int, backend: str) -> float:
 def preflight(world: int, backend: str = "gloo", timeout_s: float = PREFLIGHT_S, fn: Callable[..., Any] | None = None,
               ) -> str | None:  # fmt: skip
     """Why a world of ``world`` ranks of ``backend`` cannot exchange data here, or None when it can: the process
-    group set up, one all_reduce of one element and one large (``PREFLIGHT_LARGE``), within ``timeout_s`` (not the sweep's minutes). A rank that
-    never joins or hangs ends the world at the limit with every rank stopped, and the reason carries what the
-    ranks printed (NCCL's own warnings; each rank sets ``NCCL_DEBUG=WARN`` unless set). ``fn``: the per-rank work,
-    for tests."""
+    group set up, one all_reduce of one element and one large (``PREFLIGHT_LARGE``), within ``timeout_s`` (not
+    the sweep's minutes). A rank that never joins or hangs ends the world at the limit with every rank stopped,
+    and the reason carries what the ranks printed (NCCL's own warnings; each rank sets ``NCCL_DEBUG=WARN`` unless
+    set). ``fn``: the per-rank work, for tests."""
     try:
         sums = spawn_world(fn or _preflight_rank, world, args=(backend,), backend=backend, timeout_s=timeout_s,
                            quiet=True)  # fmt: skip
