@@ -21,7 +21,17 @@ from devbench.measure import blocks_per_figure
 from devbench.spec import MiB, bus_factor, gbps
 from devbench.suite import Benchmark, instrumented, selected, with_samples
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
-from devbench.world import BACKENDS, RankFailed, RanksStuck, WorldTimeout, backend_reason, preflight, spawn_world
+from devbench.world import (
+    BACKENDS,
+    PREFLIGHT_S,
+    STUCK,
+    RankFailed,
+    RanksStuck,
+    WorldTimeout,
+    backend_reason,
+    preflight,
+    spawn_world,
+)
 
 WORLDS = [2, 4, 8]
 
@@ -77,16 +87,16 @@ class Collectives(Benchmark):
                 # a one-element all_reduce first, within a minute: a world whose NCCL init hangs (no P2P in a VM,
                 # a wrong network interface) is skipped with the ranks' own lines, not waited on for the sweep's
                 # 15 minutes
+                if deadline - time.monotonic() <= PREFLIGHT_S:  # a pre-flight and a sweep no longer fit
+                    worlds[f"{backend}/{world}"] = {"skip": f"no time left of the class's {self.timeout:g} s"}
+                    continue
                 failed = preflight(world, backend)
                 if failed:
                     worlds[f"{backend}/{world}"] = {"skip": failed}
-                    if "did not end after SIGKILL" in failed:
+                    if STUCK in failed:
                         stuck[backend] = f"not started: a rank of the {world}-rank {backend} pre-flight is stuck"
                     continue
                 left = deadline - time.monotonic()
-                if left <= 0:
-                    worlds[f"{backend}/{world}"] = {"skip": f"no time left of the class's {self.timeout:g} s"}
-                    continue
                 every = len(only) == len(OPS) * len(SIZES)
                 # 3 blocks a row, or DEVBENCH_BLOCKS (asv --quick in make test, devbench compare)
                 fn = functools.partial(sweep_rank, samples=blocks_per_figure(3), only=None if every else only)

@@ -430,3 +430,21 @@ def test_a_world_that_fails_or_sticks_loses_only_itself_and_a_stuck_rank_starts_
     assert "rank(s) 5 of the 8-rank gloo world are stuck" in worlds["gloo/16"]["skip"]
     assert [w for _, w, _ in started] == [2, 4, 8]  # the 16-rank world never started
     assert all(0 < t <= B.WORLD_S for _, _, t in started)  # each bounded on its own, within the class's timeout
+
+
+def test_a_preflight_whose_rank_sticks_keeps_later_worlds_of_its_backend_off_the_devices(monkeypatch):
+    sys.path.insert(0, str(ROOT))
+    import benchmarks.bench_collectives as B
+
+    from devbench.world import RanksStuck
+
+    stuck = str(RanksStuck([(1, 42, "D")]))
+    monkeypatch.setattr(B, "WORLDS", [2, 4])
+    monkeypatch.setattr(B, "BACKENDS", ("gloo",))
+    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
+    monkeypatch.setattr(B, "preflight", lambda world, backend: f"pre-flight: {stuck}" if world == 2 else None)
+    monkeypatch.setattr(B, "_read", lambda *a: True)
+    monkeypatch.setattr(B, "spawn_world", lambda *a, **k: pytest.fail("no world may start on a stuck rank's device"))
+    worlds = B.Collectives().setup_cache()
+    assert B.STUCK in worlds["gloo/2"]["skip"]
+    assert worlds["gloo/4"]["skip"] == "not started: a rank of the 2-rank gloo pre-flight is stuck"

@@ -25,7 +25,9 @@ from typing import Any
 __all__ = [
     "BACKENDS",
     "RankFailed",
+    "PREFLIGHT_S",
     "RanksStuck",
+    "STUCK",
     "WorldTimeout",
     "backend_reason",
     "join_torchrun",
@@ -65,12 +67,16 @@ class WorldTimeout(TimeoutError):
         self.ranks = list(ranks)
 
 
+#: what a ``RanksStuck`` message says, and so a pre-flight's reason where one of its ranks stuck
+STUCK = "did not end after SIGKILL"
+
+
 class RanksStuck(RuntimeError):
     """Ranks that outlived SIGKILL: stuck in the kernel (a driver call), beyond any process's reach."""
 
     def __init__(self, stuck: Sequence[tuple[int, int, str]]) -> None:
         named = "; ".join(f"rank {r} (pid {pid}, state {state})" for r, pid, state in stuck)
-        super().__init__(f"{named} did not end after SIGKILL: stuck in the kernel, most likely a GPU driver call; "
+        super().__init__(f"{named} {STUCK}: stuck in the kernel, most likely a GPU driver call; "
                          "the GPU may need a reset by its administrator")  # fmt: skip
         self.stuck = list(stuck)
 

@@ -181,10 +181,11 @@ class Matmul:
                 self.check_call_s.append(time.perf_counter() - start)
                 a, b = self.inputs[i]
                 picked = rows.to(self.device)
+                got = out[picked].double().cpu()
                 if self.on_device:  # the reference where the inputs are; the sampled rows alone come back
-                    got, want = out[picked].double().cpu(), (a[picked].double() @ b.double()).cpu()
+                    want = (a[picked].double() @ b.double()).cpu()
                 else:
-                    got, want = out[picked].double().cpu(), a[picked].cpu().double() @ b.cpu().double()
+                    want = a[picked].cpu().double() @ b.cpu().double()
                 if not torch.isfinite(got).all():
                     raise AssertionError(f"matmul {self.label} {self.dtype} on {self.device}: non-finite output")
                 worst = max(worst, float((got - want).norm() / want.norm()))
