@@ -26,7 +26,7 @@ help:
 	@echo "make quick     one sample of every benchmark (asv run --quick), results kept"
 	@echo "make compare   devbench compare BASE HEAD: paired turns, a verdict per figure (BASE=main by default)"
 	@echo "make compare-torch NEW=2.12.0  this commit under torch OLD (default TORCH) against NEW, paired"
-	@echo "make publish   asv publish: the HTML site under .asv/html, working offline (devbench.site)"
+	@echo "make publish   asv publish: the HTML site under .asv/html, working offline (devbench.report.site)"
 	@echo "make report    devbench report: .asv/results -> reports/latest/ (Markdown, HTML, CSV, PNG)"
 	@echo "make preview   serve the HTML site on localhost"
 	@echo "make sample-report  rebuild the committed samples (reports/sample/, reports/history-attribution/report/)"
@@ -69,7 +69,7 @@ test-asv: machine
 
 # test-asv in two halves of about equal time: these modules, then every other one (a new
 # module falls in the second half; asv's --bench is a Python regular expression).
-# DEVBENCH_CHECKED (devbench.suite.check_once): a workload is checked against its reference by the
+# DEVBENCH_CHECKED (devbench.engine.suite.check_once): a workload is checked against its reference by the
 # first benchmark process that sets it up in this dry run, and only warmed up by the later ones that set
 # up the same workload (MatmulSquare's time_ and track_ figures, DeviceCopy's three): every workload is
 # still checked once, as in each side of a compare. The folder is new for each call and removed after it.
@@ -86,15 +86,15 @@ DRY_END = ; rc=$$?; rm -rf "$$d"; exit $$rc
 test-asv-1: machine
 	$(DRY_RUN) --bench '^$(ASV_HALF)' $(DRY_END)
 
-# The second half runs the swept classes' CPU points through the measuring process (devbench.sweep), the
+# The second half runs the swept classes' CPU points through the measuring process (devbench.engine.sweep), the
 # path their GPU points take; the first half runs them in asv's own processes, as a CPU run does.
 test-asv-2: machine
 	export DEVBENCH_SWEEP=all; $(DRY_RUN) --bench '^(?!$(ASV_HALF))' $(DRY_END)
 
 # A change to devbench.workloads or the engine fails make test until recorded here: raise the
-# work_version of every benchmark class whose work changed, then record (devbench.worklock).
+# work_version of every benchmark class whose work changed, then record (devbench.engine.worklock).
 work-lock: venv
-	$(PY) -m devbench.worklock --write
+	$(PY) -m devbench.engine.worklock --write
 
 test-fast: venv
 	$(PY) -m pytest -n 2 --dist loadfile -m "not slow"
@@ -145,7 +145,7 @@ compare-torch: venv
 	$(VENV)/bin/devbench compare HEAD HEAD --base-python .venv-torch-$(OLD)/bin/python \
 		--head-python .venv-torch-$(NEW)/bin/python --bench '$(BENCH)' --out .asv/compare-torch-$(OLD)-$(NEW)
 
-# The suite under a time budget (BUDGET_S seconds): plan, asv run, CUDA tests, validate, packed (devbench.gpurun)
+# The suite under a time budget (BUDGET_S seconds): plan, asv run, CUDA tests, validate, packed (devbench.gpu.gpurun)
 BUDGET_S ?= 480
 gpu-run: venv
 	$(VENV)/bin/devbench gpu-run --budget-s $(BUDGET_S) --out .asv/gpu-run
@@ -154,10 +154,10 @@ gpu-run: venv
 device-bundle:
 	PYTHON=$(PYTHON) scripts/device-bundle.sh
 
-# asv's page loads its scripts from CDNs; devbench.site serves them from the site (fetched once, checked)
+# asv's page loads its scripts from CDNs; devbench.report.site serves them from the site (fetched once, checked)
 publish: venv
 	$(ASV) publish
-	$(PY) -m devbench.site .asv/html
+	$(PY) -m devbench.report.site .asv/html
 
 preview: publish
 	$(ASV) preview

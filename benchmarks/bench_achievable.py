@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from devbench.measure import brief, burst, one_call_s, sustained
-from devbench.suite import (
+from devbench.engine.measure import brief, burst, one_call_s, sustained
+from devbench.engine.suite import (
     DEVICES,
     Benchmark,
     instrumented,
@@ -73,7 +73,7 @@ class MatmulAchievable(Benchmark):
 
     params = [DEVICES, DTYPES, RUNS]
     param_names = ["device", "dtype", "run"]
-    #: devbench gpu-run (devbench.plan): bf16 on the GPU first; setup_cache searches each selected device and
+    #: devbench gpu-run (devbench.gpu.plan): bf16 on the GPU first; setup_cache searches each selected device and
     #: dtype (its budget, and its finalists timed again), then a best (~0.2 s), burst (~1.3 s) or sustained (~7 s)
     #: figure; the CPU's search is long, so the plan runs it after every other point (``plan_last``); a GPU
     #: model searched before times a handful of shapes and runs with the rest
@@ -81,7 +81,7 @@ class MatmulAchievable(Benchmark):
     #: this CPU's dtypes without a fast path are not searched (read from its flags, no CUDA touched)
     skips = [{"where": {"device": ["cpu"], "dtype": [d]}, "reason": search_reason(torch.device("cpu"), d)}
              for d in DTYPES if search_reason(torch.device("cpu"), d)]  # fmt: skip
-    #: a GPU model searched before (``devbench.expected.known_shapes``): its best shapes, neighbours and squares
+    #: a GPU model searched before (``devbench.records.expected.known_shapes``): its best shapes, neighbours and squares
     plan_cache_s = {"per": ["device", "dtype"], "s": {"cpu": CPU_BUDGET_S + 15.0, "cuda": GPU_BUDGET_S + 10.0},
                     "known_s": KNOWN_BUDGET_S + 5.0}  # fmt: skip
     plan_s = 3.0
@@ -133,7 +133,7 @@ class MatmulAchievable(Benchmark):
             self._tf32.__exit__(None, None, None)
 
     def track_tflops(self, found, device, dtype, run):
-        from devbench.gpustate import Sampler
+        from devbench.records.gpustate import Sampler
 
         timed = TIMED[run]
         m, seen = timed(self.mm, self.device, self.one_call_s, sampler=Sampler if self.device.type == "cuda" else None)

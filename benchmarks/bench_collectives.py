@@ -1,14 +1,14 @@
 """Collectives across local processes with torch.distributed, as nccl-tests reports them.
 
-A world of local processes is started by the benchmark itself (``devbench.world``): gloo
+A world of local processes is started by the benchmark itself (``devbench.worlds.world``): gloo
 ranks on the CPU, NCCL ranks one per GPU. Starting a world costs a server process that
 imports torch (about 2 s on a 2-vCPU VM) and a fork per rank, so ``setup_cache`` starts one world per
 backend and world size, checks and times every op and size in it (the ``sweep`` of
 ``devbench.workloads.collectives``), and stops it; the ``track_`` figures read that
 sweep. Times are the mean over ranks of each rank's median block (nccl-tests' convention);
 each figure's samples are its blocks, each the mean over ranks of one block.
-Multi-node runs use ``python -m devbench.collectives`` under torchrun instead. Before a
-world's sweep, a pre-flight (``devbench.world.preflight``: an all_reduce of one element and one
+Multi-node runs use ``python -m devbench.worlds.collectives`` under torchrun instead. Before a
+world's sweep, a pre-flight (``devbench.worlds.world.preflight``: an all_reduce of one element and one
 large enough for NCCL's large-message path, within a minute) proves it can exchange data; a world
 that cannot is skipped with the reason. Each world is bounded on its own and within the class's
 timeout: one that fails or hangs is skipped with why, the others keep what they measured.
@@ -17,11 +17,11 @@ timeout: one that fails or hangs is skipped with why, the others keep what they 
 import functools
 import time
 
-from devbench.measure import blocks_per_figure
-from devbench.spec import MiB, bus_factor, gbps
-from devbench.suite import Benchmark, instrumented, selected, with_samples
+from devbench.engine.measure import blocks_per_figure
+from devbench.engine.suite import Benchmark, instrumented, selected, with_samples
+from devbench.records.spec import MiB, bus_factor, gbps
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
-from devbench.world import (
+from devbench.worlds.world import (
     BACKENDS,
     PREFLIGHT_S,
     STUCK,
@@ -54,7 +54,7 @@ class Collectives(Benchmark):
     params = [list(BACKENDS), WORLDS, list(OPS), SIZES]
     param_names = ["backend", "world", "op", "nbytes"]
     timeout = 1200.0
-    #: devbench gpu-run (devbench.plan): 1 MiB and 256 MiB first; the sweep is set-up cache, the figures read it
+    #: devbench gpu-run (devbench.gpu.plan): 1 MiB and 256 MiB first; the sweep is set-up cache, the figures read it
     headline = [{"nbytes": [MiB, 256 * MiB]}]
     #: a world per backend and size, each started, swept through every op and size, and stopped; gloo
     #: ranks need a core each, NCCL ranks a GPU each (world.backend_reason)
@@ -62,7 +62,7 @@ class Collectives(Benchmark):
     plan_needs = [{"where": {"backend": ["gloo"]}, "cores_from": "world"},
                   {"where": {"backend": ["nccl"]}, "gpus_from": "world"}]  # fmt: skip
     #: NCCL worlds run in gpu-run's last stage, after every single-GPU point: a world that fails or hangs costs
-    #: nothing else (devbench.plan)
+    #: nothing else (devbench.gpu.plan)
     plan_last = [{"backend": ["nccl"]}]
     plan_setup_s = 0.0
     plan_s = 0.0

@@ -5,9 +5,9 @@ Moves and copies are in bench_transfer (``SameDeviceMove``, ``HostDevice``).
 
 from pathlib import Path
 
-from devbench import runinfo
-from devbench.devices import initialise_cuda, num_gpus, try_all_gpus, try_gpu
-from devbench.suite import Benchmark, instrumented
+from devbench.engine.devices import initialise_cuda, num_gpus, run_info, try_all_gpus, try_gpu
+from devbench.engine.suite import Benchmark, instrumented
+from devbench.records import runinfo
 
 
 class RunInfo:
@@ -20,7 +20,7 @@ class RunInfo:
     def setup_cache(self):
         # asv's "existing" environments pass no ASV_* variables and run setup_cache in a
         # temporary folder: locate .asv/ from this file (benchmark_dir is never copied).
-        return str(runinfo.record(Path(__file__).resolve().parents[1] / runinfo.RUNINFO_DIR))
+        return str(runinfo.record(run_info(), Path(__file__).resolve().parents[1] / runinfo.RUNINFO_DIR))
 
     def track_gpu_count(self, record_path):
         return num_gpus()

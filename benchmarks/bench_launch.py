@@ -9,8 +9,8 @@ On the CPU ``held`` and ``graph`` skip with the reason: there is no queue to hol
 
 import torch
 
-from devbench.devices import synchronize
-from devbench.measure import (
+from devbench.engine.devices import synchronize
+from devbench.engine.measure import (
     COPY_BLOCK_S,
     HELD_MAX_CALLS,
     BlockPlan,
@@ -21,7 +21,7 @@ from devbench.measure import (
     one_call_s,
     warm_up,
 )
-from devbench.suite import DEVICES, Benchmark, instrumented, once, require_device, with_samples
+from devbench.engine.suite import DEVICES, Benchmark, instrumented, once, require_device, with_samples
 from devbench.workloads.launch import GRAPH_CALLS, TASKS, SmallTask, graph_reason, graphed
 
 MODES = ["per_call", "queued", "held", "graph"]
@@ -48,7 +48,7 @@ class LaunchOverhead(Benchmark):
 
     params = [DEVICES, TASKS, MODES]
     param_names = ["device", "task", "mode"]
-    #: devbench gpu-run runs these first (devbench.plan)
+    #: devbench gpu-run runs these first (devbench.gpu.plan)
     headline = [{"device": ["cuda"]}]
     samples_gpu_state = False  # microseconds a call: no sampling thread beside it
     swept = True

@@ -2,7 +2,16 @@
 
 import time
 
-from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, waited, with_samples
+from devbench.engine.suite import (
+    DEVICES,
+    Benchmark,
+    check_once,
+    instrumented,
+    once,
+    require_device,
+    waited,
+    with_samples,
+)
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
 #: Pairs of loops behind the in-process ratio (each pair is one sample).
@@ -23,7 +32,7 @@ class LogNorms(Benchmark):
 
     params = [DEVICES, STRATEGIES, [100, 1000], [100, 1024]]
     param_names = ["device", "strategy", "steps", "n"]
-    #: devbench gpu-run runs these first (devbench.plan)
+    #: devbench gpu-run runs these first (devbench.gpu.plan)
     headline = [{"steps": [1000], "n": [1024]}]
     skips = [{"where": {"device": ["cpu"], "n": [1024]},
               "reason": "n=1024 exists to keep a GPU busy; on the CPU a loop takes seconds"}]  # fmt: skip

@@ -4,10 +4,9 @@ import contextlib
 
 import torch
 
-from devbench.devices import synchronize
-from devbench.measure import MATMUL_BLOCK_S, measure, plan_blocks, warm_up
-from devbench.spec import matmul_flops as flops
-from devbench.suite import (
+from devbench.engine.devices import synchronize
+from devbench.engine.measure import MATMUL_BLOCK_S, measure, plan_blocks, warm_up
+from devbench.engine.suite import (
     DEVICES,
     Benchmark,
     check_once,
@@ -17,6 +16,7 @@ from devbench.suite import (
     waited,
     with_samples,
 )
+from devbench.records.spec import matmul_flops as flops
 from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add, warmed
 
 SIZES = [16, 64, 256, 1024, 4096, 8192]
@@ -57,7 +57,7 @@ class MatmulSquare(Benchmark):
 
     params = [DEVICES, list(DTYPES), SIZES]
     param_names = ["device", "dtype", "n"]
-    #: devbench gpu-run runs these first (devbench.plan)
+    #: devbench gpu-run runs these first (devbench.gpu.plan)
     headline = [{"device": ["cuda"], "n": [1024, 8192]}, {"device": ["cpu"], "dtype": ["float32"], "n": [1024]}]
     skips = [{"where": {"device": ["cpu"], "n": [8192]}, "reason": cpu_skip_reason("float32", 8192)},
              {"where": {"device": ["cpu"], "dtype": ["tf32"]}, "reason": cpu_skip_reason("tf32", 1024)}]  # fmt: skip

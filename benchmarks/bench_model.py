@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from devbench.devices import synchronize
-from devbench.measure import randn, warm_up
-from devbench.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, waited
+from devbench.engine.devices import synchronize
+from devbench.engine.measure import randn, warm_up
+from devbench.engine.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, waited
 from devbench.workloads.model import (
     BATCH,
     MODEL_INPUTS,
@@ -71,7 +71,7 @@ class TrainingStep(Benchmark):
     param_names = ["device", "model", "batch_transfer"]
     skips = [{"where": {"device": ["cpu"], "batch_transfer": ["pinned_non_blocking", "pinned_prefetch"]},
               "reason": "pinned memory and non_blocking copies need a CUDA device"}]  # fmt: skip
-    #: devbench gpu-run runs these first (devbench.plan)
+    #: devbench gpu-run runs these first (devbench.gpu.plan)
     headline = [{"device": ["cuda"]}]
     swept = True
     #: 2: time_train_step became track_time, timed by the run's measuring process

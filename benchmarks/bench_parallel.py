@@ -2,10 +2,19 @@
 
 import torch
 
-from devbench.devices import num_gpus
-from devbench.measure import pin_threads
-from devbench.spec import parallel_ideal
-from devbench.suite import Benchmark, instrumented, once, require_device, require_gpus, shared, waited, with_samples
+from devbench.engine.devices import num_gpus
+from devbench.engine.measure import pin_threads
+from devbench.engine.suite import (
+    Benchmark,
+    instrumented,
+    once,
+    require_device,
+    require_gpus,
+    shared,
+    waited,
+    with_samples,
+)
+from devbench.records.spec import parallel_ideal
 from devbench.workloads.parallel import ParallelPair
 
 MODES = ["gpus", "streams", "cpu_threads"]
@@ -26,7 +35,7 @@ class ParallelMatmul(Benchmark):
 
     params = [MODES, SIZES]
     param_names = ["mode", "n"]
-    #: devbench gpu-run (devbench.plan): n=4096 first; two GPUs for "gpus", one for "streams"
+    #: devbench gpu-run (devbench.gpu.plan): n=4096 first; two GPUs for "gpus", one for "streams"
     headline = [{"n": [4096]}]
     plan_gpus = {"mode": {"gpus": 2, "streams": 1}}
     skips = [{"where": {"mode": ["cpu_threads"], "n": [4096, 8192]},

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import torch
 
-from devbench import gpustate
-from devbench.devices import cuda_identities, move, num_gpus, synchronize
-from devbench.lanes import Lanes
-from devbench.measure import (
+from devbench.engine.devices import cuda_identities, move, num_gpus, synchronize
+from devbench.engine.lanes import Lanes
+from devbench.engine.measure import (
     COPY_BLOCK_S,
     calls_for,
     measure,
@@ -24,8 +23,7 @@ from devbench.measure import (
     randn,
     warm_up,
 )
-from devbench.spec import GiB, MiB, gbps
-from devbench.suite import (
+from devbench.engine.suite import (
     DEVICES,
     Benchmark,
     check_once,
@@ -37,6 +35,8 @@ from devbench.suite import (
     waited,
     with_samples,
 )
+from devbench.records import gpustate
+from devbench.records.spec import GiB, MiB, gbps
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.transfer import (
     HIDDEN,
@@ -71,7 +71,7 @@ def _block_gbps(copy: Copy, scale: float = 1.0) -> tuple[list[float], int]:
     """GB/s of bytes copied (times ``scale``) in every block of back-to-back copies, and the copies per block.
 
     On a GPU, copies shorter than ``HOLD_BELOW_S`` are timed with the stream held
-    (``devbench.measure.plan_blocks``), unless the host waits for them (pageable or blocking).
+    (``devbench.engine.measure.plan_blocks``), unless the host waits for them (pageable or blocking).
     """
     dev = copy.timing_device
     plan = plan_blocks(copy, dev, target_s=BLOCK_S, may_hold=not copy.host_waits)
@@ -90,7 +90,7 @@ def _waited(copy: Copy) -> dict:
 
 def _checked(copy: Copy, key: tuple) -> Copy:
     """``copy`` checked byte for byte (once per side of a compare: ``check_once``) and warm; built once per
-    process (``devbench.suite.once``) under ``key``."""
+    process (``devbench.engine.suite.once``) under ``key``."""
     check_once(key, copy.check, lambda: None)
     warm_up(copy, copy.timing_device)
     return copy
@@ -115,7 +115,7 @@ class HostDevice(Benchmark):
 
     params = [["h2d", "d2h"], MEMORY, ["blocking", "non_blocking"], SIZES]
     param_names = ["direction", "memory", "mode", "nbytes"]
-    #: devbench gpu-run (devbench.plan): every mode at 64 MiB and pinned at 256 MiB first (validate reads the
+    #: devbench gpu-run (devbench.gpu.plan): every mode at 64 MiB and pinned at 256 MiB first (validate reads the
     #: pinned non_blocking 256 MiB copies, the health summary the blocking ones)
     headline = [{"nbytes": [64 * MiB]}, {"memory": ["pinned"], "nbytes": [256 * MiB]}]
     plan_gpus = 1
@@ -249,8 +249,9 @@ def _peer_path(copy: Copy) -> PeerPath:
 
 
 def _pair_topology() -> dict:
-    """(i, j) -> each pair of this process's CUDA devices' NVML path (``devbench.topology``); {} without NVML."""
-    from devbench.topology import pair_paths
+    """(i, j) -> each pair of this process's CUDA devices' NVML path (``devbench.records.topology``);
+    {} without NVML."""
+    from devbench.records.topology import pair_paths
 
     nv = gpustate._nvml()
     if nv is None:

@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config, items):
     # imported here: the process that only hands tests to pytest-xdist's workers never needs torch
     import torch
 
-    from devbench.devices import num_gpus
+    from devbench.engine.devices import num_gpus
 
     if torch.backends.cuda.is_built() and num_gpus() > 0:
         return

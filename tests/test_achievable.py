@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from devbench.measure import threads_pinned
+from devbench.engine.measure import threads_pinned
 from devbench.workloads import achievable as A
 from devbench.workloads.matmul import Matmul
 
@@ -114,7 +114,7 @@ def test_a_search_is_cached_per_machine_threads_and_kind_of_run(monkeypatch, tmp
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(A.SEARCH_ENV, raising=False)
     monkeypatch.delenv("DEVBENCH_BLOCKS", raising=False)
-    monkeypatch.setattr("devbench.files.default_machine", lambda: "box")
+    monkeypatch.setattr("devbench.records.files.default_machine", lambda: "box")
     searches = []
 
     def fake_search(device, dtype, shapes, budget):

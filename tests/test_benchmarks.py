@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))
 
 import benchmarks  # noqa: E402
 
-from devbench.suite import DEVICES  # noqa: E402
+from devbench.engine.suite import DEVICES  # noqa: E402
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__) if m.name.startswith("bench_"))
 
@@ -117,7 +117,7 @@ def test_asv_check_names_a_benchmark_whose_setup_takes_the_wrong_arguments(tmp_p
 def test_every_benchmark_class_says_what_asv_runs_around_it(name, cls):
     """``@instrumented`` above the class, in its own source: reading the class tells that its set-up pins the
     threads, raises its declared skips and records the GPU state (the base class holds settings only)."""
-    from devbench.suite import Benchmark
+    from devbench.engine.suite import Benchmark
 
     if not issubclass(cls, Benchmark):
         pytest.skip(f"{name} does not use the suite's base class")

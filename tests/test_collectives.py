@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import devbench.collectives as entry
+import devbench.worlds.collectives as entry
 from devbench.workloads import collectives as C
-from devbench.world import RankFailed, WorldTimeout, backend_reason, spawn_world
+from devbench.worlds.world import RankFailed, WorldTimeout, backend_reason, spawn_world
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from asv_fixture import run_group  # noqa: E402
@@ -221,7 +221,7 @@ def test_a_stuck_world_is_stopped_at_its_timeout(tmp_path):
 def test_a_preflight_whose_rank_never_joins_ends_at_its_limit_with_the_reason_and_no_process_left(tmp_path):
     import functools
 
-    from devbench.world import preflight
+    from devbench.worlds.world import preflight
 
     assert preflight(2, "gloo", timeout_s=120) is None  # a world that can exchange data: no reason
     reason = preflight(2, "gloo", timeout_s=5, fn=functools.partial(_stuck_all_reduce, pid_dir=str(tmp_path)))
@@ -234,7 +234,7 @@ def test_a_preflight_whose_rank_never_joins_ends_at_its_limit_with_the_reason_an
 
 
 def test_a_rank_that_outlives_sigkill_is_named_not_waited_for(monkeypatch):
-    from devbench import world as W
+    from devbench.worlds import world as W
 
     class Stuck:
         """A rank in a driver call: signals do not end it."""
@@ -270,7 +270,7 @@ def test_backend_reasons():
 
 
 def test_nccl_is_skipped_with_a_reason_without_gpus():
-    from devbench.devices import num_gpus
+    from devbench.engine.devices import num_gpus
 
     if num_gpus() >= 2:
         pytest.skip("this machine has two GPUs")
@@ -282,7 +282,7 @@ def test_nccl_is_skipped_with_a_reason_without_gpus():
 
 def test_torchrun_entry_prints_the_table_and_writes_the_figures(tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [str(torchrun), "--nproc-per-node", "2", "-m", "devbench.collectives", "--max-size", "16KiB",
+    cmd = [str(torchrun), "--nproc-per-node", "2", "-m", "devbench.worlds.collectives", "--max-size", "16KiB",
            "--target-ms", "2", "--samples", "1", "--out", str(tmp_path), "--machine", "testbox"]  # fmt: skip
     out = run_group(cmd, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -406,7 +406,7 @@ def test_a_world_that_fails_or_sticks_loses_only_itself_and_a_stuck_rank_starts_
     sys.path.insert(0, str(ROOT))
     import benchmarks.bench_collectives as B
 
-    from devbench.world import RanksStuck, WorldTimeout
+    from devbench.worlds.world import RanksStuck, WorldTimeout
 
     started = []
 
@@ -436,7 +436,7 @@ def test_a_preflight_whose_rank_sticks_keeps_later_worlds_of_its_backend_off_the
     sys.path.insert(0, str(ROOT))
     import benchmarks.bench_collectives as B
 
-    from devbench.world import RanksStuck
+    from devbench.worlds.world import RanksStuck
 
     stuck = str(RanksStuck([(1, 42, "D")]))
     monkeypatch.setattr(B, "WORLDS", [2, 4])

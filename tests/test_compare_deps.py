@@ -16,12 +16,12 @@ FILES = {
     "benchmarks/__init__.py": "",
     "benchmarks/bench_copy.py": "from devbench.workloads.copy import run\n",
     "benchmarks/bench_norms.py": (
-        "import devbench.suite\n\n"
+        "import devbench.engine.suite\n\n"
         "def setup():\n    from devbench.workloads import norms  # a lazy import counts\n    return norms\n"
     ),
     "src/devbench/__init__.py": "",
-    "src/devbench/suite.py": "from . import measure\n",
-    "src/devbench/measure.py": "X = 1\n",
+    "src/devbench/engine/suite.py": "from . import measure\n",
+    "src/devbench/engine/measure.py": "X = 1\n",
     "src/devbench/workloads/__init__.py": "",
     "src/devbench/workloads/copy.py": "def run():\n    return 1\n",
     "src/devbench/workloads/norms.py": "def norm():\n    return 2\n",
@@ -45,7 +45,7 @@ def _rel(tree: Path, paths: set[Path]) -> set[str]:
 def test_a_figure_depends_on_its_module_what_it_imports_lazily_too_and_the_data_files(tmp_path):
     tree = _tree(tmp_path)
     norms = _rel(tree, deps.closure(tree, tree / "benchmarks" / "bench_norms.py"))
-    assert {"benchmarks/bench_norms.py", "src/devbench/suite.py", "src/devbench/measure.py",
+    assert {"benchmarks/bench_norms.py", "src/devbench/engine/suite.py", "src/devbench/engine/measure.py",
             "src/devbench/workloads/norms.py", "src/devbench/workloads/__init__.py"} <= norms  # fmt: skip
     assert "src/devbench/workloads/copy.py" not in norms  # not imported: its change cannot reach these figures
     assert "src/devbench/workloads/table.csv" in norms  # a data file may be read at run time
@@ -74,9 +74,10 @@ def test_only_the_modules_a_change_reaches_are_measured(tmp_path, changed, uncha
 def test_an_import_by_a_computed_name_makes_every_file_a_dependency(tmp_path):
     dynamic = "import importlib\n\ndef load(name):\n    return importlib.import_module(name)\n"
     base = _tree(tmp_path / "base", {"benchmarks/bench_copy.py": "from devbench.workloads.copy import run\n"
-                                     "import devbench.suite\n", "src/devbench/measure.py": dynamic})  # fmt: skip
+                                     "import devbench.engine.suite\n",
+                                     "src/devbench/engine/measure.py": dynamic})  # fmt: skip
     head = _tree(tmp_path / "head", {"benchmarks/bench_copy.py": "from devbench.workloads.copy import run\n"
-                                     "import devbench.suite\n", "src/devbench/measure.py": dynamic,
+                                     "import devbench.engine.suite\n", "src/devbench/engine/measure.py": dynamic,
                                      "src/devbench/workloads/norms.py": "def norm():\n    return 9\n"})  # fmt: skip
     assert deps.unchanged_modules(base, head)["bench_copy"] is False  # norms.py may be what measure imports
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from devbench import verdict as V
 from devbench.cli import main
 from devbench.compare import judge, runner, selection, session, stopping
 from devbench.compare.runner import Combination, Figure
+from devbench.records import verdict as V
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from asv_fixture import _git  # noqa: E402
@@ -45,7 +45,7 @@ def time_sleep():
 
 
 def track_rate():
-    # a track_ figure with samples, as devbench.suite.with_samples returns it
+    # a track_ figure with samples, as devbench.engine.suite.with_samples returns it
     return {{"samples": [1000 / SLEEP_MS * f for f in (0.98, 1.0, 1.02)], "number": 1}}
 
 
@@ -743,7 +743,7 @@ def test_plan_names_new_gone_and_changed_benchmarks():
 
 
 def test_compare_leaves_the_twins_records_and_without_cuda_the_gpu_combinations_out():
-    from devbench.spec import TWINS
+    from devbench.records.spec import TWINS
 
     names = [
         "bench_matmul.MatmulSquare.track_time('cpu', 'float32', 16)",

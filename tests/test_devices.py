@@ -4,8 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from devbench import cli, devices
-from devbench.devices import (
+from devbench import cli
+from devbench.engine import devices
+from devbench.engine.devices import (
     CrossDeviceError,
     check_same_device,
     cpu,

@@ -2,7 +2,7 @@
 
 Read from the repository's own files, no torch: a relative link in Markdown must resolve; a
 path of the repository named in backticks or in a ``see`` (``benchmarks/README.md``,
-``src/devbench/plan.py``, ``reports/gpu/h200/``) must exist; a section named beside a
+``src/devbench/gpu/plan.py``, ``reports/gpu/h200/``) must exist; a section named beside a
 Markdown file (``benchmarks/README.md, "Noise"``) must be one of its headings; a test named
 as ``tests/test_x.py::test_y`` must be defined there.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devbench import expected as E
+from devbench.records import expected as E
 
 H100_GEN4 = {"name": "NVIDIA H100 80GB HBM3", "pcie_gen": 4, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}
 H200 = {"name": "NVIDIA H200", "pcie_gen": 5, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}
@@ -64,7 +64,8 @@ def test_a_slow_product_at_boost_clock_with_no_throttle_reason_is_low():
 
 def test_an_unknown_gpu_or_link_is_unknown_and_says_why():
     odd = {"name": "Made-up Accelerator 9000"}
-    for kind, why in [("device_copy", "not in devbench.expected.MODELS"), ("h2d", "did not report the PCIe link"),
+    for kind, why in [("device_copy", "not in devbench.records.expected.MODELS"),
+                      ("h2d", "did not report the PCIe link"),
                       ("matmul:bfloat16", "no datasheet bfloat16 figure")]:  # fmt: skip
         health = E.judge(100.0, kind, odd)
         assert health.verdict == "unknown" and health.share is None and why in health.reason

@@ -1,4 +1,5 @@
-"""devbench.fleet: judging ranks against their peers, and a real torchrun world with one rank slow by construction."""
+"""devbench.worlds.fleet: judging ranks against their peers, and a real torchrun world with one rank slow by
+construction."""
 
 import json
 import os
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from devbench import fleet as F
+from devbench.worlds import fleet as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from asv_fixture import run_group  # noqa: E402
@@ -53,7 +54,7 @@ def test_torchrun_world_of_two_flags_the_rank_made_slow(tmp_path):
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = run_group(
-        [str(torchrun), "--nproc-per-node", "2", "-m", "devbench.fleet", "--quick", "--slow-rank", "1",
+        [str(torchrun), "--nproc-per-node", "2", "-m", "devbench.worlds.fleet", "--quick", "--slow-rank", "1",
          "--slow-factor", "8", "--out", str(tmp_path), "--machine", "box", "--fail-on-slow"],
         timeout=300, env=env,
     )  # fmt: skip
@@ -102,7 +103,7 @@ def test_copies_run_in_turns_one_rank_at_a_time_so_a_shared_link_flags_no_one():
     import threading
     import time as _time
 
-    from devbench.fleet import in_turns
+    from devbench.worlds.fleet import in_turns
 
     barrier = threading.Barrier(3)
     spans: dict[int, tuple[float, float]] = {}

@@ -21,8 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import bench_devices, bench_launch, bench_matmul, bench_transfer  # noqa: E402
 
-from devbench import suite  # noqa: E402
-from devbench.devices import initialise_cuda, num_gpus  # noqa: E402
+from devbench.engine import suite  # noqa: E402
+from devbench.engine.devices import initialise_cuda, num_gpus  # noqa: E402
 from devbench.workloads import matmul as M  # noqa: E402
 
 MICROSECOND_CLASSES = [bench_devices.TryGpu, bench_launch.LaunchOverhead, bench_matmul.TinyOp,
@@ -39,7 +39,7 @@ def test_no_sampling_thread_runs_beside_a_microsecond_figure(cls, monkeypatch):
             return self
 
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # as on a GPU, once set-up used CUDA
-    from devbench import gpustate
+    from devbench.records import gpustate
 
     monkeypatch.setattr(gpustate, "Sampler", Recorder)
     suite._start_sampler(cls.__new__(cls))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from devbench import plan as P
-from devbench.gpurun import selection_regex
+from devbench.gpu import plan as P
+from devbench.gpu.gpurun import selection_regex
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from asv_fixture import _git, run_group, terminate  # noqa: E402
@@ -153,7 +153,7 @@ def test_a_gpu_point_without_its_own_setup_figure_pays_the_probed_gpu_setup():
 
 
 def test_a_declared_skip_is_not_priced_and_the_base_class_raises_its_reason():
-    from devbench.suite import Benchmark, instrumented
+    from devbench.engine.suite import Benchmark, instrumented
 
     skips = [{"where": {"device": ["cpu"], "n": [8192]}, "reason": "the CPU curve stops at 4096"}]
     listing = {"bench_x.X.time_a": _bench("bench_x.X.time_a", [["cpu", "cuda"], [1024, 8192]], ["device", "n"],
@@ -345,7 +345,7 @@ def _wait(predicate, timeout_s: float) -> bool:
 
 
 def test_a_stage_at_its_limit_ends_the_processes_that_left_its_group(tmp_path):
-    from devbench.sessions import _group_run
+    from devbench.gpu.sessions import _group_run
 
     pidfile = tmp_path / "pid"
     parent = "import subprocess, sys, time\n"
@@ -400,8 +400,8 @@ def test_sigterm_during_asv_exits_143_keeps_what_asv_finished_and_leaves_no_proc
 
 
 def test_the_h200_runs_headline_figures_read_ok_with_its_link_and_the_state_they_ran_in():
-    from devbench import gpustate
-    from devbench.gpuhealth import figure_value, health_lines
+    from devbench.gpu.gpuhealth import figure_value, health_lines
+    from devbench.records import gpustate
 
     results = ROOT / "reports" / "asv-results" / "h200"
     sha = json.loads(next(p for p in results.glob("*.json") if p.name != "machine.json").read_text())["commit_hash"]
@@ -421,7 +421,7 @@ def test_the_h200_runs_headline_figures_read_ok_with_its_link_and_the_state_they
 
 
 def test_a_pinned_copy_is_judged_at_the_link_it_trained_at_under_load(tmp_path):
-    from devbench.gpuhealth import health_lines
+    from devbench.gpu.gpuhealth import health_lines
 
     mib256 = 256 * 2**20
     params = [["h2d", "d2h"], ["pinned"], ["non_blocking"], [mib256]]
@@ -448,7 +448,7 @@ def test_a_plan_with_cut_points_still_formats_and_counts_them():
 
 
 def test_a_gpu_pair_and_an_nccl_busbw_are_judged_with_the_path_the_copies_took(tmp_path):
-    from devbench.gpuhealth import health_lines
+    from devbench.gpu.gpuhealth import health_lines
 
     mib256 = 256 * 2**20
     routes, sizes = ["0->1", "1->0"], [2**20, mib256]
@@ -480,7 +480,7 @@ def test_a_gpu_pair_and_an_nccl_busbw_are_judged_with_the_path_the_copies_took(t
 
 
 def test_a_probe_that_prints_nothing_is_named_not_a_traceback(tmp_path):
-    from devbench.gpurun import probe_costs
+    from devbench.gpu.gpurun import probe_costs
 
     quiet = tmp_path / "python"
     quiet.write_text("#!/bin/sh\nexit 0\n")
@@ -541,13 +541,13 @@ def test_a_workloads_check_is_priced_once_per_run_not_per_process():
 
 
 def test_costs_from_another_machines_plan_json_price_a_plan_here(tmp_path):
-    from devbench.gpurun import costs_from
+    from devbench.gpu.gpurun import costs_from
 
     h200 = costs_from(ROOT / "reports" / "gpu" / "h200" / "plan.json")
     assert h200.gpus == 1 and h200.cuda_context_s == pytest.approx(0.3155, abs=1e-3) and h200.gpu_check_s == 0.0
     # what its CUDA tests and validate took is held back for them, not the defaults
     assert (h200.tests_s, h200.validate_s) == (pytest.approx(21.0), pytest.approx(17.6))
-    from devbench.gpurun import TESTS_S, VALIDATE_S, held_s
+    from devbench.gpu.gpurun import TESTS_S, VALIDATE_S, held_s
 
     assert held_s(h200) == (h200.tests_s, h200.validate_s)
     cut = tmp_path / "cut.json"  # a stage that did not end is no measure of what it takes
@@ -575,7 +575,7 @@ def test_a_plan_for_a_described_machine_prices_its_multi_gpu_points_and_puts_ncc
     assert states[("bench_transfer.PeerMatrix.track_slowest_gbps", "nbytes=268435456")] == "run"
     nccl = [p for p in record["points"] if p["benchmark"].startswith("bench_collectives") and "nccl" in p["params"]]
     assert nccl and all(p["state"] == "run" for p in nccl)  # 8 GPUs: every NCCL world of 2 and 4 can run
-    from devbench import plan as P
+    from devbench.gpu import plan as P
 
     listing = {"bench_c.C.track_busbw": _bench("bench_c.C.track_busbw", [["gloo", "nccl"], [2]], ["backend", "world"],
                                                plan_last=[{"backend": ["nccl"]}])}  # fmt: skip
@@ -586,7 +586,7 @@ def test_a_plan_for_a_described_machine_prices_its_multi_gpu_points_and_puts_ncc
 def test_gpus_and_cores_describe_another_machine_only_with_its_costs(tmp_path):
     import argparse
 
-    from devbench.gpurun import _check, add_arguments
+    from devbench.gpu.gpurun import _check, add_arguments
 
     p = argparse.ArgumentParser()
     add_arguments(p)

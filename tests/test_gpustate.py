@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from devbench import gpustate
+from devbench.engine.suite import Benchmark, instrumented, records_gpu_state
+from devbench.records import gpustate
 from devbench.report.cli import main as report_main
 from devbench.report.load import load_results
-from devbench.suite import Benchmark, instrumented, records_gpu_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ def test_reasons_are_decoded_and_only_limits_count_as_throttling():
 
 
 def test_snapshot_without_a_driver_is_empty():
-    from devbench.devices import num_gpus
+    from devbench.engine.devices import num_gpus
 
     if num_gpus():
         pytest.skip("this machine has a GPU")
@@ -54,10 +54,10 @@ class FakeWithTeardown(Fake):
 def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr("torch.cuda.is_initialized", lambda: True)
     monkeypatch.setattr(gpustate, "snapshot", lambda cuda=None: [dict(GPU)])
-    monkeypatch.setattr("devbench.suite._cuda_identities", lambda: [])
+    monkeypatch.setattr("devbench.engine.suite._cuda_identities", lambda: [])
     monkeypatch.setattr(gpustate, "gpustate_dir", lambda _file=None: tmp_path)
-    monkeypatch.setattr("devbench.files.default_machine", lambda: "box")
-    monkeypatch.setattr("devbench.suite._last_gpu_state", {})
+    monkeypatch.setattr("devbench.records.files.default_machine", lambda: "box")
+    monkeypatch.setattr("devbench.engine.suite._last_gpu_state", {})
     return tmp_path
 
 
@@ -131,7 +131,7 @@ def test_report_flags_a_figure_measured_while_throttled(tmp_path):
 
 
 def test_state_is_read_at_most_every_half_second_per_phase(fake_gpu, monkeypatch):
-    import devbench.suite as suite
+    import devbench.engine.suite as suite
 
     clock = [1000.0]
     monkeypatch.setattr(suite.time, "monotonic", lambda: clock[0])
@@ -284,7 +284,7 @@ def test_the_base_class_pins_threads_and_records_unless_the_class_opts_out(monke
     state recorded after) and its ``setup_cache``; a class opts out with ``pins_threads``/``gpu_state``."""
     import inspect
 
-    from devbench import measure
+    from devbench.engine import measure
 
     pinned = []
     monkeypatch.setattr(measure, "pin_threads", lambda threads=None: pinned.append(threads) or 1)
@@ -331,10 +331,10 @@ def test_a_figure_is_judged_with_the_state_of_the_gpu_it_ran_on_under_cuda_visib
     clock, not NVML's GPU 0's (idle, at another clock)."""
     monkeypatch.setattr(gpustate, "_nvml", lambda: FakeNVML())
     monkeypatch.setattr("torch.cuda.is_initialized", lambda: True)
-    monkeypatch.setattr("devbench.suite._cuda_identities", lambda: [{"uuid": "GPU-bbbb", "pci_bus_id": None}])
+    monkeypatch.setattr("devbench.engine.suite._cuda_identities", lambda: [{"uuid": "GPU-bbbb", "pci_bus_id": None}])
     monkeypatch.setattr(gpustate, "gpustate_dir", lambda _file=None: tmp_path)
-    monkeypatch.setattr("devbench.files.default_machine", lambda: "box")
-    monkeypatch.setattr("devbench.suite._last_gpu_state", {})
+    monkeypatch.setattr("devbench.records.files.default_machine", lambda: "box")
+    monkeypatch.setattr("devbench.engine.suite._last_gpu_state", {})
     per_nvml = [{"sm_clock_mhz": 345, "throttling": []}, {"sm_clock_mhz": 1755, "throttling": ["sw_power_cap"]}]
     monkeypatch.setattr(gpustate.Sampler, "_reader", lambda self: lambda: [dict(r) for r in per_nvml])
     b = Fake()
@@ -371,7 +371,7 @@ def test_a_figures_state_is_its_own_and_its_machines(tmp_path):
 def test_the_measuring_process_samples_each_figure_and_records_it_by_name(monkeypatch):
     """Around each figure it times, the measuring process starts the sampler (one running goes on) and records
     what it saw under that figure's name."""
-    from devbench import suite, sweep
+    from devbench.engine import suite, sweep
 
     calls = []
     monkeypatch.setattr(suite, "_start_sampler", lambda bench: calls.append(("start",)))

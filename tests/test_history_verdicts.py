@@ -14,7 +14,7 @@ import pytest
 from asv.results import Results
 from asv.runner import BenchmarkResult
 
-from devbench import verdict as V
+from devbench.records import verdict as V
 from devbench.report import changes as CH
 from devbench.report import steps as ST
 from devbench.report.asvrule import commit_pair

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from devbench.lanes import Lanes, LaneTimes
+from devbench.engine.lanes import Lanes, LaneTimes
 from devbench.logger import DeviceLogger
 from devbench.workloads.norms import STRATEGIES, NormLoop
 from devbench.workloads.parallel import ParallelPair

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from devbench.expected import gpu_peak
-from devbench.spec import matmul_flops as flops
+from devbench.records.expected import gpu_peak
+from devbench.records.spec import matmul_flops as flops
 from devbench.workloads import matmul
 from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32, tiny_add
 

@@ -1,4 +1,4 @@
-"""The measuring engine (devbench.measure): block sizing, Measurement, lanes. No test asserts a speed."""
+"""The measuring engine (devbench.engine.measure): block sizing, Measurement, lanes. No test asserts a speed."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 import pytest
 import torch
 
-from devbench import lanes as L
-from devbench import measure as M
+from devbench.engine import lanes as L
+from devbench.engine import measure as M
 
 CPU = torch.device("cpu")
 

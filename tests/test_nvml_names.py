@@ -38,7 +38,7 @@ def test_every_nvml_name_the_code_uses_exists_in_nvidia_ml_py():
 
 
 def test_the_constants_the_code_copies_have_nvmls_values():
-    from devbench import gpustate, topology
+    from devbench.records import gpustate, topology
 
     assert topology.NVLINK_MAX_LINKS == pynvml.NVML_NVLINK_MAX_LINKS
     assert topology.NVLINK_DEVICE_SWITCH == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH

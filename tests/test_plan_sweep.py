@@ -1,11 +1,12 @@
-"""How the plan prices what the measuring process runs (``devbench.plan``, ``devbench.sweep``), and the
+"""How the plan prices what the measuring process runs (``devbench.gpu.plan``, ``devbench.engine.sweep``), and the
 achievable search that starts from a model's known best shape."""
 
 import pytest
 import torch
 
-from devbench import expected, precision
-from devbench import plan as P
+from devbench.engine import precision
+from devbench.gpu import plan as P
+from devbench.records import expected
 from devbench.workloads import achievable as A
 
 COSTS = P.Costs(launch_s=0.01, cuda_context_s=0.3, asv_call_s=6.0, gpus=1, gpu_setup_s=0.8)
@@ -101,7 +102,7 @@ def test_with_the_cpu_switched_onto_the_measuring_process_its_points_are_priced_
 def test_a_bad_sweep_mode_is_named_before_gpu_run_starts(monkeypatch):
     import argparse
 
-    from devbench.gpurun import _check, add_arguments
+    from devbench.gpu.gpurun import _check, add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -111,7 +112,7 @@ def test_a_bad_sweep_mode_is_named_before_gpu_run_starts(monkeypatch):
 
 def test_a_swept_family_is_learned_whole_from_asvs_durations():
     """The first figure asked carries the build and its twin's sampling in asv's duration; the twin's is ~0."""
-    from devbench.gpurun import _learn
+    from devbench.gpu.gpurun import _learn
 
     plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
     ran = [p for p in plan.points if p.state == "run"]

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from devbench import precision as P
+from devbench.engine import precision as P
 
 
 def test_ci99_is_asvs_interval_where_asv_takes_it_from_the_samples():
@@ -54,7 +54,7 @@ def test_a_class_cap_holds_inside_capped_only():
 def test_measure_samples_to_precision_unless_the_blocks_are_fixed(monkeypatch):
     import torch
 
-    from devbench import measure as M
+    from devbench.engine import measure as M
 
     monkeypatch.delenv(M.BLOCKS_ENV, raising=False)
     fixed = M.measure(lambda: None, torch.device("cpu"), 10, blocks=3)
@@ -72,7 +72,7 @@ def test_measure_samples_to_precision_unless_the_blocks_are_fixed(monkeypatch):
 def test_a_host_clock_figure_on_the_cpu_samples_at_least_asvs_seconds(monkeypatch):
     import torch
 
-    from devbench import suite
+    from devbench.engine import suite
 
     seen = []
     real = P.sample

@@ -202,7 +202,7 @@ def test_a_change_planted_on_the_runs_own_noise_is_counted_as_the_rule_and_every
         "the run: faster 0, slower 2, same 0, undecided 1" in out
     assert "called slower, by family (replayed / every pass of the run, of the figures): bench_x 2/2 of 3" in out
     from devbench.compare.runner import Combination, Figure
-    from devbench.spec import RECORDS
+    from devbench.records.spec import RECORDS
 
     slowed = script("replay_stops").slowed
     rate = Figure(Combination("bench_x.X.track_tflops", 0, (), (), "TFLOP/s"), a=[[2.0]], b=[[3.0]])
@@ -241,7 +241,7 @@ def test_the_drawn_values_keep_the_set_up_orders_apart(tmp_path, script):
     draw of 12 would be as likely to lean one way: the estimate would not be the span of both."""
     module = script("replay_stops")
     figures, _ = module.read_finished(_finished(tmp_path / "run", ratios={"orders": [1.1, 0.9] * 5}))
-    from devbench import verdict as V
+    from devbench.records import verdict as V
 
     both = 1.02 * (1.1 / 0.9) ** 0.5 - 1
     assert V.signed_rank_k(2, 0.5) >= 1

@@ -15,7 +15,7 @@ import pytest
 from asv.util import human_value
 from asv_runner.statistics import get_err
 
-from devbench import files, spec
+from devbench.records import files, spec
 from devbench.report import asvrule as C
 from devbench.report import derive as D
 from devbench.report.cli import main

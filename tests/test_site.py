@@ -1,4 +1,4 @@
-"""devbench.site on stand-in packages: the page's CDN tags point at vendor/, every file is checked first,
+"""devbench.report.site on stand-in packages: the page's CDN tags point at vendor/, every file is checked first,
 and nothing is written when a check fails. (No third-party code here: the packages are made up.)"""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from devbench import site
+from devbench.report import site
 
 PAGE = """<html><head>
 <script src="https://cdn.example/lib/x.min.js" integrity="{sri}" crossorigin="anonymous"></script>
@@ -62,7 +62,7 @@ def test_the_page_loads_only_local_files_afterwards(fake):
     [
         ("tarball", "its sha512 is not the registry's pinned"),
         ("page", "does not match the hash asv's page names"),
-        ("unknown", "which devbench.site does not know"),
+        ("unknown", "which devbench.report.site does not know"),
     ],
 )
 def test_a_failed_check_writes_nothing(fake, spoil, message):
@@ -111,7 +111,7 @@ def test_a_fetched_package_is_cached_for_offline_runs(fake, monkeypatch):
 
 
 def test_every_known_cdn_file_of_asv_s_page_is_mapped():
-    """The installed asv's own page: every address it loads is one devbench.site knows."""
+    """The installed asv's own page: every address it loads is one devbench.report.site knows."""
     import asv
 
     page = (Path(asv.__file__).parent / "www" / "index.html").read_text()

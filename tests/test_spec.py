@@ -1,4 +1,4 @@
-"""The spec (devbench.spec): formulas, labels, and every figure identity checked against benchmarks/."""
+"""The spec (devbench.records.spec): formulas, labels, and every figure identity checked against benchmarks/."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from devbench import spec
+from devbench.records import spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,23 +101,24 @@ def test_every_figure_says_which_way_is_better_or_is_a_record():
 
 LAYERS = [
     # (module, packages it must not import)
-    ("devbench.spec", ["torch", "asv", "pandas"]),
-    ("devbench.verdict", ["torch", "asv", "pandas", "numpy"]),
-    ("devbench.plan", ["torch", "asv", "asv_runner", "pandas"]),
-    ("devbench.gpurun", ["torch", "asv", "asv_runner", "pandas", "devbench.report"]),  # it runs them, in processes
+    ("devbench.records.spec", ["torch", "asv", "pandas"]),
+    ("devbench.records.verdict", ["torch", "asv", "pandas", "numpy"]),
+    ("devbench.gpu.plan", ["torch", "asv", "asv_runner", "pandas"]),
+    ("devbench.gpu.gpurun", ["torch", "asv", "asv_runner", "pandas", "devbench.report"]),  # it runs them, in processes
     # the coordinator never imports the benchmarks, torch or the report; the worker only asv_runner, when run
     ("devbench.compare.cli", ["torch", "asv", "asv_runner", "devbench.report", "benchmarks"]),
     ("devbench.compare.worker", ["torch", "asv", "asv_runner", "devbench.report", "pandas"]),
-    ("devbench.worklock", ["torch", "asv", "pandas", "devbench.suite", "benchmarks"]),  # parses, never imports
+    # parses, never imports
+    ("devbench.engine.worklock", ["torch", "asv", "pandas", "devbench.engine.suite", "benchmarks"]),
     ("devbench.report.cli", ["torch", "devbench.compare"]),
     ("devbench.report.sections", ["torch"]),
-    ("devbench.measure", ["asv", "devbench.suite", "benchmarks"]),
-    ("devbench.workloads.matmul", ["asv", "devbench.suite", "benchmarks"]),
-    ("devbench.workloads.transfer", ["asv", "devbench.suite", "benchmarks"]),
-    ("devbench.workloads.parallel", ["asv", "devbench.suite", "benchmarks"]),
-    ("devbench.workloads.norms", ["asv", "devbench.suite", "benchmarks"]),
-    ("devbench.workloads.model", ["asv", "devbench.suite", "benchmarks"]),
-    ("devbench.workloads.collectives", ["asv", "devbench.suite", "benchmarks"]),
+    ("devbench.engine.measure", ["asv", "devbench.engine.suite", "benchmarks"]),
+    ("devbench.workloads.matmul", ["asv", "devbench.engine.suite", "benchmarks"]),
+    ("devbench.workloads.transfer", ["asv", "devbench.engine.suite", "benchmarks"]),
+    ("devbench.workloads.parallel", ["asv", "devbench.engine.suite", "benchmarks"]),
+    ("devbench.workloads.norms", ["asv", "devbench.engine.suite", "benchmarks"]),
+    ("devbench.workloads.model", ["asv", "devbench.engine.suite", "benchmarks"]),
+    ("devbench.workloads.collectives", ["asv", "devbench.engine.suite", "benchmarks"]),
 ]
 
 
@@ -220,7 +221,8 @@ def test_the_cycle_finder_finds_one_inside_functions_too():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
     graph = _import_graph()  # imports inside functions are edges: validate imports the machine name lazily
-    assert "devbench.files" in graph["devbench.validate"] and "devbench.report.load" in graph["devbench.report.cli"]
+    assert "devbench.records.files" in graph["devbench.validate"]
+    assert "devbench.report.load" in graph["devbench.report.cli"]
 
 
 #: (importer, imported) prefixes that must never meet, at module level or inside functions: a lower
@@ -228,25 +230,25 @@ def test_the_cycle_finder_finds_one_inside_functions_too():
 FORBIDDEN_IMPORTS = [
     ("devbench.report", "devbench.compare"),
     ("devbench.compare", "devbench.report"),
-    ("devbench.gpustate", "devbench.devices"),
-    ("devbench.gpustate", "devbench.machine"),
-    ("devbench.files", "devbench"),
-    ("devbench.spec", "devbench"),
-    ("devbench.verdict", "devbench"),
-    ("devbench.measure", "devbench.workloads"),
-    ("devbench.measure", "devbench.suite"),
-    ("devbench.workloads", "devbench.suite"),
+    ("devbench.records.gpustate", "devbench.engine.devices"),
+    ("devbench.records.gpustate", "devbench.engine.machine"),
+    ("devbench.records.files", "devbench"),
+    ("devbench.records.spec", "devbench"),
+    ("devbench.records.verdict", "devbench"),
+    ("devbench.engine.measure", "devbench.workloads"),
+    ("devbench.engine.measure", "devbench.engine.suite"),
+    ("devbench.workloads", "devbench.engine.suite"),
     # the plan is pure arithmetic (and the stop rule's, which is arithmetic too); gpu-run drives the tools and
     # no tool drives it
-    ("devbench.plan", "devbench"),
-    ("devbench.compare", "devbench.gpurun"),
-    ("devbench.report", "devbench.gpurun"),
+    ("devbench.gpu.plan", "devbench"),
+    ("devbench.compare", "devbench.gpu.gpurun"),
+    ("devbench.report", "devbench.gpu.gpurun"),
 ]
 
 
 #: (module, dependency) pairs a rule above would forbid and that are allowed: the plan prices figures by the
-#: stop rule's own numbers (``devbench.precision``: arithmetic, importing nothing of devbench)
-ALLOWED_IMPORTS = {("devbench.plan", "devbench.precision")}
+#: stop rule's own numbers (``devbench.engine.precision``: arithmetic, importing nothing of devbench)
+ALLOWED_IMPORTS = {("devbench.gpu.plan", "devbench.engine.precision")}
 
 
 def _under(module: str, prefix: str) -> bool:
@@ -268,10 +270,10 @@ def test_no_source_file_outgrows_600_lines():
 
 
 def test_benchmark_identities_are_spelled_in_spec_alone():
-    """The report, the plan, validate and the health lines name figures through ``devbench.spec``: a figure
+    """The report, the plan, validate and the health lines name figures through ``devbench.records.spec``: a figure
     renamed there, or in ``benchmarks/``, cannot leave one of them reading a name nothing writes."""
     pattern = re.compile(r"bench_[a-z]+\.[A-Z]\w*\.(?:time|track|mem|peakmem|timeraw)_\w+")
     src = ROOT / "src" / "devbench"
     found = {str(p.relative_to(ROOT)): pattern.findall(p.read_text()) for p in src.rglob("*.py")}
-    spelled = {path: names for path, names in found.items() if names and not path.endswith("devbench/spec.py")}
+    spelled = {path: names for path, names in found.items() if names and not path.endswith("devbench/records/spec.py")}
     assert not spelled, spelled

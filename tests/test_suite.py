@@ -5,8 +5,9 @@ import sys
 import pytest
 import torch
 
-from devbench import runinfo, suite
-from devbench.devices import num_gpus
+from devbench.engine import suite
+from devbench.engine.devices import num_gpus, run_info
+from devbench.records import runinfo
 
 
 def test_cuda_param_skips_with_reason_without_gpu():
@@ -29,8 +30,8 @@ def test_require_gpus_counts(monkeypatch):
 
 
 def test_runinfo_record_appends(tmp_path):
-    p1 = runinfo.record(tmp_path)
-    p2 = runinfo.record(tmp_path)
+    p1 = runinfo.record(run_info(), tmp_path)
+    p2 = runinfo.record(run_info(), tmp_path)
     assert p1 == p2
     recs = runinfo.load(tmp_path)
     assert len(recs) == 2
@@ -47,7 +48,7 @@ def test_existing_env_name_matches_asv():
 
 
 def test_report_side_of_runinfo_does_not_import_torch():
-    code = "import sys, devbench.runinfo; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, devbench.records.runinfo; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -123,7 +124,7 @@ def test_with_samples_checks_its_input():
 def test_check_once_checks_in_every_process_under_asv_and_once_per_side_in_a_compare(tmp_path, monkeypatch):
     """Without DEVBENCH_CHECKED (asv, gpu-run) every process checks. With it (a compare's side), the first
     check of a key is recorded and later processes only warm up; a failed check records nothing."""
-    from devbench import suite
+    from devbench.engine import suite
 
     calls = []
     monkeypatch.delenv(suite.CHECKED_ENV, raising=False)
@@ -155,14 +156,14 @@ def test_check_once_checks_in_every_process_under_asv_and_once_per_side_in_a_com
 
 
 def test_a_compare_worker_names_the_checked_folder_the_suite_reads():
-    from devbench import suite
     from devbench.compare import session
+    from devbench.engine import suite
 
     assert session.CHECKED_ENV == suite.CHECKED_ENV
 
 
 TRACKED = '''
-from devbench.suite import with_samples
+from devbench.engine.suite import with_samples
 
 
 class Tracked:
@@ -209,7 +210,7 @@ def test_a_figure_whose_samples_disagree_is_flagged_beside_it(capsys):
 
 def test_figures_that_count_the_same_blocks_share_one_measurement():
     """``suite.shared``: a speedup and its efficiency read the same pairs; asked again (asv's next round), anew."""
-    from devbench.suite import shared
+    from devbench.engine.suite import shared
 
     class Bench:
         pass

@@ -1,4 +1,4 @@
-"""The measuring process (``devbench.sweep``): a swept class's points ask it, as asv's point processes would.
+"""The measuring process (``devbench.engine.sweep``): a swept class's points ask it, as asv's point processes would.
 
 Each point here is a forked child that calls ``setup``, one figure and ``teardown``, as asv's forkserver does;
 ``DEVBENCH_SWEEP=all`` routes every point of a swept class through the measuring process on the CPU, the
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from devbench import sweep
+from devbench.engine import sweep
 
 BENCH = '''
 import os
 from pathlib import Path
 
-from devbench.suite import Benchmark, instrumented, once, with_samples
+from devbench.engine.suite import Benchmark, instrumented, once, with_samples
 
 LOG = Path(os.environ["FAKE_LOG"])
 
@@ -98,7 +98,7 @@ def _stop_servers(root: Path) -> None:
     """SIGTERM the measuring processes this test started, each checked to be one first (a pid can be reused)."""
     for pid in _servers(root):
         try:
-            if "devbench.sweep" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+            if "devbench.engine.sweep" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
                 os.kill(pid, signal.SIGTERM)
         except (FileNotFoundError, ProcessLookupError):
             pass
@@ -228,7 +228,8 @@ def test_a_figure_past_its_timeout_ends_the_process_and_the_next_point_goes_on(s
     assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
     served = int((suite_dir / "log.txt").read_text().splitlines()[-1].split()[0])
     assert served != hung  # a fresh process measured it: the hung one was ended, not waited behind
-    assert not sweep._alive(hung) or "devbench.sweep" not in Path(f"/proc/{hung}/cmdline").read_text(errors="replace")
+    cmdline = Path(f"/proc/{hung}/cmdline")
+    assert not sweep._alive(hung) or "devbench.engine.sweep" not in cmdline.read_text(errors="replace")
 
 
 def test_the_measuring_process_ends_with_its_owner(tmp_path):
@@ -237,7 +238,8 @@ def test_the_measuring_process_ends_with_its_owner(tmp_path):
 
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     path = tmp_path / "m.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "devbench.sweep", "--socket", str(path), "--owner", str(owner.pid)])
+    proc = subprocess.Popen([sys.executable, "-m", "devbench.engine.sweep", "--socket", str(path),
+                             "--owner", str(owner.pid)])
     try:
         deadline = time.monotonic() + 60
         while not path.exists() and time.monotonic() < deadline:
@@ -259,7 +261,7 @@ def test_a_bad_mode_names_itself(monkeypatch):
 
 
 def test_a_swept_class_has_only_track_figures():
-    from devbench.suite import Benchmark, instrumented
+    from devbench.engine.suite import Benchmark, instrumented
 
     class Bad(Benchmark):
         swept = True
@@ -314,7 +316,7 @@ def test_asv_selecting_one_point_builds_that_workload_alone(tmp_path, monkeypatc
 _STOP = """
 import time
 
-from devbench.suite import Benchmark, instrumented, with_samples
+from devbench.engine.suite import Benchmark, instrumented, with_samples
 
 
 @instrumented
@@ -405,7 +407,7 @@ def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finis
 def test_a_classs_cpu_points_keep_their_processes_on_a_gpu_host(monkeypatch):
     """``auto``: only the points that use a GPU ask the measuring process; a class that says which of its points
     need GPUs by param value (``plan_gpus``) keeps the others in their own processes."""
-    from devbench import suite
+    from devbench.engine import suite
 
     monkeypatch.setenv(sweep.MODE_ENV, "auto")
     monkeypatch.delenv(sweep.SERVER_ENV, raising=False)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from devbench import fleet, topology
+from devbench.records import topology
+from devbench.worlds import fleet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_nvml import NODES  # noqa: E402
@@ -75,7 +76,7 @@ def test_a_bridged_pair_is_judged_against_its_bridge_and_an_unbridged_one_agains
     nv, paths = _paths(node)
     health = topology.judge_pairs({(0, 1): gbps}, _gpu(nv), paths)[(0, 1)]
     assert health.verdict == "ok" and health.share == pytest.approx(gbps / expected, rel=0.01)
-    from devbench.expected import expected as want
+    from devbench.records.expected import expected as want
 
     assert want("peer", _gpu(nv)).value is None  # without the topology an NVL pair is not assumed bridged
 
@@ -95,8 +96,8 @@ def test_the_fleet_flags_the_gpu_at_half_clock_and_not_two_that_share_a_switch()
 def test_devbench_info_shows_each_pairs_path_from_nvml(monkeypatch):
     """``devices._nvml_info`` through the fake, as pynvml: the pairs' NVLinks and PCIe path in the record, and in
     ``devbench info``'s table."""
-    from devbench import devices
     from devbench.cli import format_info
+    from devbench.engine import devices
 
     nv = NODES["8x H100 SXM, GPU 3 with a link down"]()
     monkeypatch.setitem(sys.modules, "pynvml", nv)
@@ -114,7 +115,7 @@ def test_devbench_info_shows_each_pairs_path_from_nvml(monkeypatch):
 def test_a_simulated_node_drives_the_plan_its_worlds_fit_and_nccl_runs_last():
     """The plan's GPUs from the fake node's NVML count: an 8-GPU node runs NCCL worlds of 2, 4 and 8 ranks in
     the last stage; the pair of NVL cards runs only the world of 2."""
-    from devbench import plan as P
+    from devbench.gpu import plan as P
 
     bench = {"name": "bench_collectives.Collectives.track_busbw", "param_names": ["backend", "world"],
              "params": [["'gloo'", "'nccl'"], ["2", "4", "8"]], "plan_last": [{"backend": ["nccl"]}],
@@ -132,7 +133,7 @@ def test_a_simulated_node_drives_the_plan_its_worlds_fit_and_nccl_runs_last():
 def test_under_cuda_visible_devices_info_reads_the_gpus_the_process_runs_on(monkeypatch):
     """CUDA_VISIBLE_DEVICES=2,3 on the broken node: CUDA's devices 0 and 1 are NVML's 2 and 3 (matched by UUID, never
     by index), so their facts and their pair's path are NVML's 2 and 3's, GPU 3's link down included."""
-    from devbench import devices
+    from devbench.engine import devices
 
     nv = NODES["8x H100 SXM, GPU 3 with a link down"]()
     monkeypatch.setitem(sys.modules, "pynvml", nv)

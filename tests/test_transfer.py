@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from devbench.devices import move
-from devbench.lanes import Lanes
-from devbench.spec import gbps, size_label
+from devbench.engine.devices import move
+from devbench.engine.lanes import Lanes
+from devbench.records.spec import gbps, size_label
 from devbench.workloads import transfer as T
 
 CPU = torch.device("cpu")
@@ -277,8 +277,8 @@ def test_same_device_move_is_the_same_object():
 def test_device_copy_benchmark_measures_the_host_line(monkeypatch):
     import benchmarks.bench_transfer as bt
 
-    from devbench.measure import Measurement
-    from devbench.precision import MIN_SAMPLES
+    from devbench.engine.measure import Measurement
+    from devbench.engine.precision import MIN_SAMPLES
 
     b = bt.DeviceCopy()
     b.setup("cpu", 256 * T.KiB)
@@ -536,7 +536,7 @@ def test_a_peer_copy_is_built_and_checked_once_per_process_and_traced_only_by_it
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks import bench_transfer as B
 
-    from devbench import suite
+    from devbench.engine import suite
 
     built, checked, traced = [], [], []
 

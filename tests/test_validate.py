@@ -35,8 +35,8 @@ def test_the_subset_follows_the_issue():
 def test_gpu_run_keeps_every_figure_validate_reads_and_the_health_lines_judge():
     """validate reads its GPU figures from the run's asv results: a plan that dropped one left it nothing to check
     (the H200 run: bf16 n=8,192 and the pinned copies). The plan keeps them, whatever the budget."""
-    from devbench import plan as P
-    from devbench import spec
+    from devbench.gpu import plan as P
+    from devbench.records import spec
 
     keep = frozenset(p.selector for p in spec.kept_points())
     gpu_checks = [spec.Point(c.figure, dict(c.values)) for c in V.checks(gpu=True) if c.needs_gpu]
@@ -127,7 +127,7 @@ def test_validate_runs_end_to_end_on_recorded_results(monkeypatch, capsys, recor
     """The command's path from recorded results to verdict and exit status, with the live measurement injected."""
     c = next(c for c in V.checks(gpu=False) if c.label == "host copy 1 MiB")
     monkeypatch.setattr(V, "checks", lambda gpu: [c])
-    monkeypatch.setattr("devbench.devices.num_gpus", lambda: 0)
+    monkeypatch.setattr("devbench.engine.devices.num_gpus", lambda: 0)
     monkeypatch.setattr(V, "measure", lambda check, min_run_time, rounds: measured)
 
     class Loaded:

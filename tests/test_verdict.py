@@ -1,4 +1,4 @@
-"""The paired verdict rule (devbench.verdict) on synthetic log ratios: no timing here."""
+"""The paired verdict rule (devbench.records.verdict) on synthetic log ratios: no timing here."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from devbench import verdict as V
+from devbench.records import verdict as V
 
 
 def test_signed_rank_counts_every_sign_pattern():

@@ -9,7 +9,7 @@ import pytest
 from asv_runner.benchmarks.time import TimeBenchmark
 from asv_runner.benchmarks.track import TrackBenchmark
 
-from devbench import suite, worklock
+from devbench.engine import suite, worklock
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,13 +44,13 @@ def _write(root: Path, rel: str, text: str) -> None:
 @pytest.fixture
 def tree(tmp_path):
     """A repository with the suite's layout: two workloads, the engine, two benchmark modules."""
-    _write(tmp_path, "src/devbench/measure.py", "BLOCK_S = 0.1\n")
+    _write(tmp_path, "src/devbench/engine/measure.py", "BLOCK_S = 0.1\n")
     _write(tmp_path, "src/devbench/workloads/__init__.py", "")
     _write(
         tmp_path,
         "src/devbench/workloads/lanes.py",
         """
-        from devbench.measure import BLOCK_S
+        from devbench.engine.measure import BLOCK_S
 
         LANE_S = 0.05
 
@@ -63,7 +63,7 @@ def tree(tmp_path):
         tmp_path,
         "benchmarks/bench_lanes.py",
         """
-        from devbench.suite import Benchmark
+        from devbench.engine.suite import Benchmark
         from devbench.workloads.lanes import Pair
 
         def build():
@@ -85,7 +85,7 @@ def tree(tmp_path):
         tmp_path,
         "benchmarks/bench_copies.py",
         """
-        from devbench.suite import Benchmark
+        from devbench.engine.suite import Benchmark
         from devbench.workloads.copies import Copy
 
         class Copies(Benchmark):
@@ -102,7 +102,7 @@ def tree(tmp_path):
 def test_a_changed_workload_names_the_benchmarks_that_time_it_until_recorded(tree, capsys):
     lock = json.loads((tree / worklock.LOCK).read_text())
     assert lock["work_versions"] == {"bench_copies.Copies": 3, "bench_lanes.Lanes": 1}
-    assert set(lock["sources"]) == {"src/devbench/measure.py", "src/devbench/workloads/copies.py",
+    assert set(lock["sources"]) == {"src/devbench/engine/measure.py", "src/devbench/workloads/copies.py",
                                     "src/devbench/workloads/lanes.py"}  # fmt: skip
     assert worklock.check(tree) == [] and worklock.main(["--root", str(tree)]) == 0
 
@@ -119,8 +119,8 @@ def test_a_changed_workload_names_the_benchmarks_that_time_it_until_recorded(tre
     assert "out of date" in err and "raise the class's work_version" in err and "make work-lock" in err
 
     # the engine is the work of every benchmark that uses a workload built on it
-    (tree / "src/devbench/measure.py").write_text("BLOCK_S = 0.2\n")
-    assert "src/devbench/measure.py changed; the work of bench_lanes.Lanes" in worklock.check(tree)
+    (tree / "src/devbench/engine/measure.py").write_text("BLOCK_S = 0.2\n")
+    assert "src/devbench/engine/measure.py changed; the work of bench_lanes.Lanes" in worklock.check(tree)
 
     # the decision: Lanes's work changed; recorded, the lock holds again
     bench = tree / "benchmarks/bench_lanes.py"
@@ -135,7 +135,8 @@ def test_a_changed_workload_names_the_benchmarks_that_time_it_until_recorded(tre
 
     # new and gone modules and classes are named too
     (tree / "src/devbench/workloads/copies.py").unlink()
-    _write(tree, "benchmarks/bench_new.py", "from devbench.suite import Benchmark\n\nclass New(Benchmark):\n    pass\n")
+    _write(tree, "benchmarks/bench_new.py",
+           "from devbench.engine.suite import Benchmark\n\nclass New(Benchmark):\n    pass\n")
     assert worklock.check(tree) == [
         "src/devbench/workloads/copies.py is gone; no benchmark class uses it",
         "bench_new.New is a new benchmark class (work_version 1)",
@@ -151,7 +152,7 @@ def test_a_changed_workload_names_the_benchmarks_that_time_it_until_recorded(tre
             lambda t: _write(
                 t,
                 "benchmarks/bench_bad.py",
-                "from devbench.suite import Benchmark\n\nclass Bad(Benchmark):\n    work_version = '2'\n",
+                "from devbench.engine.suite import Benchmark\n\nclass Bad(Benchmark):\n    work_version = '2'\n",
             ),
             "benchmarks/bench_bad.py: Bad: work_version must be a literal int >= 1",
         ),
@@ -239,7 +240,7 @@ def test_work_version_folds_into_the_version_asv_records():
 
     # a class with no source file (built in a REPL or by exec) still gets a version, from its bytecode
     ns = {}
-    exec("from devbench.suite import Benchmark, instrumented\n@instrumented\nclass X(Benchmark):\n"
+    exec("from devbench.engine.suite import Benchmark, instrumented\n@instrumented\nclass X(Benchmark):\n"
          "    work_version = 3\n    def time_a(self):\n        return 1\n", ns)  # fmt: skip
     assert ns["X"].time_a.version.endswith("-work3")
 

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from devbench.measure import pin_threads
+from devbench.engine.measure import pin_threads
 from devbench.workloads.matmul import Matmul
 
 

@@ -55,12 +55,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from devbench import verdict as V  # noqa: E402
 from devbench.compare import judge, stopping  # noqa: E402
 from devbench.compare.options import SCREEN, ABError  # noqa: E402
 from devbench.compare.record import read_finished  # noqa: E402
 from devbench.compare.runner import Figure  # noqa: E402
-from devbench.spec import direction  # noqa: E402
+from devbench.records import verdict as V  # noqa: E402
+from devbench.records.spec import direction  # noqa: E402
 
 
 def replayed_stop(

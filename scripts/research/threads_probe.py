@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from devbench.measure import pin_threads
+from devbench.engine.measure import pin_threads
 from devbench.workloads.matmul import Matmul
 
 

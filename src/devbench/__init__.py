@@ -3,7 +3,7 @@
 import os as _os
 
 # Count GPUs through NVML so that asking does not initialize the CUDA driver in a
-# process that asv later forks (see devbench.devices). Must precede any torch.cuda call.
+# process that asv later forks (see devbench.engine.devices). Must precede any torch.cuda call.
 _os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 __version__ = "0.1.0"

@@ -26,7 +26,7 @@ def _rows(record: dict[str, Any]) -> list[tuple[str, str]]:
 
 def format_info(record: dict[str, Any]) -> str:
     """``describe()`` as a table a person reads, like ``nvidia-smi``'s header."""
-    from devbench.expected import link_note
+    from devbench.records.expected import link_note
 
     lines = [f"{k:<13} {v}" for k, v in _rows(record)]
     notes: list[str] = []
@@ -58,7 +58,7 @@ def format_info(record: dict[str, Any]) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from devbench.devices import describe
+    from devbench.engine.devices import describe
 
     record = describe()
     print(json.dumps(record, indent=2, sort_keys=True) if args.json else format_info(record))
@@ -66,7 +66,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_machine(args: argparse.Namespace) -> int:
-    from devbench.machine import record_machine
+    from devbench.engine.machine import record_machine
 
     try:
         entry = record_machine(args.machine, args.config)
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare_cli.add_arguments(p)
     p.set_defaults(func=compare_cli.run)
 
-    from devbench import gpurun
+    from devbench.gpu import gpurun
 
     p = sub.add_parser(
         "gpu-run",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from devbench.devices import as_device
+from devbench.engine.devices import as_device
 
 
 class DeviceLogger:

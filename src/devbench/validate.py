@@ -6,7 +6,7 @@ device->host at 256 MiB, the 1 GiB device copy and bf16 matmul at 8,192:
 ``spec.VALIDATED_GPU``) this reads the suite's latest asv result for this machine and
 measures the same workload in this process, in alternating rounds: with
 ``torch.utils.benchmark.Timer.blocked_autorange`` (the reference), with the suite's own
-method (``devbench.measure``'s ``calls_for`` and ``measure``, median over blocks: what the
+method (``devbench.engine.measure``'s ``calls_for`` and ``measure``, median over blocks: what the
 ``track_`` benchmarks run), and on a GPU with a plain loop between two
 CUDA events. Verdicts:
 
@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from devbench import spec
+from devbench.records import spec
 
 EXIT_OK, EXIT_MISMATCH, EXIT_NO_RESULTS, EXIT_DRIFT = 0, 1, 2, 3
 
@@ -212,13 +212,13 @@ def measure(c: Check, min_run_time: float = 0.2, rounds: int = 7) -> Measured:
     """Timer, the suite's method and (on a GPU) a plain CUDA-event loop, alternating for ``rounds`` rounds.
 
     Each round runs one ``blocked_autorange`` of ``min_run_time`` seconds, then
-    ``ceil(11 / rounds)`` of the suite's blocks (``devbench.measure``: ``calls_for`` sizes a
+    ``ceil(11 / rounds)`` of the suite's blocks (``devbench.engine.measure``: ``calls_for`` sizes a
     block to ``MATMUL_BLOCK_S`` of products or ``COPY_BLOCK_S`` of copies), then 5 blocks of
     50 calls between CUDA events. Alternating puts reference and method in the same
     stretches of time, so a host that changes speed moves both. Each figure is the median
     over all its blocks (Timer's: ``Measurement.times``).
     """
-    from devbench import measure as engine
+    from devbench.engine import measure as engine
     from devbench.workloads.matmul import tf32
 
     if rounds < 1:
@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         print("devbench validate: error: --rounds must be >= 1 and --min-run-time > 0, got "
               f"{args.rounds} and {args.min_run_time}", file=sys.stderr)  # fmt: skip
         return EXIT_NO_RESULTS
-    from devbench.files import default_machine
+    from devbench.records.files import default_machine
 
     machine = args.machine or default_machine()
     try:
@@ -291,8 +291,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return EXIT_NO_RESULTS
 
-    from devbench.devices import num_gpus
-    from devbench.measure import default_threads, threads_pinned
+    from devbench.engine.devices import num_gpus
+    from devbench.engine.measure import default_threads, threads_pinned
 
     threads = default_threads()
     wanted = checks(gpu=num_gpus() > 0)

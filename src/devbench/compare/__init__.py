@@ -15,7 +15,7 @@ How a comparison runs (docs/design.md, "Verdicts"), module by module:
    or screened: no longer decidable after ``robust_passes``, whatever one pair of processes read).
 6. ``judge``: per figure, each pair of processes gives the median log ratio of its pairs of
    blocks; the change is their Hodges-Lehmann estimate with a distribution-free interval
-   (``devbench.verdict``).
+   (``devbench.records.verdict``).
 7. ``record``: the table, ``compare.md``, ``compare.csv``, ``pairs.csv`` and ``run.json``, and
    reading a finished one back (``--from``).
 """

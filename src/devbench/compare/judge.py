@@ -27,9 +27,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from devbench import verdict as V
 from devbench.compare.runner import Figure, pair_logs
-from devbench.spec import direction
+from devbench.records import verdict as V
+from devbench.records.spec import direction
 
 
 def process_pair_logs(fig: Figure) -> list[float]:

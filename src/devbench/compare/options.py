@@ -30,7 +30,7 @@ FIGURE_S = 2.5
 #: a ``time_`` benchmark's block lasts at least this long (asv's sample_time of the suite; a class that declares
 #: a longer sample_time gets blocks that long: ``runner.block_length``)
 BLOCK_S = 0.05
-#: blocks inside each ``track_`` figure of the suite's engine (``devbench.measure`` reads DEVBENCH_BLOCKS):
+#: blocks inside each ``track_`` figure of the suite's engine (``devbench.engine.measure`` reads DEVBENCH_BLOCKS):
 #: one, since the pairs carry the evidence and a shorter turn leaves the host less time to drift in it
 TRACK_BLOCKS = 1
 
@@ -84,7 +84,7 @@ class Options:
 
     def check(self) -> None:
         """``ABError`` naming the first bad value."""
-        from devbench import verdict as V
+        from devbench.records import verdict as V
 
         if not 0 < self.confidence < 1:
             raise ABError(f"--confidence must be in (0, 1), got {self.confidence}")

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devbench import verdict as V
 from devbench.compare import judge, stopping
 from devbench.compare.options import ABError, Options
 from devbench.compare.runner import Combination, Figure
-from devbench.files import OutputError, md_escape, staged_dir, write_atomic
+from devbench.records import verdict as V
+from devbench.records.files import OutputError, md_escape, staged_dir, write_atomic
 
 ORDER = {V.SLOWER: 0, V.FASTER: 1, V.UNDECIDED: 2, V.SAME: 3}
 

@@ -19,7 +19,7 @@ def bench_pattern(bench: str | None, twins: bool, gpu: bool = True) -> str:
     benchmarks' Python), every combination with a value of ``GPU_VALUES``, each of which would
     cost two forked processes to skip.
     """
-    from devbench.spec import RECORDS, TWINS
+    from devbench.records.spec import RECORDS, TWINS
 
     left_out = set(RECORDS) | (set() if twins else set(TWINS))
     skip = "|".join(re.escape(k) for k in sorted(left_out))

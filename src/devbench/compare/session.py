@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 WORKER = Path(__file__).with_name("worker.py")
-#: ``devbench.suite.CHECKED_ENV`` (not imported: the suite imports torch, the coordinator never does)
+#: ``devbench.engine.suite.CHECKED_ENV`` (not imported: the suite imports torch, the coordinator never does)
 CHECKED_ENV = "DEVBENCH_CHECKED"
 
 
@@ -72,7 +72,7 @@ class Worker:
         # the tree's own code first; what the caller's PYTHONPATH held after it (packages installed with
         # --target, as scripts/device-run.sh does for asv on a machine with no package index)
         paths = [str(self.tree / "src"), str(self.tree), *filter(None, [self.env.get("PYTHONPATH")])]
-        # this side's workloads checked by an earlier process of the compare (devbench.suite.CHECKED_ENV)
+        # this side's workloads checked by an earlier process of the compare (devbench.engine.suite.CHECKED_ENV)
         env = {**self.env, "PYTHONPATH": os.pathsep.join(paths), CHECKED_ENV: str(self.tree / ".checked")}
         try:
             self.proc = subprocess.Popen(

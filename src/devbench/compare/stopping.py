@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from devbench import verdict as V
 from devbench.compare.judge import confidence_of, process_pair_logs, sweep_sizes
 from devbench.compare.options import Options
 from devbench.compare.runner import Figure
+from devbench.records import verdict as V
 
 
 def fewest_passes(confidence: float) -> int:

@@ -138,7 +138,7 @@ def _child(bench, reply_fd: int, block_s: float, requests, cache_file: str | Non
 def _in_child(select: str, work) -> int:
     """Run ``work()`` in a forked process (the parent never touches CUDA, so the child may) and return its
     exit code. ``select`` (a regular expression of asv's ``name(params)``) is set as ``DEVBENCH_BENCH``
-    there: what a ``setup_cache`` sweep measures (``devbench.suite.selected``)."""
+    there: what a ``setup_cache`` sweep measures (``devbench.engine.suite.selected``)."""
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
@@ -201,7 +201,7 @@ def _attr(bench, name: str, default=None):
 
 
 #: what ``devbench gpu-run`` plans with: asv's timing attributes and the suite's plan declarations
-#: (``devbench.plan``): its headline points and its own estimates of set-up and figure time
+#: (``devbench.gpu.plan``): its headline points and its own estimates of set-up and figure time
 _PLANNED = ("rounds", "repeat", "sample_time", "warmup_time", "timeout", "headline", "plan_gpus", "plan_setup_s",
             "plan_s", "plan_cache_s", "plan_needs", "plan_last", "skips", "swept", "sample_cap")  # fmt: skip
 

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 from asv import _stats as asv_stats
 
+from devbench.records.spec import HIGHER_IS_BETTER, LOWER_IS_BETTER
 from devbench.report.fields import STATS
-from devbench.spec import HIGHER_IS_BETTER, LOWER_IS_BETTER
 
 
 def is_result_better_fallback(a, b, a_ss, b_ss, factor, use_stats=True) -> bool:

@@ -27,8 +27,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from devbench import spec
-from devbench.spec import direction
+from devbench.records import spec
+from devbench.records.spec import direction
 
 MiB, GiB = 2**20, 2**30
 

@@ -7,12 +7,12 @@ import math
 
 import pandas as pd
 
-from devbench import verdict as V
+from devbench.records import verdict as V
+from devbench.records.spec import direction
 from devbench.report import asvrule as C
 from devbench.report import steps as ST
 from devbench.report.derive import where_label
 from devbench.report.parts import Section, _clip, _human, _pct
-from devbench.spec import direction
 
 
 def two_commit_verdicts(cmp: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd.Series:

@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--collectives",
         metavar="DIR",
-        help="figures of `python -m devbench.collectives` runs (default: collectives/ beside --results)",
+        help="figures of `python -m devbench.worlds.collectives` runs (default: collectives/ beside --results)",
     )
     p.add_argument(
         "--compare",
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from devbench.files import OutputError, check_out_dir, staged_dir
+    from devbench.records.files import OutputError, check_out_dir, staged_dir
     from devbench.report import sections, writers
     from devbench.report.asvrule import commit_pair
     from devbench.report.load import load_results
@@ -241,7 +241,7 @@ def _host_line(path: Path) -> str:
 
 
 def _add_side_records(loaded, args: argparse.Namespace) -> None:
-    """The shape searches of ``bench_achievable``, the ``devbench.fleet`` runs and ``PeerMatrix``'s pairs
+    """The shape searches of ``bench_achievable``, the ``devbench.worlds.fleet`` runs and ``PeerMatrix``'s pairs
     (``achievable/``, ``fleet/`` and ``peers/`` beside the results) of the chosen machines."""
     from devbench.report.records import load_achievable, load_fleet, load_peers
 

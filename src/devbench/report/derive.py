@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from devbench import spec
-from devbench.expected import gpu_peak
+from devbench.records import spec
+from devbench.records.expected import gpu_peak
 
 KEYS = ["machine", "env", "commit", "commit_short", "date"]
 
@@ -180,7 +180,7 @@ COLLECTIVE_COLUMNS = ["machine", "env", "runner", "backend", "world", "op", "nby
 
 def collective_bandwidth(frame: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Bus and algorithm bandwidth per op and size: the suite's ``Collectives`` tracks
-    (``runner`` "asv"), and the latest ``python -m devbench.collectives`` file per
+    (``runner`` "asv"), and the latest ``python -m devbench.worlds.collectives`` file per
     machine, backend, world size and node count (``runner`` "torchrun", see
     ``load_collectives``)."""
     parts = []
@@ -354,14 +354,14 @@ HEALTH_MIN_N = 4096
 
 def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFrame,
            collectives: pd.DataFrame | None = None, peers: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Each GPU machine's figures against what the machine should do (``devbench.expected``): the expected
+    """Each GPU machine's figures against what the machine should do (``devbench.records.expected``): the expected
     figure, the share, ``ok``/``low``/``unknown`` and why. Judged: host<->device, device and GPU -> GPU copies
     of 64 MiB and more (a GPU pair's copy with the path it took), the largest square product per dtype, the
     slowest and the median pair of the newest peer matrix (``peers``, ``records.load_peers``), and each NCCL
     collective's bus bandwidth at its largest size (``collectives``, ``collective_bandwidth``). A machine's
     PCIe link comes from its asv record's ``pcie`` (``devbench machine``); without it the host<->device
     figures are ``unknown``."""
-    from devbench.expected import Health, judge
+    from devbench.records.expected import Health, judge
 
     cols = ["where", "figure", "measured", "unit", "verdict", "share", "reason"]
     names = _gpu_names(frame)
@@ -492,7 +492,7 @@ def _ring_pair(peers: pd.DataFrame | None, machine: str, world: int) -> Any:
 
 def _pair_of(row: Any) -> Any:
     """A peer matrix row's NVML path (``topology.PairPath``) where PeerMatrix recorded one, else None."""
-    from devbench.topology import PairPath
+    from devbench.records.topology import PairPath
 
     links = row.get("nvlinks")
     if links is None or not pd.notna(links):
@@ -505,7 +505,7 @@ def _pair_of(row: Any) -> Any:
 def _peer_paths(frame: pd.DataFrame) -> dict[tuple, str]:
     """(machine, env, commit, route, nbytes) -> the path a ``PeerCopy`` took (``expected.path_label``), from its
     ``track_peer_access`` and ``track_nvlink_share`` figures of the same run."""
-    from devbench.expected import path_label
+    from devbench.records.expected import path_label
 
     sub = usable(frame)
     access = sub[sub["benchmark"] == spec.PEER_ACCESS.benchmark]
@@ -526,7 +526,7 @@ def with_health(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with ``expected``, ``expected_source`` and ``health`` (ok, low, unknown, not judged) on the GPU
     figures the health section judges, every commit of them (the history's own normal); empty elsewhere. For the
     CSV and Parquet: one ``expected`` per machine and kind, each row judged at the state it ran in."""
-    from devbench.expected import PAGEABLE_NOTE, expected, judge
+    from devbench.records.expected import PAGEABLE_NOTE, expected, judge
 
     out = frame.assign(expected=np.nan, expected_source="", health="")
     if "machine_gpu" not in out or out.empty:

@@ -35,11 +35,11 @@ class Loaded:
     results_dir: Path | None = None
     param_columns: list[str] = field(default_factory=list)
     machine_columns: list[str] = field(default_factory=list)
-    #: figures of ``python -m devbench.collectives`` runs (see ``load_collectives``)
+    #: figures of ``python -m devbench.worlds.collectives`` runs (see ``load_collectives``)
     collectives: pd.DataFrame | None = None
     #: the newest shape search per machine, device and dtype (see ``records.load_achievable``)
     achievable: pd.DataFrame | None = None
-    #: the newest ``python -m devbench.fleet`` run per machine, a row per rank and figure
+    #: the newest ``python -m devbench.worlds.fleet`` run per machine, a row per rank and figure
     fleet: pd.DataFrame | None = None
     #: the newest ``PeerMatrix`` run per machine and size, a row per GPU pair and direction
     peers: pd.DataFrame | None = None

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from devbench.records.spec import direction, size_label
 from devbench.report.derive import where_label
-from devbench.spec import direction, size_label
 
 
 def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1) -> bytes:
@@ -85,7 +85,7 @@ def _loglog_per_machine(
 
 def _datasheet(g: pd.DataFrame) -> dict[str, float]:
     """The datasheet dense peak of this GPU line's dtype (none for CPU lines and unknown GPUs)."""
-    from devbench.expected import gpu_peak
+    from devbench.records.expected import gpu_peak
 
     if g.empty or str(g["device"].iloc[0]) != "cuda" or "machine_gpu" not in g.columns:
         return {}

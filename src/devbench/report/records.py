@@ -1,9 +1,9 @@
 """Side records the report joins to asv's results: run info, GPU state, and torchrun collectives files.
 
-* ``.asv/runinfo``: the torch and CUDA each benchmark process really imported (``devbench.runinfo``);
-* ``.asv/gpustate``: NVML state around each GPU benchmark (``devbench.gpustate``);
-* ``.asv/collectives``: figures of ``python -m devbench.collectives`` runs;
-* ``.asv/fleet``: ``python -m devbench.fleet`` runs (every GPU at once, judged against its peers);
+* ``.asv/runinfo``: the torch and CUDA each benchmark process really imported (``devbench.records.runinfo``);
+* ``.asv/gpustate``: NVML state around each GPU benchmark (``devbench.records.gpustate``);
+* ``.asv/collectives``: figures of ``python -m devbench.worlds.collectives`` runs;
+* ``.asv/fleet``: ``python -m devbench.worlds.fleet`` runs (every GPU at once, judged against its peers);
 * ``.asv/achievable``: the shape searches of ``bench_achievable`` (best shape per device and dtype).
 
 All sit beside the asv results directory. No torch.
@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from devbench import gpustate, runinfo
-from devbench.files import read_jsonl
+from devbench.records import gpustate, runinfo
+from devbench.records.files import read_jsonl
+from devbench.records.spec import params_label
 from devbench.report.problems import Problem
-from devbench.spec import params_label
 
 
 def runinfo_index(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
@@ -54,7 +54,7 @@ def _label(params: Any) -> str:
 
 
 def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
-    """Add ``gpu_throttled`` and ``gpu_state`` from ``devbench.gpustate`` records in ``folder``.
+    """Add ``gpu_throttled`` and ``gpu_state`` from ``devbench.records.gpustate`` records in ``folder``.
 
     A row's window runs from its benchmark's ``started_at`` to the next benchmark's start
     in the same result file; the records of its class and parameters inside that window
@@ -138,7 +138,8 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
         med = during.groupby("row")[["sm_clock_mhz", "power_w"]].median()
         mhz.iloc[med.index.to_numpy()] = pd.to_numeric(med["sm_clock_mhz"], errors="coerce").to_numpy()
         watts.iloc[med.index.to_numpy()] = pd.to_numeric(med["power_w"], errors="coerce").to_numpy()
-    # the throttle reasons seen and the PCIe link as trained while it was timed: what devbench.expected judges by
+    # the throttle reasons seen and the PCIe link as trained while it was timed: what
+    # devbench.records.expected judges by
     reasons = pd.Series("", index=frame.index, dtype=object)
     gen = pd.Series(np.nan, index=frame.index)
     width = pd.Series(np.nan, index=frame.index)
@@ -159,7 +160,7 @@ COLLECTIVE_COLUMNS = ["file", "machine", "env", "backend", "world", "nodes", "fi
 
 
 def load_collectives(folder: str | os.PathLike[str], problems: list[Problem] | None = None) -> pd.DataFrame:
-    """The rows of every ``python -m devbench.collectives`` file in ``folder`` (none if it is absent).
+    """The rows of every ``python -m devbench.worlds.collectives`` file in ``folder`` (none if it is absent).
 
     One row per file x op x size; ``env`` is ``"<backend> x<world>"`` so the report can
     label runs like asv environments. A file that is not such a document is skipped and
@@ -321,7 +322,7 @@ FLEET_COLUMNS = ["file", "machine", "finished", "measured", "world", "rank", "ho
 
 
 def load_fleet(folder: str | os.PathLike[str], problems: list[Problem] | None = None) -> pd.DataFrame:
-    """One row per rank and figure of the newest ``python -m devbench.fleet`` file per machine.
+    """One row per rank and figure of the newest ``python -m devbench.worlds.fleet`` file per machine.
 
     A file that is not a fleet document is skipped and named in ``problems``.
     """
@@ -373,7 +374,7 @@ def load_peers(folder: str | os.PathLike[str], problems: list[Problem] | None = 
             "machine": str(rec["machine"]), "time": float(rec["time"]), "nbytes": int(rec["nbytes"]),
             "src": int(rec["src"]), "dst": int(rec["dst"]), "gbps": float(rec["gbps"]),
             "path": str(rec.get("path") or ""), "src_id": rec.get("src_id"), "dst_id": rec.get("dst_id"),
-            # the pair's NVML path (devbench.topology), where PeerMatrix could read it
+            # the pair's NVML path (devbench.records.topology), where PeerMatrix could read it
             "nvlinks": rec.get("nvlinks"), "switched": rec.get("switched"), "pcie": rec.get("pcie"),
         }  # fmt: skip
 

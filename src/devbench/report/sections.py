@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from devbench.records.spec import size_label
 from devbench.report import asvrule as C
 from devbench.report import changes as CH
 from devbench.report import derive as D
@@ -21,7 +22,6 @@ from devbench.report.ceilings import attribute
 from devbench.report.derive import latest, where_label
 from devbench.report.load import Loaded
 from devbench.report.parts import MAX_ROWS, Report, Section, _clip, _human, sig  # noqa: F401 - _human: tests
-from devbench.spec import size_label
 
 # --- Sections -------------------------------------------------------------------------------------------
 
@@ -76,7 +76,7 @@ def _throughput(frame: pd.DataFrame, tp: pd.DataFrame) -> Section | None:
         "(the burst figure, from idle, is in the achievable table); on a GPU, products shorter than 100 us are "
         "timed with the stream held, so they are the device's time without the launch. Plot: higher is better; "
         "GPU solid, CPU dashed, a GPU's datasheet dense "
-        "peak for each dtype dotted (devbench.expected); both axes logarithmic."
+        "peak for each dtype dotted (devbench.records.expected); both axes logarithmic."
     )
     return Section("Matmul throughput (TFLOP/s)", text, sig(table), plot="throughput")
 
@@ -97,7 +97,7 @@ def _peak(tp_frame: pd.DataFrame) -> Section | None:
         "Best measured square-matmul TFLOP/s against a peak: the achievable figure (the best shape "
         "bench_achievable found on that device and dtype, burst, sustained or search, whichever is highest) "
         "where its burst and sustained ran at the same commit and environment as the square products, else a "
-        "known GPU's datasheet dense figure (devbench.expected). Figures of two runs are not divided: they can "
+        "known GPU's datasheet dense figure (devbench.records.expected). Figures of two runs are not divided: they can "
         "differ in code and in the host's hour. A CPU without a search at its commit gets no fraction, and "
         "its row says where the latest search was; unknown GPUs get none either. A ceiling is never below a "
         "product timed in the same run: where a square product beat the search's best (a search on a busy "
@@ -234,7 +234,7 @@ def _collectives(cb: pd.DataFrame) -> Section | None:
     text = (
         "Bus bandwidth, decimal GB/s (nccl-tests: algorithm bandwidth = size / time, x 2(n-1)/n for all_reduce, "
         "x (n-1)/n for all_gather and reduce_scatter, x 1 for broadcast and the send/recv ring), every result "
-        "checked on every rank. `asv`: the suite's local world; `torchrun`: `python -m devbench.collectives`. "
+        "checked on every rank. `asv`: the suite's local world; `torchrun`: `python -m devbench.worlds.collectives`. "
         "Plot: higher is better; the suite's runs solid, torchrun files dashed; both axes logarithmic."
     )
     return Section("Collectives: bus bandwidth (GB/s)", text, sig(table), plot="collectives")
@@ -260,7 +260,8 @@ def _fleet(fleet: pd.DataFrame | None) -> Section | None:
     measured = ", ".join(sorted(set(f["measured"].astype(str))))
     units = ", ".join(f"{a} {b}" for a, b in f.drop_duplicates("figure")[["figure", "unit"]].itertuples(index=False))
     text = (
-        f"`python -m devbench.fleet`: the same short, checked set on every rank at once ({measured}), each figure "
+        f"`python -m devbench.worlds.fleet`: the same short, checked set on every rank at once ({measured}), "
+        f"each figure "
         f"shown with its deviation from the median of all ranks; higher is better. {n_slow} rank(s) flagged SLOW "
         f"(more than the run's threshold below the median). Units: {units}. MHz and W: NVML during the sustained "
         "matmul (GPUs)."
@@ -306,7 +307,7 @@ def _health(frame: pd.DataFrame, tp: pd.DataFrame, bw: pd.DataFrame, cb: pd.Data
         return None
     table = table.assign(share=[f"{100 * v:.0f}%" if pd.notna(v) else "n/a" for v in table["share"]])
     text = (
-        "Each GPU figure against what a healthy machine of its kind reaches (devbench.expected, each expected "
+        "Each GPU figure against what a healthy machine of its kind reaches (devbench.records.expected, each expected "
         "figure with its source): pinned host<->device copies against a healthy host on the GPU's whole PCIe "
         "link (Gen5 x16: typical 52 GB/s, the fleet health checks' floor 48), else the link's rate after "
         "encoding, with the link the copy trained at under load named when it is low; pageable copies are "

@@ -24,8 +24,8 @@ import statistics
 import numpy as np
 import pandas as pd
 
-from devbench import verdict as V
-from devbench.spec import direction
+from devbench.records import verdict as V
+from devbench.records.spec import direction
 
 #: series shorter than this are not judged: two points are one pair, and a pair is noise
 MIN_POINTS = 3

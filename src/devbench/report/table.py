@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from devbench.records.spec import params_label
 from devbench.report.fields import (
     BASE_COLUMNS,
     CATEGORICAL,
@@ -25,7 +26,6 @@ from devbench.report.fields import (
 )
 from devbench.report.problems import Problem
 from devbench.report.records import actual_versions
-from devbench.spec import params_label
 
 
 class _Table:

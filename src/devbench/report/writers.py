@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from devbench.files import md_escape, write_atomic
+from devbench.records.files import md_escape, write_atomic
 from devbench.report.ceilings import with_ceilings
 from devbench.report.derive import with_health
 from devbench.report.load import Loaded

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from devbench.measure import BLOCKS_ENV, measure, plan_blocks, warm_up
+from devbench.engine.measure import BLOCKS_ENV, measure, plan_blocks, warm_up
 from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32
 
 #: The grid: m and n from DIMS, k from K_DIMS; the square sizes first (the suite's
@@ -79,7 +79,7 @@ def shape_bytes(shape: Shape, dtype: str, sets: int = 2) -> int:
 def candidates(device: torch.device, dtype: str, free_bytes: int | None = None,
                known: Sequence[Shape] = ()) -> list[Shape]:  # fmt: skip
     """Shapes to search, squares first, each of which fits ``MEMORY_SHARE`` of ``free_bytes``; with ``known`` (the
-    best shapes earlier searches found on this model, this dtype's first: ``devbench.expected.known_shapes``),
+    best shapes earlier searches found on this model, this dtype's first: ``devbench.records.expected.known_shapes``),
     the squares, those shapes and their neighbours in the grid (one of m, k, n one step up or down) alone.
 
     (m, k, n): A is m x k, B is k x n. ``free_bytes`` None: no memory bound.
@@ -115,11 +115,12 @@ def neighbours(shape: Shape, dims: Sequence[int], ks: Sequence[int]) -> list[Sha
 
 
 def known_shapes(device: torch.device, dtype: str) -> list[Shape]:
-    """The best shapes earlier searches found on this GPU's model, ``dtype``'s first (``devbench.expected``); none
+    """The best shapes earlier searches found on this GPU's model, ``dtype``'s first
+    (``devbench.records.expected``); none
     for the CPU or a model never searched."""
     if device.type != "cuda":
         return []
-    from devbench.expected import known_shapes as of_model
+    from devbench.records.expected import known_shapes as of_model
 
     return of_model(torch.cuda.get_device_name(device), dtype)
 
@@ -249,8 +250,8 @@ def made_where(device: torch.device) -> dict:
     """What a search depends on beyond its grid: the machine, torch, the device, the CPU threads, and whether
     the run was a quick one (``DEVBENCH_BLOCKS``: asv --quick in make test, devbench compare's passes), whose
     search shares the machine with other work and must never stand for a real run's."""
-    from devbench.devices import _cpu_model
-    from devbench.files import default_machine
+    from devbench.engine.devices import _cpu_model
+    from devbench.records.files import default_machine
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
     return {"machine": default_machine(), "torch": torch.__version__, "device": name,
@@ -265,7 +266,7 @@ def _cache_key(device: torch.device, dtype: str, shapes: list, budget: float) ->
 def searched(device: torch.device, dtype: str, shapes: list[Shape], budget: float) -> dict:
     """The search record for this device and dtype: from the cache where the same machine, torch, threads,
     kind of run, grid and budget made one, else searched now (and cached, with where and when)."""
-    from devbench.files import write_atomic
+    from devbench.records.files import write_atomic
 
     path, key = cache_file(), _cache_key(device, dtype, [list(s) for s in shapes], budget)
     try:
@@ -299,7 +300,7 @@ def free_bytes(device: torch.device) -> int:
 
 def write_records(folder: Path, records: list[dict]) -> None:
     """Append what the searches timed to ``folder/<machine>.jsonl`` (the report reads it)."""
-    from devbench.files import append_jsonl, default_machine
+    from devbench.records.files import append_jsonl, default_machine
 
     machine = default_machine()
     stamp = {"time": time.time(), "machine": machine, "torch": torch.__version__}

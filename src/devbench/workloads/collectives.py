@@ -25,10 +25,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from devbench.devices import synchronize
-from devbench.measure import Measurement, block_calls
-from devbench.spec import COLLECTIVE_OPS as OPS
-from devbench.spec import KiB, MiB, bus_factor, gbps
+from devbench.engine.devices import synchronize
+from devbench.engine.measure import Measurement, block_calls
+from devbench.records.spec import COLLECTIVE_OPS as OPS
+from devbench.records.spec import KiB, MiB, bus_factor, gbps
 
 #: nccl-tests' message sizes, 4 KiB to 256 MiB in steps of 4x
 SIZES = [4 * KiB * 4**i for i in range(9)]
@@ -393,7 +393,7 @@ def sweep_rank(
 
     ``progress``: rank 0 prints each row of the table as it is measured.
     """
-    from devbench.world import rank_device
+    from devbench.engine.devices import rank_device
 
     rows = sweep(rank_device(backend, rank), ops, sizes, target_s=target_s, samples=samples,
                  progress=print_row if progress else None, in_place=in_place, only=only)  # fmt: skip

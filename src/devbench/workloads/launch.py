@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from devbench.measure import SEED, randn
+from devbench.engine.measure import SEED, randn
 from devbench.workloads.matmul import Matmul
 
 #: The small tasks: an elementwise add of 1 and 1,000 elements, float32 products of 64 and 256.

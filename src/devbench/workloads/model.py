@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from devbench.devices import as_device
-from devbench.measure import SEED, randn
+from devbench.engine.devices import as_device
+from devbench.engine.measure import SEED, randn
 
 #: Models by param value: (builder, input features). "lazy_linear" is the chapter's net.
 MODEL_INPUTS = {"lazy_linear": 20, "mlp": 2048}

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from devbench.engine.measure import SEED, randn
 from devbench.logger import DeviceLogger
-from devbench.measure import SEED, randn
 
 STRATEGIES = ["per_step_item", "per_step_numpy", "on_device", "periodic"]
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
-from devbench.devices import synchronize
-from devbench.lanes import Lanes
+from devbench.engine.devices import synchronize
+from devbench.engine.lanes import Lanes
 from devbench.workloads.matmul import Matmul
 
 #: products issued back to back to time the host's share of one (its dispatch and launch)
@@ -31,7 +31,7 @@ def host_bound_reason(lanes: int, issue_s: float, product_s: float, share: float
 class ParallelPair:
     """The same N works of float32 products, run at once on N lanes and in sequence on lane 0.
 
-    ``devbench.lanes.Lanes`` runs the lanes: N GPUs (a stream each), one GPU given N
+    ``devbench.engine.lanes.Lanes`` runs the lanes: N GPUs (a stream each), one GPU given N
     times (N streams on it), or CPU threads. Each lane owns its ``Matmul`` so no two lanes
     write one output; the sequential twin runs N ``Matmul`` on lane 0. Every product is
     checked once; a lane's work is then sized, after a warm-up of both runs (threads,

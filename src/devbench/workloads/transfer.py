@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from devbench.devices import as_device, synchronize
-from devbench.expected import path_label
-from devbench.lanes import Lanes
-from devbench.measure import SEED
-from devbench.spec import GiB, KiB, MiB, gbps, size_label
+from devbench.engine.devices import as_device, synchronize
+from devbench.engine.lanes import Lanes
+from devbench.engine.measure import SEED
+from devbench.records.expected import path_label
+from devbench.records.spec import GiB, KiB, MiB, gbps, size_label
 
 #: Every factor of 4 from 4 KiB to 64 MiB, then 256 MiB and 1 GiB.
 SIZES: list[int] = [4 * KiB * 4**i for i in range(8)] + [256 * MiB, GiB]
@@ -576,8 +576,8 @@ def write_peer_records(rows: list[dict], folder: Path, machine: str | None = Non
     """Append one JSON line per pair of a ``peer_matrix`` to ``folder/<machine>.jsonl``, with each GPU's PCI bus id."""
     import time
 
-    from devbench.devices import cuda_identities
-    from devbench.files import append_jsonl, default_machine
+    from devbench.engine.devices import cuda_identities
+    from devbench.records.files import append_jsonl, default_machine
 
     machine = machine or default_machine()
     ids = [c.get("pci_bus_id") or c.get("uuid") for c in cuda_identities()] if torch.cuda.is_available() else []

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+from devbench.engine.devices import rank_device
+
 __all__ = [
     "BACKENDS",
     "RankFailed",
@@ -32,7 +34,6 @@ __all__ = [
     "backend_reason",
     "join_torchrun",
     "preflight",
-    "rank_device",
     "resolve_backend",
     "spawn_world",
     "under_torchrun",
@@ -88,7 +89,7 @@ def backend_reason(backend: str, world: int) -> str | None:
     needs one GPU per rank. GPUs are counted through devbench (NVML), never by creating
     a CUDA context in this process.
     """
-    from devbench.devices import num_gpus
+    from devbench.engine.devices import num_gpus
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
@@ -109,17 +110,6 @@ def backend_reason(backend: str, world: int) -> str | None:
     if gpus < world:
         return f"{world} NCCL ranks need {world} GPUs; this machine has {gpus}"
     return None
-
-
-def rank_device(backend: str, local_rank: int):
-    """The device a rank works on: the CPU for gloo, ``cuda:local_rank`` (made current) for NCCL."""
-    import torch
-
-    if backend == "nccl":
-        dev = torch.device("cuda", local_rank)
-        torch.cuda.set_device(dev)
-        return dev
-    return torch.device("cpu")
 
 
 def resolve_backend(choice: str, local_world: int) -> str:
@@ -287,7 +277,7 @@ def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str]
 
 
 #: what the ranks' server imports once, before it forks them (importing these never touches CUDA)
-PRELOAD = ["torch", "torch.distributed", "devbench.world"]
+PRELOAD = ["torch", "torch.distributed", "devbench.worlds.world"]
 
 
 def _context() -> Any:

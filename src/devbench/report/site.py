@@ -2,7 +2,7 @@
 
 asv's ``index.html`` loads jQuery, Flot, Bootstrap, stupidtable and blueimp-md5 from three CDNs;
 without a network the page is blank. GPU clusters are often air-gapped, so ``make publish``
-runs ``python -m devbench.site .asv/html`` after ``asv publish``: each CDN file is taken from
+runs ``python -m devbench.report.site .asv/html`` after ``asv publish``: each CDN file is taken from
 its package on the npm registry, pinned by version and checked, copied into the site's
 ``vendor/`` folder, and the page points there. No third-party code is committed here: the
 packages are fetched once into a cache (``~/.cache/devbench/site``, or ``$DEVBENCH_SITE_CACHE``)
@@ -30,7 +30,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from devbench.files import write_atomic
+from devbench.records.files import write_atomic
 
 REGISTRY = "https://registry.npmjs.org"
 
@@ -151,7 +151,7 @@ def localize(html: str, cache: Path) -> tuple[str, dict[str, bytes]]:
         tag, attr, url = match.group(0), match.group(2), match.group(3)
         key = next((k for k in FILES if url.endswith(k)), None)
         if key is None:
-            raise SiteError(f"the page loads {url}, which devbench.site does not know; asv changed its page")
+            raise SiteError(f"the page loads {url}, which devbench.report.site does not know; asv changed its page")
         pkg, name, same = FILES[key]
         data = member(tarball(pkg, cache), name, pkg)
         integrity = re.search(r'\bintegrity="([^"]+)"', tag)
@@ -189,7 +189,7 @@ def make_offline(html_dir: Path, cache: Path | None = None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m devbench.site",
+        prog="python -m devbench.report.site",
         description="Make an asv publish site work offline: its CDN scripts and styles are fetched once from "
         "the npm registry (pinned versions, checked hashes) into a cache and copied into the site's vendor/.",
     )
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         files = make_offline(Path(args.html_dir), Path(args.cache) if args.cache else None)
     except SiteError as exc:
-        print(f"devbench.site: {exc}", file=sys.stderr)
+        print(f"devbench.report.site: {exc}", file=sys.stderr)
         return 2
     print(f"{args.html_dir}: {len(files)} files in vendor/, the site loads nothing from the network")
     return 0

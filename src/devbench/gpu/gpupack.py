@@ -10,10 +10,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from devbench.gpuhealth import saved_results
+from devbench.gpu.gpuhealth import saved_results
 
 #: the folders of .asv that a run fills, packed with the results (``sweep``: the measuring processes' journal
-#: and logs, ``devbench.sweep``)
+#: and logs, ``devbench.engine.sweep``)
 STATE_DIRS = ("gpustate", "runinfo", "achievable", "fleet", "sweep")
 
 

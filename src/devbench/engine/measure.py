@@ -17,7 +17,7 @@ How a figure is timed (docs/design.md, "How a figure is timed"):
   for it when one call is shorter than ``HOLD_BELOW_S``.
 * ``measure`` times several blocks and keeps every one in a ``Measurement``, which
   gives the median (the figure); ``spread_of`` the spread, which ``with_samples`` flags.
-* ``devbench.lanes`` (the engine's other half) runs several callables at once, one per lane
+* ``devbench.engine.lanes`` (the engine's other half) runs several callables at once, one per lane
   (a CUDA stream made once, or a CPU thread), and times the whole and each lane.
 """
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from devbench import precision
-from devbench.devices import synchronize
+from devbench.engine import precision
+from devbench.engine.devices import synchronize
 
 #: Seed for every input tensor: the same inputs on every machine and run.
 SEED = 20260101
@@ -455,7 +455,7 @@ def measure(
 
     ``calls`` is a number, or a ``BlockPlan`` (``plan_blocks``), which may hold the stream. ``blocks``
     unset: ``DEVBENCH_BLOCKS`` where set, else blocks until asv's 99% interval of their median is within
-    0.5% of it or the benchmark's cap has passed (``devbench.precision``: nvbench's noise-based stopping).
+    0.5% of it or the benchmark's cap has passed (``devbench.engine.precision``: nvbench's noise-based stopping).
     """
     plan = calls if isinstance(calls, BlockPlan) else BlockPlan(calls)
     return Measurement(_blocks(lambda: time_block(fn, device, plan.calls, stream, hold=plan.hold).per_call,

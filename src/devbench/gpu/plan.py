@@ -1,6 +1,6 @@
 """What a time-boxed run of the suite measures, what it expects that to cost, and what it leaves out.
 
-``devbench gpu-run`` (``devbench.gpurun``) plans with this before it starts asv: every combination
+``devbench gpu-run`` (``devbench.gpu.gpurun``) plans with this before it starts asv: every combination
 of every selected benchmark becomes a ``Point`` with an estimate of its seconds, and ``choose``
 keeps points in priority order until the budget is spent. Nothing here imports torch or asv.
 
@@ -22,7 +22,7 @@ Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a ro
   seconds (asv's rule, ``warmup_time`` before it); a ``track_`` one takes the class's ``plan_s``,
   else ``TRACK_S`` (the engine's 11 blocks of 0.1 s, and its sizing).
 
-A GPU point of a swept class (``swept``: ``devbench.sweep``) is a fork that asks the run's measuring process:
+A GPU point of a swept class (``swept``: ``devbench.engine.sweep``) is a fork that asks the run's measuring process:
 no CUDA context and no set-up of its own. Its workload is built once per stage, priced as a set-up unit shared
 by the figures of that workload (``SETUP_S``, or the class's ``plan_setup_s``: cuBLAS has started); its
 figure samples ``swept_sample_s`` (8 blocks of its ``sample_time`` where precise, else its cap); each stage
@@ -46,7 +46,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from devbench import precision
+from devbench.engine import precision
 
 #: seconds of a combination's set-up when its class declares none
 SETUP_S = 0.3
@@ -76,7 +76,8 @@ class Costs:
     gpu_check_s: float = 0.0
     #: the first GPU's name as torch gives it ("NVIDIA H200")
     gpu_model: str = ""
-    #: whether earlier searches found best shapes on that model (``devbench.expected.known_shapes``: gpu-run fills
+    #: whether earlier searches found best shapes on that model
+    #: (``devbench.records.expected.known_shapes``: gpu-run fills
     #: it): the achievable search then times those, their neighbours and the squares, not the whole grid
     model_searched: bool = False
     #: seconds the CUDA tests and validate took where a recorded run gives them (``gpu-run --costs-from``), else 0:
@@ -301,7 +302,8 @@ def sample_s(bench: dict[str, Any], gpu: bool = False) -> float:
 
 
 def swept_sample_s(bench: dict[str, Any], gpu: bool = True) -> float:
-    """Seconds a swept class's figure samples (``devbench.precision``): the class's ``plan_s``, else blocks of its
+    """Seconds a swept class's figure samples (``devbench.engine.precision``): the class's ``plan_s``,
+    else blocks of its
     ``sample_time``: on a GPU ``MIN_SAMPLES`` of them where the class sets no cap (precise), else, and on the CPU
     (a shared host rarely gives 0.5%), the cap: seconds or blocks, whichever ends later; a host-clock figure on
     the CPU at least asv's ``repeat[2]`` (``suite.waited``)."""

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devbench import files
-from devbench.files import append_jsonl, read_jsonl
+from devbench.records import files
+from devbench.records.files import append_jsonl, read_jsonl
 
 #: Folder beside asv's results (asv.conf.json keeps results, env and html under .asv/).
 GPUSTATE_DIR = Path(".asv") / "gpustate"
@@ -214,7 +214,7 @@ def while_timed(records: Sequence[dict[str, Any]], cls: str, params: dict[str, A
     state; one keyed by none (asv's own process, one figure each) is. The GPU is the one the figure ran on
     (``cuda_index``), never NVML's device of the same number: under ``CUDA_VISIBLE_DEVICES=2,3`` CUDA's device 0 is
     NVML's 2. Its ``sm_clock_mhz`` (median), ``throttling`` (every
-    reason seen) and ``pcie_gen``/``pcie_width`` (the link under that load) are what ``devbench.expected.judge``
+    reason seen) and ``pcie_gen``/``pcie_width`` (the link under that load) are what ``devbench.records.expected.judge``
     reads."""
     want = {k: v for k, v in params.items()}
     for phase in ("timed", "during"):

@@ -2,7 +2,7 @@
 
 Made for a GPU machine lent for minutes (one command of at most 10), and as useful on a rented box:
 
-1. the plan (``devbench.plan``): the costs of a process, a CUDA context and an asv call measured here
+1. the plan (``devbench.gpu.plan``): the costs of a process, a CUDA context and an asv call measured here
    (by a probe process that also records the asv machine with its GPU fields, as ``devbench machine``
    does), every combination's estimate, what the budget drops, printed before anything runs
    (``--plan-only`` stops here, and records no machine);
@@ -34,12 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devbench import plan as P
-from devbench import precision, sweep
-from devbench.compare.session import CHECKED_ENV  # devbench.suite.CHECKED_ENV, torch-free
-from devbench.gpuhealth import print_health
-from devbench.gpupack import _smi, durations_since, measured_since, pack
-from devbench.sessions import _group_run
+from devbench.compare.session import CHECKED_ENV  # devbench.engine.suite.CHECKED_ENV, torch-free
+from devbench.engine import precision, sweep
+from devbench.gpu import plan as P
+from devbench.gpu.gpuhealth import print_health
+from devbench.gpu.gpupack import _smi, durations_since, measured_since, pack
+from devbench.gpu.sessions import _group_run
 
 #: seconds held back after the benchmarks: the CUDA tests, validate, and the packing (measured: the CUDA tests
 #: 21 s on an H200; validate 18 s there and 51 s on a 2-vCPU VM; reports/gpu). Each stage then runs under
@@ -220,10 +220,10 @@ class Run:
 
 
 def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> list[str]:
-    # devbench.asvrun is asv with each benchmark's results saved as it ends: a stage stopped at its limit
+    # devbench.gpu.asvrun is asv with each benchmark's results saved as it ends: a stage stopped at its limit
     # keeps every benchmark asv finished; the samples are kept so that `asv compare` judges the run's figures
     # with its own statistics (its Mann-Whitney test), not by their intervals alone
-    return [python, "-m", "devbench.asvrun", "run", "-E", f"existing:{python}", "--machine", machine,
+    return [python, "-m", "devbench.gpu.asvrun", "run", "-E", f"existing:{python}", "--machine", machine,
             "--set-commit-hash", sha, "-a", f"rounds={rounds}", "--record-samples", "--show-stderr",
             "--bench", regex]  # fmt: skip
 
@@ -281,7 +281,7 @@ def execute(args: argparse.Namespace) -> int:
             print(f"described machine: {gpus} GPU(s), {costs.cores} cores", flush=True)
     else:
         costs = probe_costs(python, run.repo, None if args.plan_only else machine)
-    from devbench import expected
+    from devbench.records import expected
 
     known = expected.model(costs.gpu_model)  # a model searched before: its short search is what the plan prices
     costs = dataclasses.replace(costs, model_searched=bool(known and known.best_shapes))
@@ -292,7 +292,7 @@ def execute(args: argparse.Namespace) -> int:
     # held back for the CUDA tests, validate and the packing; at most half of a short budget, so that the
     # benchmarks always get the other half (the tests and validate then run under what is left)
     reserve = min(PACK_S + sum_reserves(args, costs), max(PACK_S, run.left() / 2))
-    from devbench import spec
+    from devbench.records import spec
 
     # what validate and the health lines read is never dropped; a twin (the same evidence in other units) goes first
     keep = frozenset(p.selector for p in spec.kept_points())
@@ -345,7 +345,7 @@ def _scale(plan_estimates: list[tuple[float, float]]) -> float:
 def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | None]) -> None:
     """Each benchmark of a stage: asv's duration of its points over their estimate, into ``plan.scales``. A swept
     class is learned whole: its first figure asked carries the build and its twins' sampling in asv's duration,
-    and the twins read what was measured for them (``devbench.sweep``)."""
+    and the twins read what was measured for them (``devbench.engine.sweep``)."""
     family = lambda p: p.benchmark.rsplit(".", 1)[0] if p.swept else p.benchmark  # noqa: E731
     planned: dict[str, float] = {}
     took: dict[str, float | None] = {}
@@ -371,7 +371,7 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     """One asv call over ``points``; returns its exit code, its estimate (times ``scale``) and the seconds it took."""
     regex = selection_regex(points)
     # a setup_cache sweep, and the measuring process's twins, measure only what is read; the measuring processes
-    # keep their journal and logs in the run's .asv, packed with the results (devbench.sweep)
+    # keep their journal and logs in the run's .asv, packed with the results (devbench.engine.sweep)
     env = {**os.environ, "DEVBENCH_BENCH": regex, sweep.DIR_ENV: str(run.repo / ".asv" / "sweep")}
     if run.checked:
         env[CHECKED_ENV] = run.checked
@@ -482,7 +482,8 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
 
 
 def print_capped(journal: Path, since: float) -> None:
-    """The figures the measuring processes timed whose interval is wider than the stop rule's (``devbench.precision``):
+    """The figures the measuring processes timed whose interval is wider than the stop rule's
+    (``devbench.engine.precision``):
     stopped at their class's cap, or sampled a fixed number of times (a ratio's pairs), with asv's interval."""
     rows = [r for r in sweep.capped(journal) if r.get("t", 0) >= since]
     if not rows:
@@ -572,7 +573,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"devbench gpu-run: {problem}", file=sys.stderr)
         return 2
-    from devbench.files import MACHINE_ENV
+    from devbench.records.files import MACHINE_ENV
 
     os.environ[MACHINE_ENV] = args.machine  # every stage's records name the asv machine, not the host
 

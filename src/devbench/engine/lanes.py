@@ -1,6 +1,6 @@
 """Work side by side: several callables at once, one per lane, timed as a whole and lane by lane.
 
-Part of the measuring engine (with ``devbench.measure``, whose block timer it uses): the
+Part of the measuring engine (with ``devbench.engine.measure``, whose block timer it uses): the
 parallel benchmarks, copy/compute overlap and the CPU thread analog all run on ``Lanes``.
 No asv, and nothing touches CUDA at import time.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from devbench.devices import as_device, synchronize
-from devbench.measure import time_block
+from devbench.engine.devices import as_device, synchronize
+from devbench.engine.measure import time_block
 
 
 @dataclass(frozen=True)

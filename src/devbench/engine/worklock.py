@@ -1,7 +1,7 @@
 """The work lock: a change to the work a benchmark times is a decision, recorded in the repository.
 
 asv versions a benchmark by the source of its own method and set-up. The work it times lives
-in ``devbench.workloads`` and the engine (``devbench.measure``), which asv does not hash, so a
+in ``devbench.workloads`` and the engine (``devbench.engine.measure``), which asv does not hash, so a
 change there (a lane's work made 4x longer, a copy that was a no-op made real) runs the
 history on across it and shows as a regression. Hashing those modules into every version would
 cut every history at every refactor instead.
@@ -15,7 +15,7 @@ the benchmark classes that use it: for each, raise ``work_version`` if the work 
 then ``make work-lock`` records the
 decision. Nothing here imports torch or the benchmarks: the files are parsed, not run.
 
-``python -m devbench.worklock`` checks (exit 1 with what changed); ``--write`` records.
+``python -m devbench.engine.worklock`` checks (exit 1 with what changed); ``--write`` records.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from pathlib import Path
 
 LOCK = Path("benchmarks") / "work-lock.json"
 #: the work and the engine, relative to the repository root
-WATCHED = ("src/devbench/workloads/*.py", "src/devbench/measure.py", "src/devbench/precision.py",
-           "src/devbench/lanes.py")
+WATCHED = ("src/devbench/workloads/*.py", "src/devbench/engine/measure.py", "src/devbench/engine/precision.py",
+           "src/devbench/engine/lanes.py")
 BENCHMARKS = "benchmarks/bench_*.py"
 PACKAGE = "devbench"
 ABOUT = (
     "What the work of each benchmark was when last decided. A change to a watched module fails make test "
     "until recorded: raise the work_version of every benchmark class whose work changed, then run make work-lock "
-    "(devbench.worklock)."
+    "(devbench.engine.worklock)."
 )
 
 
@@ -102,7 +102,7 @@ def _read(path: Path, root: Path) -> str:
 
 
 def _module_of(rel: str) -> str:
-    """A module's path -> its dotted name: ``src/devbench/lanes.py`` -> ``devbench.lanes``."""
+    """A module's path -> its dotted name: ``src/devbench/engine/lanes.py`` -> ``devbench.engine.lanes``."""
     return rel.removeprefix("src/").removesuffix(".py").replace("/", ".")
 
 
@@ -262,9 +262,9 @@ def write(root: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m devbench.worklock",
+        prog="python -m devbench.engine.worklock",
         description="Check (default) or record (--write) benchmarks/work-lock.json: the fingerprint of every "
-        "module that defines the work a benchmark times (devbench.workloads, devbench.measure) and every "
+        "module that defines the work a benchmark times (devbench.workloads, devbench.engine.measure) and every "
         "benchmark class's work_version. Exit 0: the lock holds; 1: something changed (listed); 2: an error.",
     )
     parser.add_argument("--write", action="store_true", help="record the tree as it is (after deciding the versions)")
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = check(root)
         classes = len(read_lock(root)["work_versions"])
     except LockError as exc:
-        print(f"devbench.worklock: {exc}", file=sys.stderr)
+        print(f"devbench.engine.worklock: {exc}", file=sys.stderr)
         return 2
     if problems:
         print(advice(problems), file=sys.stderr)

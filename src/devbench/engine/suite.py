@@ -7,9 +7,9 @@ Benchmarks import these so that the rules of docs/design.md live in one place:
   ``NotImplementedError`` with the reason, which asv records as a skip (rule 1);
 * ``Benchmark`` holds the suite's sampling settings and the work version; ``@instrumented``
   above a class wraps its set-up: its declared ``skips`` raised first, the CPU threads pinned,
-  the GPUs' NVML state recorded around each benchmark that uses CUDA (``devbench.gpustate``).
+  the GPUs' NVML state recorded around each benchmark that uses CUDA (``devbench.records.gpustate``).
 
-Timing, inputs and threads are ``devbench.measure``'s (no asv there, so workloads can
+Timing, inputs and threads are ``devbench.engine.measure``'s (no asv there, so workloads can
 use it). Nothing here touches CUDA at import time (rule 2).
 """
 
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from devbench import sweep
-from devbench.devices import num_gpus
-from devbench.sweep import SELECT_ENV, figures_of, selected  # noqa: F401 - the suite's names for them
+from devbench.engine import sweep
+from devbench.engine.devices import num_gpus
+from devbench.engine.sweep import SELECT_ENV, figures_of, selected  # noqa: F401 - the suite's names for them
 
 DEVICES: list[str] = ["cpu", "cuda"]
 
@@ -161,7 +161,7 @@ def with_samples(samples: Iterable[float], number: int = 1) -> dict:
         raise ValueError(f"samples must be finite, got {bad[:3]}")
     if number < 1:
         raise ValueError(f"number must be >= 1, got {number}")
-    from devbench.measure import spread_note
+    from devbench.engine.measure import spread_note
 
     note = spread_note(values)
     if note:  # beside the figure in asv's output (--show-stderr), as torch.utils.benchmark warns
@@ -186,11 +186,11 @@ def waited(fn: Callable[[], object], sync: Callable[[], object] | None, block_s:
            one_s: float | None = None) -> dict:  # fmt: skip
     """A ``track_time`` figure: seconds per call of ``fn()`` then ``sync()`` on the host's clock, as asv times a
     ``time_`` benchmark (launch, work and the wait for it), in blocks of at least ``block_s`` (asv's
-    ``sample_time``), as many as ``devbench.precision`` asks. On the CPU, where 0.5% is rarely reached, the cap's
+    ``sample_time``), as many as ``devbench.engine.precision`` asks. On the CPU, where 0.5% is rarely reached, the cap's
     seconds are at least asv's ``repeat[2]`` (2 s): the samples a ``time_`` figure had. ``one_s``: one waited call's
     seconds when known."""
-    from devbench import precision
-    from devbench.measure import block_calls, measure_synced, one_call_s
+    from devbench.engine import precision
+    from devbench.engine.measure import block_calls, measure_synced, one_call_s
 
     sync = sync or (lambda: None)
     if one_s is None:
@@ -213,7 +213,7 @@ def _record_gpu_state(bench: object, args: tuple, phase: str) -> None:
     """Append the GPUs' NVML state for this benchmark and params (only once CUDA is in use)."""
     if not torch.cuda.is_initialized():
         return
-    from devbench import gpustate
+    from devbench.records import gpustate
 
     name, params, folder = _who(bench, args)
     key, now = (name, repr(params), phase), time.monotonic()
@@ -225,7 +225,7 @@ def _record_gpu_state(bench: object, args: tuple, phase: str) -> None:
 
 def _who(bench: object, args: tuple) -> tuple[str, dict, Path]:
     """A benchmark's GPU-state identity: ``module.Class``, its params by name, and the folder for its records."""
-    from devbench import gpustate
+    from devbench.records import gpustate
 
     cls = type(bench)
     names = list(getattr(cls, "param_names", []))
@@ -238,7 +238,7 @@ def _who(bench: object, args: tuple) -> tuple[str, dict, Path]:
 @functools.cache
 def _cuda_identities() -> list[dict]:
     """This process's CUDA devices by UUID and PCI bus id (fixed for its life)."""
-    from devbench.devices import cuda_identities
+    from devbench.engine.devices import cuda_identities
 
     return cuda_identities()
 
@@ -253,7 +253,7 @@ def _start_sampler(bench: object) -> None:
         return
     if "_devbench_sampler" in bench.__dict__:
         return
-    from devbench import gpustate
+    from devbench.records import gpustate
 
     sampler = gpustate.Sampler()
     bench._devbench_sampler = sampler.__enter__()
@@ -279,7 +279,7 @@ def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str =
     """
     if not summary:
         return
-    from devbench import gpustate
+    from devbench.records import gpustate
 
     name, params, folder = _who(bench, args)
     ident = {g["index"]: g for g in gpustate.snapshot(_cuda_identities())}
@@ -294,7 +294,7 @@ def declared_skip(bench: object, args: tuple) -> str | None:
 
     ``skips = [{"where": {param: [values]}, "reason": "..."}]``: points that never run, whatever the machine
     (a GPU-only mode on the CPU, a size the CPU curve stops before). ``@instrumented`` raises the reason before
-    ``setup`` runs, and ``devbench.plan`` reads the same entries, so a planned run does not price them."""
+    ``setup`` runs, and ``devbench.gpu.plan`` reads the same entries, so a planned run does not price them."""
     names = list(getattr(bench, "param_names", []))
     values = args[len(args) - len(names) :] if names else ()
     for entry in getattr(bench, "skips", ()) or ():
@@ -311,7 +311,7 @@ def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
         if reason:
             raise NotImplementedError(reason)
         if getattr(self, "pins_threads", False):
-            from devbench.measure import pin_threads
+            from devbench.engine.measure import pin_threads
 
             pin_threads()
         setup(self, *args)
@@ -327,7 +327,7 @@ def _pinned_cache(setup_cache: Callable[..., object]) -> Callable[..., object]:
     @functools.wraps(setup_cache)
     def wrapped(self, *args):
         if getattr(self, "pins_threads", False):
-            from devbench.measure import pin_threads
+            from devbench.engine.measure import pin_threads
 
             pin_threads()
         return setup_cache(self, *args)
@@ -373,7 +373,7 @@ def _work_versions(cls: type, work: int) -> None:
     kind of hash of the source followed by ``-workN``: an edit of the benchmark still
     starts a new series, as with asv's own, and raising N starts one too. asv compare,
     ``asv publish``, ``devbench report`` and ``devbench compare`` keep the series apart.
-    ``benchmarks/work-lock.json`` makes the decision explicit (``devbench.worklock``).
+    ``benchmarks/work-lock.json`` makes the decision explicit (``devbench.engine.worklock``).
     """
     if isinstance(work, bool) or not isinstance(work, int) or work < 1:
         raise TypeError(f"{cls.__name__}.work_version must be an int >= 1, got {work!r}")
@@ -419,10 +419,10 @@ class Benchmark:
     #: whether the figures are measured in ``setup_cache`` (a sweep) and the benchmark methods only read
     #: them: ``devbench compare`` then takes one pair of figures per pair of processes, not one per block
     figures_in_setup_cache = False
-    #: whether a GPU point asks the run's measuring process (``devbench.sweep``): one CUDA context and one build
+    #: whether a GPU point asks the run's measuring process (``devbench.engine.sweep``): one CUDA context and one build
     #: of each workload for all its figures, instead of a process, a context and a build per figure
     swept = False
-    #: (seconds, samples): a figure that ``devbench.precision`` has not found precise stops when both have passed
+    #: (seconds, samples): a figure that ``devbench.engine.precision`` has not found precise stops when both have passed
     sample_cap: tuple[float, int] | None = None
     warmup_time = 0.0
     sample_time = 0.05
@@ -463,7 +463,7 @@ def records_gpu_state(cls: type) -> type:
 
     Its ``setup`` and ``teardown`` are wrapped: right after set-up and before tear-down the state
     (clocks, temperature, power, throttle reasons) is appended to ``.asv/gpustate``
-    (``devbench.gpustate``), and between them, while the benchmark is timed, a ``gpustate.Sampler``
+    (``devbench.records.gpustate``), and between them, while the benchmark is timed, a ``gpustate.Sampler``
     reads clocks and power every 50 ms (the ``during`` phase: median SM clock and watts of the timed
     work). Nothing is recorded where CUDA was not used. asv calls ``teardown`` after every benchmark,
     even one whose set-up skipped. The wrappers keep the source asv versions the class by.
@@ -480,7 +480,7 @@ def records_gpu_state(cls: type) -> type:
     return cls
 
 
-# --- Swept classes: a GPU point asks the measuring process (devbench.sweep) -----------------------------
+# --- Swept classes: a GPU point asks the measuring process (devbench.engine.sweep) -----------------------------
 
 
 def _short(cls: type) -> str:
@@ -489,7 +489,7 @@ def _short(cls: type) -> str:
 
 
 def _on_sweep(bench: object, args: tuple) -> bool:
-    """Whether this point is measured by the measuring process (``devbench.sweep``'s modes)."""
+    """Whether this point is measured by the measuring process (``devbench.engine.sweep``'s modes)."""
     if sweep.in_server():
         return False
     mode = sweep.mode()
@@ -547,7 +547,7 @@ def _swept_figure(method: Callable[..., object]) -> Callable[..., object]:
     def wrapped(self, *args):
         if getattr(self, "_devbench_asks", False):
             return _ask(self, "measure", f"{_short(type(self))}.{method.__name__}", args)["result"]
-        from devbench import precision
+        from devbench.engine import precision
 
         with precision.capped(getattr(self, "sample_cap", None)):
             return method(self, *args)

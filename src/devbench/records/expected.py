@@ -278,7 +278,7 @@ def _pair_expected(kind: str, gpu: dict[str, Any], found: Model, pair: Any) -> E
 
 
 def expected(kind: str, gpu: dict[str, Any], pair: Any = None) -> Expected:
-    """The expected figure of ``kind`` on the GPU ``gpu`` (a ``devbench.devices.describe()`` GPU entry).
+    """The expected figure of ``kind`` on the GPU ``gpu`` (a ``devbench.engine.devices.describe()`` GPU entry).
 
     ``kind``: ``h2d`` or ``d2h`` (pinned host memory, GB/s: what a healthy host reaches over the GPU's whole
     link, ``LINK_COPY``, else the link's rate after encoding), ``device_copy`` (GB/s read plus written: a
@@ -303,10 +303,10 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None) -> Expected:
             return Expected(found.achievable[dtype], f"achievable {dtype}, {found.achievable_source}")
         peak = found.peaks.get(dtype) if found is not None else None
         if peak is None:
-            return Expected(None, f"no datasheet {dtype} figure for {name or 'this GPU'} in devbench.expected")
+            return Expected(None, f"no datasheet {dtype} figure for {name or 'this GPU'} in devbench.records.expected")
         return Expected(peak, f"datasheet dense {dtype} ({found.peaks_source}; no public achievable figure)")
     if found is None:
-        return Expected(None, f"{name or 'this GPU'} is not in devbench.expected.MODELS")
+        return Expected(None, f"{name or 'this GPU'} is not in devbench.records.expected.MODELS")
     if kind == "device_copy":
         if found.device_copy is not None:
             return Expected(found.device_copy, found.device_copy_source)

@@ -1,4 +1,4 @@
-"""``python -m devbench.collectives``: collective bandwidth across processes and machines.
+"""``python -m devbench.worlds.collectives``: collective bandwidth across processes and machines.
 
 Under ``torchrun`` (one or many nodes) every process it starts is one rank; run alone,
 it starts ``--nproc`` local ranks itself. Each op and size is checked on every rank and
@@ -24,17 +24,17 @@ from typing import Any
 EXAMPLES = """\
 examples:
   # a laptop or CI box: 2 CPU processes (gloo)
-  torchrun --nproc-per-node 2 -m devbench.collectives
-  python -m devbench.collectives --nproc 2            # the same without torchrun
+  torchrun --nproc-per-node 2 -m devbench.worlds.collectives
+  python -m devbench.worlds.collectives --nproc 2            # the same without torchrun
   # one node, 8 GPUs (NCCL)
-  torchrun --nproc-per-node 8 -m devbench.collectives
+  torchrun --nproc-per-node 8 -m devbench.worlds.collectives
   # 2 nodes x 8 GPUs: run on each node, NODE_RANK 0 and 1, MASTER = node 0's address
   torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE_RANK \\
-      --rdzv-backend c10d --rdzv-endpoint $MASTER:29500 --rdzv-id devbench -m devbench.collectives
+      --rdzv-backend c10d --rdzv-endpoint $MASTER:29500 --rdzv-id devbench -m devbench.worlds.collectives
   # a quick look at small messages only
-  torchrun --nproc-per-node 2 -m devbench.collectives --ops all_reduce --max-size 1MiB
+  torchrun --nproc-per-node 2 -m devbench.worlds.collectives --ops all_reduce --max-size 1MiB
   # all_gather and reduce_scatter out of place and in place, as nccl-tests reports them
-  torchrun --nproc-per-node 8 -m devbench.collectives --ops all_gather,reduce_scatter --in-place
+  torchrun --nproc-per-node 8 -m devbench.worlds.collectives --ops all_gather,reduce_scatter --in-place
 
 exit status: 0 figures written; 1 a rank failed (its rank is named); 2 bad arguments.
 """
@@ -45,7 +45,7 @@ DEFAULT_OUT = ".asv/collectives"
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m devbench.collectives",
+        prog="python -m devbench.worlds.collectives",
         description=(
             "Time all_reduce, all_gather, reduce_scatter, broadcast and a send/recv ring over message sizes "
             "(nccl-tests' -b/-e/-f), check every result on every rank, and report time, algorithm bandwidth "
@@ -101,22 +101,11 @@ def _commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def nccl_version() -> str | None:
-    """The NCCL version torch was built with and loads ("2.21.5"), or None without NCCL."""
-    import torch
-
-    try:
-        v = torch.cuda.nccl.version()
-    except Exception:  # noqa: BLE001 - a CPU-only build has no NCCL to ask
-        return None
-    return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
-
-
 def record(rows: list[dict[str, Any]], *, machine: str, backend: str, world: int, hosts: list[str]) -> dict[str, Any]:
     """The JSON document rank 0 writes: who ran what, where, and the rows."""
     import torch
 
-    from devbench.devices import describe
+    from devbench.engine.devices import describe, nccl_version
 
     info = describe()
     return {
@@ -139,7 +128,7 @@ def record(rows: list[dict[str, Any]], *, machine: str, backend: str, world: int
 
 def write_record(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
     """Write ``doc`` atomically as ``<machine>-<backend>-w<world>-<time>.json`` under ``out_dir``."""
-    from devbench.files import write_atomic
+    from devbench.records.files import write_atomic
 
     stamp = doc["finished"].replace(":", "").replace("-", "").replace("+0000", "Z")
     name = f"{doc['machine']}-{doc['backend']}-w{doc['world']}-{stamp}.json"
@@ -151,9 +140,9 @@ def write_record(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
 def _torchrun_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -> int:
     import torch.distributed as dist
 
-    from devbench.files import default_machine
+    from devbench.records.files import default_machine
     from devbench.workloads.collectives import HEADER, print_row, sweep
-    from devbench.world import join_torchrun
+    from devbench.worlds.world import join_torchrun
 
     backend, rank, world, device = join_torchrun(args.backend, args.timeout)
     try:
@@ -179,9 +168,9 @@ def _torchrun_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -
 
 
 def _local_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -> int:
-    from devbench.files import default_machine
+    from devbench.records.files import default_machine
     from devbench.workloads.collectives import HEADER, sweep_rank
-    from devbench.world import RankFailed, WorldTimeout, backend_reason, resolve_backend, spawn_world
+    from devbench.worlds.world import RankFailed, WorldTimeout, backend_reason, resolve_backend, spawn_world
 
     backend = resolve_backend(args.backend, args.nproc)
     reason = backend_reason(backend, args.nproc)
@@ -220,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
-    from devbench.world import under_torchrun
+    from devbench.worlds.world import under_torchrun
 
     if under_torchrun():
         return _torchrun_main(args, ops, sizes)

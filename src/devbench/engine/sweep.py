@@ -3,7 +3,7 @@
 asv runs every point (a benchmark method at one combination of params) in a process of its own. On a GPU
 that process pays a CUDA context, cuBLAS's start and the workload's build, check and warm-up before its
 first sample (1.4 s on an H200), and a workload's two to four figures pay it two to four times. For a class
-that sets ``swept = True`` (``devbench.suite``), a point on a GPU asks this process instead:
+that sets ``swept = True`` (``devbench.engine.suite``), a point on a GPU asks this process instead:
 
 * ``prepare`` (from the point's ``setup``): build the workload with the class's own ``setup``, unless this
   process holds it already or has its figure waiting; a skip (``NotImplementedError``) comes back as one;
@@ -192,7 +192,8 @@ def _start(path: Path, owner: int) -> socket.socket:
     env = {**os.environ, SERVER_ENV: "1",
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())}  # fmt: skip
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "devbench.sweep", "--socket", str(path), "--owner", str(owner),
+        proc = subprocess.Popen([sys.executable, "-m", "devbench.engine.sweep", "--socket", str(path),
+                                 "--owner", str(owner),
                                  "--journal", str(folder() / "journal.jsonl")],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, close_fds=True,
                                 cwd=folder())  # asv's point runs in a folder it removes after the point  # fmt: skip
@@ -308,7 +309,7 @@ def _precision(result: dict) -> dict:
     value = result.get("result")
     if not isinstance(value, dict) or not value.get("samples"):
         return {}
-    from devbench.precision import REL, half_width
+    from devbench.engine.precision import REL, half_width
 
     width = half_width(value["samples"])
     return {"samples": len(value["samples"]), "half_width": round(width, 5) if width != float("inf") else None,
@@ -423,7 +424,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m devbench.sweep",
+        prog="python -m devbench.engine.sweep",
         description="The measuring process a swept benchmark's GPU points ask; they start it themselves.")
     parser.add_argument("--socket", required=True, type=Path)
     parser.add_argument("--owner", required=True, type=int, help="the process whose end ends this one")
@@ -438,8 +439,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # run as the imported module, not as __main__: the suite registers its hooks (on_evict) on devbench.sweep, and
+    # run as the imported module, not as __main__: the suite registers its hooks (on_evict) on
+    # devbench.engine.sweep, and
     # a second copy of this module's globals would never call them (every workload built would stay in memory)
-    from devbench.sweep import main as _main
+    from devbench.engine.sweep import main as _main
 
     sys.exit(_main())

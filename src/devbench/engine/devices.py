@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
-from devbench.gpustate import cuda_handles, nvlink_between
+from devbench.records.gpustate import cuda_handles, nvlink_between
 
 __all__ = [
     "CrossDeviceError",
@@ -224,7 +225,7 @@ def _nvml_info(cuda: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if i != j and hi is not None and hj is not None
         }
         if len(handles) > 1 and all(h is not None for h in handles):
-            from devbench.topology import pair_paths
+            from devbench.records.topology import pair_paths
 
             try:
                 out["pair_paths"] = {f"{i}->{j}": {"nvlinks": p.nvlinks, "switched": p.switched, "pcie": p.pcie,
@@ -327,7 +328,7 @@ def describe() -> dict[str, Any]:
             for g, extra in zip(record["gpus"], nvml["gpus"], strict=True):
                 g.update(extra)
             record["nvlink_peers"] = nvml["nvlink_peers"]
-            if "pair_paths" in nvml:  # each pair's NVLinks and PCIe ancestor (devbench.topology)
+            if "pair_paths" in nvml:  # each pair's NVLinks and PCIe ancestor (devbench.records.topology)
                 record["pair_paths"] = nvml["pair_paths"]
     return record
 
@@ -351,5 +352,50 @@ def gpu_summary(record: dict[str, Any] | None = None) -> dict[str, str]:
         "gpu_count": str(rec["gpu_count"]),
         "cuda": rec["torch"]["cuda_runtime"] or "none",
         "driver": rec["driver"] or "none",
-        "pcie": pcie,  # GPU 0's link as trained: what devbench.expected judges host<->device copies against
+        "pcie": pcie,  # GPU 0's link as trained: what devbench.records.expected judges host<->device copies against
+    }
+
+
+def rank_device(backend: str, local_rank: int):
+    """The device a rank works on: the CPU for gloo, ``cuda:local_rank`` (made current) for NCCL."""
+    import torch
+
+    if backend == "nccl":
+        dev = torch.device("cuda", local_rank)
+        torch.cuda.set_device(dev)
+        return dev
+    return torch.device("cpu")
+
+
+def nccl_version() -> str | None:
+    """The NCCL version torch was built with and loads ("2.21.5"), or None without NCCL."""
+    import torch
+
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - a CPU-only build has no NCCL to ask
+        return None
+    return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+
+
+def run_info() -> dict[str, Any]:
+    """The versions and devices of this process, flat, JSON-serializable."""
+    from devbench.records.runinfo import existing_env_name
+
+    rec = describe()
+    summary = gpu_summary(rec)
+    return {
+        "time": time.time(),
+        "machine": os.environ.get("ASV_MACHINE") or platform.node(),
+        "env_name": os.environ.get("ASV_ENV_NAME") or existing_env_name(),
+        "commit": os.environ.get("ASV_COMMIT"),
+        "torch": rec["torch"]["version"],
+        "cuda": rec["torch"]["cuda_runtime"],
+        "cudnn": rec["torch"]["cudnn"],
+        "nccl": nccl_version() if rec["gpu_count"] else None,
+        "driver": rec["driver"],
+        "gpu": summary["gpu"],
+        "gpu_count": rec["gpu_count"],
+        "torch_threads": rec["host"]["torch_threads"],
+        "python": rec["host"]["python"],
     }

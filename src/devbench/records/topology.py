@@ -99,9 +99,9 @@ def ring_paths(paths: dict[tuple[int, int], PairPath], world: int) -> list[PairP
 def judge_pairs(figures: dict[tuple[int, int], float], gpu: dict[str, Any],
                 paths: dict[tuple[int, int], PairPath]) -> dict[tuple[int, int], Any]:  # fmt: skip
     """Each GPU pair's copy (GB/s, one direction) against what a healthy pair on its path reaches
-    (``devbench.expected.judge`` with the pair's NVML path): a pair short of links is ``low`` and named; a
+    (``devbench.records.expected.judge`` with the pair's NVML path): a pair short of links is ``low`` and named; a
     pair without NVLink is judged against PCIe, not NVLink; a pair across sockets is ``unknown``."""
-    from devbench.expected import judge
+    from devbench.records.expected import judge
 
     return {pair: judge(gbps, "peer", gpu, pair=paths.get(pair)) for pair, gbps in figures.items()}
 
@@ -109,7 +109,7 @@ def judge_pairs(figures: dict[tuple[int, int], float], gpu: dict[str, Any],
 def judge_ring(busbw: float, world: int, gpu: dict[str, Any], paths: dict[tuple[int, int], PairPath]) -> Any:
     """An NCCL collective's bus bandwidth on ``world`` ranks against the path its ring takes: the ring is as fast
     as its slowest pair (fewest NVLinks, or PCIe)."""
-    from devbench.expected import judge
+    from devbench.records.expected import judge
 
     ring = ring_paths(paths, world)
     slowest = min(ring, key=lambda p: (p.nvlinks, p.pcie != "across sockets")) if ring else None

@@ -1,7 +1,7 @@
 """gpu-run's health lines: each headline GPU figure of a run beside what its machine should do.
 
-Reads the asv results a run saved and the GPU state ``devbench.gpustate`` recorded while each figure was
-timed, and judges them with ``devbench.expected``. No torch import: ``devbench info --json`` is run as a
+Reads the asv results a run saved and the GPU state ``devbench.records.gpustate`` recorded while each figure was
+timed, and judges them with ``devbench.records.expected``. No torch import: ``devbench info --json`` is run as a
 process for the GPU's facts.
 """
 
@@ -50,7 +50,7 @@ def _pair(pairs: dict[str, dict[str, Any]] | None, point: Any, kind: str) -> Any
     busbw is judged against: the pair's own, or the slowest pair of the ring; None without the topology."""
     if not pairs or kind not in ("peer", "busbw"):
         return None
-    from devbench.topology import PairPath
+    from devbench.records.topology import PairPath
 
     def path(key: str) -> PairPath | None:
         p = pairs.get(key)
@@ -74,10 +74,10 @@ def _pair(pairs: dict[str, dict[str, Any]] | None, point: Any, kind: str) -> Any
 def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict[str, Any]] | None = None,
                  pairs: dict[str, dict[str, Any]] | None = None) -> list[str]:  # fmt: skip
     """Each headline GPU figure of this run (``spec.HEALTH_POINTS``) beside what the machine should do
-    (``devbench.expected.judge``), judged with the GPU's state while it ran (``states``: ``gpustate`` records):
+    (``devbench.records.expected.judge``), judged with the GPU's state while it ran (``states``: ``gpustate`` records):
     the clock and throttle reasons of a product, the PCIe link a pinned copy trained at under load."""
-    from devbench import gpustate, spec
-    from devbench.expected import judge, path_label
+    from devbench.records import gpustate, spec
+    from devbench.records.expected import judge, path_label
 
     lines = []
     for point, kind in spec.HEALTH_POINTS:
@@ -114,7 +114,7 @@ def print_health(repo: Path, python: str, machine: str, sha: str) -> None:
         gpus = []
     if not gpus:
         return
-    from devbench import gpustate
+    from devbench.records import gpustate
 
     states = gpustate.load(repo / gpustate.GPUSTATE_DIR, machine=machine)  # this run's machine: no other's state
     pairs = json.loads(out.stdout).get("pair_paths") if out.returncode == 0 else None

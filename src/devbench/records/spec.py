@@ -65,7 +65,7 @@ TWINS = {
 }
 
 #: Figures counted from the blocks another figure of the same workload measured (``suite.shared``): gpu-run
-#: prices them no sampling of their own (``devbench.plan``).
+#: prices them no sampling of their own (``devbench.gpu.plan``).
 SAME_BLOCKS = {
     "bench_transfer.DeviceCopy.track_gbps_read_write": "bench_transfer.DeviceCopy.track_gbps_copied",
     "bench_transfer.HostDeviceBidirectional.track_h2d_gbps": "bench_transfer.HostDeviceBidirectional.track_total_gbps",
@@ -245,7 +245,7 @@ class Point:
 LINK_COPY = {"memory": "pinned", "mode": "non_blocking", "nbytes": 256 * MiB}
 
 #: Each headline GPU figure gpu-run judges against what the machine should do, with the kind of expected figure
-#: (``devbench.expected.expected``).
+#: (``devbench.records.expected.expected``).
 HEALTH_POINTS: tuple[tuple[Point, str], ...] = (
     (Point(HOST_DEVICE_GBPS, {"direction": "h2d", **LINK_COPY}, "pinned h2d 256 MiB"), "h2d"),
     (Point(HOST_DEVICE_GBPS, {"direction": "d2h", **LINK_COPY}, "pinned d2h 256 MiB"), "d2h"),
@@ -273,7 +273,7 @@ VALIDATED_GPU: tuple[Point, ...] = (
 
 
 def kept_points() -> tuple[Point, ...]:
-    """The points a time-boxed run never drops (``devbench.plan``): what validate and the health lines read."""
+    """The points a time-boxed run never drops (``devbench.gpu.plan``): what validate and the health lines read."""
     seen: dict[str, Point] = {}
     for p in (*(p for p, _ in HEALTH_POINTS), *VALIDATED_GPU):
         seen.setdefault(p.selector, p)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from typing import Any
 
-from devbench.devices import describe, gpu_summary
+from devbench.engine.devices import describe, gpu_summary
 
 
 def record_machine(machine: str | None = None, config: str | None = None) -> dict[str, Any]:

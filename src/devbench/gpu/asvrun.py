@@ -1,4 +1,4 @@
-"""``python -m devbench.asvrun ARGS``: ``asv ARGS``, with each benchmark's results on disk as soon as it ends.
+"""``python -m devbench.gpu.asvrun ARGS``: ``asv ARGS``, with each benchmark's results on disk as soon as it ends.
 
 asv writes a commit's results once, after every selected benchmark of an environment has run
 (``asv/commands/run.py``: ``result.save`` after ``run_benchmarks``), and writes the file in

@@ -1,4 +1,4 @@
-"""``python -m devbench.fleet``: the same short, checked set on every GPU at once, each judged against its peers.
+"""``python -m devbench.worlds.fleet``: the same short, checked set on every GPU at once, each judged against its peers.
 
 Microsoft SuperBench's idea for a new box or cluster: run identical micro-benchmarks
 on every device at the same time and flag the ones that fall behind the others. Under
@@ -50,13 +50,13 @@ FIGURES = {
 EXAMPLES = """\
 examples:
   # a CPU box or CI: 2 gloo processes (figures are of CPUs)
-  torchrun --nproc-per-node 2 -m devbench.fleet
-  python -m devbench.fleet --nproc 2                  # the same without torchrun
+  torchrun --nproc-per-node 2 -m devbench.worlds.fleet
+  python -m devbench.worlds.fleet --nproc 2                  # the same without torchrun
   # one node, 8 GPUs (NCCL)
-  torchrun --nproc-per-node 8 -m devbench.fleet
+  torchrun --nproc-per-node 8 -m devbench.worlds.fleet
   # 8 nodes x 8 GPUs: on each node, NODE_RANK 0..7, MASTER = node 0's address
   torchrun --nnodes 8 --nproc-per-node 8 --node-rank $NODE_RANK \\
-      --rdzv-backend c10d --rdzv-endpoint $MASTER:29500 --rdzv-id fleet -m devbench.fleet
+      --rdzv-backend c10d --rdzv-endpoint $MASTER:29500 --rdzv-id fleet -m devbench.worlds.fleet
 
 exit status: 0 done (flagged ranks are marked SLOW); 1 a rank failed, or with --fail-on-slow a rank
 was flagged; 2 bad arguments.
@@ -91,8 +91,8 @@ def _clocks(device: Any, summary: list[dict[str, Any]]) -> dict[str, Any]:
     """This rank's GPU from a ``gpustate.Sampler`` summary (all GPUs NVML sees), matched by bus id."""
     if device.type != "cuda" or not summary:
         return {}
-    from devbench import gpustate
-    from devbench.devices import cuda_identities
+    from devbench.engine.devices import cuda_identities
+    from devbench.records import gpustate
 
     mine = cuda_identities()[device.index]
     nvml = {g["index"]: g for g in gpustate.snapshot()}
@@ -108,20 +108,20 @@ def identity(device: Any, rank: int, local_rank: int) -> dict[str, Any]:
     """Who this rank is: host, device, and for a GPU its name, UUID, PCI bus id and serial."""
     out: dict[str, Any] = {"rank": rank, "local_rank": local_rank, "host": socket.gethostname(), "device": str(device)}
     if device.type != "cuda":
-        from devbench.devices import describe
+        from devbench.engine.devices import describe
 
         out["name"] = describe()["host"].get("cpu")
         return out
     import torch
 
-    from devbench.devices import cuda_identities
+    from devbench.engine.devices import cuda_identities
 
     out["name"] = torch.cuda.get_device_name(device)
     out.update(cuda_identities()[device.index])
     try:
         import pynvml
 
-        from devbench import gpustate
+        from devbench.records import gpustate
 
         pynvml.nvmlInit()
         for i in range(pynvml.nvmlDeviceGetCount()):
@@ -162,9 +162,9 @@ def measure_rank(
     does alone. ``slow`` > 1 does every call's work that many times (the figures count it once): a rank made
     slow by construction, to see the flagging work. Returns ``{"figures": {...}, "clocks": {...}}``.
     """
-    from devbench.gpustate import Sampler
-    from devbench.measure import burst, measure, one_call_s, plan_blocks, sustained, warm_up
-    from devbench.spec import gbps
+    from devbench.engine.measure import burst, measure, one_call_s, plan_blocks, sustained, warm_up
+    from devbench.records.gpustate import Sampler
+    from devbench.records.spec import gbps
     from devbench.workloads.matmul import Matmul, tf32
     from devbench.workloads.transfer import Copy, host_device_copy, pinned_reason
 
@@ -291,7 +291,7 @@ def document(ranks: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], *,
 
 
 def write(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
-    from devbench.files import write_atomic
+    from devbench.records.files import write_atomic
 
     stamp = doc["finished"].replace(":", "").replace("-", "").replace("+0000", "Z")
     path = Path(out_dir) / f"{doc['machine']}-fleet-w{doc['world']}-{stamp}.json"
@@ -304,7 +304,7 @@ def write(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m devbench.fleet",
+        prog="python -m devbench.worlds.fleet",
         description=(
             "Run a short, checked set (burst and sustained matmul, pinned host<->device copies, a device copy) on "
             "every GPU at once, compare each GPU with the median of all, and flag those more than --threshold "
@@ -341,7 +341,7 @@ def rank_main(
     """One rank's run inside an initialized process group: identity and figures."""
     import torch.distributed as dist
 
-    from devbench.world import rank_device
+    from devbench.engine.devices import rank_device
 
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     device = rank_device(backend, local_rank)
@@ -362,7 +362,7 @@ def rank_main(
 
 
 def _finish(args: argparse.Namespace, ranks: list[dict[str, Any]], backend: str) -> int:
-    from devbench.files import default_machine
+    from devbench.records.files import default_machine
 
     rows = judge(ranks, args.threshold)
     kinds = {str(r["identity"]["device"]).split(":")[0] for r in ranks}
@@ -381,7 +381,7 @@ def _finish(args: argparse.Namespace, ranks: list[dict[str, Any]], backend: str)
 def _torchrun_main(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    from devbench.world import join_torchrun
+    from devbench.worlds.world import join_torchrun
 
     backend, rank, world, _ = join_torchrun("auto", args.timeout)
     try:
@@ -401,7 +401,7 @@ def _torchrun_main(args: argparse.Namespace) -> int:
 
 
 def _local_main(args: argparse.Namespace) -> int:
-    from devbench.world import RankFailed, WorldTimeout, resolve_backend, spawn_world
+    from devbench.worlds.world import RankFailed, WorldTimeout, resolve_backend, spawn_world
 
     backend = resolve_backend("auto", args.nproc)
     print(f"# devbench fleet: {backend}, {args.nproc} local ranks (spawned; no torchrun)", flush=True)
@@ -420,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.threshold < 1:
         parser.error(f"--threshold must be between 0 and 1, got {args.threshold}")
-    from devbench.world import under_torchrun
+    from devbench.worlds.world import under_torchrun
 
     torchrun = under_torchrun()
     if not torchrun and args.nproc < 2:

@@ -10,41 +10,14 @@ by environment, machine and time.
 from __future__ import annotations
 
 import os
-import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from devbench.files import append_jsonl, read_jsonl
+from devbench.records.files import append_jsonl, read_jsonl
 
 #: Folder beside asv's results/env/html (asv.conf.json keeps them all under .asv/).
 RUNINFO_DIR = Path(".asv") / "runinfo"
-
-
-def collect() -> dict[str, Any]:
-    """The versions and devices of this process, flat, JSON-serializable."""
-    # Imported here: the report reads run records and must never import torch.
-    from devbench.collectives import nccl_version
-    from devbench.devices import describe, gpu_summary
-
-    rec = describe()
-    summary = gpu_summary(rec)
-    return {
-        "time": time.time(),
-        "machine": os.environ.get("ASV_MACHINE") or platform.node(),
-        "env_name": os.environ.get("ASV_ENV_NAME") or existing_env_name(),
-        "commit": os.environ.get("ASV_COMMIT"),
-        "torch": rec["torch"]["version"],
-        "cuda": rec["torch"]["cuda_runtime"],
-        "cudnn": rec["torch"]["cudnn"],
-        "nccl": nccl_version() if rec["gpu_count"] else None,
-        "driver": rec["driver"],
-        "gpu": summary["gpu"],
-        "gpu_count": rec["gpu_count"],
-        "torch_threads": rec["host"]["torch_threads"],
-        "python": rec["host"]["python"],
-    }
 
 
 def existing_env_name(executable: str | None = None) -> str:
@@ -59,9 +32,8 @@ def runinfo_dir() -> Path:
     return base / RUNINFO_DIR
 
 
-def record(directory: Path | None = None) -> Path:
-    """Append this process's run record; return the file written."""
-    info = collect()
+def record(info: dict[str, Any], directory: Path | None = None) -> Path:
+    """Append a run record (``devices.run_info()``); return the file written."""
     return append_jsonl(directory or runinfo_dir(), info["env_name"], [info], sort_keys=True)
 
 

@@ -1,0 +1,1 @@
+"""The GPU run: a time-boxed call planned, run through asv, judged and packed."""
