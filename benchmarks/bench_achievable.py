@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from devbench.engine.measure import brief, burst, one_call_s, sustained
+from devbench.engine.bursts import brief, burst, sustained
+from devbench.engine.measure import one_call_s
 from devbench.engine.suite import (
     DEVICES,
     Benchmark,

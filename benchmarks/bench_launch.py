@@ -9,18 +9,9 @@ On the CPU ``held`` and ``graph`` skip with the reason: there is no queue to hol
 
 import torch
 
+from devbench.engine.blocks import HELD_MAX_CALLS, hold_reason
 from devbench.engine.devices import synchronize
-from devbench.engine.measure import (
-    COPY_BLOCK_S,
-    HELD_MAX_CALLS,
-    BlockPlan,
-    block_calls,
-    calls_for,
-    hold_reason,
-    measure,
-    one_call_s,
-    warm_up,
-)
+from devbench.engine.measure import COPY_BLOCK_S, BlockPlan, block_calls, calls_for, measure, one_call_s, warm_up
 from devbench.engine.suite import DEVICES, Benchmark, instrumented, once, require_device, with_samples
 from devbench.workloads.launch import GRAPH_CALLS, TASKS, SmallTask, graph_reason, graphed
 

@@ -38,15 +38,14 @@ from devbench.engine.suite import (
 from devbench.records import gpustate
 from devbench.records.spec import GiB, MiB, gbps
 from devbench.workloads.matmul import Matmul
+from devbench.workloads.peers import PEERS_DIR, PeerPath, peer_matrix, trace_path, write_peer_records
 from devbench.workloads.transfer import (
     HIDDEN,
     MEMORY,
-    PEERS_DIR,
     SIZES,
     SMALL_KINDS,
     Copy,
     ManySmall,
-    PeerPath,
     RepeatedWork,
     bidirectional,
     cache_bytes,
@@ -55,11 +54,8 @@ from devbench.workloads.transfer import (
     hidden_copy,
     host_device_copy,
     overlap,
-    peer_matrix,
     pinned_reason,
     sets_for,
-    trace_path,
-    write_peer_records,
 )
 
 #: A bandwidth block lasts at least this long (one copy when a single copy is longer;

@@ -420,20 +420,32 @@ def test_the_h200_runs_headline_figures_read_ok_with_its_link_and_the_state_they
     assert " ok " in stateless["achievable bf16, sustained"]
 
 
+def _asv_file(tmp_path: Path, results: dict) -> Path:
+    """One machine's results folder holding one asv result file of commit a...a with ``results``."""
+    from asv.results import Results
+
+    data = {"commit_hash": "a" * 40, "env_name": "existing", "date": 1, "params": {"machine": "box"},
+            "requirements": {}, "version": Results.api_version, "result_columns": ["result", "params"],
+            "results": results}  # fmt: skip
+    folder = tmp_path / "box"
+    folder.mkdir()
+    (folder / "aaaaaaaa-existing.json").write_text(json.dumps(data))
+    return folder
+
+
 def test_a_pinned_copy_is_judged_at_the_link_it_trained_at_under_load(tmp_path):
     from devbench.gpu.gpuhealth import health_lines
 
     mib256 = 256 * 2**20
     params = [["h2d", "d2h"], ["pinned"], ["non_blocking"], [mib256]]
-    data = {"commit_hash": "a" * 40, "result_columns": ["result", "params"], "results": {
-        "bench_transfer.HostDevice.track_gbps": [[15.7, 53.0], [[repr(v) for v in p] for p in params]]}}  # fmt: skip
-    (tmp_path / "aaaaaaaa-existing.json").write_text(json.dumps(data))
+    results = _asv_file(tmp_path, {
+        "bench_transfer.HostDevice.track_gbps": [[15.7, 53.0], [[repr(v) for v in p] for p in params]]})
     # NVML after the run said Gen5 x16 (idle, retrained); while the h2d copy ran it read Gen4 x16
     h100 = {"name": "NVIDIA H100 80GB HBM3", "pcie_gen": 5, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}
     state = {"time": 1.0, "benchmark": "bench_transfer.HostDevice", "phase": "during", "index": 0,
              "params": {"direction": "h2d", "memory": "pinned", "mode": "non_blocking", "nbytes": mib256},
              "sm_clock_mhz": 1980.0, "throttling": [], "pcie_gen": 4, "pcie_width": 16}  # fmt: skip
-    by = {line.split("  ")[1].strip(): line for line in health_lines(tmp_path, "a" * 40, h100, [state])}
+    by = {line.split("  ")[1].strip(): line for line in health_lines(results, "a" * 40, h100, [state])}
     assert " low " in by["pinned h2d 256 MiB"] and "trained at Gen4 x16, below its Gen5 x16" in by["pinned h2d 256 MiB"]
     assert " ok " in by["pinned d2h 256 MiB"]  # no state recorded for it: the machine's facts
 
@@ -456,15 +468,14 @@ def test_a_gpu_pair_and_an_nccl_busbw_are_judged_with_the_path_the_copies_took(t
     def row(values, params):
         return [values, [[repr(v) for v in p] for p in params]]
 
-    data = {"commit_hash": "a" * 40, "result_columns": ["result", "params"], "results": {
+    results = _asv_file(tmp_path, {
         "bench_transfer.PeerCopy.track_gbps": row([90.0, 30.0, 88.0, 380.0], [routes, sizes]),
         "bench_transfer.PeerCopy.track_peer_access": row([1.0, 0.0, 1.0, 1.0], [routes, sizes]),
         "bench_transfer.PeerCopy.track_nvlink_share": row([None, None, None, None], [routes, sizes]),
         "bench_collectives.Collectives.track_busbw": row([120.0], [["nccl"], [2], ["all_reduce"], [mib256]]),
-    }}  # fmt: skip
-    (tmp_path / "aaaaaaaa-existing.json").write_text(json.dumps(data))
+    })  # fmt: skip
     h100 = {"name": "NVIDIA H100 80GB HBM3", "pcie_gen": 5, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}
-    by = {line.split("  ")[1].strip(): line for line in health_lines(tmp_path, "a" * 40, h100)}
+    by = {line.split("  ")[1].strip(): line for line in health_lines(results, "a" * 40, h100)}
     # 0->1 at 256 MiB without peer access: staged through host, low against NVLink's 450 GB/s one way
     staged = by["GPU 0->1 256 MiB (through host)"]
     assert " low " in staged and "peer access off" in staged and "7% of 450" in staged
@@ -474,13 +485,13 @@ def test_a_gpu_pair_and_an_nccl_busbw_are_judged_with_the_path_the_copies_took(t
     # with NVML's topology (devbench info's pair_paths): the pair and the ring are judged on their own paths
     pairs = {"0->1": {"nvlinks": 17, "switched": True, "pcie": "PCIe switch"},
              "1->0": {"nvlinks": 17, "switched": True, "pcie": "PCIe switch"}}  # fmt: skip
-    by = {line.split("  ")[1].strip(): line for line in health_lines(tmp_path, "a" * 40, h100, None, pairs)}
+    by = {line.split("  ")[1].strip(): line for line in health_lines(results, "a" * 40, h100, None, pairs)}
     assert "NVLink: 17 of 18 links active" in by["GPU 0->1 256 MiB (through host)"]
     assert " low " in by["all_reduce busbw, 2 GPUs"] and "17 of 18 links" in by["all_reduce busbw, 2 GPUs"]
 
 
 def test_a_probe_that_prints_nothing_is_named_not_a_traceback(tmp_path):
-    from devbench.gpu.gpurun import probe_costs
+    from devbench.gpu.costs import probe_costs
 
     quiet = tmp_path / "python"
     quiet.write_text("#!/bin/sh\nexit 0\n")
@@ -541,13 +552,13 @@ def test_a_workloads_check_is_priced_once_per_run_not_per_process():
 
 
 def test_costs_from_another_machines_plan_json_price_a_plan_here(tmp_path):
-    from devbench.gpu.gpurun import costs_from
+    from devbench.gpu.costs import costs_from
 
     h200 = costs_from(ROOT / "reports" / "gpu" / "h200" / "plan.json")
     assert h200.gpus == 1 and h200.cuda_context_s == pytest.approx(0.3155, abs=1e-3) and h200.gpu_check_s == 0.0
     # what its CUDA tests and validate took is held back for them, not the defaults
     assert (h200.tests_s, h200.validate_s) == (pytest.approx(21.0), pytest.approx(17.6))
-    from devbench.gpu.gpurun import TESTS_S, VALIDATE_S, held_s
+    from devbench.gpu.costs import TESTS_S, VALIDATE_S, held_s
 
     assert held_s(h200) == (h200.tests_s, h200.validate_s)
     cut = tmp_path / "cut.json"  # a stage that did not end is no measure of what it takes

@@ -7,6 +7,7 @@ import threading
 import pytest
 import torch
 
+from devbench.engine import blocks as B
 from devbench.engine import lanes as L
 from devbench.engine import measure as M
 
@@ -71,7 +72,7 @@ def test_one_call_is_timed_in_batches_until_one_lasts_long_enough(monkeypatch):
     def fake(per_call, first):  # a lone call reads `first`, a batch `per_call` a call
         def time_block(fn, device, calls, stream=None, hold=False):
             batches.append(calls)
-            return M.BlockTiming(first if calls == 1 else per_call * calls, calls)
+            return B.BlockTiming(first if calls == 1 else per_call * calls, calls)
 
         return time_block
 
@@ -100,7 +101,7 @@ def test_calls_for_sizes_from_one_timed_call(monkeypatch):
 
     def fake_block(fn, device, calls, stream=None):
         seen.append(calls)
-        return M.BlockTiming(0.002, calls)
+        return B.BlockTiming(0.002, calls)
 
     monkeypatch.setattr(M, "time_block", fake_block)
     assert M.calls_for(lambda: None, CPU, target_s=0.1) == 50
@@ -191,12 +192,12 @@ def test_sequential_runs_each_function_in_turn():
 
 
 def test_hold_is_refused_on_the_cpu_with_a_reason(monkeypatch):
-    reason = M.hold_reason(CPU)
+    reason = B.hold_reason(CPU)
     assert reason and "cpu" in reason and "dispatch" in reason
     with pytest.raises(ValueError, match="dispatch"):
         M.time_block(lambda: None, CPU, 3, hold=True)
     # a call far below HOLD_BELOW_S, which a GPU would hold: the CPU times it plainly
-    monkeypatch.setattr(M, "time_block", lambda fn, device, calls, stream=None, hold=False: M.BlockTiming(1e-6, 1))
+    monkeypatch.setattr(M, "time_block", lambda fn, device, calls, stream=None, hold=False: B.BlockTiming(1e-6, 1))
     assert M.plan_blocks(lambda: None, CPU) == M.BlockPlan(M.block_calls(1e-6, M.COPY_BLOCK_S), hold=False)
 
 
@@ -206,9 +207,9 @@ def test_hold_retries_with_longer_spins_until_the_spin_outlasts_the_queueing():
     def attempt(spin):
         tried.append(spin)
         queued = 0.010  # the host needs 10 ms to queue the block
-        return M.HeldAttempt(held=spin > queued, queued_s=queued, seconds=0.004)
+        return B.HeldAttempt(held=spin > queued, queued_s=queued, seconds=0.004)
 
-    assert M.hold_until_queued(attempt, calls=100, first_spin_s=0.002) == 0.004
+    assert B.hold_until_queued(attempt, calls=100, first_spin_s=0.002) == 0.004
     assert tried == [0.002, 0.020]  # doubled past what the queueing took, then held
 
 
@@ -217,19 +218,19 @@ def test_hold_gives_up_with_a_reason_when_no_spin_outlasts_the_host():
 
     def attempt(spin):
         attempts.append(spin)
-        return M.HeldAttempt(held=False, queued_s=spin * 3, seconds=1.0)
+        return B.HeldAttempt(held=False, queued_s=spin * 3, seconds=1.0)
 
     with pytest.raises(RuntimeError, match="could not hold the stream while 7 calls"):
-        M.hold_until_queued(attempt, calls=7)
-    assert len(attempts) == M.HOLD_ATTEMPTS and attempts == sorted(attempts)
+        B.hold_until_queued(attempt, calls=7)
+    assert len(attempts) == B.HOLD_ATTEMPTS and attempts == sorted(attempts)
 
 
 def test_plan_blocks_holds_short_calls_on_a_gpu_and_caps_the_queue(monkeypatch):
     monkeypatch.setattr(M, "hold_reason", lambda device: None)  # pretend the device can be held
-    monkeypatch.setattr(M, "time_block", lambda fn, device, calls, stream=None, hold=False: M.BlockTiming(5e-6, 1))
+    monkeypatch.setattr(M, "time_block", lambda fn, device, calls, stream=None, hold=False: B.BlockTiming(5e-6, 1))
     assert M.plan_blocks(lambda: None, CPU, target_s=0.05) == M.BlockPlan(M.HELD_MAX_CALLS, hold=True)
     assert M.plan_blocks(lambda: None, CPU, target_s=0.05, may_hold=False) == M.BlockPlan(10_000)
-    monkeypatch.setattr(M, "time_block", lambda fn, device, calls, stream=None, hold=False: M.BlockTiming(2e-3, 1))
+    monkeypatch.setattr(M, "time_block", lambda fn, device, calls, stream=None, hold=False: B.BlockTiming(2e-3, 1))
     assert M.plan_blocks(lambda: None, CPU, target_s=0.05) == M.BlockPlan(25)  # long calls: dispatch is hidden
 
 
@@ -238,7 +239,7 @@ def test_measure_takes_a_plan_and_says_whether_it_held(monkeypatch):
 
     def fake_block(fn, device, calls, stream=None, hold=False):
         seen.append((calls, hold))
-        return M.BlockTiming(1e-3 * calls, calls)
+        return B.BlockTiming(1e-3 * calls, calls)
 
     monkeypatch.setattr(M, "time_block", fake_block)
     m = M.measure(lambda: None, CPU, M.BlockPlan(8, hold=True), blocks=3)

@@ -18,6 +18,7 @@ from asv_runner.statistics import get_err
 from devbench.records import files, spec
 from devbench.report import asvrule as C
 from devbench.report import derive as D
+from devbench.report import health as H
 from devbench.report.cli import main
 from devbench.report.fields import parse_param
 from devbench.report.load import ReportError, load_results
@@ -731,7 +732,7 @@ def test_the_health_section_judges_gpu_pairs_and_nccl_busbw_against_nvlink_with_
     peers = pd.DataFrame([{"machine": "box", "nbytes": 256 * mib, "src": s, "dst": d, "gbps": g, "path": p}
                           for s, d, g, p in ((0, 1, 390.0, "NVLink"), (1, 0, 385.0, "NVLink"),
                                              (0, 2, 60.0, "PCIe P2P"))])  # fmt: skip
-    table = D.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame),
+    table = H.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame),
                      D.collective_bandwidth(frame), peers)  # fmt: skip
     rows = {r.figure: r for r in table.itertuples()}
     ok = rows["GPU 0->1 256 MiB (NVLink)"]
@@ -744,16 +745,16 @@ def test_the_health_section_judges_gpu_pairs_and_nccl_busbw_against_nvlink_with_
     assert rows["peer matrix median: GPU 1->0 256 MiB (NVLink)"].verdict == "ok"
     # with each pair's NVML path recorded: a pair short of links is low and named, though its copy reads well
     linked = peers.assign(nvlinks=[18, 17, 0], switched=[True, True, False], pcie=["PCIe switch"] * 3)
-    by_path = {r.figure: r for r in D.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), None,
+    by_path = {r.figure: r for r in H.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), None,
                                              linked).itertuples()}  # fmt: skip
     median = by_path["peer matrix median: GPU 1->0 256 MiB (NVLink)"]
     assert median.verdict == "low" and "NVLink: 17 of 18 links active" in median.reason
     # an NCCL ring of 8 ranks passes 0->1: its busbw is judged on that pair's recorded path
-    ring = D.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), D.collective_bandwidth(frame),
+    ring = H.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), D.collective_bandwidth(frame),
                     linked.assign(nvlinks=[17, 18, 0]))  # fmt: skip
     bus8 = {r.figure: r for r in ring.itertuples()}["all_reduce busbw, 8 GPUs, 256 MiB"]
     assert bus8.verdict == "low" and "NVLink: 17 of 18 links active" in bus8.reason
-    two = D.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), None, peers.iloc[:2])
+    two = H.health(frame, D.matmul_throughput(frame), D.transfer_bandwidth(frame), None, peers.iloc[:2])
     assert [f for f in two["figure"] if f.startswith("peer matrix")] == [
         "peer matrix slowest: GPU 1->0 256 MiB (NVLink)"]  # two GPUs, two pairs: the median is the slowest
     # the largest NCCL size only (200 of 450: low), nccl-tests' reading named; gloo is not a GPU figure
@@ -761,7 +762,7 @@ def test_the_health_section_judges_gpu_pairs_and_nccl_busbw_against_nvlink_with_
     assert bus.verdict == "low" and bus.share == pytest.approx(200 / 450) and "nccl-tests reads busbw" in bus.reason
     assert [f for f in rows if "busbw" in f] == ["all_reduce busbw, 8 GPUs, 256 MiB"]
     # the CSV's columns judge the same figures, every size of 64 MiB and more
-    marked = D.with_health(frame)
+    marked = H.with_health(frame)
     judged = marked[marked["health"] != ""]
     assert set(judged["benchmark"]) == {"bench_transfer.PeerCopy.track_gbps",
                                         "bench_collectives.Collectives.track_busbw"}

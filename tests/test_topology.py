@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from devbench.records import topology
+from devbench.report.health import verdict
 from devbench.worlds import fleet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,26 +45,36 @@ def test_each_pairs_path_is_read_from_nvml():
     assert {p.nvlinks for k, p in broken.items() if 3 not in k} == {18}
 
 
+def _judge_pairs(figures, gpu, paths):
+    """Each pair's copy judged as the report judges a PeerCopy: on its own NVML path."""
+    return {pair: verdict("peer", gbps, gpu, pair=paths.get(pair)) for pair, gbps in figures.items()}
+
+
+def _judge_ring(busbw, world, gpu, paths):
+    """A ring's busbw judged as the report judges one: on the ring's slowest pair."""
+    return verdict("busbw", busbw, gpu, pair=topology.slowest(topology.ring_paths(paths, world)))
+
+
 def test_a_healthy_node_reads_healthy_and_a_broken_one_names_its_link_down():
     nv, healthy = _paths("8x H100 SXM")
     figures = {pair: 380.0 for pair in healthy}
-    assert {h.verdict for h in topology.judge_pairs(figures, _gpu(nv), healthy).values()} == {"ok"}
+    assert {h.verdict for h in _judge_pairs(figures, _gpu(nv), healthy).values()} == {"ok"}
     nv, broken = _paths("8x H100 SXM, GPU 3 with a link down")
     figures = {pair: 360.0 if 3 in pair else 380.0 for pair in broken}  # 17 of 18 links: a little slower
-    verdicts = topology.judge_pairs(figures, _gpu(nv), broken)
+    verdicts = _judge_pairs(figures, _gpu(nv), broken)
     low = sorted(pair for pair, h in verdicts.items() if h.verdict == "low")
     assert low == sorted(pair for pair in broken if 3 in pair)  # GPU 3's pairs, and nothing else
     assert all("NVLink: 17 of 18 links active" in verdicts[pair].reason for pair in low)
     # the ring of 4 ranks passes GPU 3: its busbw is judged on that pair; a ring of 2 does not and reads ok
-    ring4 = topology.judge_ring(370.0, 4, _gpu(nv), broken)
+    ring4 = _judge_ring(370.0, 4, _gpu(nv), broken)
     assert ring4.verdict == "low" and "17 of 18 links" in ring4.reason
-    assert topology.judge_ring(370.0, 2, _gpu(nv), broken).verdict == "ok"
+    assert _judge_ring(370.0, 2, _gpu(nv), broken).verdict == "ok"
 
 
 def test_pcie_pairs_are_judged_against_pcie_and_a_pair_across_sockets_is_not_judged():
     nv, paths = _paths("8 PCIe GPUs, two sockets, two switches")
     figures = {pair: 24.0 for pair in paths}  # 76% of a Gen4 x16 link
-    verdicts = topology.judge_pairs(figures, _gpu(nv), paths)
+    verdicts = _judge_pairs(figures, _gpu(nv), paths)
     assert {verdicts[p].verdict for p in paths if paths[p].pcie == "PCIe switch"} == {"ok"}
     across = [verdicts[p] for p in paths if paths[p].pcie == "across sockets"]
     assert across and {h.verdict for h in across} == {"unknown"} and "two sockets" in across[0].reason
@@ -74,7 +85,7 @@ def test_pcie_pairs_are_judged_against_pcie_and_a_pair_across_sockets_is_not_jud
                                                   ("2 unbridged H100 NVL", 50.0, 63.0)])  # fmt: skip
 def test_a_bridged_pair_is_judged_against_its_bridge_and_an_unbridged_one_against_pcie(node, gbps, expected):
     nv, paths = _paths(node)
-    health = topology.judge_pairs({(0, 1): gbps}, _gpu(nv), paths)[(0, 1)]
+    health = _judge_pairs({(0, 1): gbps}, _gpu(nv), paths)[(0, 1)]
     assert health.verdict == "ok" and health.share == pytest.approx(gbps / expected, rel=0.01)
     from devbench.records.expected import expected as want
 

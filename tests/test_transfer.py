@@ -11,6 +11,7 @@ import torch
 from devbench.engine.devices import move
 from devbench.engine.lanes import Lanes
 from devbench.records.spec import gbps, size_label
+from devbench.workloads import peers as PE
 from devbench.workloads import transfer as T
 
 CPU = torch.device("cpu")
@@ -402,18 +403,18 @@ def test_host_waits_names_the_copies_a_held_stream_cannot_queue():
 
 
 def test_every_pair_in_both_directions():
-    assert T.peer_pairs(1) == []
-    assert T.peer_pairs(3) == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
-    assert len(T.peer_pairs(8)) == 56
+    assert PE.peer_pairs(1) == []
+    assert PE.peer_pairs(3) == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    assert len(PE.peer_pairs(8)) == 56
 
 
 def test_the_path_label_says_what_the_copies_used_before_what_they_could():
-    assert T.PeerPath(False, True, 0.9).label == "through host"
-    assert T.PeerPath(True, True, 1.0).label == "NVLink"
-    assert T.PeerPath(True, True, 0.01).label == "PCIe P2P"  # NVLink there, but the bytes did not use it
-    assert T.PeerPath(True, True, None).label == "NVLink (topology)"
-    assert T.PeerPath(True, False, None).label == "PCIe P2P (topology)"
-    assert T.PeerPath(True, None, None).label == "P2P"
+    assert PE.PeerPath(False, True, 0.9).label == "through host"
+    assert PE.PeerPath(True, True, 1.0).label == "NVLink"
+    assert PE.PeerPath(True, True, 0.01).label == "PCIe P2P"  # NVLink there, but the bytes did not use it
+    assert PE.PeerPath(True, True, None).label == "NVLink (topology)"
+    assert PE.PeerPath(True, False, None).label == "PCIe P2P (topology)"
+    assert PE.PeerPath(True, None, None).label == "P2P"
 
 
 class _CountedCopy:
@@ -432,22 +433,22 @@ class _CountedCopy:
 
 
 def test_the_traced_share_is_the_counted_bytes_over_the_bytes_copied(monkeypatch):
-    monkeypatch.setattr(T, "TRACE_MIN_S", 0.0)
-    monkeypatch.setattr(T, "TRACE_POLL_S", 0.001)
+    monkeypatch.setattr(PE, "TRACE_MIN_S", 0.0)
+    monkeypatch.setattr(PE, "TRACE_POLL_S", 0.001)
     copy = _CountedCopy(T.MiB)
-    assert T.trace_path(copy, True, True, lambda: 10_000 + copy.calls * T.MiB).nvlink_share == pytest.approx(1.0)
-    assert copy.calls == T.TRACE_BYTES // T.MiB  # the bytes asked for, no more when the clock asks for none
+    assert PE.trace_path(copy, True, True, lambda: 10_000 + copy.calls * T.MiB).nvlink_share == pytest.approx(1.0)
+    assert copy.calls == PE.TRACE_BYTES // T.MiB  # the bytes asked for, no more when the clock asks for none
     copy = _CountedCopy(T.MiB)  # 1% of them: another process's traffic, not the copy
-    assert T.trace_path(copy, True, True, lambda: 5 + copy.calls * T.MiB // 100).label == "PCIe P2P"
-    assert T.trace_path(copy, False, None, lambda: None) == T.PeerPath(False, None, None)
+    assert PE.trace_path(copy, True, True, lambda: 5 + copy.calls * T.MiB // 100).label == "PCIe P2P"
+    assert PE.trace_path(copy, False, None, lambda: None) == PE.PeerPath(False, None, None)
     small = _CountedCopy(4 * T.KiB)
     reads = []
-    T.trace_path(small, True, None, lambda: reads.append(small.calls) or 0)
-    assert len(reads) == 3 and small.calls == T.TRACE_MAX_CALLS  # before, then after until two reads agree
+    PE.trace_path(small, True, None, lambda: reads.append(small.calls) or 0)
+    assert len(reads) == 3 and small.calls == PE.TRACE_MAX_CALLS  # before, then after until two reads agree
 
 
 def test_the_trace_lasts_long_enough_and_waits_for_counters_that_lag(monkeypatch):
-    monkeypatch.setattr(T, "TRACE_POLL_S", 0.001)
+    monkeypatch.setattr(PE, "TRACE_POLL_S", 0.001)
     copy = _CountedCopy(256 * T.MiB, takes_s=0.001)  # one copy is enough bytes; the clock keeps it going
     reads = []
 
@@ -456,8 +457,8 @@ def test_the_trace_lasts_long_enough_and_waits_for_counters_that_lag(monkeypatch
         return 0 if len(reads) <= 2 else copy.calls * copy.nbytes
 
     start = time.monotonic()
-    path = T.trace_path(copy, True, True, sent)
-    assert time.monotonic() - start >= T.TRACE_MIN_S
+    path = PE.trace_path(copy, True, True, sent)
+    assert time.monotonic() - start >= PE.TRACE_MIN_S
     assert path.nvlink_share == pytest.approx(1.0) and path.label == "NVLink"
 
 
@@ -472,10 +473,10 @@ def test_the_matrix_checks_times_and_traces_every_direction(capsys):
 
     def path_of(copy):
         traced.append(copy)
-        return T.PeerPath(True, True, 1.0)
+        return PE.PeerPath(True, True, 1.0)
 
-    rows = T.peer_matrix([cpu, cpu, cpu], 64 * T.KiB, time_copy, path_of, progress=lines.append)
-    assert [(r["src"], r["dst"]) for r in rows] == T.peer_pairs(3)
+    rows = PE.peer_matrix([cpu, cpu, cpu], 64 * T.KiB, time_copy, path_of, progress=lines.append)
+    assert [(r["src"], r["dst"]) for r in rows] == PE.peer_pairs(3)
     assert {r["gbps"] for r in rows} == {2.0} and {r["path"] for r in rows} == {"NVLink"}
     assert timed == [64 * T.KiB] * 6 and len(traced) == 6 and lines[0] == "64 KiB 0->1: 2.0 GB/s (NVLink)"
 
@@ -483,7 +484,7 @@ def test_the_matrix_checks_times_and_traces_every_direction(capsys):
 def test_matrix_records_go_to_one_file_per_machine(tmp_path):
     rows = [{"src": 0, "dst": 1, "nbytes": 4096, "gbps": 2.0, "blocks": [1.0, 2.0, 3.0], "peer_access": True,
              "nvlink": None, "nvlink_share": None, "path": "P2P"}]  # fmt: skip
-    path = T.write_peer_records(rows, tmp_path, machine="box")
+    path = PE.write_peer_records(rows, tmp_path, machine="box")
     import json
 
     (rec,) = [json.loads(line) for line in path.read_text().splitlines()]
@@ -511,12 +512,12 @@ def test_the_report_shows_the_newest_matrix_and_names_the_slowest_pair(tmp_path,
     peers = tmp_path / "asv" / "peers"
     old = [{"src": 0, "dst": 1, "nbytes": 256 * T.MiB, "gbps": 1.0, "blocks": [1.0], "peer_access": False,
             "nvlink": None, "nvlink_share": None, "path": "through host"}]  # fmt: skip
-    T.write_peer_records(old, peers, machine="box")
+    PE.write_peer_records(old, peers, machine="box")
     speeds = [370.0, 371.0, 369.5, 12.5, 370.2, 368.9]
     paths = ["NVLink"] * 3 + ["PCIe P2P"] + ["NVLink"] * 2
     new = [{**old[0], "gbps": g, "src": s, "dst": d, "path": p}
-           for (s, d), g, p in zip(T.peer_pairs(3), speeds, paths, strict=True)]  # fmt: skip
-    T.write_peer_records(new, peers, machine="box")
+           for (s, d), g, p in zip(PE.peer_pairs(3), speeds, paths, strict=True)]  # fmt: skip
+    PE.write_peer_records(new, peers, machine="box")
     with open(peers / "box.jsonl", "a") as f:
         f.write(json.dumps({"machine": "box", "time": 1.0}) + "\n")
     out = tmp_path / "out"
@@ -552,7 +553,7 @@ def test_a_peer_copy_is_built_and_checked_once_per_process_and_traced_only_by_it
     monkeypatch.setattr(suite, "_BUILT", {})
     monkeypatch.setattr(B, "require_gpus", lambda n: [CPU, CPU])
     monkeypatch.setattr(B, "Copy", Counted)
-    monkeypatch.setattr(B, "_peer_path", lambda copy: traced.append(1) or T.PeerPath(True, None, None))
+    monkeypatch.setattr(B, "_peer_path", lambda copy: traced.append(1) or PE.PeerPath(True, None, None))
     monkeypatch.setenv("DEVBENCH_BLOCKS", "1")
     bench = B.PeerCopy()
     for _ in range(5):  # five set-ups in one process, as a measuring process's or a compare's

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from devbench.engine.blocks import time_block
 from devbench.engine.devices import as_device, synchronize
-from devbench.engine.measure import time_block
 
 
 @dataclass(frozen=True)

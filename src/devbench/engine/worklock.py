@@ -32,8 +32,8 @@ from pathlib import Path
 
 LOCK = Path("benchmarks") / "work-lock.json"
 #: the work and the engine, relative to the repository root
-WATCHED = ("src/devbench/workloads/*.py", "src/devbench/engine/measure.py", "src/devbench/engine/precision.py",
-           "src/devbench/engine/lanes.py")
+WATCHED = ("src/devbench/workloads/*.py", "src/devbench/engine/measure.py", "src/devbench/engine/blocks.py",
+           "src/devbench/engine/bursts.py", "src/devbench/engine/precision.py", "src/devbench/engine/lanes.py")
 BENCHMARKS = "benchmarks/bench_*.py"
 PACKAGE = "devbench"
 ABOUT = (

@@ -1,47 +1,28 @@
 """gpu-run's health lines: each headline GPU figure of a run beside what its machine should do.
 
 Reads the asv results a run saved and the GPU state ``devbench.records.gpustate`` recorded while each figure was
-timed, and judges them with ``devbench.records.expected``. No torch import: ``devbench info --json`` is run as a
-process for the GPU's facts.
+timed, and judges them with ``devbench.report.health.verdict``, as the report and the CSV do. No torch import:
+``devbench info --json`` is run as a process for the GPU's facts.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 
-def saved_results(results: Path, sha: str) -> list[dict[str, Any]]:
-    """The result files asv saved for commit ``sha`` in one machine's results folder (unreadable ones left out)."""
-    found = []
-    for path in results.glob("*.json"):
-        if path.name == "machine.json":
-            continue
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if data.get("commit_hash") == sha and "result_columns" in data:
-            found.append(data)
-    return found
-
-
 def figure_value(results: Path, sha: str, name: str, params: tuple) -> float | None:
-    """The figure asv saved for benchmark ``name`` at ``params`` (commit ``sha``), or None."""
+    """The figure asv saved for benchmark ``name`` at ``params`` (commit ``sha``), or None; read by the report's
+    reader (``devbench.report.load``)."""
+    from devbench.report.load import saved_results, value_at
+
     want = tuple(repr(p) for p in params)
     for data in saved_results(results, sha):
-        row = data.get("results", {}).get(name)
-        if row is None:
-            continue
-        cols = data["result_columns"]
-        combos = list(itertools.product(*row[cols.index("params")]))
-        if want in combos:
-            value = row[cols.index("result")][combos.index(want)]
-            if isinstance(value, int | float) and value == value:
-                return float(value)
+        value = value_at(data, name, want)
+        if value is not None:
+            return value
     return None
 
 
@@ -50,7 +31,7 @@ def _pair(pairs: dict[str, dict[str, Any]] | None, point: Any, kind: str) -> Any
     busbw is judged against: the pair's own, or the slowest pair of the ring; None without the topology."""
     if not pairs or kind not in ("peer", "busbw"):
         return None
-    from devbench.records.topology import PairPath
+    from devbench.records.topology import PairPath, slowest
 
     def path(key: str) -> PairPath | None:
         p = pairs.get(key)
@@ -67,17 +48,18 @@ def _pair(pairs: dict[str, dict[str, Any]] | None, point: Any, kind: str) -> Any
     else:
         world = int(point.values.get("world", 2))
         ring = [path(f"{r}->{(r + 1) % world}") for r in range(world)]
-    ring = [p for p in ring if p is not None]
-    return min(ring, key=lambda p: p.nvlinks) if ring else None
+    return slowest(ring)
 
 
 def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict[str, Any]] | None = None,
                  pairs: dict[str, dict[str, Any]] | None = None) -> list[str]:  # fmt: skip
     """Each headline GPU figure of this run (``spec.HEALTH_POINTS``) beside what the machine should do
-    (``devbench.records.expected.judge``), judged with the GPU's state while it ran (``states``: ``gpustate`` records):
-    the clock and throttle reasons of a product, the PCIe link a pinned copy trained at under load."""
+    (``devbench.report.health.verdict``, as the report and the CSV judge them), with the GPU's state while it ran
+    (``states``: ``gpustate`` records): the clock and throttle reasons of a product, the board's power limits,
+    the PCIe link a pinned copy trained at under load."""
     from devbench.records import gpustate, spec
-    from devbench.records.expected import judge, path_label
+    from devbench.records.expected import path_label
+    from devbench.report.health import verdict
 
     lines = []
     for point, kind in spec.HEALTH_POINTS:
@@ -92,14 +74,11 @@ def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict
             path = None if access is None else path_label(bool(access), None, share)
             label = f"{label} ({path})" if path else label
         cls, figure = name.rsplit(".", 1)
-        state = gpustate.while_timed(states or [], cls, dict(point.values), figure=figure) or {}
-        facts = dict(gpu)
-        if kind in ("h2d", "d2h") and state.get("pcie_gen") and state.get("pcie_width"):
-            facts.update(pcie_gen=state["pcie_gen"], pcie_width=state["pcie_width"])  # the link under this copy
-        facts.update({k: state[k] for k in ("power_limit_w", "default_power_limit_w") if state.get(k)})
-        pair = _pair(pairs, point, kind)
-        health = judge(value, kind, facts, throttle=state.get("throttling") or None, path=path,
-                       clock_mhz=state.get("sm_clock_mhz"), pair=pair)  # fmt: skip
+        record = gpustate.while_timed(states or [], cls, dict(point.values), figure=figure) or {}
+        state = {"clock_mhz": record.get("sm_clock_mhz"), "throttle": record.get("throttling") or [],
+                 **{k: record.get(k) for k in ("pcie_gen", "pcie_width", "power_limit_w", "default_power_limit_w")}}
+        health = verdict(kind, value, gpu, {k: v for k, v in state.items() if v}, path=path,
+                         pair=_pair(pairs, point, kind))  # fmt: skip
         lines.append(f"  {label:<28} {value:>9.4g}  {health.verdict:<7} {health.reason}")
     return lines
 

@@ -10,8 +10,6 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from devbench.gpu.gpuhealth import saved_results
-
 #: the folders of .asv that a run fills, packed with the results (``sweep``: the measuring processes' journal
 #: and logs, ``devbench.engine.sweep``)
 STATE_DIRS = ("gpustate", "runinfo", "achievable", "fleet", "sweep")
@@ -29,14 +27,14 @@ def durations_since(results: Path, sha: str, since: float) -> dict[str, float | 
     """Each benchmark of commit ``sha`` in the asv results folder ``results`` (one machine's) that asv started at or
     after ``since`` (seconds since the epoch) -> the seconds asv spent on it (its ``duration``: every point of it
     in that call; None where asv kept none), read from the results asv saved."""
+    from devbench.report.load import saved_results
+
     out: dict[str, float | None] = {}
     for data in saved_results(results, sha):
-        cols = data["result_columns"]
-        if "started_at" not in cols:
+        at, took = data.column.get("started_at"), data.column.get("duration")
+        if at is None:
             continue
-        at = cols.index("started_at")
-        took = cols.index("duration") if "duration" in cols else None
-        for name, row in data.get("results", {}).items():
+        for name, row in data.results.items():
             started = row[at] if at < len(row) else None
             seconds = row[took] if took is not None and took < len(row) else None
             if started is not None and started / 1000.0 >= since - 1.0:  # asv keeps milliseconds

@@ -37,24 +37,17 @@ from typing import Any
 from devbench.compare.session import CHECKED_ENV  # devbench.engine.suite.CHECKED_ENV, torch-free
 from devbench.engine import precision, sweep
 from devbench.gpu import plan as P
+from devbench.gpu.costs import VALIDATE_DRIFT, costs_from, held_s, probe_costs, sum_reserves
 from devbench.gpu.gpuhealth import print_health
 from devbench.gpu.gpupack import _smi, durations_since, measured_since, pack
 from devbench.gpu.sessions import _group_run
 
-#: seconds held back after the benchmarks: the CUDA tests, validate, and the packing (measured: the CUDA tests
-#: 21 s on an H200; validate 18 s there and 51 s on a 2-vCPU VM; reports/gpu). Each stage then runs under
-#: whatever is left, so a reserve only decides how much of the budget the benchmarks may plan for.
-TESTS_S = 30.0
-VALIDATE_S = 60.0
+#: seconds held back for the packing after the last stage
 PACK_S = 5.0
 #: the health lines after the stages: one `devbench info --json` (imports torch, reads NVML)
 HEALTH_S = 5.0
 #: a stage given less than this is not started: asv alone takes seconds to start
 MIN_STAGE_S = 10.0
-#: what asv costs to start beside importing the suite twice
-ASV_START_S = 2.0
-#: ``devbench validate``'s exit when the method agrees with the reference but the recorded figure drifted
-VALIDATE_DRIFT = 3
 
 EXAMPLES = """examples:
   devbench gpu-run --plan-only                      # the plan for this machine, nothing run
@@ -65,43 +58,6 @@ EXAMPLES = """examples:
                                                     # an 8-GPU node at the H200's costs: what each stage runs
 """
 
-_PROBE = """
-import json, os, sys, time
-t0 = time.perf_counter()
-import torch
-t1 = time.perf_counter()
-pid = os.fork()
-if pid == 0:
-    os._exit(0)
-os.waitpid(pid, 0)
-t2 = time.perf_counter()
-gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-model = torch.cuda.get_device_name(0) if gpus else ""
-if gpus:
-    torch.zeros(1, device="cuda")
-    torch.cuda.synchronize()
-t3 = time.perf_counter()
-setup = check = 0.0
-if gpus:  # what a GPU point's set-up costs: cuBLAS's start-up and a warm product at a large size; then its check
-    from devbench.workloads.matmul import Matmul, checked, warmed
-    mm = Matmul(4096, "float32", torch.device("cuda", 0))
-    warmed(mm)
-    torch.cuda.synchronize()
-    t4 = time.perf_counter()
-    setup = t4 - t3
-    checked(mm)
-    torch.cuda.synchronize()
-    check = time.perf_counter() - t4
-cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-if len(sys.argv) > 1:  # record the asv machine here too: `devbench machine` would import torch once more
-    import argparse
-    from devbench.cli import cmd_machine
-    if cmd_machine(argparse.Namespace(machine=sys.argv[1], config=None)):
-        sys.exit(3)
-print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus,
-                  "setup_s": setup, "check_s": check, "cores": cores, "model": model}))
-"""
-
 
 class Stopped(Exception):
     """Ctrl-C or SIGTERM: the exit code says which."""
@@ -109,47 +65,6 @@ class Stopped(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
-
-
-def probe_costs(python: str, repo: Path, machine: str | None = None) -> P.Costs:
-    """The import of torch, a fork of a process that holds it and a CUDA context, timed in a fresh process;
-    with ``machine``, the same process records the asv machine (``devbench machine``) and its lines are printed."""
-    cmd = [python, "-c", _PROBE, *([machine] if machine else [])]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=repo)
-    if out.returncode == 3:
-        raise RuntimeError(f"could not record the asv machine {machine!r}: {out.stderr.strip()}")
-    if out.returncode != 0:
-        raise RuntimeError(f"the probe of {python} failed: {out.stderr.strip().splitlines()[-1:]}")
-    lines = out.stdout.strip().splitlines()
-    if not lines:
-        raise RuntimeError(f"the probe of {python} printed nothing (its stderr: {out.stderr.strip()[-300:]!r})")
-    *said, last = lines
-    if said:
-        print("\n".join(said), flush=True)
-    got = json.loads(last)
-    return P.Costs(launch_s=got["fork_s"], cuda_context_s=got["context_s"],
-                   asv_call_s=ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]),
-                   gpu_setup_s=got["setup_s"], gpu_check_s=got.get("check_s", 0.0),
-                   cores=int(got["cores"]), gpu_model=got.get("model", ""))  # fmt: skip
-
-
-def costs_from(path: Path) -> P.Costs:
-    """The costs another machine's gpu-run recorded (its plan.json), to price a plan for it here."""
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--costs-from {path}: cannot read it as JSON ({exc})") from None
-    costs = record.get("costs") if isinstance(record, dict) else None
-    if not isinstance(costs, dict):
-        raise ValueError(f"--costs-from {path}: no 'costs' in it (a gpu-run plan.json has them)")
-    # what its CUDA tests and validate took, where they ran to the end: held back for them instead of the defaults
-    took = {s.get("stage"): s.get("actual_s") for s in record.get("stages") or [] if isinstance(s, dict)
-            and s.get("rc") in (0, 5, VALIDATE_DRIFT) and isinstance(s.get("actual_s"), int | float)}  # fmt: skip
-    try:
-        return P.Costs.from_record({**costs, "tests_s": took.get("cuda tests", 0.0),
-                                    "validate_s": took.get("validate", 0.0)})  # fmt: skip
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"--costs-from {path}: {exc}") from None
 
 
 def list_benchmarks(repo: Path, python: str, log: Any) -> dict[str, dict[str, Any]]:
@@ -494,16 +409,6 @@ def print_capped(journal: Path, since: float) -> None:
         width = f"+-{100 * r['half_width']:.1f}%" if r.get("half_width") is not None else "no interval yet"
         params = ", ".join(repr(v) for v in r.get("params", []))
         print(f"  {r['figure']}({params}): {r.get('samples')} samples, {width}", flush=True)
-
-
-def held_s(costs: P.Costs) -> tuple[float, float]:
-    """Seconds held back for the CUDA tests and validate: what a recorded run took, else the defaults."""
-    return costs.tests_s or TESTS_S, costs.validate_s or VALIDATE_S
-
-
-def sum_reserves(args: argparse.Namespace, costs: P.Costs) -> float:
-    tests, validate = held_s(costs)
-    return (tests if args.tests else 0.0) + (validate if args.validate else 0.0)
 
 
 def _write_plan(run: Run, plan: P.Plan, stopped: str = "") -> None:

@@ -17,7 +17,7 @@ GPU reaches every other over all of its links to the switches, so the pair has t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,21 +96,8 @@ def ring_paths(paths: dict[tuple[int, int], PairPath], world: int) -> list[PairP
     return [paths[(r, (r + 1) % world)] for r in range(world) if (r, (r + 1) % world) in paths]
 
 
-def judge_pairs(figures: dict[tuple[int, int], float], gpu: dict[str, Any],
-                paths: dict[tuple[int, int], PairPath]) -> dict[tuple[int, int], Any]:  # fmt: skip
-    """Each GPU pair's copy (GB/s, one direction) against what a healthy pair on its path reaches
-    (``devbench.records.expected.judge`` with the pair's NVML path): a pair short of links is ``low`` and named; a
-    pair without NVLink is judged against PCIe, not NVLink; a pair across sockets is ``unknown``."""
-    from devbench.records.expected import judge
-
-    return {pair: judge(gbps, "peer", gpu, pair=paths.get(pair)) for pair, gbps in figures.items()}
-
-
-def judge_ring(busbw: float, world: int, gpu: dict[str, Any], paths: dict[tuple[int, int], PairPath]) -> Any:
-    """An NCCL collective's bus bandwidth on ``world`` ranks against the path its ring takes: the ring is as fast
-    as its slowest pair (fewest NVLinks, or PCIe)."""
-    from devbench.records.expected import judge
-
-    ring = ring_paths(paths, world)
-    slowest = min(ring, key=lambda p: (p.nvlinks, p.pcie != "across sockets")) if ring else None
-    return judge(busbw, "busbw", gpu, pair=slowest)
+def slowest(pairs: Iterable[PairPath | None]) -> PairPath | None:
+    """The slowest of some pairs (a ring's: it runs as fast as its slowest pair): the fewest NVLinks, and a pair
+    across sockets before one under a PCIe switch; None where no pair's path was read."""
+    found = [p for p in pairs if p is not None]
+    return min(found, key=lambda p: (p.nvlinks, p.pcie != "across sockets")) if found else None

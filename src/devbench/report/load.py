@@ -7,6 +7,7 @@ any asv results directory (``<results>/<machine>/machine.json`` plus result file
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Iterable
@@ -141,6 +142,35 @@ def _read_result_file(path: Path, machine: str) -> _ResultFile:
             out.bad[key] = frozen
             del out.results[key]
     return out
+
+
+def saved_results(results: Path, sha: str) -> list[_ResultFile]:
+    """The result files asv saved for commit ``sha`` in one machine's results folder, read as the report reads
+    them (``_read_result_file``: asv's loader and format check); a file that cannot be read is left out."""
+    found = []
+    for path in _result_files(results):
+        try:
+            data = _read_result_file(path, results.name)
+        except (OSError, ValueError, asv_util.UserError):
+            continue
+        if data.commit_hash == sha:
+            found.append(data)
+    return found
+
+
+def value_at(data: _ResultFile, name: str, params: tuple[str, ...]) -> float | None:
+    """The figure a result file holds for benchmark ``name`` at ``params`` (each value as asv writes it, its
+    ``repr``), or None: not run, skipped or failed."""
+    row, i_result = data.results.get(name), data.column.get("result")
+    if row is None or i_result is None or i_result >= len(row):
+        return None
+    combos = list(itertools.product(*data.frozen_params.get(name, ())))
+    result = row[i_result]
+    values = result if isinstance(result, list) else [result]
+    if params not in combos or combos.index(params) >= len(values):
+        return None
+    value = values[combos.index(params)]
+    return float(value) if isinstance(value, int | float) and value == value else None
 
 
 def _entry_params(entry: Any, i_params: int | None, i_result: int | None) -> tuple[tuple[Any, ...], ...] | str:

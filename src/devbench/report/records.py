@@ -65,7 +65,8 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     ``gpu_mhz`` and ``gpu_watts`` are the median SM clock and power sampled while the
     figure was timed (the ``during`` records of ``gpustate.Sampler``), NaN without them;
     ``gpu_reasons`` the throttle reasons seen then (comma-separated), and ``gpu_pcie_gen`` and
-    ``gpu_pcie_width`` the PCIe link as it trained under that work.
+    ``gpu_pcie_width`` the PCIe link as it trained under that work; ``gpu_power_limit_w`` and
+    ``gpu_default_power_limit_w`` the board's power limit then and NVML's default for it.
     """
     recs = gpustate.load(folder)
     if not recs or frame.empty:
@@ -151,7 +152,15 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
             if col in during.columns:
                 top = pd.to_numeric(during[col], errors="coerce").groupby(during["row"]).max()
                 series.iloc[top.index.to_numpy()] = top.to_numpy()
-    return out.assign(gpu_mhz=mhz, gpu_watts=watts, gpu_reasons=reasons, gpu_pcie_gen=gen, gpu_pcie_width=width)
+    # the board's power limit then, and its default: a limit set below the default is a fault the verdict names
+    limits = {c: pd.Series(np.nan, index=frame.index) for c in ("power_limit_w", "default_power_limit_w")}
+    for col, series in limits.items():
+        if not during.empty and col in during.columns:
+            top = pd.to_numeric(during[col], errors="coerce").groupby(during["row"]).max()
+            series.iloc[top.index.to_numpy()] = top.to_numpy()
+    return out.assign(gpu_mhz=mhz, gpu_watts=watts, gpu_reasons=reasons, gpu_pcie_gen=gen, gpu_pcie_width=width,
+                      gpu_power_limit_w=limits["power_limit_w"],
+                      gpu_default_power_limit_w=limits["default_power_limit_w"])  # fmt: skip
 
 
 COLLECTIVE_FORMAT = "devbench-collectives/1"

@@ -16,6 +16,7 @@ from devbench.records.spec import size_label
 from devbench.report import asvrule as C
 from devbench.report import changes as CH
 from devbench.report import derive as D
+from devbench.report import health as H
 from devbench.report import plots as P
 from devbench.report import steps as ST
 from devbench.report.ceilings import attribute
@@ -302,7 +303,7 @@ def _peers(peers: pd.DataFrame | None) -> Section | None:
 
 def _health(frame: pd.DataFrame, tp: pd.DataFrame, bw: pd.DataFrame, cb: pd.DataFrame,
             peers: pd.DataFrame | None) -> Section | None:  # fmt: skip
-    table = D.health(frame, tp, bw, cb, peers)
+    table = H.health(frame, tp, bw, cb, peers)
     if table.empty:
         return None
     table = table.assign(share=[f"{100 * v:.0f}%" if pd.notna(v) else "n/a" for v in table["share"]])

@@ -17,7 +17,7 @@ import pandas as pd
 
 from devbench.records.files import md_escape, write_atomic
 from devbench.report.ceilings import with_ceilings
-from devbench.report.derive import with_health
+from devbench.report.health import with_health
 from devbench.report.load import Loaded
 from devbench.report.parts import Report
 
@@ -208,12 +208,12 @@ def write(rep: Report | None, loaded: Loaded, out_dir: Path, formats: Sequence[s
     if "csv" in formats:
         path = out_dir / "results.csv"
         part = out_dir / ".results.csv.part"  # renamed over the CSV when whole (the folder is staged too)
-        write_csv(with_ceilings(with_health(loaded.frame)), part)
+        write_csv(with_ceilings(with_health(loaded.frame, loaded.peers)), part)
         part.replace(path)
         written.append(path)
     if "parquet" in formats:
         path = out_dir / "results.parquet"
-        write_atomic(path, to_parquet(with_ceilings(with_health(loaded.frame))))
+        write_atomic(path, to_parquet(with_ceilings(with_health(loaded.frame, loaded.peers))))
         written.append(path)
     if "md" in formats:
         path = out_dir / "report.md"

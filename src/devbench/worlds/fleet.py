@@ -162,7 +162,8 @@ def measure_rank(
     does alone. ``slow`` > 1 does every call's work that many times (the figures count it once): a rank made
     slow by construction, to see the flagging work. Returns ``{"figures": {...}, "clocks": {...}}``.
     """
-    from devbench.engine.measure import burst, measure, one_call_s, plan_blocks, sustained, warm_up
+    from devbench.engine.bursts import burst, sustained
+    from devbench.engine.measure import measure, one_call_s, plan_blocks, warm_up
     from devbench.records.gpustate import Sampler
     from devbench.records.spec import gbps
     from devbench.workloads.matmul import Matmul, tf32
