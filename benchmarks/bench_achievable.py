@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from devbench.engine.bursts import brief, burst, sustained
+from devbench.engine.gpuwatch import record_sampled
 from devbench.engine.measure import one_call_s
 from devbench.engine.suite import (
     DEVICES,
@@ -26,7 +27,6 @@ from devbench.engine.suite import (
     instrumented,
     no_cuda_reason,
     once,
-    record_sampled,
     require_device,
     selected,
     with_samples,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from devbench.engine.devices import cuda_identities, move, num_gpus, synchronize
+from devbench.engine.devices import move, num_gpus, synchronize
 from devbench.engine.lanes import Lanes
 from devbench.engine.measure import (
     COPY_BLOCK_S,
@@ -35,10 +35,9 @@ from devbench.engine.suite import (
     waited,
     with_samples,
 )
-from devbench.records import gpustate
 from devbench.records.spec import GiB, MiB, gbps
 from devbench.workloads.matmul import Matmul
-from devbench.workloads.peers import PEERS_DIR, PeerPath, peer_matrix, trace_path, write_peer_records
+from devbench.workloads.peers import PEERS_DIR, PeerPath, pair_topology, peer_matrix, peer_path, write_peer_records
 from devbench.workloads.transfer import (
     HIDDEN,
     MEMORY,
@@ -236,31 +235,6 @@ def _warm_gbps(copy: Copy) -> list[float]:
     return _block_gbps(copy)[0]
 
 
-def _peer_path(copy: Copy) -> PeerPath:
-    """The path a checked GPU -> GPU copy takes: peer access (CUDA), NVLink (NVML topology and counters)."""
-    src, dst = copy.src_device.index, copy.dst_device.index
-    peer = torch.cuda.can_device_access_peer(src, dst)
-    ids = cuda_identities()  # NVML matches CUDA's devices by UUID, never by index
-    return trace_path(copy, peer, gpustate.nvlink_joined(src, dst, None, ids), gpustate.nvlink_reader(src, None, ids))
-
-
-def _pair_topology() -> dict:
-    """(i, j) -> each pair of this process's CUDA devices' NVML path (``devbench.records.topology``);
-    {} without NVML."""
-    from devbench.records.topology import pair_paths
-
-    nv = gpustate._nvml()
-    if nv is None:
-        return {}
-    handles = gpustate.cuda_handles(nv, cuda_identities())
-    if not handles or any(h is None for h in handles):
-        return {}
-    try:
-        return pair_paths(nv, handles)
-    except Exception:  # noqa: BLE001 - a driver without the topology calls: the matrix stands without them
-        return {}
-
-
 @instrumented
 class PeerCopy(Benchmark):
     """GPU 0 -> GPU 1 and back over sizes (NVLink or PCIe, peer-to-peer when the driver allows it).
@@ -292,7 +266,7 @@ class PeerCopy(Benchmark):
     def _path(self, route, nbytes) -> PeerPath:
         """The path the copies take: traced (a quarter to one and a quarter seconds of NVLink counters) once per
         process, and only by the two figures that report it."""
-        return once(("PeerCopy.path", route, nbytes), lambda: _peer_path(self.copy))
+        return once(("PeerCopy.path", route, nbytes), lambda: peer_path(self.copy))
 
     def track_time(self, route, nbytes):
         return _waited(self.copy)
@@ -341,10 +315,10 @@ class PeerMatrix(Benchmark):
         except NotImplementedError as exc:
             return {"skip": str(exc)}
         gpus = [torch.device("cuda", i) for i in range(num_gpus())]
-        paths = _pair_topology()
+        paths = pair_topology()
         out = {}
         for nbytes in MATRIX_SIZES:
-            rows = peer_matrix(gpus, nbytes, _warm_gbps, _peer_path, progress=_say)
+            rows = peer_matrix(gpus, nbytes, _warm_gbps, peer_path, progress=_say)
             for r in rows:  # the path NVML says each pair has: what the report judges it against
                 p = paths.get((r["src"], r["dst"]))
                 if p is not None:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import bench_devices, bench_launch, bench_matmul, bench_transfer  # noqa: E402
 
-from devbench.engine import suite  # noqa: E402
+from devbench.engine import gpuwatch  # noqa: E402
 from devbench.engine.devices import initialise_cuda, num_gpus  # noqa: E402
 from devbench.workloads import matmul as M  # noqa: E402
 
@@ -42,10 +42,10 @@ def test_no_sampling_thread_runs_beside_a_microsecond_figure(cls, monkeypatch):
     from devbench.records import gpustate
 
     monkeypatch.setattr(gpustate, "Sampler", Recorder)
-    suite._start_sampler(cls.__new__(cls))
+    gpuwatch._start_sampler(cls.__new__(cls))
     assert started == [], f"{cls.__name__} would be timed beside the NVML sampling thread"
     # a class that keeps the default still samples: the switch is what stops it
-    suite._start_sampler(bench_matmul.MatmulSquare.__new__(bench_matmul.MatmulSquare))
+    gpuwatch._start_sampler(bench_matmul.MatmulSquare.__new__(bench_matmul.MatmulSquare))
     assert started == [True]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from devbench.gpu import plan as P
+from devbench.gpu import plantext
 from devbench.gpu.gpurun import selection_regex
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -95,7 +96,7 @@ def test_the_budget_drops_tier_1_first_in_turns_and_never_a_whole_family():
     tiny = P.make_plan(listing, _all, ONE_GPU, budget_s=1.0, reserve_s=0)
     kept = {p.benchmark for p in tiny.kept()}
     assert kept == {"bench_m.Mat.track_tflops", "bench_m.Mat.time_mm", "bench_p.Info.track_count"}
-    text = P.format_plan(tiny)
+    text = plantext.format_plan(tiny)
     assert "dropped by the budget" in text and "bench_m.Mat.time_mm: " in text
     assert "needs 2 GPU(s), this machine has 1" in text
 
@@ -454,9 +455,9 @@ def test_a_plan_with_cut_points_still_formats_and_counts_them():
     plan = P.make_plan(_listing(), _all, ONE_GPU, budget_s=1000, reserve_s=0)
     first = plan.kept()[0]
     first.state, first.reason = "cut", "terminated (SIGTERM) before asv finished it"
-    rows = {r["benchmark"]: r for r in P.summary_rows(plan)}
+    rows = {r["benchmark"]: r for r in plantext.summary_rows(plan)}
     assert rows[first.benchmark]["cut"] == 1
-    assert "plan: " in P.format_plan(plan)
+    assert "plan: " in plantext.format_plan(plan)
 
 
 def test_a_gpu_pair_and_an_nccl_busbw_are_judged_with_the_path_the_copies_took(tmp_path):

@@ -54,10 +54,10 @@ class FakeWithTeardown(Fake):
 def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr("torch.cuda.is_initialized", lambda: True)
     monkeypatch.setattr(gpustate, "snapshot", lambda cuda=None: [dict(GPU)])
-    monkeypatch.setattr("devbench.engine.suite._cuda_identities", lambda: [])
+    monkeypatch.setattr("devbench.engine.gpuwatch._cuda_identities", lambda: [])
     monkeypatch.setattr(gpustate, "gpustate_dir", lambda _file=None: tmp_path)
     monkeypatch.setattr("devbench.records.files.default_machine", lambda: "box")
-    monkeypatch.setattr("devbench.engine.suite._last_gpu_state", {})
+    monkeypatch.setattr("devbench.engine.gpuwatch._last_gpu_state", {})
     return tmp_path
 
 
@@ -131,10 +131,10 @@ def test_report_flags_a_figure_measured_while_throttled(tmp_path):
 
 
 def test_state_is_read_at_most_every_half_second_per_phase(fake_gpu, monkeypatch):
-    import devbench.engine.suite as suite
+    import devbench.engine.gpuwatch as gpuwatch
 
     clock = [1000.0]
-    monkeypatch.setattr(suite.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(gpuwatch.time, "monotonic", lambda: clock[0])
     b = Fake()
     for _ in range(5):  # asv re-runs setup/teardown around each sample
         b.setup("cuda", 16)
@@ -331,10 +331,10 @@ def test_a_figure_is_judged_with_the_state_of_the_gpu_it_ran_on_under_cuda_visib
     clock, not NVML's GPU 0's (idle, at another clock)."""
     monkeypatch.setattr(gpustate, "_nvml", lambda: FakeNVML())
     monkeypatch.setattr("torch.cuda.is_initialized", lambda: True)
-    monkeypatch.setattr("devbench.engine.suite._cuda_identities", lambda: [{"uuid": "GPU-bbbb", "pci_bus_id": None}])
+    monkeypatch.setattr("devbench.engine.gpuwatch._cuda_identities", lambda: [{"uuid": "GPU-bbbb", "pci_bus_id": None}])
     monkeypatch.setattr(gpustate, "gpustate_dir", lambda _file=None: tmp_path)
     monkeypatch.setattr("devbench.records.files.default_machine", lambda: "box")
-    monkeypatch.setattr("devbench.engine.suite._last_gpu_state", {})
+    monkeypatch.setattr("devbench.engine.gpuwatch._last_gpu_state", {})
     per_nvml = [{"sm_clock_mhz": 345, "throttling": []}, {"sm_clock_mhz": 1755, "throttling": ["sw_power_cap"]}]
     monkeypatch.setattr(gpustate.Sampler, "_reader", lambda self: lambda: [dict(r) for r in per_nvml])
     b = Fake()

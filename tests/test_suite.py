@@ -153,6 +153,10 @@ def test_check_once_checks_in_every_process_under_asv_and_once_per_side_in_a_com
         assert calls == ["check"], other
     fingerprint = suite._work_fingerprint()
     assert len(fingerprint) == 40 and fingerprint == suite._work_fingerprint()
+    # the work's own files: the workloads and the engine's timing, wherever the package keeps them
+    names = {f.relative_to(suite._work_files()[0].parents[3]).as_posix() for f in suite._work_files()}
+    assert {"src/devbench/workloads/matmul.py", "src/devbench/engine/measure.py",
+            "src/devbench/engine/blocks.py"} <= names  # fmt: skip
 
 
 def test_a_compare_worker_names_the_checked_folder_the_suite_reads():

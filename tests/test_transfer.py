@@ -553,7 +553,7 @@ def test_a_peer_copy_is_built_and_checked_once_per_process_and_traced_only_by_it
     monkeypatch.setattr(suite, "_BUILT", {})
     monkeypatch.setattr(B, "require_gpus", lambda n: [CPU, CPU])
     monkeypatch.setattr(B, "Copy", Counted)
-    monkeypatch.setattr(B, "_peer_path", lambda copy: traced.append(1) or PE.PeerPath(True, None, None))
+    monkeypatch.setattr(B, "peer_path", lambda copy: traced.append(1) or PE.PeerPath(True, None, None))
     monkeypatch.setenv("DEVBENCH_BLOCKS", "1")
     bench = B.PeerCopy()
     for _ in range(5):  # five set-ups in one process, as a measuring process's or a compare's

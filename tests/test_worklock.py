@@ -53,9 +53,11 @@ def tree(tmp_path):
         from devbench.engine.measure import BLOCK_S
 
         LANE_S = 0.05
+        UNUSED_S = 1.0
 
         class Pair:
-            pass
+            lane_s = LANE_S
+            block_s = BLOCK_S
         """,
     )
     _write(tmp_path, "src/devbench/workloads/copies.py", "class Copy:\n    pass\n")
@@ -102,8 +104,7 @@ def tree(tmp_path):
 def test_a_changed_workload_names_the_benchmarks_that_time_it_until_recorded(tree, capsys):
     lock = json.loads((tree / worklock.LOCK).read_text())
     assert lock["work_versions"] == {"bench_copies.Copies": 3, "bench_lanes.Lanes": 1}
-    assert set(lock["sources"]) == {"src/devbench/engine/measure.py", "src/devbench/workloads/copies.py",
-                                    "src/devbench/workloads/lanes.py"}  # fmt: skip
+    assert set(lock["definitions"]) == {"BLOCK_S", "LANE_S", "UNUSED_S", "Pair", "Copy"}
     assert worklock.check(tree) == [] and worklock.main(["--root", str(tree)]) == 0
 
     # a comment or docstring is not a change of the work
@@ -113,14 +114,14 @@ def test_a_changed_workload_names_the_benchmarks_that_time_it_until_recorded(tre
 
     # the work is: the benchmark that times it is named, through its helper, and no other
     lanes.write_text(lanes.read_text().replace("LANE_S = 0.05", "LANE_S = 0.2"))
-    assert worklock.check(tree) == ["src/devbench/workloads/lanes.py changed; the work of bench_lanes.Lanes"]
+    assert worklock.check(tree) == ["LANE_S in src/devbench/workloads/lanes.py changed; the work of bench_lanes.Lanes"]
     assert worklock.main(["--root", str(tree)]) == 1
     err = capsys.readouterr().err
     assert "out of date" in err and "raise the class's work_version" in err and "make work-lock" in err
 
     # the engine is the work of every benchmark that uses a workload built on it
     (tree / "src/devbench/engine/measure.py").write_text("BLOCK_S = 0.2\n")
-    assert "src/devbench/engine/measure.py changed; the work of bench_lanes.Lanes" in worklock.check(tree)
+    assert "BLOCK_S in src/devbench/engine/measure.py changed; the work of bench_lanes.Lanes" in worklock.check(tree)
 
     # the decision: Lanes's work changed; recorded, the lock holds again
     bench = tree / "benchmarks/bench_lanes.py"
@@ -138,16 +139,30 @@ def test_a_changed_workload_names_the_benchmarks_that_time_it_until_recorded(tre
     _write(tree, "benchmarks/bench_new.py",
            "from devbench.engine.suite import Benchmark\n\nclass New(Benchmark):\n    pass\n")
     assert worklock.check(tree) == [
-        "src/devbench/workloads/copies.py is gone; no benchmark class uses it",
+        "Copy is gone",
         "bench_new.New is a new benchmark class (work_version 1)",
     ]
+
+
+def test_a_definition_is_the_work_it_does_wherever_it_lives(tree):
+    """Functions, not modules: a definition moved to another module is no change, and a change to one names only
+    the classes that reach it."""
+    lanes = tree / "src/devbench/workloads/lanes.py"
+    lanes.write_text(lanes.read_text().replace("UNUSED_S = 1.0\n", ""))
+    (tree / "src/devbench/workloads/spare.py").write_text("UNUSED_S = 1.0\n")
+    assert worklock.check(tree) == []  # moved whole: the same work
+    (tree / "src/devbench/workloads/spare.py").write_text("UNUSED_S = 2.0\n")
+    assert worklock.check(tree) == ["UNUSED_S in src/devbench/workloads/spare.py changed; no benchmark class uses it"]
+    copies = tree / "src/devbench/workloads/copies.py"
+    copies.write_text("class Copy:\n    calls = 2\n")
+    assert "Copy in src/devbench/workloads/copies.py changed; the work of bench_copies.Copies" in worklock.check(tree)
 
 
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
         (lambda t: (t / worklock.LOCK).write_text("{"), "work-lock.json is not valid JSON"),
-        (lambda t: (t / worklock.LOCK).write_text("[]"), "lacks its 'sources' and 'work_versions'"),
+        (lambda t: (t / worklock.LOCK).write_text("[]"), "lacks its 'definitions' and 'work_versions'"),
         (
             lambda t: _write(
                 t,

@@ -21,7 +21,6 @@ import inspect
 import math
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import torch
 
 from devbench.engine import sweep
 from devbench.engine.devices import num_gpus
+from devbench.engine.gpuwatch import _cuda_identities, _record_gpu_state, _short, _start_sampler, _stop_sampler
 from devbench.engine.sweep import SELECT_ENV, figures_of, selected  # noqa: F401 - the suite's names for them
 
 DEVICES: list[str] = ["cpu", "cuda"]
@@ -128,9 +128,15 @@ def check_once(key: tuple, check: Callable[[], object], warm: Callable[[], objec
 @functools.cache
 def _work_fingerprint() -> str:
     """The source of the work a check proves (``devbench.workloads`` and the engine), as one hash."""
-    package = Path(__file__).resolve().parent
-    files = sorted([*package.glob("workloads/*.py"), package / "measure.py", package / "precision.py"])
-    return hashlib.sha1(b"".join(f.read_bytes() for f in files if f.exists())).hexdigest()
+    return hashlib.sha1(b"".join(f.read_bytes() for f in _work_files())).hexdigest()
+
+
+def _work_files() -> list[Path]:
+    """The files the work lock watches (``worklock.WATCHED``): the workloads and the engine's timing."""
+    from devbench.engine.worklock import WATCHED
+
+    root = Path(__file__).resolve().parents[3]  # src/devbench/engine/suite.py -> the repository
+    return sorted({f for pattern in WATCHED for f in root.glob(pattern)})
 
 
 def _checked_scope() -> tuple:
@@ -201,92 +207,6 @@ def waited(fn: Callable[[], object], sync: Callable[[], object] | None, block_s:
         seconds = max(seconds, float(Benchmark.repeat[2]))
     with precision.capped((seconds, blocks)):
         return with_samples(measure_synced(fn, sync, calls).per_call, calls)
-
-
-#: asv re-runs setup and teardown around every sample (up to 40 a round): the GPU state is
-#: read at the first of them and then at most every GPU_STATE_EVERY_S seconds per phase
-GPU_STATE_EVERY_S = 0.5
-_last_gpu_state: dict[tuple[str, str, str], float] = {}
-
-
-def _record_gpu_state(bench: object, args: tuple, phase: str) -> None:
-    """Append the GPUs' NVML state for this benchmark and params (only once CUDA is in use)."""
-    if not torch.cuda.is_initialized():
-        return
-    from devbench.records import gpustate
-
-    name, params, folder = _who(bench, args)
-    key, now = (name, repr(params), phase), time.monotonic()
-    if now - _last_gpu_state.get(key, -math.inf) < GPU_STATE_EVERY_S:
-        return
-    _last_gpu_state[key] = now
-    gpustate.record(name, params, phase, folder, gpus=gpustate.snapshot(_cuda_identities()))
-
-
-def _who(bench: object, args: tuple) -> tuple[str, dict, Path]:
-    """A benchmark's GPU-state identity: ``module.Class``, its params by name, and the folder for its records."""
-    from devbench.records import gpustate
-
-    cls = type(bench)
-    names = list(getattr(cls, "param_names", []))
-    values = args[len(args) - len(names) :] if names else ()
-    module = sys.modules.get(cls.__module__)
-    folder = gpustate.gpustate_dir(getattr(module, "__file__", None))
-    return _short(cls), dict(zip(names, values, strict=True)), folder
-
-
-@functools.cache
-def _cuda_identities() -> list[dict]:
-    """This process's CUDA devices by UUID and PCI bus id (fixed for its life)."""
-    from devbench.engine.devices import cuda_identities
-
-    return cuda_identities()
-
-
-def _start_sampler(bench: object) -> None:
-    """Sample the GPUs' clocks and power from the end of set-up to tear-down (in the measuring process, around
-    each figure): the timed part; one already sampling goes on.
-
-    Not for a class with ``samples_gpu_state = False``: its figures are microseconds long, and a
-    thread that wakes every 50 ms for ctypes calls under the GIL would be timed with them."""
-    if not torch.cuda.is_initialized() or not getattr(bench, "samples_gpu_state", True):
-        return
-    if "_devbench_sampler" in bench.__dict__:
-        return
-    from devbench.records import gpustate
-
-    sampler = gpustate.Sampler()
-    bench._devbench_sampler = sampler.__enter__()
-
-
-def _stop_sampler(bench: object, args: tuple, figure: str | None = None) -> None:
-    """Stop the sampler and record what it saw as the ``during`` phase (median clock and power), for ``figure``
-    where one figure was timed under it (the measuring process's; asv's own process times one per point)."""
-    sampler = bench.__dict__.pop("_devbench_sampler", None)
-    if sampler is None:
-        return
-    sampler.__exit__(None, None, None)
-    record_sampled(bench, args, sampler.summary(), "during", figure)
-
-
-def record_sampled(bench: object, args: tuple, summary: list[dict], phase: str = "timed",
-                   figure: str | None = None) -> None:  # fmt: skip
-    """Record a ``gpustate.Sampler`` summary for this benchmark and params, and the figure (its method's name)
-    it was sampled under where known: a figure's twin does not overwrite its state.
-
-    A benchmark that samples its own measured blocks (burst, sustained) records them as
-    ``timed``; the report prefers those over ``during`` (all of set-up to tear-down).
-    """
-    if not summary:
-        return
-    from devbench.records import gpustate
-
-    name, params, folder = _who(bench, args)
-    ident = {g["index"]: g for g in gpustate.snapshot(_cuda_identities())}
-    keep = ("index", "cuda_index", "uuid", "pci_bus_id", "name", "power_limit_w", "default_power_limit_w",
-            "max_sm_clock_mhz")  # fmt: skip
-    gpus = [{**{k: ident.get(g["index"], {}).get(k) for k in keep}, **g} for g in summary]
-    gpustate.record(name, params, phase, folder, gpus=gpus, figure=figure)
 
 
 def declared_skip(bench: object, args: tuple) -> str | None:
@@ -481,11 +401,6 @@ def records_gpu_state(cls: type) -> type:
 
 
 # --- Swept classes: a GPU point asks the measuring process (devbench.engine.sweep) -----------------------------
-
-
-def _short(cls: type) -> str:
-    """A benchmark class's name as asv's benchmark names spell it: "bench_transfer.HostDevice"."""
-    return f"{cls.__module__.removeprefix('benchmarks.')}.{cls.__name__}"
 
 
 def _on_sweep(bench: object, args: tuple) -> bool:

@@ -8,12 +8,13 @@ cut every history at every refactor instead.
 
 So each ``suite.Benchmark`` class carries a ``work_version`` (1 unless raised), which ``suite``
 folds into its asv version, and ``benchmarks/work-lock.json`` records a fingerprint of every
-watched module (its syntax tree without docstrings, imports and annotations: comments, layout,
-docs, import paths and type hints do not count) with every class's ``work_version``. When a
-watched module changes, ``check`` fails (``tests/test_worklock.py``, so ``make test``) and names
-the benchmark classes that use it: for each, raise ``work_version`` if the work it times changed,
-then ``make work-lock`` records the
-decision. Nothing here imports torch or the benchmarks: the files are parsed, not run.
+definition in the watched modules (each function, class and constant on its own, as its syntax tree
+without docstrings, imports and annotations: comments, layout, docs, import paths, type hints and the
+module a definition lives in do not count) with every class's ``work_version``. When a definition
+changes, ``check`` fails (``tests/test_worklock.py``, so ``make test``) and names the benchmark
+classes that reach it (the names a class uses, and theirs, transitively): for each, raise
+``work_version`` if the work it times changed, then ``make work-lock`` records the decision. Nothing
+here imports torch or the benchmarks: the files are parsed, not run.
 
 ``python -m devbench.engine.worklock`` checks (exit 1 with what changed); ``--write`` records.
 """
@@ -37,7 +38,7 @@ WATCHED = ("src/devbench/workloads/*.py", "src/devbench/engine/measure.py", "src
 BENCHMARKS = "benchmarks/bench_*.py"
 PACKAGE = "devbench"
 ABOUT = (
-    "What the work of each benchmark was when last decided. A change to a watched module fails make test "
+    "What the work of each benchmark was when last decided. A change to a watched definition fails make test "
     "until recorded: raise the work_version of every benchmark class whose work changed, then run make work-lock "
     "(devbench.engine.worklock)."
 )
@@ -101,38 +102,21 @@ def _read(path: Path, root: Path) -> str:
         raise LockError(f"cannot read {path.relative_to(root)}: {exc}") from None
 
 
-def _module_of(rel: str) -> str:
-    """A module's path -> its dotted name: ``src/devbench/engine/lanes.py`` -> ``devbench.engine.lanes``."""
-    return rel.removeprefix("src/").removesuffix(".py").replace("/", ".")
-
-
-def _imports(tree: ast.Module) -> dict[str, str]:
-    """Names bound by ``from devbench... import`` at module level -> the module they come from."""
-    out: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == PACKAGE or node.module.startswith(PACKAGE + "."):
-                for alias in node.names:
-                    # "from devbench import gpustate" binds a module; "from devbench.x import y" a name of x
-                    full = f"{node.module}.{alias.name}" if node.module == PACKAGE else node.module
-                    out[alias.asname or alias.name] = full
-    return out
-
-
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 @dataclass
 class Tree:
-    """What the lock records of a repository, and which benchmark classes use which watched module."""
+    """What the lock records of a repository, and which benchmark classes reach which watched definition."""
 
-    sources: dict[str, str] = field(default_factory=dict)  # watched file -> fingerprint
+    definitions: dict[str, str] = field(default_factory=dict)  # definition's name -> fingerprint
+    where: dict[str, list[str]] = field(default_factory=dict)  # definition's name -> the watched files holding it
     work_versions: dict[str, int] = field(default_factory=dict)  # "bench_x.Class" -> work_version
-    users: dict[str, list[str]] = field(default_factory=dict)  # watched file -> benchmark classes using it
+    users: dict[str, list[str]] = field(default_factory=dict)  # definition's name -> benchmark classes reaching it
 
     def as_lock(self) -> dict:
-        return {"about": ABOUT, "sources": dict(sorted(self.sources.items())),
+        return {"about": ABOUT, "definitions": dict(sorted(self.definitions.items())),
                 "work_versions": dict(sorted(self.work_versions.items()))}  # fmt: skip
 
 
@@ -148,66 +132,103 @@ def _work_version(cls: ast.ClassDef, where: str) -> int:
     return 1
 
 
+def _defined(node: ast.stmt) -> list[str]:
+    """The names a module-level statement defines: a function, a class, or assigned names; [] for anything else."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [node.name]
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+
+
+def _refs(node: ast.AST) -> set[str]:
+    """Names a piece of code may reach: its names, and the attributes it reads off a name (``transfer.Copy``)."""
+    return _names(node) | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value,
+                                                                                                        ast.Name)}
+
+
+def _pieces(text: str, rel: str) -> dict[str, ast.Module]:
+    """A watched module's definitions, each as a module of its own (the statement that defines it), and the rest
+    of its module-level code under ``<rest of FILE>``; imports and docstrings do not count."""
+    tree = ast.parse(text, filename=rel)
+    pieces: dict[str, list[ast.stmt]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        names = _defined(node)
+        if not names and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # a docstring or a bare string
+        for name in names or [f"<rest of {rel}>"]:
+            pieces.setdefault(name, []).append(node)
+    return {name: ast.Module(body=body, type_ignores=[]) for name, body in pieces.items()}
+
+
 def scan(root: Path) -> Tree:
-    """Fingerprints of the watched modules, and every benchmark class with its work_version and the
-    watched modules it uses (directly, or through a watched module that imports another)."""
+    """Fingerprints of the watched modules' definitions (functions, classes, constants: each on its own, so a
+    definition moved to another module is the same work), and every benchmark class with its work_version and
+    the definitions it reaches (the names it uses, and theirs, transitively)."""
     tree = Tree()
     watched = sorted({p for pattern in WATCHED for p in root.glob(pattern) if p.name != "__init__.py"})
-    by_module: dict[str, str] = {}
-    deps: dict[str, set[str]] = {}
+    found: dict[str, list[tuple[str, str]]] = {}  # name -> (file, fingerprint) of each watched definition
+    refs: dict[str, set[str]] = {}
     for path in watched:
         rel = path.relative_to(root).as_posix()
         text = _read(path, root)
-        tree.sources[rel] = fingerprint(text, rel)
-        by_module[_module_of(rel)] = rel
-        deps[rel] = set(_imports(ast.parse(text, filename=rel)).values())
-    # a watched module depends on the watched modules it imports, transitively
-    closure: dict[str, set[str]] = {}
-    for rel in deps:
-        seen, todo = {rel}, [rel]
-        while todo:
-            for mod in deps[todo.pop()]:
-                dep = by_module.get(mod)
-                if dep and dep not in seen:
-                    seen.add(dep)
-                    todo.append(dep)
-        closure[rel] = seen
-    users: dict[str, set[str]] = {rel: set() for rel in tree.sources}
+        try:
+            pieces = _pieces(text, rel)
+        except SyntaxError as exc:
+            raise LockError(f"{rel}: cannot parse line {exc.lineno}: {exc.msg}") from None
+        rest = f"<rest of {rel}>"
+        for name, piece in pieces.items():
+            found.setdefault(name, []).append((rel, fingerprint(ast.unparse(piece), rel)))
+            refs.setdefault(name, set()).update(_refs(piece) | ({rest} if rest in pieces and name != rest else set()))
+    for name, got in found.items():
+        prints = sorted(fp for _, fp in got)
+        tree.definitions[name] = prints[0][:16] if len(prints) == 1 else hashlib.sha256(
+            "".join(prints).encode()).hexdigest()[:16]  # fmt: skip
+        tree.where[name] = sorted({rel for rel, _ in got})
+    users: dict[str, set[str]] = {name: set() for name in tree.definitions}
     for path in sorted(root.glob(BENCHMARKS)):
         rel = path.relative_to(root).as_posix()
         module = ast.parse(_read(path, root), filename=rel)
-        imported = _imports(module)
-        helpers = {n.name: n for n in module.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        # the module's helper functions and constants (``BLOCK_S = COPY_BLOCK_S``): what a class reaches through them
+        helpers = {name: n for n in module.body if not isinstance(n, ast.ClassDef) for name in _defined(n)}
         for cls in (n for n in module.body if isinstance(n, ast.ClassDef)):
             if "Benchmark" not in {b.id for b in cls.bases if isinstance(b, ast.Name)}:
                 continue
             key = f"{path.stem}.{cls.name}"
             tree.work_versions[key] = _work_version(cls, f"{rel}: {cls.name}")
-            # names the class uses, and those of the module's helper functions it calls (transitively)
+            # names the class uses, and those of the module's helpers it uses (transitively)
             used, todo = set(), [cls]
             while todo:
-                for name in _names(todo.pop()) - used:
+                for name in _refs(todo.pop()) - used:
                     used.add(name)
                     if name in helpers:
                         todo.append(helpers[name])
-            for name in used & imported.keys():
-                src = by_module.get(imported[name])
-                for dep in closure.get(src, ()):
-                    users[dep].add(key)
-    tree.users = {rel: sorted(u) for rel, u in users.items()}
+            # the watched definitions among them (a name imported, or read off an imported module), and theirs
+            reach: set[str] = set()
+            todo_names = [n for n in used if n in found]
+            while todo_names:
+                name = todo_names.pop()
+                if name in reach:
+                    continue
+                reach.add(name)
+                todo_names.extend(n for n in refs.get(name, ()) if n in found and n not in reach)
+            for name in reach:
+                users[name].add(key)
+    tree.users = {name: sorted(u) for name, u in users.items()}
     return tree
 
 
 def read_lock(root: Path) -> dict:
     path = root / LOCK
     if not path.exists():
-        return {"sources": {}, "work_versions": {}}
+        return {"definitions": {}, "work_versions": {}}
     try:
         data = json.loads(_read(path, root))
     except json.JSONDecodeError as exc:
         raise LockError(f"{LOCK} is not valid JSON ({exc}); run make work-lock to write it again") from None
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("sources", "work_versions")):
-        raise LockError(f"{LOCK} lacks its 'sources' and 'work_versions' tables; run make work-lock")
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("definitions", "work_versions")):
+        raise LockError(f"{LOCK} lacks its 'definitions' and 'work_versions' tables; run make work-lock")
     return data
 
 
@@ -215,14 +236,17 @@ def check(root: Path) -> list[str]:
     """What changed since the lock was written, one line each (empty: the lock holds)."""
     now, lock = scan(root), read_lock(root)
     problems = []
-    was, is_ = lock["sources"], now.sources
-    for rel in sorted(was.keys() | is_.keys()):
-        if was.get(rel) == is_.get(rel):
+    was, is_ = lock["definitions"], now.definitions
+    for name in sorted(was.keys() | is_.keys()):
+        if was.get(name) == is_.get(name):
             continue
-        what = "is new" if rel not in was else "is gone" if rel not in is_ else "changed"
-        who = now.users.get(rel) or []
+        if name not in is_:
+            problems.append(f"{name} is gone")
+            continue
+        what = "is new" if name not in was else "changed"
+        who = now.users.get(name) or []
         used = f"; the work of {', '.join(who)}" if who else "; no benchmark class uses it"
-        problems.append(f"{rel} {what}{used}")
+        problems.append(f"{name} in {', '.join(now.where[name])} {what}{used}")
     was, is_ = lock["work_versions"], now.work_versions
     for key in sorted(was.keys() | is_.keys()):
         if key not in was:
@@ -264,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m devbench.engine.worklock",
         description="Check (default) or record (--write) benchmarks/work-lock.json: the fingerprint of every "
-        "module that defines the work a benchmark times (devbench.workloads, devbench.engine.measure) and every "
+        "definition of the work a benchmark times (devbench.workloads, the engine's timing) and every "
         "benchmark class's work_version. Exit 0: the lock holds; 1: something changed (listed); 2: an error.",
     )
     parser.add_argument("--write", action="store_true", help="record the tree as it is (after deciding the versions)")
@@ -275,7 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         if not (root / "benchmarks").is_dir():
             raise LockError(f"{root} has no benchmarks/ folder: pass the repository root with --root")
         if args.write:
-            before = check(root)
+            try:
+                before = check(root)
+            except LockError as exc:  # a lock of another format, or a damaged one: the decision records anew
+                before = [f"the lock before could not be read ({exc})"]
             path = write(root)
             print(f"wrote {path.relative_to(root)}" + (f" ({len(before)} change(s) recorded)" if before else ""))
             for p in before:

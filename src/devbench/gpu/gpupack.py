@@ -1,5 +1,6 @@
 """What ``devbench gpu-run`` keeps: the asv results and the run's side records packed into one tarball, the
-``nvidia-smi -q`` texts, and what asv measured in a stage (read back from the results it saved)."""
+``nvidia-smi -q`` texts, what asv measured in a stage (read back from the results it saved), and the figures
+the measuring processes stopped at their cap."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
+
+from devbench.engine import precision, sweep
 
 #: the folders of .asv that a run fills, packed with the results (``sweep``: the measuring processes' journal
 #: and logs, ``devbench.engine.sweep``)
@@ -73,3 +76,18 @@ def _packed(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     if "/.saving-" in info.name or info.name.endswith(".lock") or not (info.isfile() or info.isdir()):
         return None
     return info
+
+
+def print_capped(journal: Path, since: float) -> None:
+    """The figures the measuring processes timed whose interval is wider than the stop rule's
+    (``devbench.engine.precision``):
+    stopped at their class's cap, or sampled a fixed number of times (a ratio's pairs), with asv's interval."""
+    rows = [r for r in sweep.capped(journal) if r.get("t", 0) >= since]
+    if not rows:
+        return
+    print(f"figures whose 99% interval (asv's) is wider than {100 * precision.REL:.1f}% of their median, stopped at "
+          f"their class's cap or at a fixed count of samples ({len(rows)}):", flush=True)  # fmt: skip
+    for r in rows:
+        width = f"+-{100 * r['half_width']:.1f}%" if r.get("half_width") is not None else "no interval yet"
+        params = ", ".join(repr(v) for v in r.get("params", []))
+        print(f"  {r['figure']}({params}): {r.get('samples')} samples, {width}", flush=True)

@@ -35,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from devbench.compare.session import CHECKED_ENV  # devbench.engine.suite.CHECKED_ENV, torch-free
-from devbench.engine import precision, sweep
+from devbench.engine import sweep
 from devbench.gpu import plan as P
 from devbench.gpu.costs import VALIDATE_DRIFT, costs_from, held_s, probe_costs, sum_reserves
 from devbench.gpu.gpuhealth import print_health
-from devbench.gpu.gpupack import _smi, durations_since, measured_since, pack
+from devbench.gpu.gpupack import _smi, durations_since, measured_since, pack, print_capped
+from devbench.gpu.plantext import format_plan, to_json
 from devbench.gpu.sessions import _group_run
 
 #: seconds held back for the packing after the last stage
@@ -215,7 +216,7 @@ def execute(args: argparse.Namespace) -> int:
                        run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
                        sweep_cpu=sweep.mode() == "all", same_blocks=frozenset(spec.SAME_BLOCKS))  # fmt: skip
     plan.first_estimate_s = plan.estimate_s()
-    print(P.format_plan(plan), flush=True)
+    print(format_plan(plan), flush=True)
     _write_plan(run, plan)
     if args.plan_only:
         return 0
@@ -396,23 +397,8 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     return 1 if failed else 0
 
 
-def print_capped(journal: Path, since: float) -> None:
-    """The figures the measuring processes timed whose interval is wider than the stop rule's
-    (``devbench.engine.precision``):
-    stopped at their class's cap, or sampled a fixed number of times (a ratio's pairs), with asv's interval."""
-    rows = [r for r in sweep.capped(journal) if r.get("t", 0) >= since]
-    if not rows:
-        return
-    print(f"figures whose 99% interval (asv's) is wider than {100 * precision.REL:.1f}% of their median, stopped at "
-          f"their class's cap or at a fixed count of samples ({len(rows)}):", flush=True)  # fmt: skip
-    for r in rows:
-        width = f"+-{100 * r['half_width']:.1f}%" if r.get("half_width") is not None else "no interval yet"
-        params = ", ".join(repr(v) for v in r.get("params", []))
-        print(f"  {r['figure']}({params}): {r.get('samples')} samples, {width}", flush=True)
-
-
 def _write_plan(run: Run, plan: P.Plan, stopped: str = "") -> None:
-    record = P.to_json(plan) | {"stages": run.stages, "elapsed_s": round(time.monotonic() - run.start, 1),
+    record = to_json(plan) | {"stages": run.stages, "elapsed_s": round(time.monotonic() - run.start, 1),
                                 "stopped": stopped,
                                 "options": {k: v for k, v in vars(run.args).items() if k != "func"}}  # fmt: skip
     tmp = run.out / ".plan.json.tmp"

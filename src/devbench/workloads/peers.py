@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from devbench.engine.devices import cuda_identities
+from devbench.records import gpustate
 from devbench.records.expected import path_label
 from devbench.records.spec import MiB, size_label
 from devbench.workloads.transfer import Copy
@@ -140,3 +142,28 @@ def write_peer_records(rows: list[dict], folder: Path, machine: str | None = Non
                 "blocks": len(r["blocks"]), "src_id": ident(r["src"]), "dst_id": ident(r["dst"]),
                 "torch": torch.__version__} for r in rows]  # fmt: skip
     return append_jsonl(folder, machine, records)
+
+
+def peer_path(copy: Copy) -> PeerPath:
+    """The path a checked GPU -> GPU copy takes: peer access (CUDA), NVLink (NVML topology and counters)."""
+    src, dst = copy.src_device.index, copy.dst_device.index
+    peer = torch.cuda.can_device_access_peer(src, dst)
+    ids = cuda_identities()  # NVML matches CUDA's devices by UUID, never by index
+    return trace_path(copy, peer, gpustate.nvlink_joined(src, dst, None, ids), gpustate.nvlink_reader(src, None, ids))
+
+
+def pair_topology() -> dict:
+    """(i, j) -> each pair of this process's CUDA devices' NVML path (``devbench.records.topology``);
+    {} without NVML."""
+    from devbench.records.topology import pair_paths
+
+    nv = gpustate._nvml()
+    if nv is None:
+        return {}
+    handles = gpustate.cuda_handles(nv, cuda_identities())
+    if not handles or any(h is None for h in handles):
+        return {}
+    try:
+        return pair_paths(nv, handles)
+    except Exception:  # noqa: BLE001 - a driver without the topology calls: the matrix stands without them
+        return {}

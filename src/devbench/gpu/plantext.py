@@ -1,0 +1,73 @@
+"""The plan as gpu-run prints it (a table per stage: points, estimate, what the budget drops) and records it in
+plan.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from devbench.gpu.plan import STAGES, Plan, _order, stage_of
+
+
+def summary_rows(plan: Plan) -> list[dict[str, Any]]:
+    """One row per benchmark: its points, those kept, skipped and dropped, and the seconds expected."""
+    rows: dict[str, dict[str, Any]] = {}
+    for p in plan.points:
+        row = rows.setdefault(p.benchmark, {"benchmark": p.benchmark, "points": 0, "run": 0, "skip": 0,
+                                            "dropped": 0, "cut": 0, "estimate_s": 0.0})  # fmt: skip
+        row["points"] += 1
+        row[p.state] += 1
+        if p.state == "run":
+            row["estimate_s"] += p.estimate_s
+    return list(rows.values())
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as a person reads it before the run starts."""
+    c = plan.costs
+    lines = [
+        f"plan: {len(plan.kept())} of {len(plan.points)} points in {plan.rounds} round(s); "
+        f"budget {plan.budget_s:.0f} s, of which {plan.reserve_s:.0f} s held for tests, validate and packing",
+        f"costs: a process {c.launch_s:.2f} s"
+        + (f", its CUDA context {c.cuda_context_s:.2f} s ({c.gpus} GPU(s)), a GPU set-up {c.gpu_setup_s:.2f} s"
+           + (f", a workload's check {c.gpu_check_s:.2f} s (once per run)" if c.gpu_check_s else "")
+           if c.gpus else ", no CUDA device")
+        + f", an asv call {c.asv_call_s:.1f} s",
+        "",
+        f"{'benchmark':<56} {'points':>6} {'run':>5} {'skip':>5} {'drop':>5} {'expect':>8}",
+    ]
+    for row in summary_rows(plan):
+        lines.append(f"{row['benchmark']:<56} {row['points']:>6} {row['run']:>5} {row['skip']:>5} "
+                     f"{row['dropped']:>5} {row['estimate_s']:>7.1f}s")  # fmt: skip
+    lines.append(f"{'expected, asv calls and set-up caches included':<80} {plan.estimate_s():>7.1f}s")
+    by_stage = [(s, [p for p in plan.kept() if stage_of(p) == s]) for s in STAGES]
+    lines.append("asv stages: " + "; ".join(f"{s} {len(ps)} points, {plan.estimate_s(points=ps):.0f} s"
+                                            for s, ps in by_stage if ps))  # fmt: skip
+    dropped = plan.dropped()
+    if dropped:
+        lines += ["", f"dropped by the budget ({len(dropped)} points, lowest priority first):"]
+        by_bench: dict[str, list[str]] = {}
+        for p in reversed(_order(dropped)):
+            by_bench.setdefault(p.benchmark, []).append(p.label)
+        for name, labels in by_bench.items():
+            shown = "; ".join(labels[:4]) + (f"; and {len(labels) - 4} more" if len(labels) > 4 else "")
+            lines.append(f"  {name}: {shown}")
+    skipped = [p for p in plan.points if p.state == "skip"]
+    if skipped:
+        reasons = sorted({p.reason for p in skipped})
+        lines += ["", f"skipped ({len(skipped)} points): " + "; ".join(reasons)]
+    return "\n".join(lines)
+
+
+def to_json(plan: Plan) -> dict[str, Any]:
+    return {
+        "budget_s": plan.budget_s,
+        "reserve_s": plan.reserve_s,
+        "rounds": plan.rounds,
+        "costs": plan.costs.__dict__,
+        "estimate_s": plan.estimate_s(),
+        "points": [
+            {"benchmark": p.benchmark, "params": p.label, "tier": p.tier, "state": p.state, "reason": p.reason,
+             "estimate_s": round(p.estimate_s, 3)}  # fmt: skip
+            for p in plan.points
+        ],
+    }
