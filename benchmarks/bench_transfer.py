@@ -110,8 +110,8 @@ class HostDevice(Benchmark):
 
     params = [["h2d", "d2h"], MEMORY, ["blocking", "non_blocking"], SIZES]
     param_names = ["direction", "memory", "mode", "nbytes"]
-    #: devbench gpu-run (devbench.gpu.plan): every mode at 64 MiB and pinned at 256 MiB first (validate reads the
-    #: pinned non_blocking 256 MiB copies, the health summary the blocking ones)
+    #: devbench gpu-run (devbench.gpu.plan): every mode at 64 MiB and pinned at 256 MiB first (validate and the
+    #: health lines read the pinned non_blocking 256 MiB copies: spec.LINK_COPY)
     headline = [{"nbytes": [64 * MiB]}, {"memory": ["pinned"], "nbytes": [256 * MiB]}]
     plan_gpus = 1
     swept = True

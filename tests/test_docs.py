@@ -28,6 +28,7 @@ SOURCES = [
     *(ROOT / "reports").rglob("README.md"),
     *(ROOT / "reports").rglob("*.md"),
     ROOT / "Makefile",
+    ROOT / "pyproject.toml",
 ]
 
 #: top-level folders a repository path starts with
@@ -155,3 +156,8 @@ def test_reports_hold_evidence_not_an_archive():
     assert len(files) <= 200
     entries = [p for p in (ROOT / "reports").iterdir() if p.name != "README.md"]
     assert len(entries) <= 12, sorted(p.name for p in entries)
+
+
+def test_the_packaging_file_is_read_too():
+    """pyproject.toml's comments name files and sections as the docs do: they are checked with them."""
+    assert ROOT / "pyproject.toml" in _sources()

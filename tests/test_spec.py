@@ -262,6 +262,28 @@ def test_no_import_reaches_a_layer_above():
     assert not bad, bad
 
 
+#: each folder of src/devbench and the folders it may import (docs/design.md, "Modules and data flow")
+FOLDERS = {
+    "records": set(),
+    "engine": {"records"},
+    "workloads": {"engine", "records", "logger"},
+    "worlds": {"workloads", "engine", "records"},
+    "report": {"records"},
+    "compare": {"records"},
+    "gpu": {"report", "compare", "engine", "records"},
+}
+
+
+def test_each_folder_imports_only_the_folders_below_it():
+    def folder(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 and parts[0] == "devbench" else None
+
+    bad = sorted({f"{m} -> {d}" for m, deps in _import_graph().items() for d in deps
+                  if folder(m) in FOLDERS and folder(d) not in (None, folder(m)) and folder(d) not in FOLDERS[folder(m)]})
+    assert not bad, bad
+
+
 def test_no_source_file_outgrows_500_lines():
     """A module past 500 lines does more than one job: split it by job (CONTRIBUTING.md)."""
     files = [*(ROOT / "src" / "devbench").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
