@@ -103,7 +103,11 @@ def _run(args: argparse.Namespace) -> int:
         _add_collectives(loaded, args)
         _add_side_records(loaded, args)
         for p in loaded.problems:
-            print(f"devbench report: warning: {p}", file=sys.stderr)
+            if p.kind == "input":
+                print(f"devbench report: warning: {p}", file=sys.stderr)
+        if older := sorted({p.path for p in loaded.problems if p.kind == "version"}):
+            print(f"devbench report: {len(older)} benchmark(s) changed version within this history: their older "
+                  "results are kept in the tables and left out of comparisons, as asv does", file=sys.stderr)
         _nothing_read(loaded, args)
         loaded.frame = _select(loaded.frame, args)
         _hide_paths(loaded)
@@ -172,7 +176,7 @@ def _hide_paths(loaded) -> None:
             text = text.replace(name, label)
         return text
 
-    loaded.problems = [Problem(clean(p.path), clean(p.message)) for p in loaded.problems]
+    loaded.problems = [Problem(clean(p.path), clean(p.message), p.kind) for p in loaded.problems]
 
 
 def _judging(args: argparse.Namespace):

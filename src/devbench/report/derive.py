@@ -211,13 +211,17 @@ def _gpu_names(frame: pd.DataFrame) -> pd.Series:
 def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFrame:
     """Per machine, device and dtype: the best searched shape, its best (brief, as mamf-finder's table), burst
     and sustained TFLOP/s with the clock and power sampled while they ran, and (GPUs) the datasheet peak and
-    achievable / datasheet."""
+    achievable / datasheet. A row for every figure asv recorded, with or without the search's side records
+    (``searches``: the shape and the search's own figure)."""
     cols = ["machine", "device", "dtype", "shape", "search_tflops", "best", "burst", "sustained",
             "best_mhz", "burst_mhz", "sustained_mhz", "best_w", "burst_w", "sustained_w", "datasheet", "of_datasheet",
             "env", "commit", "commit_short"]  # fmt: skip
+    keys = ["machine", "device", "dtype"]
     if searches is None or searches.empty:
-        return pd.DataFrame(columns=cols)
-    out = searches[["machine", "device", "dtype", "shape", "search_tflops"]].copy()
+        out = pd.DataFrame(columns=[*keys, "shape", "search_tflops"])
+    else:
+        out = searches[[*keys, "shape", "search_tflops"]].copy()
+    out = out.astype({k: str for k in keys})
     sub = usable(latest(frame))
     sub = sub[sub["benchmark"] == spec.ACHIEVABLE_TFLOPS.benchmark]
     if not sub.empty and {"device", "dtype", "run"} <= set(sub.columns):  # no params without benchmarks.json
@@ -231,7 +235,9 @@ def achievable(frame: pd.DataFrame, searches: pd.DataFrame | None) -> pd.DataFra
             r = r.rename(columns={"value": run, "gpu_mhz": f"{run}_mhz", "gpu_watts": f"{run}_w"})
             if "commit" in out.columns:  # the run that timed burst and sustained: one asv run, one commit
                 r = r.drop(columns=["env", "commit", "commit_short"])
-            out = out.merge(r, on=["machine", "device", "dtype"], how="left")
+            out = out.merge(r.astype({k: str for k in keys}), on=keys, how="outer")
+    if out.empty:
+        return pd.DataFrame(columns=cols)
     for c in cols:
         if c not in out.columns:
             out[c] = np.nan

@@ -15,6 +15,9 @@ class Problem:
 
     path: str
     message: str
+    #: "input" (a file or record skipped), or "version" (results of an older version of a benchmark's code: kept
+    #: in the tables, left out of comparisons; a note beside the comparisons, not a problem with the input)
+    kind: str = "input"
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"

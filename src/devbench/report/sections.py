@@ -110,7 +110,9 @@ def _peak(tp_frame: pd.DataFrame) -> Section | None:
 def _achievable(ach: pd.DataFrame) -> Section | None:
     if ach.empty:
         return None
-    t = ach.assign(of_datasheet=ach["of_datasheet"].map(lambda f: None if pd.isna(f) else f"{100 * f:.1f}%"))
+    t = ach.assign(of_datasheet=ach["of_datasheet"].map(lambda f: None if pd.isna(f) else f"{100 * f:.1f}%"),
+                   shape=ach["shape"].map(lambda s: s if isinstance(s, str) and s and s != "nan" else "not recorded"))
+    searched = sorted(ach.loc[ach["search_tflops"].notna(), "machine"].astype(str).unique())
     t = t.drop(columns=["env", "commit", "commit_short"], errors="ignore")  # the run, for fraction_of_peak
     t = t.rename(columns={"machine": "where", "shape": "best shape (m x k x n)", "search_tflops": "search",
                           "datasheet": "datasheet", "of_datasheet": "achievable / datasheet"})  # fmt: skip
@@ -124,8 +126,8 @@ def _achievable(ach: pd.DataFrame) -> Section | None:
         "idling, a quarter of a second of work; `sustained`: after five seconds of back-to-back work (power and "
         "heat settle: what a long training step gets). MHz and W: the median SM clock and board power sampled "
         "while the figure was timed (GPUs, NVML). `achievable / datasheet` uses the highest of these. Searched on: "
-        + ", ".join(sorted(ach["machine"].astype(str).unique()))
-        + "."
+        + (", ".join(searched) or "none of these machines") + " (a machine without the search's own records, "
+        "`.asv/achievable`, has its asv figures here and no shape)."
     )
     return Section("Maximum achievable matmul (TFLOP/s)", text, sig(t.dropna(axis=1, how="all")))
 
@@ -407,12 +409,14 @@ def build(
         legend = loaded.env_legend
         if legend["machine"].nunique() == 1:
             legend = legend.drop(columns="machine")
-        rep.sections.append(Section("Environments", "What each environment label stands for.", legend))
-    if loaded.problems:
-        rep.sections.append(
-            Section("Problems", "These inputs were skipped or are left out of comparisons:",
-                    _problem_rows(loaded.problems))  # fmt: skip
-        )
+        text = "What each environment label stands for."
+        if (legend[["python", "torch"]] == "not recorded").any(axis=None):
+            text += (" `not recorded`: no run record of that environment beside these results (`.asv/runinfo`, "
+                     "which the suite's `RunInfo` benchmark writes in every run, and gpu-run packs).")
+        rep.sections.append(Section("Environments", text, legend))
+    skipped = [p for p in loaded.problems if p.kind == "input"]
+    if skipped:
+        rep.sections.append(Section("Problems", "These inputs were skipped:", _problem_rows(skipped)))
     tp = D.matmul_throughput(lat)
     bw = D.transfer_bandwidth(lat)
     cb = D.collective_bandwidth(lat, loaded.collectives)
@@ -447,6 +451,16 @@ def build(
     hist, flagged = CH.history(cur, attribute(found, cur))
     if hist is not None:
         rep.sections.append(hist)
+    older = [p for p in loaded.problems if p.kind == "version"]
+    if older:
+        rep.sections.append(Section(
+            "Benchmarks whose code changed within the history",
+            f"{len(older)} benchmark(s) have results measured by an older version of their code (asv versions a "
+            "benchmark by its source; devbench also by its work_version). Those results are kept in the tables "
+            "and left out of the comparisons above, as asv does: each machine's latest figures are the current "
+            "code's.", folded=pd.DataFrame({"benchmark": [p.path for p in older],
+                                            "older results": [p.message.split(" ", 1)[0] for p in older]}),
+            folded_title=f"the {len(older)} benchmarks"))  # fmt: skip
     rep.sections.append(_all_latest(cur))
     for sec in rep.sections:
         if sec.title in ("Machines", "Environments"):

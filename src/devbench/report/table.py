@@ -181,7 +181,7 @@ class _Table:
         for key, count in sorted(stale.items()):
             message = (f"{count} result file(s) measured an older version of this benchmark's code; "
                        "they are kept in the table but left out of comparisons, as asv does")  # fmt: skip
-            problems.append(Problem(key, message))
+            problems.append(Problem(key, message, kind="version"))
         return current
 
     def _per_file_columns(self, cols: dict[str, Any], counts: np.ndarray) -> pd.DataFrame:
