@@ -21,16 +21,8 @@ import torch
 from devbench.engine.bursts import brief, burst, sustained
 from devbench.engine.gpuwatch import record_sampled
 from devbench.engine.measure import one_call_s
-from devbench.engine.suite import (
-    DEVICES,
-    Benchmark,
-    instrumented,
-    no_cuda_reason,
-    once,
-    require_device,
-    selected,
-    with_samples,
-)
+from devbench.engine.prepare import once
+from devbench.engine.suite import DEVICES, Benchmark, no_cuda_reason, require_device, selected, with_samples
 from devbench.workloads.achievable import (
     CPU_BUDGET_S,
     GPU_BUDGET_S,
@@ -60,7 +52,6 @@ def _read(device: str, dtype: str) -> bool:
     return any(selected(name, (device, dtype, run)) for run in RUNS)
 
 
-@instrumented
 class MatmulAchievable(Benchmark):
     """TFLOP/s of the fastest matmul shape found on this device: best (brief), burst and sustained.
 

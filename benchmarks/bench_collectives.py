@@ -18,7 +18,7 @@ import functools
 import time
 
 from devbench.engine.measure import blocks_per_figure
-from devbench.engine.suite import Benchmark, instrumented, selected, with_samples
+from devbench.engine.suite import Benchmark, selected, with_samples
 from devbench.records.spec import MiB, bus_factor, gbps
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
 from devbench.worlds.world import (
@@ -43,7 +43,6 @@ WORLD_S = 900.0
 MARGIN_S = 30.0
 
 
-@instrumented
 class Collectives(Benchmark):
     """all_reduce, all_gather, reduce_scatter, broadcast, send/recv ring; 4 KiB to 256 MiB.
 

@@ -6,7 +6,7 @@ Moves and copies are in bench_transfer (``SameDeviceMove``, ``HostDevice``).
 from pathlib import Path
 
 from devbench.engine.devices import initialise_cuda, num_gpus, run_info, try_all_gpus, try_gpu
-from devbench.engine.suite import Benchmark, instrumented
+from devbench.engine.suite import Benchmark
 from devbench.records import runinfo
 
 
@@ -28,7 +28,6 @@ class RunInfo:
     track_gpu_count.unit = "GPUs"
 
 
-@instrumented
 class TryGpu(Benchmark):
     """``try_gpu()`` asks the driver how many GPUs there are; code calls it per batch.
 

@@ -2,16 +2,8 @@
 
 import time
 
-from devbench.engine.suite import (
-    DEVICES,
-    Benchmark,
-    check_once,
-    instrumented,
-    once,
-    require_device,
-    waited,
-    with_samples,
-)
+from devbench.engine.prepare import check_once, once
+from devbench.engine.suite import DEVICES, Benchmark, require_device, waited, with_samples
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
 #: Pairs of loops behind the in-process ratio (each pair is one sample).
@@ -20,7 +12,6 @@ RATIO_SAMPLES = 5
 LOOP_BLOCK_S = 0.05
 
 
-@instrumented
 class LogNorms(Benchmark):
     """``steps`` products of n x n matrices, each one's norm logged by ``strategy``.
 

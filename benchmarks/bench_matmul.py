@@ -6,16 +6,8 @@ import torch
 
 from devbench.engine.devices import synchronize
 from devbench.engine.measure import MATMUL_BLOCK_S, measure, plan_blocks, warm_up
-from devbench.engine.suite import (
-    DEVICES,
-    Benchmark,
-    check_once,
-    instrumented,
-    once,
-    require_device,
-    waited,
-    with_samples,
-)
+from devbench.engine.prepare import check_once, once
+from devbench.engine.suite import DEVICES, Benchmark, require_device, waited, with_samples
 from devbench.records.spec import matmul_flops as flops
 from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add, warmed
 
@@ -44,7 +36,6 @@ def _ready(key: tuple, mm: Matmul) -> Matmul:
     return mm
 
 
-@instrumented
 class MatmulSquare(Benchmark):
     """C = A @ B for n x n matrices: wall time of one product and throughput in TFLOP/s.
 
@@ -94,7 +85,6 @@ class MatmulSquare(Benchmark):
     track_tflops.unit = "TFLOP/s"
 
 
-@instrumented
 class MatmulSpeedup(Benchmark):
     """GPU throughput over CPU throughput for one product, both measured in this process.
 
@@ -139,7 +129,6 @@ class MatmulSpeedup(Benchmark):
     track_gpu_over_cpu.unit = "x"
 
 
-@instrumented
 class TinyOp(Benchmark):
     """One elementwise add on 1 and 1,000 elements, with the launch and the sync.
 

@@ -8,7 +8,8 @@ import torch
 
 from devbench.engine.devices import synchronize
 from devbench.engine.measure import randn, warm_up
-from devbench.engine.suite import DEVICES, Benchmark, check_once, instrumented, once, require_device, waited
+from devbench.engine.prepare import check_once, once
+from devbench.engine.suite import DEVICES, Benchmark, require_device, waited
 from devbench.workloads.model import (
     BATCH,
     MODEL_INPUTS,
@@ -25,7 +26,6 @@ from devbench.workloads.model import (
 MODELS = list(MODEL_INPUTS)
 
 
-@instrumented
 class Forward(Benchmark):
     """Inference on a batch of 256 already on the device: the chapter's one-unit
     ``LazyLinear`` (all launch overhead) and a 4-layer, 12.6M-parameter MLP."""
@@ -59,7 +59,6 @@ class Forward(Benchmark):
     track_time.unit = "seconds"
 
 
-@instrumented
 class TrainingStep(Benchmark):
     """Forward, backward and SGD step, the batch moved from host memory each step by the
     chapter's ``prepare_batch``: plain ``.to(device)`` from pageable memory, or from
@@ -98,7 +97,6 @@ class TrainingStep(Benchmark):
     track_time.unit = "seconds"
 
 
-@instrumented
 class StateDict(Benchmark):
     """Writing a model's parameters from the device to a file and reading them back onto
     the device (``torch.load(map_location=device, weights_only=True)``), 1M and 100M

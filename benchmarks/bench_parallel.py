@@ -4,16 +4,8 @@ import torch
 
 from devbench.engine.devices import num_gpus
 from devbench.engine.measure import pin_threads
-from devbench.engine.suite import (
-    Benchmark,
-    instrumented,
-    once,
-    require_device,
-    require_gpus,
-    shared,
-    waited,
-    with_samples,
-)
+from devbench.engine.prepare import once
+from devbench.engine.suite import Benchmark, require_device, require_gpus, shared, waited, with_samples
 from devbench.records.spec import parallel_ideal
 from devbench.workloads.parallel import ParallelPair
 
@@ -21,7 +13,6 @@ MODES = ["gpus", "streams", "cpu_threads"]
 SIZES = [1024, 4096, 8192]
 
 
-@instrumented
 class ParallelMatmul(Benchmark):
     """N lanes of float32 matmuls at once vs the same work one after another on one lane.
 

@@ -23,18 +23,8 @@ from devbench.engine.measure import (
     randn,
     warm_up,
 )
-from devbench.engine.suite import (
-    DEVICES,
-    Benchmark,
-    check_once,
-    instrumented,
-    once,
-    require_device,
-    require_gpus,
-    shared,
-    waited,
-    with_samples,
-)
+from devbench.engine.prepare import check_once, once
+from devbench.engine.suite import DEVICES, Benchmark, require_device, require_gpus, shared, waited, with_samples
 from devbench.records.spec import GiB, MiB, gbps
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.peers import PEERS_DIR, PeerPath, pair_topology, peer_matrix, peer_path, write_peer_records
@@ -85,7 +75,7 @@ def _waited(copy: Copy) -> dict:
 
 def _checked(copy: Copy, key: tuple) -> Copy:
     """``copy`` checked byte for byte (once per side of a compare: ``check_once``) and warm; built once per
-    process (``devbench.engine.suite.once``) under ``key``."""
+    process (``devbench.engine.prepare.once``) under ``key``."""
     check_once(key, copy.check, lambda: None)
     warm_up(copy, copy.timing_device)
     return copy
@@ -97,7 +87,6 @@ def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
         raise NotImplementedError(reason)
 
 
-@instrumented
 class HostDevice(Benchmark):
     """Host -> GPU (``h2d``) and GPU -> host (``d2h``) copies of 4 KiB to 1 GiB.
 
@@ -139,7 +128,6 @@ class HostDevice(Benchmark):
     track_gbps.unit = "GB/s"
 
 
-@instrumented
 class HostDeviceBidirectional(Benchmark):
     """Host -> GPU and GPU -> host at once, on two streams, from and to pinned memory.
 
@@ -187,7 +175,6 @@ class HostDeviceBidirectional(Benchmark):
     track_total_gbps.unit = track_h2d_gbps.unit = track_d2h_gbps.unit = "GB/s"
 
 
-@instrumented
 class DeviceCopy(Benchmark):
     """A copy within one device's memory: ``copy_`` on a GPU, a STREAM-like copy on the CPU.
 
@@ -235,7 +222,6 @@ def _warm_gbps(copy: Copy) -> list[float]:
     return _block_gbps(copy)[0]
 
 
-@instrumented
 class PeerCopy(Benchmark):
     """GPU 0 -> GPU 1 and back over sizes (NVLink or PCIe, peer-to-peer when the driver allows it).
 
@@ -292,7 +278,6 @@ class PeerCopy(Benchmark):
 MATRIX_SIZES = [256 * MiB]
 
 
-@instrumented
 class PeerMatrix(Benchmark):
     """Both directions of every pair of GPUs at 256 MiB, each copy checked, timed and traced.
 
@@ -341,7 +326,6 @@ class PeerMatrix(Benchmark):
     track_slowest_gbps.unit = track_median_gbps.unit = "GB/s"
 
 
-@instrumented
 class ManySmallCopies(Benchmark):
     """4 MiB as 1,024 copies of 4 KiB vs one copy, and 256 small tensors one by one vs packed.
 
@@ -369,7 +353,6 @@ class ManySmallCopies(Benchmark):
     track_time.unit = "seconds"
 
 
-@instrumented
 class SameDeviceMove(Benchmark):
     """Moving a tensor to the device it is on: ``.to(device)``, or ``.cuda(i)`` / ``.cpu()``.
 
@@ -408,7 +391,6 @@ class SameDeviceMove(Benchmark):
     track_time.unit = "seconds"
 
 
-@instrumented
 class CopyComputeOverlap(Benchmark):
     """A pinned 64 MiB host -> GPU copy on one stream while matmuls run on another.
 
@@ -457,7 +439,6 @@ class CopyComputeOverlap(Benchmark):
     track_hidden.unit = "%"
 
 
-@instrumented
 class HiddenCopy(Benchmark):
     """Reading a 1,000-element tensor from Python: each read of a GPU tensor is a copy and a sync.
 

@@ -289,19 +289,17 @@ def test_the_base_class_pins_threads_and_records_unless_the_class_opts_out(monke
     pinned = []
     monkeypatch.setattr(measure, "pin_threads", lambda threads=None: pinned.append(threads) or 1)
 
-    @instrumented
-    class Plain(Benchmark):
+    class Plain(Benchmark):  # subclassing is all it takes
         def setup(self, n):
             self.seen = list(pinned)
 
         def setup_cache(self):
             return len(pinned)
 
-    class Bare(Benchmark):  # no @instrumented: asv runs the class's own set-up, nothing around it
+    class Bare:  # not the suite's: asv runs the class's own set-up, nothing around it
         def setup(self, n):
             self.seen = list(pinned)
 
-    @instrumented
     class Unpinned(Benchmark):
         pins_threads = False
         gpu_state = False
@@ -322,6 +320,7 @@ def test_the_base_class_pins_threads_and_records_unless_the_class_opts_out(monke
     assert pinned == [None, None]
     assert "def setup(self, n)" in inspect.getsource(Plain.setup)  # asv versions the source, unwrapped
     assert records_gpu_state(Fake) is Fake and Fake.setup.__wrapped__.__name__ == "setup"  # wrapped once only
+    assert instrumented(Plain) is Plain and Plain.setup.__wrapped__.__name__ == "setup"  # again: no change
     assert "def setup(self, device, n)" in inspect.getsource(Fake.setup)
 
 

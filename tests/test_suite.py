@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from devbench.engine import suite
+from devbench.engine import prepare, suite
 from devbench.engine.devices import num_gpus, run_info
 from devbench.records import runinfo
 
@@ -61,7 +61,7 @@ def test_set_up_again_reuses_the_checked_workload(monkeypatch):
 
     from devbench.workloads.matmul import Matmul
 
-    monkeypatch.setattr(suite, "_BUILT", {})
+    monkeypatch.setattr(prepare, "_BUILT", {})
     checks = []
     real = Matmul.check
     monkeypatch.setattr(Matmul, "check", lambda self: checks.append(self) or real(self))
@@ -84,7 +84,7 @@ def test_set_up_again_builds_and_checks_models_once_and_still_writes_the_file(mo
     import benchmarks.bench_model as bmo
     import benchmarks.bench_parallel as bp
 
-    monkeypatch.setattr(suite, "_BUILT", {})
+    monkeypatch.setattr(prepare, "_BUILT", {})
     counts = {"step": 0, "forward": 0, "state": 0, "pair": 0}
 
     def counting(name, real):
@@ -148,13 +148,13 @@ def test_check_once_checks_in_every_process_under_asv_and_once_per_side_in_a_com
     # the folder exported to another commit's work, torch build or GPU: its checks stand for nothing there
     for other in (("other work", "2.13.0", None, ()), ("f", "2.14.0", None, ()), ("f", "2.13.0", "13.0", ("GPU-x",))):
         calls.clear()
-        monkeypatch.setattr(suite, "_checked_scope", lambda other=other: other)
+        monkeypatch.setattr(prepare, "_checked_scope", lambda other=other: other)
         suite.check_once(("K", 1), lambda: calls.append("check"), lambda: calls.append("warm"))
         assert calls == ["check"], other
-    fingerprint = suite._work_fingerprint()
-    assert len(fingerprint) == 40 and fingerprint == suite._work_fingerprint()
+    fingerprint = prepare._work_fingerprint()
+    assert len(fingerprint) == 40 and fingerprint == prepare._work_fingerprint()
     # the work's own files: the workloads and the engine's timing, wherever the package keeps them
-    names = {f.relative_to(suite._work_files()[0].parents[3]).as_posix() for f in suite._work_files()}
+    names = {f.relative_to(prepare._work_files()[0].parents[3]).as_posix() for f in prepare._work_files()}
     assert {"src/devbench/workloads/matmul.py", "src/devbench/engine/measure.py",
             "src/devbench/engine/blocks.py"} <= names  # fmt: skip
 

@@ -22,7 +22,8 @@ BENCH = '''
 import os
 from pathlib import Path
 
-from devbench.engine.suite import Benchmark, instrumented, once, with_samples
+from devbench.engine.suite import Benchmark, instrumented, with_samples
+from devbench.engine.prepare import once
 
 LOG = Path(os.environ["FAKE_LOG"])
 
@@ -261,19 +262,18 @@ def test_a_bad_mode_names_itself(monkeypatch):
 
 
 def test_a_swept_class_has_only_track_figures():
-    from devbench.engine.suite import Benchmark, instrumented
+    from devbench.engine.suite import Benchmark
 
-    class Bad(Benchmark):
-        swept = True
+    with pytest.raises(TypeError, match="time_x"):  # said as the class is made
 
-        def setup(self):
-            pass
+        class Bad(Benchmark):
+            swept = True
 
-        def time_x(self):
-            pass
+            def setup(self):
+                pass
 
-    with pytest.raises(TypeError, match="time_x"):
-        instrumented(Bad)
+            def time_x(self):
+                pass
 
 
 @pytest.mark.slow

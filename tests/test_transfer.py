@@ -537,7 +537,7 @@ def test_a_peer_copy_is_built_and_checked_once_per_process_and_traced_only_by_it
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks import bench_transfer as B
 
-    from devbench.engine import suite
+    from devbench.engine import prepare
 
     built, checked, traced = [], [], []
 
@@ -550,7 +550,7 @@ def test_a_peer_copy_is_built_and_checked_once_per_process_and_traced_only_by_it
             checked.append(1)
             super().check()
 
-    monkeypatch.setattr(suite, "_BUILT", {})
+    monkeypatch.setattr(prepare, "_BUILT", {})
     monkeypatch.setattr(B, "require_gpus", lambda n: [CPU, CPU])
     monkeypatch.setattr(B, "Copy", Counted)
     monkeypatch.setattr(B, "peer_path", lambda copy: traced.append(1) or PE.PeerPath(True, None, None))

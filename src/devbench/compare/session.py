@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 WORKER = Path(__file__).with_name("worker.py")
-#: ``devbench.engine.suite.CHECKED_ENV`` (not imported: the suite imports torch, the coordinator never does)
+#: ``devbench.engine.prepare.CHECKED_ENV`` (not imported: the suite imports torch, the coordinator never does)
 CHECKED_ENV = "DEVBENCH_CHECKED"
 
 

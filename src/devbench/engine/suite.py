@@ -19,16 +19,16 @@ import functools
 import hashlib
 import inspect
 import math
-import os
 import sys
 from collections.abc import Callable, Iterable
-from pathlib import Path
+from typing import Any
 
 import torch
 
 from devbench.engine import sweep
 from devbench.engine.devices import num_gpus
-from devbench.engine.gpuwatch import _cuda_identities, _record_gpu_state, _short, _start_sampler, _stop_sampler
+from devbench.engine.gpuwatch import _record_gpu_state, _short, _start_sampler, _stop_sampler
+from devbench.engine.prepare import CHECKED_ENV, check_once, forget_built, once, ready  # noqa: F401 - the suite's names
 from devbench.engine.sweep import SELECT_ENV, figures_of, selected  # noqa: F401 - the suite's names for them
 
 DEVICES: list[str] = ["cpu", "cuda"]
@@ -71,80 +71,10 @@ def require_gpus(count: int) -> list[torch.device]:
     return [torch.device("cuda", i) for i in range(count)]
 
 
-_BUILT: dict[tuple, object] = {}
-
-
-def forget_built() -> None:
-    """Drop what ``once`` built (the measuring process, between workloads: their memory goes back)."""
-    _BUILT.clear()
-
-
 sweep.on_evict(forget_built)
 #: in the measuring process, the GPU's state is sampled while each figure is timed and recorded for that figure
 sweep.on_figure(lambda bench, params: _start_sampler(bench),
                 lambda bench, params, figure: _stop_sampler(bench, tuple(params), figure))  # fmt: skip
-
-
-def once(key: tuple, build: Callable[[], object]) -> object:
-    """``build()``'s result, built once per process and then reused.
-
-    asv runs ``setup`` again before every sample of a ``time_`` benchmark (and asv runs
-    each benchmark and parameter combination in a process of its own, which ends after
-    it). A workload built, checked and warmed in ``build`` is therefore checked once per
-    process, not once per sample: the float64 reference of a 4,096 CPU product costs
-    seconds, and on a GPU the re-run set-up leaves the device idle between samples.
-    """
-    if key not in _BUILT:
-        _BUILT[key] = build()
-    return _BUILT[key]
-
-
-#: set by ``devbench compare`` to a folder of its own per side: the workloads that side has checked in an
-#: earlier process of the same compare (``check_once``); and by ``make test`` for its dry run of one commit.
-#: Unset under asv otherwise: every process checks.
-CHECKED_ENV = "DEVBENCH_CHECKED"
-
-
-def check_once(key: tuple, check: Callable[[], object], warm: Callable[[], object]) -> None:
-    """``check()``, or, where this side of a compare already checked ``key`` in an earlier process, ``warm()``.
-
-    A check proves that the code and the inputs give the right answer; both are the same in every
-    process of one side of a compare (the same exported tree, seeded inputs), so the first process that
-    checks ``key`` proves it for the later ones, which only warm up (a check is a workload's first warm-up).
-    asv and every other run check in every process (``make test``'s dry run sets a folder of its own: one
-    commit, so one check of each workload is enough). A failed check records nothing.
-    """
-    folder = os.environ.get(CHECKED_ENV)
-    mark = Path(folder) / hashlib.sha1(repr((key, _checked_scope())).encode()).hexdigest() if folder else None
-    if mark is not None and mark.exists():
-        warm()
-        return
-    check()
-    if mark is not None:
-        mark.parent.mkdir(parents=True, exist_ok=True)
-        mark.write_text(repr(key) + "\n")
-
-
-@functools.cache
-def _work_fingerprint() -> str:
-    """The source of the work a check proves (``devbench.workloads`` and the engine), as one hash."""
-    return hashlib.sha1(b"".join(f.read_bytes() for f in _work_files())).hexdigest()
-
-
-def _work_files() -> list[Path]:
-    """The files the work lock watches (``worklock.WATCHED``): the workloads and the engine's timing."""
-    from devbench.engine.worklock import WATCHED
-
-    root = Path(__file__).resolve().parents[3]  # src/devbench/engine/suite.py -> the repository
-    return sorted({f for pattern in WATCHED for f in root.glob(pattern)})
-
-
-def _checked_scope() -> tuple:
-    """What a check proves beyond its key: this code's work, this torch build, and the GPUs it ran on (by UUID):
-    a folder of checks exported across commits, machines or torch builds never stands for a check here."""
-    ran_on = _cuda_identities() if torch.cuda.is_initialized() else []
-    gpus = tuple(g.get("uuid") or g.get("pci_bus_id") for g in ran_on)
-    return _work_fingerprint(), torch.__version__, torch.version.cuda, gpus
 
 
 def with_samples(samples: Iterable[float], number: int = 1) -> dict:
@@ -316,10 +246,15 @@ class Benchmark:
     short benchmark's samples span seconds of the host's ups and downs rather than a
     tenth of one (see docs/noise.md, "Where a figure's spread comes from").
 
-    The base class holds settings only; ``@instrumented`` above a class is what wraps its set-up and
-    tear-down (torch's CPU threads pinned, declared skips raised, the GPUs' NVML state recorded around
-    the timing) and folds ``work_version`` (below) into the version asv records.
+    Subclassing it is all a benchmark class does to get what asv runs around it (``instrumented``, applied
+    to every subclass as it is made): its set-up and tear-down wrapped (torch's CPU threads pinned, declared
+    skips raised, the GPUs' NVML state recorded around the timing) and ``work_version`` (below) folded into
+    the version asv records.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        instrumented(cls)
 
     #: pin torch's intra-op CPU threads (``measure.pin_threads``: DEVBENCH_THREADS or one per core)
     #: before ``setup`` and ``setup_cache``, so that every figure runs with the same count
@@ -355,8 +290,8 @@ class Benchmark:
 
 
 def instrumented(cls: type) -> type:
-    """What asv runs around a benchmark class of the suite, applied where the class says so (``@instrumented``
-    above it; ``tests/test_benchmarks.py`` holds that every class in ``benchmarks/`` has it):
+    """What asv runs around a benchmark class of the suite, applied to every subclass of ``Benchmark`` as it is
+    made (once; applying it again changes nothing):
 
     * ``setup``: the class's declared ``skips`` raised first (asv's n/a, with the reason); torch's CPU threads
       pinned (``pins_threads``); the class's own ``setup``; then, where CUDA is in use, the GPUs' NVML state
@@ -368,6 +303,8 @@ def instrumented(cls: type) -> type:
 
     The wrappers keep the source asv versions a benchmark by. A class opts out of a part by setting its
     attribute to False; nothing else changes what asv runs."""
+    if cls.__dict__.get("_devbench_instrumented"):
+        return cls
     records_gpu_state(cls)
     if getattr(cls, "swept", False):
         _sweep(cls)

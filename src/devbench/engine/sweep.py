@@ -120,7 +120,7 @@ _MEASURED: list = []
 
 
 def on_evict(hook) -> None:
-    """Call ``hook()`` whenever the measuring process lets a workload go (``suite.once``'s cache forgets it)."""
+    """Call ``hook()`` whenever the measuring process lets a workload go (``prepare.once``'s cache forgets it)."""
     if hook not in _EVICTED:
         _EVICTED.append(hook)
 

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devbench.compare.session import CHECKED_ENV  # devbench.engine.suite.CHECKED_ENV, torch-free
+from devbench.compare.session import CHECKED_ENV  # devbench.engine.prepare.CHECKED_ENV, torch-free
 from devbench.engine import sweep
 from devbench.gpu import plan as P
 from devbench.gpu.costs import VALIDATE_DRIFT, costs_from, held_s, probe_costs, sum_reserves
@@ -102,7 +102,7 @@ class Run:
         self.started_at = time.time()
         self.stages: list[dict[str, Any]] = []
         self.stage_started = time.time()
-        self.checked: str | None = None  # the run's folder of checked workloads (suite.check_once)
+        self.checked: str | None = None  # the run's folder of checked workloads (prepare.check_once)
 
     def left(self) -> float:
         return self.args.budget_s - (time.monotonic() - self.start)
@@ -222,7 +222,7 @@ def execute(args: argparse.Namespace) -> int:
         return 0
     summary = Summary(run, plan, machine)
     running: list[P.Point] = []
-    # every benchmark process of this run checks a workload only where no earlier one has (suite.check_once): one
+    # every benchmark process of this run checks a workload only where no earlier one has (prepare.check_once): one
     # commit, one environment, so one check of each workload proves it for the run. Only the asv stages see the
     # folder: the CUDA tests and validate check what they build themselves.
     checked = tempfile.mkdtemp(prefix="devbench-checked-")

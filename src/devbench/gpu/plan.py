@@ -71,7 +71,7 @@ class Costs:
     gpu_setup_s: float = 0.0  # a GPU point's set-up beyond SETUP_S: cuBLAS start-up and a warm product, probed
     cores: int = 0  # CPU cores (0: not known, no point is skipped for want of cores)
     #: a GPU workload's float64 check, paid once per run by the first process that sets the workload up
-    #: (``suite.check_once``: gpu-run hands its processes one record of what was checked). 0 where the
+    #: (``prepare.check_once``: gpu-run hands its processes one record of what was checked). 0 where the
     #: record of another machine has no such figure: there ``gpu_setup_s`` holds the check as well.
     gpu_check_s: float = 0.0
     #: the first GPU's name as torch gives it ("NVIDIA H200")

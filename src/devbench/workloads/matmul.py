@@ -217,7 +217,7 @@ def checked(mm: Matmul) -> Matmul:
 
 def warmed(mm: Matmul) -> Matmul:
     """``mm`` warm under its TF32 setting, unchecked: for a process whose workload another process of the same
-    code and inputs has checked (``devbench.engine.suite.check_once``)."""
+    code and inputs has checked (``devbench.engine.prepare.check_once``)."""
     with tf32(mm.allow_tf32):
         warm_up(mm, mm.device, repeats=2, enough_s=MATMUL_BLOCK_S)
     return mm
