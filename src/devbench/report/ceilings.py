@@ -52,14 +52,18 @@ MACHINE, CODE, UNKNOWN = "machine", "code", "unknown"
 
 
 def _matches(frame: pd.DataFrame, bench: str, params: dict[str, object]) -> pd.Series:
-    hit = frame["benchmark"].astype(str) == bench
+    hit = pd.Series(frame["benchmark"].isin([bench]).to_numpy(), index=frame.index)  # on the categories
+    if not hit.any():
+        return hit
+    sub = frame.loc[hit]  # the params compared on that benchmark's rows only, not the whole history's
     for name, value in params.items():
         if name not in frame:
             return pd.Series(False, index=frame.index)
         if isinstance(value, int | float):  # a numeric column holds NaN elsewhere: 67108864.0
-            hit &= pd.to_numeric(frame[name], errors="coerce") == value
+            same = pd.to_numeric(sub[name], errors="coerce") == value
         else:
-            hit &= frame[name].astype(str) == str(value)
+            same = sub[name].astype(str) == str(value)
+        hit.loc[sub.index] &= same.to_numpy()
     return hit
 
 

@@ -262,11 +262,25 @@ def with_health(frame: pd.DataFrame, peers: pd.DataFrame | None = None) -> pd.Da
     normal); empty elsewhere. For the CSV and Parquet: each row judged by ``verdict`` as the section judges it,
     at the state it ran in, a pair's copy with the path it took, a ring's busbw and the peer matrix's pairs on
     their NVML paths (``peers``, ``records.load_peers``)."""
-    from devbench.records.expected import expected
-
     out = frame.assign(expected=np.nan, expected_source="", health="", health_reason="")
     if "machine_gpu" not in out or out.empty:
         return out
+    judged_benchmarks = [f.benchmark for f in (spec.HOST_DEVICE_GBPS, spec.DEVICE_COPY_RW_GBPS, spec.MATMUL_TFLOPS,
+                                               spec.PEER_COPY_GBPS, spec.PEER_MATRIX_SLOWEST,
+                                               spec.PEER_MATRIX_MEDIAN, spec.COLLECTIVE_BUSBW)]  # fmt: skip
+    rows = out.index[out["benchmark"].isin(judged_benchmarks).to_numpy()]  # on the categories: no text per row
+    if rows.empty:
+        return out
+    judged_rows = _judged(out.loc[rows], frame, peers)
+    for col in ("expected", "expected_source", "health", "health_reason"):
+        out.loc[rows, col] = judged_rows[col]
+    return out
+
+
+def _judged(out: pd.DataFrame, frame: pd.DataFrame, peers: pd.DataFrame | None) -> pd.DataFrame:
+    """``with_health``'s columns for the rows of the benchmarks the health section judges."""
+    from devbench.records.expected import expected
+
     bench, value = out["benchmark"].astype(str), pd.to_numeric(out["value"], errors="coerce")
 
     def col(name: str) -> pd.Series:
