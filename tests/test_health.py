@@ -84,7 +84,7 @@ def test_the_health_lines_judge_with_the_same_function(monkeypatch):
 
     calls, real = [], H.verdict
 
-    def fake(kind, measured, gpu, state=None, path=None, pair=None):
+    def fake(kind, measured, gpu, state=None, path=None, pair=None, ring=None):
         calls.append((kind, measured, state))
         return real("h2d", 1.0, {"name": "NVIDIA H200"}, {})  # no link: unknown
 
@@ -114,3 +114,20 @@ def test_a_copy_without_a_link_is_unknown_and_says_why(kind):
     assert (got.verdict, got.reason) == ("unknown", H.NO_LINK)
     linked = H.verdict(kind, 50.0, {"name": "NVIDIA H100 80GB HBM3"}, {"pcie_gen": 5, "pcie_width": 16})
     assert linked.verdict == "ok"
+
+
+def test_public_pass_floors_decide_where_they_exist_and_the_verdict_says_which():
+    """A GPU pair's NVLink copy and an 8-GPU all_reduce are judged against the fleet health checks' pass floors
+    (335 and 460 GB/s on an H100 SXM); elsewhere against 70% of the expected figure, and the reason says so."""
+    from devbench.records.topology import PairPath
+
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "pcie_gen": 5, "pcie_width": 16}
+    nvlink = PairPath(0, 1, 18, True, "PCIe switch")
+    low = H.verdict("peer", 330.0, h100, pair=nvlink)  # above 70% of 450, below the public floor
+    assert low.verdict == "low" and "below its pass floor 335" in low.reason and "azurehpc" in low.reason
+    assert H.verdict("peer", 340.0, h100, pair=nvlink).verdict == "ok"
+    ring = H.verdict("busbw", 440.0, h100, pair=nvlink, ring=("all_reduce", 8))
+    assert ring.verdict == "low" and "below its pass floor 460" in ring.reason
+    assert H.verdict("busbw", 440.0, h100, pair=nvlink, ring=("all_gather", 8)).verdict == "ok"  # no public floor
+    gather = H.verdict("busbw", 300.0, h100, pair=nvlink, ring=("all_gather", 8))
+    assert gather.verdict == "low" and "below 70% of it (no public pass floor)" in gather.reason

@@ -92,6 +92,11 @@ class Model:
     #: the achievable search times these, their neighbours and the squares; the whole grid only on a model not here)
     best_shapes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     best_shapes_source: str = ""
+    #: public pass floors of fleet health checks: a GPU pair's copy over NVLink, one direction, and an 8-GPU
+    #: all_reduce's busbw (large messages, NCCL's defaults: NVLink SHARP on NVSwitch nodes), with their source
+    pair_floor: float | None = None
+    allreduce8_floor: float | None = None
+    floors_source: str = ""
 
     @property
     def link_gbps(self) -> float | None:
@@ -103,6 +108,8 @@ _HOPPER = {"float32": 67.0, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4}
 _HOPPER_NVL = {"float32": 60.0, "tf32": 417.5, "bfloat16": 835.5, "float16": 835.5}
 _A100 = {"float32": 19.5, "tf32": 156.0, "bfloat16": 312.0, "float16": 312.0}
 _MAMF = "mamf-finder's table (stas00/ml-engineering, compute/accelerator/README.md)"
+_AZHC_H100 = "azurehpc-health-checks, conf/nd96isr_h100_v5"
+_AZHC_H200 = "azurehpc-health-checks, conf/nd96isr_h200_v5"
 #: 132 SMs x 4,096 dense bf16 FLOP per SM per clock x 1.83 GHz = 989.4 TFLOP/s: the clock the datasheet assumes
 _HOPPER_CLOCK = 1830.0
 
@@ -115,6 +122,7 @@ MODELS: list[Model] = [
           4010.0, "Azure AI-benchmarking-guide, ND_H200_v5 HBM table: STREAM Copy 4.01 TB/s read plus written",
           best_shapes={"bfloat16": (2048, 16384, 2048)},
           best_shapes_source="this suite's search on an H200 (reports/gpu/h200/achievable.jsonl)",
+          pair_floor=335.0, allreduce8_floor=431.0, floors_source=_AZHC_H200,
           nvlink_links=18),
     Model((r"GH200( \d+GB)?",), "GH200", None, None, "NVIDIA GH200 datasheet: memory and NVLink differ by variant",
           _HOPPER, "NVIDIA GH200 datasheet", {"bfloat16": 828.6}, f"{_MAMF}: GH200 828.6", _HOPPER_CLOCK),
@@ -127,7 +135,7 @@ MODELS: list[Model] = [
           "NVIDIA H100 datasheet (SXM): 3.35 TB/s HBM3, NVLink 900 GB/s", _HOPPER, "NVIDIA H100 datasheet (SXM)",
           {"bfloat16": 794.5}, f"{_MAMF}: H100 SXM 794.5", _HOPPER_CLOCK,
           2900.0, "Azure AI-benchmarking-guide, ND_H100_v5 HBM table: STREAM Copy 2.90 TB/s read plus written",
-          nvlink_links=18),
+          nvlink_links=18, pair_floor=335.0, allreduce8_floor=460.0, floors_source=_AZHC_H100),
     Model(("A100-SXM4-80GB",), "A100 SXM 80GB", 2039.0, 300.0,
           "NVIDIA A100 datasheet (SXM 80GB): 2,039 GB/s, NVLink 600", _A100, "NVIDIA A100 datasheet",
           {"bfloat16": 271.2}, f"{_MAMF}: A100 SXM 271.2", nvlink_links=12),
@@ -259,13 +267,25 @@ def _link(gpu: dict[str, Any]) -> tuple[int | None, int | None]:
     return gpu.get("pcie_gen_max") or gpu.get("pcie_gen"), gpu.get("pcie_width_max") or gpu.get("pcie_width")
 
 
-def _pair_expected(kind: str, gpu: dict[str, Any], found: Model, pair: Any) -> Expected:
+def _nvlink_floor(kind: str, found: Model, ring: tuple[str, int] | None) -> tuple[float | None, str]:
+    """The public pass floor of an NVLink figure, and its words: a pair's copy, or an 8-GPU all_reduce."""
+    if kind == "peer" and found.pair_floor is not None:
+        return found.pair_floor, f", pass floor {found.pair_floor:g} ({found.floors_source})"
+    if kind == "busbw" and ring == ("all_reduce", 8) and found.allreduce8_floor is not None:
+        return found.allreduce8_floor, (f", pass floor {found.allreduce8_floor:g} for 8 GPUs ({found.floors_source}; "
+                                        "NCCL's NVLink SHARP, its default on NVSwitch nodes, reaches it)")
+    return None, ""
+
+
+def _pair_expected(kind: str, gpu: dict[str, Any], found: Model, pair: Any,
+                   ring: tuple[str, int] | None = None) -> Expected:  # fmt: skip
     """A GPU pair's (or a ring's slowest pair's) expected figure from the path NVML says it has (``pair``: a
     ``topology.PairPath``): NVLink at the model's healthy link count, else the PCIe link."""
     what = "NVLink per direction" + (", as nccl-tests reads busbw" if kind == "busbw" else "")
     if pair.nvlinks and found.nvlink_gbps:
+        floor, said = _nvlink_floor(kind, found, ring)
         return Expected(found.nvlink_gbps, f"{what}, {found.nvlink_links} links of a healthy {found.label}: "
-                                           f"{found.source}; this pair: {pair.label}")  # fmt: skip
+                                           f"{found.source}{said}; this pair: {pair.label}", floor)  # fmt: skip
     if pair.pcie == "across sockets":
         return Expected(None, "the pair is on two sockets (NVML's topology): no public figure for a copy across "
                               "them")  # fmt: skip
@@ -277,14 +297,15 @@ def _pair_expected(kind: str, gpu: dict[str, Any], found: Model, pair: Any) -> E
                           f"x{gpu['pcie_width']} as trained, per direction, after encoding")  # fmt: skip
 
 
-def expected(kind: str, gpu: dict[str, Any], pair: Any = None) -> Expected:
+def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple[str, int] | None = None) -> Expected:
     """The expected figure of ``kind`` on the GPU ``gpu`` (a ``devbench.engine.devices.describe()`` GPU entry).
 
     ``kind``: ``h2d`` or ``d2h`` (pinned host memory, GB/s: what a healthy host reaches over the GPU's whole
     link, ``LINK_COPY``, else the link's rate after encoding), ``device_copy`` (GB/s read plus written: a
     public measured figure, else the datasheet), ``peer`` (GB/s GPU -> GPU, one direction), ``busbw`` (an NCCL
     collective's bus bandwidth, GB/s), ``matmul:<dtype>`` and ``achievable:<dtype>`` (TFLOP/s: what a
-    best-shape product reaches, else the datasheet)."""
+    best-shape product reaches, else the datasheet). ``ring``: a busbw's (op, ranks), for the floor of an 8-GPU
+    all_reduce; a pass floor of a fleet health check sets ``floor`` where one is public."""
     name = gpu.get("name")
     found = model(name)
     if kind in ("h2d", "d2h"):
@@ -315,13 +336,14 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None) -> Expected:
         return Expected(found.memory_gbps, found.source)
     if kind in ("peer", "busbw"):
         if pair is not None:
-            return _pair_expected(kind, gpu, found, pair)
+            return _pair_expected(kind, gpu, found, pair, ring)
         what = "NVLink per direction" + (", as nccl-tests reads busbw" if kind == "busbw" else "")
         if found.bridged:
             return Expected(None, f"{found.label} cards are joined by NVLink only where a bridge is fitted: NVML's "
                                   "topology tells whether this pair has one, and none was read")  # fmt: skip
         if found.nvlink_gbps is not None:
-            return Expected(found.nvlink_gbps, f"{what}: {found.source}")
+            floor, said = _nvlink_floor(kind, found, ring)
+            return Expected(found.nvlink_gbps, f"{what}: {found.source}{said}", floor)
         gbps = pcie_gbps(gpu.get("pcie_gen"), gpu.get("pcie_width"))
         if gbps is None:
             return Expected(None, f"{found.label} has no NVLink, and NVML did not report the PCIe link")
@@ -332,7 +354,8 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None) -> Expected:
 
 
 def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = False, throttle: list[str] | None = None,
-          path: str | None = None, clock_mhz: float | None = None, pair: Any = None) -> Health:  # fmt: skip
+          path: str | None = None, clock_mhz: float | None = None, pair: Any = None,
+          ring: tuple[str, int] | None = None) -> Health:  # fmt: skip
     """``ok``, ``low`` (below the expected figure's floor, else ``LOW_SHARE`` of it, with the likely reason),
     ``unknown`` (and why), or ``not judged`` (a pageable copy: ``PAGEABLE_NOTE``).
 
@@ -345,7 +368,7 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     "(topology)" where NVML had no counters)."""
     if pageable and kind in ("h2d", "d2h"):
         return Health("not judged", None, PAGEABLE_NOTE)
-    want = expected(kind, gpu, pair) if kind in ("peer", "busbw") else expected(kind, gpu)
+    want = expected(kind, gpu, pair, ring) if kind in ("peer", "busbw") else expected(kind, gpu)
     if want.value is None:
         return Health("unknown", None, want.source)
     found = model(gpu.get("name"))
@@ -388,5 +411,6 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     if lowered:
         reasons.append(lowered)
     why = "; ".join(reasons) if reasons else "no reason could be read from the machine's state"
-    below = f"below its floor {want.floor:.4g}, " if want.floor is not None else ""
+    below = (f"below its pass floor {want.floor:.4g}, " if want.floor is not None
+             else f"below {LOW_SHARE:.0%} of it (no public pass floor), ")  # fmt: skip
     return Health("low", share, f"{share:.0%} of {basis}, {below}{why}")

@@ -41,13 +41,14 @@ NO_LINK = "the machine's asv record names no PCIe link (devbench machine records
 
 
 def verdict(kind: str, measured: float, gpu: dict[str, Any], state: dict[str, Any] | None = None,
-            path: str | None = None, pair: Any = None) -> Any:
+            path: str | None = None, pair: Any = None, ring: tuple[str, int] | None = None) -> Any:
     """The verdict on one GPU figure (``expected.Health``): ``kind`` as ``expected`` names it (``h2d``, ``d2h``,
     ``pageable``, ``device_copy``, ``matmul:<dtype>``, ``peer``, ``busbw``), ``gpu`` the machine's facts (its
     model's name and the PCIe link its asv record names), ``state`` what was recorded while the figure was timed
     (``state_of``): the link a copy trained at under load replaces the record's, the board's power limits and
     the clock and throttle reasons a product ran at go to ``expected.judge``. ``path``: how a GPU pair's copy
-    travelled; ``pair``: the NVML path it (or a ring's slowest pair) is judged on."""
+    travelled; ``pair``: the NVML path it (or a ring's slowest pair) is judged on; ``ring``: a busbw's (op,
+    ranks), which decides whether a public pass floor applies."""
     from devbench.records.expected import PAGEABLE_NOTE, Health, judge
 
     if kind == "pageable":
@@ -61,7 +62,7 @@ def verdict(kind: str, measured: float, gpu: dict[str, Any], state: dict[str, An
             return Health("unknown", None, NO_LINK)
     facts.update({k: state[k] for k in ("power_limit_w", "default_power_limit_w") if state.get(k)})
     return judge(measured, kind, facts, throttle=state.get("throttle") or None, path=path,
-                 clock_mhz=state.get("clock_mhz"), pair=pair)  # fmt: skip
+                 clock_mhz=state.get("clock_mhz"), pair=pair, ring=ring)  # fmt: skip
 
 
 #: the report frame's columns of the GPU state while a figure was timed (``records.attach_gpu_state``)
@@ -177,7 +178,8 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
             gpu = gpu_of(r.machine)
             if gpu is None or not pd.notna(r.busbw):
                 continue
-            health_ = verdict("busbw", float(r.busbw), gpu, pair=_ring_pair(peers, str(r.machine), int(r.world)))
+            health_ = verdict("busbw", float(r.busbw), gpu, pair=_ring_pair(peers, str(r.machine), int(r.world)),
+                              ring=(str(r.op), int(r.world)))  # fmt: skip
             figure = f"{r.op} busbw, {r.world} GPUs, {spec.size_label(int(r.nbytes))}"
             rows.append([where(r), figure, float(r.busbw), "GB/s", health_.verdict, health_.share, health_.reason])
     return pd.DataFrame(rows, columns=cols)
@@ -308,16 +310,17 @@ def _judged(out: pd.DataFrame, frame: pd.DataFrame, peers: pd.DataFrame | None) 
     for i, row in out[judged].iterrows():
         kind, machine = kinds[i], str(row["machine"])
         gpu = {"name": str(row["machine_gpu"]).split(" x ", 1)[-1], **_link(row.get("machine_pcie"))}
-        path = pair = None
+        path = pair = ring = None
         if kind == "peer" and bench[i] in matrix:
             pair, path = _matrix_pick(peers, machine, nbytes[i], matrix[bench[i]])
         elif kind == "peer":
             path = paths.get((row["machine"], row["env"], row["commit"], str(row.get("route")), int(nbytes[i])))
         elif kind == "busbw":
-            pair = _ring_pair(peers, machine, int(float(row["world"])))
-        got = verdict(kind, float(value[i]), gpu, state_of(row.to_dict()), path=path, pair=pair)
+            ring = (str(row["op"]), int(float(row["world"])))
+            pair = _ring_pair(peers, machine, ring[1])
+        got = verdict(kind, float(value[i]), gpu, state_of(row.to_dict()), path=path, pair=pair, ring=ring)
         if kind != "pageable":
-            want = expected(kind, gpu, pair) if kind in ("peer", "busbw") else expected(kind, gpu)
+            want = expected(kind, gpu, pair, ring) if kind in ("peer", "busbw") else expected(kind, gpu)
             out.at[i, "expected"] = want.value if want.value is not None else np.nan
         out.at[i, "expected_source"] = got.reason if got.verdict in ("not judged", "unknown") else want.source
         out.at[i, "health"] = got.verdict
