@@ -112,7 +112,7 @@ def test_a_bad_sweep_mode_is_named_before_gpu_run_starts(monkeypatch):
 
 def test_a_swept_family_is_learned_whole_from_asvs_durations():
     """The first figure asked carries the build and its twin's sampling in asv's duration; the twin's is ~0."""
-    from devbench.gpu.gpurun import _learn
+    from devbench.gpu.costs import _learn
 
     plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
     ran = [p for p in plan.points if p.state == "run"]

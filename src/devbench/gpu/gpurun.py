@@ -37,7 +37,16 @@ from typing import Any
 from devbench.compare.session import CHECKED_ENV  # devbench.engine.prepare.CHECKED_ENV, torch-free
 from devbench.engine import sweep
 from devbench.gpu import plan as P
-from devbench.gpu.costs import VALIDATE_DRIFT, costs_from, held_s, probe_costs, sum_reserves
+from devbench.gpu.costs import (
+    REFIT_MARGIN,
+    VALIDATE_DRIFT,
+    _learn,
+    _scale,
+    costs_from,
+    held_s,
+    probe_costs,
+    sum_reserves,
+)
 from devbench.gpu.gpuhealth import print_health
 from devbench.gpu.gpupack import _smi, durations_since, measured_since, pack, print_capped
 from devbench.gpu.plantext import format_plan, to_json
@@ -239,47 +248,6 @@ def execute(args: argparse.Namespace) -> int:
         shutil.rmtree(checked, ignore_errors=True)
         summary.save()
         print(summary.text(), flush=True)
-
-
-#: share of the time left that a re-plan leaves free: a family's cost learned from a few points is off by 10-20%
-#: on the 2-vCPU VM, and a stage planned to its limit ends at it, its last points cut
-REFIT_MARGIN = 0.25
-
-#: the bounds of what a benchmark's points are taken to cost over their estimate, after a stage measured them
-SCALE_RANGE = (0.25, 4.0)
-
-
-def _scale(plan_estimates: list[tuple[float, float]]) -> float:
-    """What the asv stages so far really cost over their estimate, for what no stage has measured yet (a family
-    not run, an asv call, a set-up cache): never below 1, at most 4. A stage that ran faster than planned says
-    little of a family it did not run (one gloo world costs more than its share of the stage)."""
-    est = sum(e for e, _ in plan_estimates)
-    took = sum(a for _, a in plan_estimates)
-    return min(SCALE_RANGE[1], max(1.0, took / est)) if est > 0 and took > 0 else 1.0
-
-
-def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | None]) -> None:
-    """Each benchmark of a stage: asv's duration of its points over their estimate, into ``plan.scales``. A swept
-    class is learned whole: its first figure asked carries the build and its twins' sampling in asv's duration,
-    and the twins read what was measured for them (``devbench.engine.sweep``)."""
-    family = lambda p: p.benchmark.rsplit(".", 1)[0] if p.swept else p.benchmark  # noqa: E731
-    planned: dict[str, float] = {}
-    took: dict[str, float | None] = {}
-    members: dict[str, set[str]] = {}
-    for p in points:
-        if p.state == "cut":
-            continue
-        key = family(p)
-        planned[key] = planned.get(key, 0.0) + p.estimate_s
-        members.setdefault(key, set()).add(p.benchmark)
-    for key, names in members.items():
-        seen = [durations.get(n) for n in names]
-        took[key] = None if any(d is None for d in seen) else sum(seen)
-    for key, estimate in planned.items():
-        if took[key] is not None and estimate > 0:
-            scale = min(SCALE_RANGE[1], max(SCALE_RANGE[0], took[key] / estimate))
-            for name in members[key]:
-                plan.scales[name] = scale
 
 
 def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list[P.Point], limit_s: float,
