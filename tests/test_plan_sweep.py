@@ -127,12 +127,34 @@ def test_a_host_clock_figure_on_the_cpu_is_priced_the_seconds_asv_gave_a_time_fi
     assert P.swept_sample_s(bench, gpu=True) == pytest.approx(P.SIZING_S + 8 * 0.05)
 
 
-def test_a_figure_counted_from_anothers_blocks_is_priced_no_sampling():
+def test_a_figure_counted_from_anothers_blocks_is_priced_no_sampling_where_that_figure_runs_beside_it(monkeypatch):
     grid = ([["cuda"], [64]], ["device", "n"])
     listing = {f"bench_c.Copy.{m}": _bench(f"bench_c.Copy.{m}", *grid, swept=True, sample_time=0.1)
                for m in ("track_copied", "track_read_write")}  # fmt: skip
-    plan = P.make_plan(listing, lambda s: True, COSTS, budget_s=1000, reserve_s=0,
-                       same_blocks=frozenset({"bench_c.Copy.track_read_write"}))  # fmt: skip
-    by = {p.benchmark: p.estimate_s for p in plan.points}
-    assert by["bench_c.Copy.track_read_write"] == pytest.approx(COSTS.launch_s)
-    assert by["bench_c.Copy.track_copied"] == pytest.approx(COSTS.launch_s + P.SIZING_S + precision.MIN_SAMPLES * 0.1)
+    shared = {"bench_c.Copy.track_read_write": "bench_c.Copy.track_copied"}
+    sampling = P.SIZING_S + precision.MIN_SAMPLES * 0.1
+    plan = P.make_plan(listing, lambda s: True, COSTS, budget_s=1000, reserve_s=0, same_blocks=shared)
+    by = {p.benchmark: p for p in plan.points}
+    assert by["bench_c.Copy.track_read_write"].estimate_s == pytest.approx(COSTS.launch_s)
+    assert by["bench_c.Copy.track_copied"].estimate_s == pytest.approx(COSTS.launch_s + sampling)
+    both = plan.estimate_s()
+    # its partner not selected: the figure measures the blocks itself, and the plan prices that
+    alone = P.make_plan(listing, lambda s: "read_write" in s, COSTS, budget_s=1000, reserve_s=0, same_blocks=shared)
+    (rw,) = alone.kept()
+    assert alone.estimate_s() == pytest.approx(both - COSTS.launch_s)  # one fork fewer, the sampling the same
+    assert alone.point_s(rw) == pytest.approx(COSTS.launch_s + sampling)
+    # fit prices a pair the same whichever it keeps first: a budget of exactly both sizes' pairs keeps them all
+    grid2 = ([["cuda"], [64, 128]], ["device", "n"])
+    listing2 = {f"bench_c.Copy.{m}": _bench(f"bench_c.Copy.{m}", *grid2, swept=True, sample_time=0.1)
+                for m in ("track_copied", "track_read_write")}  # fmt: skip
+    whole = P.make_plan(listing2, lambda s: True, COSTS, budget_s=1000, reserve_s=0, same_blocks=shared)
+    exact = whole.estimate_s()
+    order = P._order
+    for first in ("read_write", "copied"):
+        def ordered(ps, first=first):
+            return sorted(order(ps), key=lambda q: first not in q.benchmark)
+
+        monkeypatch.setattr(P, "_order", ordered)
+        plan = P.make_plan(listing2, lambda s: True, COSTS, budget_s=1000, reserve_s=0, same_blocks=shared)
+        P.fit(plan, exact)
+        assert len(plan.kept()) == 4, (first, [p.selector for p in plan.dropped()])

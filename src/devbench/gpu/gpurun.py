@@ -223,7 +223,7 @@ def execute(args: argparse.Namespace) -> int:
     keep = frozenset(p.selector for p in spec.kept_points())
     plan = P.make_plan(listing, lambda s: only is None or only.search(s) is not None, costs,
                        run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
-                       sweep_cpu=sweep.mode() == "all", same_blocks=frozenset(spec.SAME_BLOCKS))  # fmt: skip
+                       sweep_cpu=sweep.mode() == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
     plan.first_estimate_s = plan.estimate_s()
     print(format_plan(plan), flush=True)
     _write_plan(run, plan)

@@ -43,6 +43,7 @@ and its forkserver).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +123,10 @@ class Point:
     check: tuple[str, ...] | None = None  # the workload a GPU point checks once per run (its class and values)
     done: bool = False  # an asv stage has run it (measured, failed or cut)
     swept: bool = False  # asks the stage's measuring process (a swept class's GPU point)
+    #: the figure whose blocks it counts another way (``spec.SAME_BLOCKS``), and what it samples where that
+    #: figure does not run in its stage's measuring process (then it measures the blocks itself)
+    partner: str | None = None
+    alone_s: float = 0.0
 
     @property
     def selector(self) -> str:
@@ -144,9 +149,11 @@ class Plan:
     #: benchmark -> what its points really cost over their estimate in the stages so far (asv's own durations)
     scales: dict[str, float] = field(default_factory=dict)
 
-    def point_s(self, p: Point, scale: float = 1.0) -> float:
-        """``p``'s estimate, times what its benchmark really cost so far, else times ``scale``."""
-        return p.estimate_s * self.scales.get(p.benchmark, scale)
+    def point_s(self, p: Point, scale: float = 1.0, beside: set[str] | frozenset[str] = frozenset()) -> float:
+        """``p``'s estimate, times what its benchmark really cost so far, else times ``scale``; a figure counted
+        from another's blocks pays its own sampling where that figure is not among ``beside`` (its stage's)."""
+        alone = p.alone_s if p.partner is not None and p.partner not in beside else 0.0
+        return (p.estimate_s + alone) * self.scales.get(p.benchmark, scale)
 
     def kept(self, tier: int | None = None) -> list[Point]:
         return [p for p in self.points if p.state == "run" and (tier is None or p.tier == tier)]
@@ -170,7 +177,8 @@ class Plan:
             fixed = self.costs.asv_call_s + sum(self.cache_s.get(m, 0.0) for m in modules)
             fixed += self.costs.sweep_start_s if any(p.swept for p in kept) else 0.0
             fixed += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
-            total += fixed * scale + sum(self.point_s(p, scale) for p in kept)
+            beside = {p.selector for p in kept}
+            total += fixed * scale + sum(self.point_s(p, scale, beside) for p in kept)
         checks = {p.check for p in chosen if p.check is not None} - checked
         return total + len(checks) * self.costs.gpu_check_s * scale
 
@@ -322,12 +330,12 @@ def swept_sample_s(bench: dict[str, Any], gpu: bool = True) -> float:
 
 def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int,
            keep: frozenset[str] = frozenset(), twins: frozenset[str] = frozenset(),
-           sweep_cpu: bool = False, same_blocks: frozenset[str] = frozenset()) -> list[Point]:  # fmt: skip
+           sweep_cpu: bool = False, same_blocks: Mapping[str, str] | None = None) -> list[Point]:  # fmt: skip
     """Every combination of the listed benchmarks that ``pattern_ok(selector)`` accepts, with its estimate.
     ``keep``: the selectors never dropped (``Point.keep``); ``twins``: benchmarks that repeat another's
     evidence (``Point.twin``); ``sweep_cpu``: a swept class's CPU points ask the measuring process too
-    (``DEVBENCH_SWEEP=all``); ``same_blocks``: swept figures counted from another figure's blocks
-    (``spec.SAME_BLOCKS``), which sample nothing of their own."""
+    (``DEVBENCH_SWEEP=all``); ``same_blocks``: swept figures counted from another figure's blocks, each with
+    that figure (``spec.SAME_BLOCKS``): they sample nothing of their own where it runs in their stage."""
     out: list[Point] = []
     for name in sorted(listing):
         bench = listing[name]
@@ -367,7 +375,11 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
                 point.unit = ("built", name.rsplit(".", 1)[0], *values)
                 point.unit_s = float(bench.get("plan_setup_s", SETUP_S))
-                sampling = 0.0 if name in same_blocks else swept_sample_s(bench, gpu=bool(need))
+                sampling = swept_sample_s(bench, gpu=bool(need))
+                partner = (same_blocks or {}).get(name)
+                if partner is not None:  # sampled by its partner's blocks where they run in one measuring process
+                    point.partner = f"{partner}({', '.join(values)})" if values else partner
+                    point.alone_s, sampling = rounds * sampling, 0.0
                 point.estimate_s = rounds * (costs.launch_s + sampling)
                 out.append(point)
                 continue
@@ -385,7 +397,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
               rounds: int = 1, keep: frozenset[str] = frozenset(),
               twins: frozenset[str] = frozenset(), sweep_cpu: bool = False,
-              same_blocks: frozenset[str] = frozenset()) -> Plan:  # fmt: skip
+              same_blocks: Mapping[str, str] | None = None) -> Plan:  # fmt: skip
     """The plan: every selected point, tier 0 first, dropped from the lowest priority until it fits (``keep``,
     ``twins``, ``sweep_cpu`` and ``same_blocks``: as ``points``)."""
     plan = Plan(points(listing, pattern_ok, costs, rounds, keep, twins, sweep_cpu, same_blocks), budget_s, reserve_s,
@@ -427,6 +439,8 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
     units: set[tuple[tuple[str, ...], str]] = set()
     checked = {p.check for p in plan.points if p.done and p.check is not None}
     sweeps: set[str] = set()  # stages that start a measuring process
+    taken: dict[str, set[str]] = {}  # the selectors kept in each stage: a partner's blocks are shared there
+    alone: dict[str, list[Point]] = {}  # kept before their partner in their stage: priced sampling of their own
     total = 0.0
 
     def cost(p: Point) -> float:
@@ -436,12 +450,18 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         fixed += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
         fixed += plan.costs.gpu_check_s if p.check is not None and p.check not in checked else 0.0
         fixed += plan.costs.sweep_start_s if p.swept and g not in sweeps else 0.0
-        return fixed * scale + plan.point_s(p, scale)
+        # a figure kept before it that counts its blocks (priced alone so far) then samples nothing of its own
+        shared = sum(q.alone_s * plan.scales.get(q.benchmark, scale) for q in alone.get(g, [])
+                     if q.partner == p.selector)  # fmt: skip
+        return fixed * scale + plan.point_s(p, scale, taken.get(g, set())) - shared
 
     def take(p: Point) -> float:
-        """``p`` kept: the seconds it adds, its stage's asv call and its module's set-up cache included."""
+        """``p`` kept: the seconds it adds (``cost``), its stage's asv call and its module's set-up cache included."""
         added = cost(p)
         g = group(p)
+        alone[g] = [q for q in alone.get(g, []) if q.partner != p.selector]
+        if p.partner is not None and p.partner not in taken.get(g, set()):
+            alone.setdefault(g, []).append(p)
         calls.add(g)
         caches.add((p.benchmark.split(".", 1)[0], g))
         if p.unit is not None:
@@ -450,6 +470,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
             checked.add(p.check)
         if p.swept:
             sweeps.add(g)
+        taken.setdefault(g, set()).add(p.selector)
         p.state, p.reason = "run", ""
         return added
 
