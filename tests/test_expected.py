@@ -17,7 +17,7 @@ def test_a_pinned_copy_at_half_a_gen4_link_that_trained_at_gen4_under_load_is_lo
     half_gen4 = E.pcie_gbps(4, 16) / 2
     low = E.judge(half_gen4, "d2h", H100_GEN4)
     assert low.verdict == "low" and "PCIe link trained at Gen4 x16, below its Gen5 x16" in low.reason
-    assert "below its floor 48" in low.reason
+    assert "below its pass floor 48" in low.reason
     assert E.judge(47.0, "h2d", H200).verdict == "low"  # under the fleet floor on a whole Gen5 x16 link
     # another link has no public copy figure: its rate after encoding, 70% of it the floor
     gen3 = {"name": "NVIDIA L4", "pcie_gen": 3, "pcie_width": 16, "pcie_gen_max": 3, "pcie_width_max": 16}
