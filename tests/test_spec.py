@@ -241,14 +241,17 @@ FORBIDDEN_IMPORTS = [
     # the plan is pure arithmetic (and the stop rule's, which is arithmetic too); gpu-run drives the tools and
     # no tool drives it
     ("devbench.gpu.plan", "devbench"),
+    ("devbench.gpu.declared", "devbench"),
     ("devbench.compare", "devbench.gpu.gpurun"),
     ("devbench.report", "devbench.gpu.gpurun"),
 ]
 
 
 #: (module, dependency) pairs a rule above would forbid and that are allowed: the plan prices figures by the
-#: stop rule's own numbers (``devbench.engine.precision``: arithmetic, importing nothing of devbench)
-ALLOWED_IMPORTS = {("devbench.gpu.plan", "devbench.engine.precision")}
+#: stop rule's own numbers (``devbench.engine.precision``: arithmetic, importing nothing of devbench) and reads
+#: what a class declares through ``devbench.gpu.declared`` (arithmetic too)
+ALLOWED_IMPORTS = {("devbench.gpu.plan", "devbench.engine.precision"), ("devbench.gpu.plan", "devbench.gpu.declared"),
+                   ("devbench.gpu.declared", "devbench.engine.precision")}  # fmt: skip
 
 
 def _under(module: str, prefix: str) -> bool:

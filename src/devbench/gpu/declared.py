@@ -1,0 +1,160 @@
+"""What a benchmark class declares for a time-boxed run, read from asv's listing of it: its headline points, its
+late ones, the GPUs and cores a point needs, its set-up caches' units, its declared skips, and what one of its
+figures samples (with the defaults where it declares nothing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from devbench.engine import precision
+
+#: seconds of a combination's set-up when its class declares none
+SETUP_S = 0.3
+
+#: seconds of one ``track_`` figure when its class declares none: 11 blocks of 0.1 s and their sizing
+TRACK_S = 1.3
+
+#: the same on a GPU, where a precise figure stops at 8 blocks (``precision.MIN_SAMPLES``)
+TRACK_GPU_S = 1.0
+
+#: seconds a swept figure spends sizing its blocks before the first (``measure.one_call_s``'s batches)
+SIZING_S = 0.02
+
+#: parameter values that need a CUDA device (as ``devbench.compare.selection``)
+GPU_VALUES = ("'cuda'", "'nccl'")
+
+
+def _matches(bench: dict[str, Any], values: tuple[str, ...], where: dict[str, Any], what: str) -> bool:
+    names = list(bench.get("param_names", []))
+    for name, wanted in where.items():
+        if name not in names:
+            raise ValueError(f"{bench['name']}: {what} names {name!r}, which is not a parameter ({names})")
+        if values[names.index(name)] not in {repr(w) for w in wanted}:
+            return False
+    return True
+
+
+def is_late(bench: dict[str, Any], values: tuple[str, ...]) -> bool:
+    """Whether the class's ``plan_last`` (True, or ``[{param: [values]}, ...]`` as ``headline``) puts the point
+    in the last stage: its own measurement is long (a search) or can hang (an NCCL world)."""
+    late = bench.get("plan_last")
+    if not late:
+        return False
+    if late is True:
+        return True
+    return any(_matches(bench, values, entry, "plan_last") for entry in (late if isinstance(late, list) else [late]))
+
+
+def is_headline(bench: dict[str, Any], values: tuple[str, ...]) -> bool:
+    """Whether the point matches one of the class's ``headline`` entries (each ``{param: [values]}``, every
+    named parameter at one of its values). No ``headline``: every point is one."""
+    headline = bench.get("headline")
+    if not headline:
+        return True
+    entries = headline if isinstance(headline, list) else [headline]
+    return any(_matches(bench, values, entry, "headline") for entry in entries)
+
+
+def gpus_needed(bench: dict[str, Any], values: tuple[str, ...]) -> int:
+    """GPUs the point needs: 1 for a ``'cuda'`` or ``'nccl'`` value, or what the class's ``plan_gpus`` says
+    (a number for every point, or ``{param: {value: gpus}}``)."""
+    need = 1 if any(v in GPU_VALUES for v in values) else 0
+    declared = bench.get("plan_gpus", 0)
+    if isinstance(declared, int | float):
+        return max(need, int(declared))
+    names = list(bench.get("param_names", []))
+    for name, by_value in declared.items():
+        if name not in names:
+            raise ValueError(f"{bench['name']}: plan_gpus names {name!r}, which is not a parameter ({names})")
+        for value, gpus in by_value.items():
+            if values[names.index(name)] == repr(value):
+                need = max(need, int(gpus))
+    return need
+
+
+def _value(bench: dict[str, Any], values: tuple[str, ...], name: str, what: str) -> str:
+    names = list(bench.get("param_names", []))
+    if name not in names:
+        raise ValueError(f"{bench['name']}: {what} names {name!r}, which is not a parameter ({names})")
+    return values[names.index(name)]
+
+
+def needs(bench: dict[str, Any], values: tuple[str, ...]) -> tuple[int, int]:
+    """(GPUs, cores) the point needs: ``gpus_needed``, and the class's ``plan_needs`` entries, each
+    ``{"where": {param: [values]}, "gpus_from": param}`` or ``"cores_from"``: a matching point needs as many
+    GPUs (cores) as that param's value (a world of N ranks, one per GPU or core)."""
+    gpus, cores = gpus_needed(bench, values), 0
+    for entry in bench.get("plan_needs", []) or []:
+        if not _matches(bench, values, entry.get("where", {}), "plan_needs"):
+            continue
+        if "gpus_from" in entry:
+            gpus = max(gpus, int(_value(bench, values, entry["gpus_from"], "plan_needs")))
+        if "cores_from" in entry:
+            cores = max(cores, int(_value(bench, values, entry["cores_from"], "plan_needs")))
+    return gpus, cores
+
+
+def cache_units(bench: dict[str, Any], values: tuple[str, ...],
+                searched: bool = False) -> tuple[tuple[str, ...], float] | None:  # fmt: skip
+    """The set-up cache unit this point needs, with its seconds: ``None`` where the class's ``plan_cache_s``
+    is one figure for the module (or absent); else the point's values of the ``per`` params. ``known_s``: the
+    seconds for a GPU point where ``searched`` (``Costs.model_searched``: the achievable search times the best
+    shapes known for the model and their neighbours, not the whole grid)."""
+    declared = bench.get("plan_cache_s")
+    if not isinstance(declared, dict):
+        return None
+    per = list(declared.get("per", []))
+    key = tuple(_value(bench, values, name, "plan_cache_s") for name in per)
+    seconds = declared.get("s", 0.0)
+    if "known_s" in declared and "'cuda'" in key and searched:
+        seconds = declared["known_s"]
+    if isinstance(seconds, dict):
+        first = key[0].strip("'") if key else ""
+        if first not in seconds:
+            raise ValueError(f"{bench['name']}: plan_cache_s has no seconds for {per[0]}={first} ({sorted(seconds)})")
+        seconds = seconds[first]
+    return (bench["name"].rsplit(".", 1)[0], *key), float(seconds)
+
+
+def declared_skip(bench: dict[str, Any], values: tuple[str, ...]) -> str | None:
+    """The reason of the class's first ``skips`` entry the point matches (as ``suite.declared_skip``), or None."""
+    for entry in bench.get("skips", []) or []:
+        if _matches(bench, values, entry.get("where", {}), "skips"):
+            return str(entry.get("reason", "skipped"))
+    return None
+
+
+def sample_s(bench: dict[str, Any], gpu: bool = False) -> float:
+    """Seconds one round of the benchmark spends sampling (its set-up and launch apart); ``gpu``: a GPU point."""
+    kind = bench["name"].rsplit(".", 1)[-1].split("_", 1)[0]
+    if kind != "time":
+        return float(bench.get("plan_s", TRACK_GPU_S if gpu else TRACK_S))
+    repeat = bench.get("repeat", 0)
+    sample_time = float(bench.get("sample_time", 0.01))
+    if isinstance(repeat, list | tuple) and len(repeat) == 3:
+        most, cap = int(repeat[1]), float(repeat[2])
+    elif repeat:
+        most, cap = int(repeat), float(bench.get("timeout", 60.0))
+    else:  # asv's default for repeat = 0
+        most, cap = 10, 20.0
+    warmup = float(bench.get("warmup_time", 0.1))
+    return max(0.0, warmup) + min(cap, most * sample_time)
+
+
+def swept_sample_s(bench: dict[str, Any], gpu: bool = True) -> float:
+    """Seconds a swept class's figure samples (``devbench.engine.precision``): the class's ``plan_s``,
+    else blocks of its
+    ``sample_time``: on a GPU ``MIN_SAMPLES`` of them where the class sets no cap (precise), else, and on the CPU
+    (a shared host rarely gives 0.5%), the cap: seconds or blocks, whichever ends later; a host-clock figure on
+    the CPU at least asv's ``repeat[2]`` (``suite.waited``)."""
+    if "plan_s" in bench:
+        return float(bench["plan_s"])
+    block = float(bench.get("sample_time", 0.05))
+    cap = bench.get("sample_cap")
+    if gpu and not cap:
+        return SIZING_S + precision.MIN_SAMPLES * block
+    seconds, blocks = (float(cap[0]), int(cap[1])) if cap else precision.DEFAULT_CAP
+    if not gpu and bench.get("unit") == "seconds":  # a host-clock figure samples what asv gave a time_ one
+        repeat = bench.get("repeat")
+        seconds = max(seconds, float(repeat[2]) if isinstance(repeat, list | tuple) and len(repeat) == 3 else 2.0)
+    return SIZING_S + max(seconds, blocks * block)
