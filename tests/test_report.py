@@ -777,3 +777,23 @@ def test_a_copy_kind_declared_in_spec_alone_is_rendered(monkeypatch):
                  "unit": "GB/s"}])  # fmt: skip
     bw = D.transfer_bandwidth(f)
     assert list(bw["copy"]) == ["RingCopy 4"] and list(bw["gbps"]) == [3.0]
+
+
+def test_an_existing_environment_says_the_python_and_torch_its_run_record_names(results_copy, hist):
+    """asv records an "existing" environment's interpreter path, not its version: the suite's run record
+    (``.asv/runinfo``, beside the results) says which Python and torch ran, and the legend shows them."""
+    import json
+
+    from devbench.report import records
+
+    before = load_results(results_copy).frame
+    env = hist.env_name(hist.py1)
+    when = pd.to_datetime(before.loc[before["env"] == env, "started_at"]).dropna().max().timestamp()
+    folder = results_copy.parent / "runinfo"
+    folder.mkdir()
+    (folder / f"{env}.jsonl").write_text(json.dumps({"time": when, "env_name": env, "machine": "m",
+                                                     "torch": "2.13.0+cpu", "cuda": None, "python": "3.11.7"}) + "\n")
+    frame = load_results(results_copy).frame
+    legend = records.env_legend(frame).set_index("environment")
+    mine = legend.loc[records.env_labels(frame)[env]]
+    assert (mine["python"], mine["torch"]) == ("3.11.7", "2.13.0+cpu")

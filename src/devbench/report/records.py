@@ -38,15 +38,15 @@ def runinfo_index(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
     return by_env
 
 
-def actual_versions(records: list[dict[str, Any]], started: list[float]) -> tuple[Any, Any]:
-    """torch and CUDA of the run record nearest to when these results were measured (12 h at most)."""
+def actual_versions(records: list[dict[str, Any]], started: list[float]) -> tuple[Any, Any, Any]:
+    """torch, CUDA and Python of the run record nearest to when these results were measured (12 h at most)."""
     if not records or not started:
-        return None, None
+        return None, None, None
     when = sorted(started)[len(started) // 2] / 1e3
     best = min(records, key=lambda r: abs(r["time"] - when))
     if abs(best["time"] - when) > 12 * 3600:
-        return None, None
-    return best.get("torch"), best.get("cuda")
+        return None, None, None
+    return best.get("torch"), best.get("cuda"), best.get("python")
 
 
 def _label(params: Any) -> str:
@@ -265,7 +265,10 @@ def env_legend(frame: pd.DataFrame) -> pd.DataFrame:
     labels = env_labels(frame)
     cols = [c for c in ("env", "machine", "python", "requirements", "torch_version") if c in frame.columns]
     rows = []
-    for rec in frame[cols].drop_duplicates("env").to_dict("records"):
+    # per environment, its newest row whose run record named the torch that ran, else its first row
+    known = frame[cols].dropna(subset=["torch_version"]) if "torch_version" in cols else frame[cols].iloc[:0]
+    picked = pd.concat([known.iloc[::-1], frame[cols]]).drop_duplicates("env")
+    for rec in picked.to_dict("records"):
         py = rec.get("python")
         rows.append(
             {

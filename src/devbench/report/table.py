@@ -25,7 +25,7 @@ from devbench.report.fields import (
     parse_param,
 )
 from devbench.report.problems import Problem
-from devbench.report.records import actual_versions
+from devbench.report.records import _VERSION, actual_versions
 
 
 class _Table:
@@ -57,14 +57,15 @@ class _Table:
         column = res.column
         i_started = column.get("started_at")
         started_ms = [t for v in res.results.values() if isinstance(t := _field(v, i_started), (int, float))]
-        torch_v, cuda_v = actual_versions(runs.get(res.env_name, []), started_ms)
+        torch_v, cuda_v, python_v = actual_versions(runs.get(res.env_name, []), started_ms)
+        python = res.params.get("python")  # asv's: a version, or an "existing" environment's interpreter path
         fields = {
             "machine": info["machine"],
             "env": res.env_name,
             "commit": res.commit_hash,
             "commit_short": res.commit_hash[:8],
             "date": res.date if isinstance(res.date, (int, float)) and res.date else math.nan,
-            "python": res.params.get("python"),
+            "python": python_v if python_v and not (isinstance(python, str) and _VERSION.match(python)) else python,
             "requirements": "; ".join(f"{k}=={v}" if v else k for k, v in sorted(res.requirements.items())),
             "torch_version": torch_v,
             "cuda_version": cuda_v,
