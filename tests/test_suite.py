@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -154,9 +155,34 @@ def test_check_once_checks_in_every_process_under_asv_and_once_per_side_in_a_com
     fingerprint = prepare._work_fingerprint()
     assert len(fingerprint) == 40 and fingerprint == prepare._work_fingerprint()
     # the work's own files: the workloads and the engine's timing, wherever the package keeps them
-    names = {f.relative_to(prepare._work_files()[0].parents[3]).as_posix() for f in prepare._work_files()}
-    assert {"src/devbench/workloads/matmul.py", "src/devbench/engine/measure.py",
-            "src/devbench/engine/blocks.py"} <= names  # fmt: skip
+    package = Path(prepare.__file__).resolve().parents[1]  # found beside the package, installed or not
+    names = {f.relative_to(package).as_posix() for f in prepare._work_files()}
+    assert {"workloads/matmul.py", "engine/measure.py", "engine/blocks.py"} <= names
+
+
+def test_ready_builds_checks_and_warms_once_per_process_and_again_after_the_process_forgets(monkeypatch):
+    monkeypatch.setattr(prepare, "_BUILT", {})
+    monkeypatch.delenv(prepare.CHECKED_ENV, raising=False)
+    made = []
+
+    class Work:
+        device = torch.device("cpu")
+
+        def __init__(self):
+            self.calls, self.checks = 0, 0
+            made.append(self)
+
+        def check(self):
+            self.checks += 1
+
+        def __call__(self):
+            self.calls += 1
+
+    first = suite.ready(("W", 1), Work)
+    assert suite.ready(("W", 1), lambda: Work()) is first and len(made) == 1  # once per process, whatever callable
+    assert first.checks == 1 and first.calls >= 1  # checked, then warmed on its device
+    prepare.forget_built()  # the measuring process lets the workload go: the next set-up builds it again
+    assert suite.ready(("W", 1), Work) is not first and len(made) == 2
 
 
 def test_a_compare_worker_names_the_checked_folder_the_suite_reads():

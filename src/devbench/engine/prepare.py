@@ -64,7 +64,6 @@ def check_once(key: tuple, check: Callable[[], object], warm: Callable[[], objec
         mark.write_text(repr(key) + "\n")
 
 
-@functools.cache
 def ready(key: tuple, build: Callable[[], W]) -> W:
     """A workload built, checked and warmed: the one call a benchmark's ``setup`` makes for its work.
 
@@ -90,17 +89,19 @@ def ready(key: tuple, build: Callable[[], W]) -> W:
     return once(key, made)
 
 
+@functools.cache
 def _work_fingerprint() -> str:
-    """The source of the work a check proves (``devbench.workloads`` and the engine), as one hash."""
+    """The source of the work a check proves (the files the work lock watches), as one hash; once per process."""
     return hashlib.sha1(b"".join(f.read_bytes() for f in _work_files())).hexdigest()
 
 
 def _work_files() -> list[Path]:
-    """The files the work lock watches (``worklock.WATCHED``): the workloads and the engine's timing."""
+    """The files the work lock watches (``worklock.WATCHED``: the workloads and the engine's timing), found beside
+    this package wherever it is installed (a source tree, or a wheel in site-packages)."""
     from devbench.engine.worklock import WATCHED
 
-    root = Path(__file__).resolve().parents[3]  # src/devbench/engine/suite.py -> the repository
-    return sorted({f for pattern in WATCHED for f in root.glob(pattern)})
+    package = Path(__file__).resolve().parents[1]  # devbench/engine/prepare.py -> devbench/
+    return sorted({f for pattern in WATCHED for f in package.glob(pattern.removeprefix("src/devbench/"))})
 
 
 def _checked_scope() -> tuple:
