@@ -131,3 +131,31 @@ def test_public_pass_floors_decide_where_they_exist_and_the_verdict_says_which()
     assert H.verdict("busbw", 440.0, h100, pair=nvlink, ring=("all_gather", 8)).verdict == "ok"  # no public floor
     gather = H.verdict("busbw", 300.0, h100, pair=nvlink, ring=("all_gather", 8))
     assert gather.verdict == "low" and "below 70% of it (no public pass floor)" in gather.reason
+
+
+def test_the_csv_gives_the_expected_figure_of_the_facts_its_verdict_used():
+    """A machine record without its PCIe link: the link the copy trained at (recorded while it ran) decides both the
+    verdict and the CSV's expected figure, which never contradict each other."""
+    base = {"machine": "m", "env": "e", "commit": "c" * 40, "date": 1, "status": "ok", "version_current": True,
+            "machine_gpu": "1 x NVIDIA H100 80GB HBM3", "machine_pcie": None}  # fmt: skip
+    frame = pd.DataFrame([{**base, "benchmark": spec.HOST_DEVICE_GBPS.benchmark, "direction": "h2d",
+                           "memory": "pinned", "mode": "non_blocking", "nbytes": str(256 * MIB), "value": 50.0,
+                           "gpu_pcie_gen": 5, "gpu_pcie_width": 16}])  # fmt: skip
+    row = H.with_health(frame).iloc[0]
+    assert (row["health"], row["expected"]) == ("ok", 52.0) and "Gen5 x16" in row["expected_source"]
+
+
+def test_an_older_peer_matrix_figure_is_not_judged_on_the_newest_sweeps_pairs():
+    """The peer records are the newest sweep's: a PeerMatrix figure of an older run is judged without them."""
+    base = {"machine": "node", "env": "e", "date": 1, "status": "ok", "version_current": True,
+            "machine_gpu": "8 x NVIDIA H100 80GB HBM3", "benchmark": spec.PEER_MATRIX_MEDIAN.benchmark,
+            "nbytes": str(256 * MIB), "value": 445.0}  # fmt: skip
+    sweep_s = 1_800_000_000.0
+    frame = pd.DataFrame([{**base, "commit": "a" * 40, "started_at": pd.Timestamp(sweep_s - 5 * 86400, unit="s")},
+                          {**base, "commit": "b" * 40, "started_at": pd.Timestamp(sweep_s + 60, unit="s")}])
+    peers = pd.DataFrame([{"machine": "node", "nbytes": 256 * MIB, "src": s, "dst": d, "gbps": g, "path": "NVLink",
+                           "nvlinks": k, "switched": True, "pcie": "PCIe switch", "time": sweep_s}
+                          for s, d, g, k in ((0, 1, 440.0, 18), (1, 0, 445.0, 17), (0, 2, 450.0, 18))])  # fmt: skip
+    old, new = H.with_health(frame, peers).itertuples()
+    assert "17 of 18 links" in new.health_reason and new.health == "low"  # that sweep's median pair
+    assert "links active" not in old.health_reason and old.health == "ok"  # not that sweep's: no pair named

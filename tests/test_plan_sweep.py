@@ -158,3 +158,18 @@ def test_a_figure_counted_from_anothers_blocks_is_priced_no_sampling_where_that_
         plan = P.make_plan(listing2, lambda s: True, COSTS, budget_s=1000, reserve_s=0, same_blocks=shared)
         P.fit(plan, exact)
         assert len(plan.kept()) == 4, (first, [p.selector for p in plan.dropped()])
+
+
+def test_what_a_stage_cost_is_learned_over_what_it_was_priced():
+    """A figure counted from another's blocks that ran without it was priced its own sampling: asv's duration is
+    read against that, so a family that cost what it was priced learns a scale of 1, not up to 4."""
+    from devbench.gpu.costs import _learn
+
+    grid = ([["cuda"], [64]], ["device", "n"])
+    listing = {f"bench_c.Copy.{m}": _bench(f"bench_c.Copy.{m}", *grid, swept=True, sample_time=0.1)
+               for m in ("track_copied", "track_read_write")}  # fmt: skip
+    shared = {"bench_c.Copy.track_read_write": "bench_c.Copy.track_copied"}
+    plan = P.make_plan(listing, lambda s: "read_write" in s, COSTS, budget_s=1000, reserve_s=0, same_blocks=shared)
+    (rw,) = plan.kept()
+    _learn(plan, [rw], {rw.benchmark: plan.point_s(rw)})
+    assert plan.scales[rw.benchmark] == pytest.approx(1.0)

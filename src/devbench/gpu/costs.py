@@ -137,11 +137,13 @@ def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | Non
     planned: dict[str, float] = {}
     took: dict[str, float | None] = {}
     members: dict[str, set[str]] = {}
+    beside = {p.selector for p in points if p.state != "cut"}  # a shared-blocks figure alone pays its sampling
     for p in points:
         if p.state == "cut":
             continue
         key = family(p)
-        planned[key] = planned.get(key, 0.0) + p.estimate_s
+        alone = p.alone_s if p.partner is not None and p.partner not in beside else 0.0
+        planned[key] = planned.get(key, 0.0) + p.estimate_s + alone
         members.setdefault(key, set()).add(p.benchmark)
     for key, names in members.items():
         seen = [durations.get(n) for n in names]

@@ -54,15 +54,21 @@ def verdict(kind: str, measured: float, gpu: dict[str, Any], state: dict[str, An
     if kind == "pageable":
         return Health("not judged", None, PAGEABLE_NOTE)
     state = state or {}
-    facts = dict(gpu)
-    if kind in ("h2d", "d2h"):
-        if state.get("pcie_gen") and state.get("pcie_width"):  # the link as trained under this copy
-            facts.update(pcie_gen=state["pcie_gen"], pcie_width=state["pcie_width"])
-        if "pcie_gen" not in facts:
-            return Health("unknown", None, NO_LINK)
-    facts.update({k: state[k] for k in ("power_limit_w", "default_power_limit_w") if state.get(k)})
+    facts = facts_while_timed(kind, gpu, state)
+    if kind in ("h2d", "d2h") and "pcie_gen" not in facts:
+        return Health("unknown", None, NO_LINK)
     return judge(measured, kind, facts, throttle=state.get("throttle") or None, path=path,
                  clock_mhz=state.get("clock_mhz"), pair=pair, ring=ring)  # fmt: skip
+
+
+def facts_while_timed(kind: str, gpu: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """The machine's facts as the figure ran: the PCIe link a copy trained at under load in place of the
+    machine record's, and the board's power limit and its default."""
+    facts = dict(gpu)
+    if kind in ("h2d", "d2h") and state.get("pcie_gen") and state.get("pcie_width"):
+        facts.update(pcie_gen=state["pcie_gen"], pcie_width=state["pcie_width"])
+    facts.update({k: state[k] for k in ("power_limit_w", "default_power_limit_w") if state.get(k)})
+    return facts
 
 
 #: the report frame's columns of the GPU state while a figure was timed (``records.attach_gpu_state``)
@@ -244,12 +250,21 @@ def _peer_paths(frame: pd.DataFrame) -> dict[tuple, str]:
     return out
 
 
-def _matrix_pick(peers: pd.DataFrame | None, machine: str, nbytes: float, which: str) -> tuple[Any, str | None]:
+#: a peer record belongs to a PeerMatrix figure timed within this many seconds of it (its sweep's run)
+SAME_SWEEP_S = 12 * 3600
+
+
+def _matrix_pick(peers: pd.DataFrame | None, machine: str, nbytes: float, which: str,
+                 started: Any = None) -> tuple[Any, str | None]:  # fmt: skip
     """The pair a peer matrix's ``slowest`` or ``median`` figure is (the section's choice, from the peer records
-    of the same sweep): its NVML path and the path its copy took; (None, None) without records."""
+    of the same sweep: the newest, and only for a figure timed near it): its NVML path and the path its copy
+    took; (None, None) without records of that sweep."""
     if peers is None or peers.empty or not pd.notna(nbytes):
         return None, None
     one = peers[(peers["machine"].astype(str) == machine) & (peers["nbytes"].astype(float) == float(nbytes))]
+    when = pd.Timestamp(started).timestamp() if started is not None and pd.notna(started) else None
+    if when is not None and "time" in one:  # an older commit's figure is not that sweep's
+        one = one[(one["time"].astype(float) - when).abs() <= SAME_SWEEP_S]
     if one.empty:
         return None, None
     one = one.sort_values("gbps").reset_index(drop=True)
@@ -312,15 +327,17 @@ def _judged(out: pd.DataFrame, frame: pd.DataFrame, peers: pd.DataFrame | None) 
         gpu = {"name": str(row["machine_gpu"]).split(" x ", 1)[-1], **_link(row.get("machine_pcie"))}
         path = pair = ring = None
         if kind == "peer" and bench[i] in matrix:
-            pair, path = _matrix_pick(peers, machine, nbytes[i], matrix[bench[i]])
+            pair, path = _matrix_pick(peers, machine, nbytes[i], matrix[bench[i]], row.get("started_at"))
         elif kind == "peer":
             path = paths.get((row["machine"], row["env"], row["commit"], str(row.get("route")), int(nbytes[i])))
         elif kind == "busbw":
             ring = (str(row["op"]), int(float(row["world"])))
             pair = _ring_pair(peers, machine, ring[1])
-        got = verdict(kind, float(value[i]), gpu, state_of(row.to_dict()), path=path, pair=pair, ring=ring)
-        if kind != "pageable":
-            want = expected(kind, gpu, pair, ring) if kind in ("peer", "busbw") else expected(kind, gpu)
+        state = state_of(row.to_dict())
+        got = verdict(kind, float(value[i]), gpu, state, path=path, pair=pair, ring=ring)
+        if kind != "pageable":  # the expected figure of the facts the verdict used
+            facts = facts_while_timed(kind, gpu, state)
+            want = expected(kind, facts, pair, ring) if kind in ("peer", "busbw") else expected(kind, facts)
             out.at[i, "expected"] = want.value if want.value is not None else np.nan
         out.at[i, "expected_source"] = got.reason if got.verdict in ("not judged", "unknown") else want.source
         out.at[i, "health"] = got.verdict
