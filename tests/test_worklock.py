@@ -278,3 +278,69 @@ def test_the_suite_keeps_the_changed_work_apart():
     assert ManySmallCopies.track_time.version.endswith("-work3")
     assert DeviceCopy.track_gbps_read_write.version.endswith("-work2")
     assert not hasattr(MatmulSpeedup.track_gpu_over_cpu, "version")  # swept, its work the same
+
+
+def test_a_class_reaches_its_work_however_it_names_it(tmp_path):
+    """An alias, a dotted path, a mixin, ``suite.Benchmark`` and a benchmark that extends another: each reaches the
+    workload, so a change to it names the class."""
+    _write(tmp_path, "src/devbench/workloads/copies.py", "class Copy:\n    size = 1\n")
+    _write(tmp_path, "src/devbench/workloads/mix.py", "SETS = 2\n")
+    _write(tmp_path, "benchmarks/bench_ways.py", """
+        import devbench.workloads.copies
+        from devbench.engine import suite
+        from devbench.engine.suite import Benchmark
+        from devbench.workloads.copies import Copy as C
+        from devbench.workloads.mix import SETS
+
+
+        class Mixin:
+            sets = SETS
+
+
+        class Aliased(Benchmark):
+            def setup(self):
+                self.c = C()
+
+
+        class Dotted(suite.Benchmark):
+            def setup(self):
+                self.c = devbench.workloads.copies.Copy()
+
+
+        class Mixed(Mixin, Benchmark):
+            pass
+
+
+        class Child(Mixed):
+            pass
+        """)
+    worklock.write(tmp_path)
+    (tmp_path / "src/devbench/workloads/copies.py").write_text("class Copy:\n    size = 2\n")
+    (tmp_path / "src/devbench/workloads/mix.py").write_text("SETS = 3\n")
+    assert worklock.check(tmp_path) == [
+        "Copy in src/devbench/workloads/copies.py changed; the work of bench_ways.Aliased, bench_ways.Dotted",
+        "SETS in src/devbench/workloads/mix.py changed; the work of bench_ways.Child, bench_ways.Mixed",
+    ]
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    # two modules' definitions of one name swap bodies
+    ({"a.py": "SIZES = [1]\n", "b.py": "SIZES = [2]\n"}, {"a.py": "SIZES = [2]\n", "b.py": "SIZES = [1]\n"}),
+    # another definition imported under the same alias
+    ({"a.py": "from devbench.workloads.b import FAST_S as T\n\ndef run():\n    return T\n",
+      "b.py": "FAST_S = 1\nSLOW_S = 2\n"},
+     {"a.py": "from devbench.workloads.b import SLOW_S as T\n\ndef run():\n    return T\n",
+      "b.py": "FAST_S = 1\nSLOW_S = 2\n"}),
+    # a dataclass gains a field without a default
+    ({"a.py": "from dataclasses import dataclass\n\n@dataclass\nclass P:\n    n: int\n", "b.py": ""},
+     {"a.py": "from dataclasses import dataclass\n\n@dataclass\nclass P:\n    n: int\n    m: int\n", "b.py": ""}),
+])  # fmt: skip
+def test_a_change_of_the_work_that_moves_no_line_of_a_definition_is_still_a_change(tmp_path, before, after):
+    for name, text in before.items():
+        _write(tmp_path, f"src/devbench/workloads/{name}", text)
+    _write(tmp_path, "benchmarks/bench_x.py", "from devbench.engine.suite import Benchmark\n\nclass X(Benchmark):\n"
+                                              "    pass\n")  # fmt: skip
+    worklock.write(tmp_path)
+    for name, text in after.items():
+        (tmp_path / f"src/devbench/workloads/{name}").write_text(text)
+    assert worklock.check(tmp_path), "a change of the work went unseen"

@@ -69,9 +69,28 @@ class _Strip(ast.NodeTransformer):
         return node
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
-        if node.value is None:
-            return None
+        if node.value is None:  # a dataclass's field without a default: its name and place count, not its type
+            return ast.Expr(value=node.target)
         return ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno)
+
+
+def _aliases(tree: ast.AST) -> dict[str, str]:
+    """Names bound under another name anywhere in a module (``from x import A as B``: B -> A)."""
+    return {a.asname: a.name.rsplit(".", 1)[-1] for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
+            for a in n.names if a.asname and a.asname != a.name}  # fmt: skip
+
+
+class _Unalias(ast.NodeTransformer):
+    """Names used under an alias, by the name they were imported as: ``B`` (``import A as B``) reads as ``A``,
+    so that importing another definition under the same alias is a change of the code that uses it."""
+
+    def __init__(self, aliases: dict[str, str]) -> None:
+        self.aliases = aliases
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        if node.id in self.aliases:
+            return ast.copy_location(ast.Name(id=self.aliases[node.id], ctx=node.ctx), node)
+        return node
 
 
 def fingerprint(source: str, name: str = "<source>") -> str:
@@ -141,15 +160,16 @@ def _defined(node: ast.stmt) -> list[str]:
 
 
 def _refs(node: ast.AST) -> set[str]:
-    """Names a piece of code may reach: its names, and the attributes it reads off a name (``transfer.Copy``)."""
-    return _names(node) | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value,
-                                                                                                        ast.Name)}
+    """Names a piece of code may reach: its names, and every attribute it reads (``transfer.Copy``,
+    ``devbench.workloads.copies.Copy``); more than it reaches, never less."""
+    return _names(node) | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
 
 
 def _pieces(text: str, rel: str) -> dict[str, ast.Module]:
     """A watched module's definitions, each as a module of its own (the statement that defines it), and the rest
     of its module-level code under ``<rest of FILE>``; imports and docstrings do not count."""
     tree = ast.parse(text, filename=rel)
+    tree = _Unalias(_aliases(tree)).visit(tree)
     pieces: dict[str, list[ast.stmt]] = {}
     for node in tree.body:
         if isinstance(node, ast.Import | ast.ImportFrom):
@@ -182,7 +202,8 @@ def scan(root: Path) -> Tree:
             found.setdefault(name, []).append((rel, fingerprint(ast.unparse(piece), rel)))
             refs.setdefault(name, set()).update(_refs(piece) | ({rest} if rest in pieces and name != rest else set()))
     for name, got in found.items():
-        prints = sorted(fp for _, fp in got)
+        # one name in several modules: each module's own counts (swapping their bodies is a change)
+        prints = [fp for _, fp in got] if len(got) == 1 else [f"{rel}:{fp}" for rel, fp in sorted(got)]
         tree.definitions[name] = prints[0][:16] if len(prints) == 1 else hashlib.sha256(
             "".join(prints).encode()).hexdigest()[:16]  # fmt: skip
         tree.where[name] = sorted({rel for rel, _ in got})
@@ -190,11 +211,17 @@ def scan(root: Path) -> Tree:
     for path in sorted(root.glob(BENCHMARKS)):
         rel = path.relative_to(root).as_posix()
         module = ast.parse(_read(path, root), filename=rel)
-        # the module's helper functions and constants (``BLOCK_S = COPY_BLOCK_S``): what a class reaches through them
-        helpers = {name: n for n in module.body if not isinstance(n, ast.ClassDef) for name in _defined(n)}
+        module = _Unalias(_aliases(module)).visit(module)
+        # the module's helpers (functions, constants such as ``BLOCK_S = COPY_BLOCK_S``, and classes: a mixin, a
+        # benchmark class another one extends): what a class reaches through them
+        helpers = {name: n for n in module.body for name in _defined(n)}
+        benchmarks: set[str] = set()  # the suite's base, and the module's classes that extend it
         for cls in (n for n in module.body if isinstance(n, ast.ClassDef)):
-            if "Benchmark" not in {b.id for b in cls.bases if isinstance(b, ast.Name)}:
+            bases = {b.id if isinstance(b, ast.Name) else b.attr for b in cls.bases
+                     if isinstance(b, ast.Name | ast.Attribute)}  # fmt: skip
+            if not bases & ({"Benchmark"} | benchmarks):
                 continue
+            benchmarks.add(cls.name)
             key = f"{path.stem}.{cls.name}"
             tree.work_versions[key] = _work_version(cls, f"{rel}: {cls.name}")
             # names the class uses, and those of the module's helpers it uses (transitively)
