@@ -759,14 +759,17 @@ def test_the_health_section_judges_gpu_pairs_and_nccl_busbw_against_nvlink_with_
         "peer matrix slowest: GPU 1->0 256 MiB (NVLink)"]  # two GPUs, two pairs: the median is the slowest
     # the largest NCCL size only (200 of 450: low), nccl-tests' reading named; gloo is not a GPU figure
     bus = rows["all_reduce busbw, 8 GPUs, 256 MiB"]
-    assert bus.verdict == "low" and bus.share == pytest.approx(200 / 450) and "nccl-tests reads busbw" in bus.reason
+    assert bus.verdict == "low" and bus.share == pytest.approx(200 / 480) and "nccl-tests reads busbw" in bus.reason
+    assert "NVLink SHARP" in bus.reason and "pass floor 460" in bus.reason  # 8 GPUs on NVSwitch: SHARP's figure
     assert [f for f in rows if "busbw" in f] == ["all_reduce busbw, 8 GPUs, 256 MiB"]
     # the CSV's columns judge the same figures, every size of 64 MiB and more
     marked = H.with_health(frame)
     judged = marked[marked["health"] != ""]
     assert set(judged["benchmark"]) == {"bench_transfer.PeerCopy.track_gbps",
                                         "bench_collectives.Collectives.track_busbw"}
-    assert (judged["expected"] == 450.0).all() and len(judged) == 4  # the skipped world of 4 is not judged
+    assert len(judged) == 4  # the skipped world of 4 is not judged
+    copies = judged["benchmark"] == "bench_transfer.PeerCopy.track_gbps"
+    assert (judged.loc[copies, "expected"] == 450.0).all() and (judged.loc[~copies, "expected"] == 480.0).all()
 
 
 def test_a_copy_kind_declared_in_spec_alone_is_rendered(monkeypatch):

@@ -267,14 +267,21 @@ def _link(gpu: dict[str, Any]) -> tuple[int | None, int | None]:
     return gpu.get("pcie_gen_max") or gpu.get("pcie_gen"), gpu.get("pcie_width_max") or gpu.get("pcie_width")
 
 
-def _nvlink_floor(kind: str, found: Model, ring: tuple[str, int] | None) -> tuple[float | None, str]:
-    """The public pass floor of an NVLink figure, and its words: a pair's copy, or an 8-GPU all_reduce."""
+#: an 8-GPU all_reduce's busbw on an NVSwitch node with NVLink SHARP (NCCL's default there), large messages
+ALLREDUCE8_SHARP = 480.0
+ALLREDUCE8_SHARP_SOURCE = "about 480 GB/s with NVLink SHARP (Azure AI-benchmarking-guide; nccl-tests #212, #272)"
+
+
+def _nvlink_floor(kind: str, found: Model, ring: tuple[str, int] | None) -> tuple[float, float | None, str]:
+    """An NVLink figure's expected value, public pass floor and their words: a pair's copy against the links'
+    rate with its floor; an 8-GPU all_reduce on a model with a floor against what NVLink SHARP reaches (above
+    the rate of one direction: NVSwitch reduces in the fabric) with its floor; else the rate alone."""
     if kind == "peer" and found.pair_floor is not None:
-        return found.pair_floor, f", pass floor {found.pair_floor:g} ({found.floors_source})"
+        return found.nvlink_gbps, found.pair_floor, f", pass floor {found.pair_floor:g} ({found.floors_source})"
     if kind == "busbw" and ring == ("all_reduce", 8) and found.allreduce8_floor is not None:
-        return found.allreduce8_floor, (f", pass floor {found.allreduce8_floor:g} for 8 GPUs ({found.floors_source}; "
-                                        "NCCL's NVLink SHARP, its default on NVSwitch nodes, reaches it)")
-    return None, ""
+        return ALLREDUCE8_SHARP, found.allreduce8_floor, (
+            f"; 8 GPUs: {ALLREDUCE8_SHARP_SOURCE}, pass floor {found.allreduce8_floor:g} ({found.floors_source})")
+    return found.nvlink_gbps, None, ""
 
 
 def _pair_expected(kind: str, gpu: dict[str, Any], found: Model, pair: Any,
@@ -283,9 +290,9 @@ def _pair_expected(kind: str, gpu: dict[str, Any], found: Model, pair: Any,
     ``topology.PairPath``): NVLink at the model's healthy link count, else the PCIe link."""
     what = "NVLink per direction" + (", as nccl-tests reads busbw" if kind == "busbw" else "")
     if pair.nvlinks and found.nvlink_gbps:
-        floor, said = _nvlink_floor(kind, found, ring)
-        return Expected(found.nvlink_gbps, f"{what}, {found.nvlink_links} links of a healthy {found.label}: "
-                                           f"{found.source}{said}; this pair: {pair.label}", floor)  # fmt: skip
+        value, floor, said = _nvlink_floor(kind, found, ring)
+        return Expected(value, f"{what}, {found.nvlink_links} links of a healthy {found.label}: "
+                               f"{found.source}{said}; this pair: {pair.label}", floor)  # fmt: skip
     if pair.pcie == "across sockets":
         return Expected(None, "the pair is on two sockets (NVML's topology): no public figure for a copy across "
                               "them")  # fmt: skip
@@ -342,8 +349,8 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple[str, 
             return Expected(None, f"{found.label} cards are joined by NVLink only where a bridge is fitted: NVML's "
                                   "topology tells whether this pair has one, and none was read")  # fmt: skip
         if found.nvlink_gbps is not None:
-            floor, said = _nvlink_floor(kind, found, ring)
-            return Expected(found.nvlink_gbps, f"{what}: {found.source}{said}", floor)
+            value, floor, said = _nvlink_floor(kind, found, ring)
+            return Expected(value, f"{what}: {found.source}{said}", floor)
         gbps = pcie_gbps(gpu.get("pcie_gen"), gpu.get("pcie_width"))
         if gbps is None:
             return Expected(None, f"{found.label} has no NVLink, and NVML did not report the PCIe link")
