@@ -135,11 +135,12 @@ def pcie8(name: str = "NVIDIA L4") -> FakeNVML:
     return FakeNVML([GPU(name, _bus(i), switch=i // 4, socket=i // 4, links=[], pcie=(4, 16)) for i in range(8)])
 
 
-def nvl_pair(bridged: bool = True) -> FakeNVML:
-    """Two H100 NVL cards on one socket, behind one switch; a bridge gives them 12 NVLinks to each other."""
+def nvl_pair(bridged: bool = True, down: int = 0) -> FakeNVML:
+    """Two H100 NVL cards on one socket, behind one switch; a bridge gives them 12 NVLinks to each other, ``down``
+    of them inactive (NVML reports them, not enabled)."""
     a, b = _bus(0), _bus(1)
-    links_a = [("gpu", b)] * 12 if bridged else []
-    links_b = [("gpu", a)] * 12 if bridged else []
+    links_a = [("gpu", b) if k < 12 - down else None for k in range(12)] if bridged else []
+    links_b = [("gpu", a) if k < 12 - down else None for k in range(12)] if bridged else []
     return FakeNVML([GPU("NVIDIA H100 NVL", a, 0, 0, links_a), GPU("NVIDIA H100 NVL", b, 0, 0, links_b)])
 
 
@@ -148,5 +149,6 @@ NODES = {
     "8 PCIe GPUs, two sockets, two switches": lambda: pcie8(),
     "2 bridged H100 NVL": lambda: nvl_pair(True),
     "2 unbridged H100 NVL": lambda: nvl_pair(False),
+    "2 bridged H100 NVL, one link down": lambda: nvl_pair(True, down=1),
     "8x H100 SXM, GPU 3 with a link down": lambda: sxm8(down={3: 1}),
 }

@@ -156,3 +156,12 @@ def test_under_cuda_visible_devices_info_reads_the_gpus_the_process_runs_on(monk
     seen, nvml = info["pair_paths"]["0->1"], every[(2, 3)]
     assert (seen["nvlinks"], seen["switched"], seen["pcie"]) == (nvml.nvlinks, nvml.switched, nvml.pcie)
     assert seen["nvlinks"] == 17 and every[(0, 1)].nvlinks == 18  # GPU 3's link down, seen as CUDA's device 1
+
+
+def test_a_bridged_pair_with_a_link_down_reads_low_and_names_it():
+    """NVML reports 11 of the bridge's 12 links active: the pair's copy reads low whatever it measured, through the
+    code a real node runs (``topology.pair_paths`` on the NVML calls, then the one verdict)."""
+    nv, paths = _paths("2 bridged H100 NVL, one link down")
+    assert paths[(0, 1)].nvlinks == 11 and paths[(1, 0)].nvlinks == 11
+    health = _judge_pairs({(0, 1): 280.0}, _gpu(nv), paths)[(0, 1)]  # 93% of the bridge's 300 GB/s
+    assert health.verdict == "low" and "NVLink: 11 of 12 links active" in health.reason
