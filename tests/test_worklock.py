@@ -344,3 +344,41 @@ def test_a_change_of_the_work_that_moves_no_line_of_a_definition_is_still_a_chan
     for name, text in after.items():
         (tmp_path / f"src/devbench/workloads/{name}").write_text(text)
     assert worklock.check(tmp_path), "a change of the work went unseen"
+
+
+def test_a_class_that_extends_a_benchmark_versions_its_inherited_figures_itself():
+    """Raising ``work_version`` on a class that extends another benchmark class starts a new series for every
+    figure it has, inherited ones included; the parent's stay as they were."""
+
+    class Parent(suite.Benchmark):
+        work_version = 2
+
+        def track_a(self):
+            return 1.0
+
+    class Child(Parent):
+        work_version = 3
+
+    assert _asv_version(Parent, "track_a", TrackBenchmark).endswith("-work2")
+    assert _asv_version(Child, "track_a", TrackBenchmark).endswith("-work3")
+    assert Child().track_a() == 1.0
+
+
+def test_a_swept_subclass_routes_its_inherited_figures_through_the_measuring_process():
+    class Plain(suite.Benchmark):
+        def setup(self):
+            pass
+
+        def track_a(self):
+            return 1.0
+
+    class Swept(Plain):
+        swept = True
+
+    assert getattr(Swept.track_a, "devbench_swept", False) and getattr(Swept.setup, "devbench_swept", False)
+    assert not getattr(Plain.track_a, "devbench_swept", False)  # the parent is as it was
+
+    class Again(Swept):  # a swept parent's figures are routed once, not twice
+        pass
+
+    assert Again.track_a is Swept.track_a and Again.setup is Swept.setup

@@ -229,6 +229,10 @@ def _work_versions(cls: type, work: int) -> None:
         raise TypeError(f"{cls.__name__}.work_version must be an int >= 1, got {work!r}")
     if work == 1:
         return  # asv's own version: the history measured before work versions existed stays current
+    # a figure inherited from another benchmark class gets a method of this class's own to carry this version
+    for name in dir(cls):
+        if name.startswith(BENCHMARK_PREFIXES) and name not in cls.__dict__ and callable(getattr(cls, name)):
+            setattr(cls, name, _own(getattr(cls, name)))
     # as asv: the set-up and setup_cache the class has, its own or inherited
     parts = [getattr(cls, "setup", None), getattr(cls, "setup_cache", None)]
     for name, func in list(cls.__dict__.items()):
@@ -371,6 +375,16 @@ def _ask(bench: object, op: str, name: str, args: tuple) -> dict:
     return reply
 
 
+def _own(method: Callable[..., object]) -> Callable[..., object]:
+    """An inherited benchmark method as a method of the inheriting class (its source, asv's, is the parent's)."""
+
+    @functools.wraps(method)
+    def own(self, *args):
+        return method(self, *args)
+
+    return own
+
+
 def _swept_setup(setup: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(setup)
     def wrapped(self, *args):
@@ -382,6 +396,7 @@ def _swept_setup(setup: Callable[..., None]) -> Callable[..., None]:
             raise NotImplementedError(reason)
         _ask(self, "prepare", _short(type(self)), args)
 
+    wrapped.devbench_swept = True
     return wrapped
 
 
@@ -391,6 +406,7 @@ def _swept_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
         if not getattr(self, "_devbench_asks", False):  # the measuring process tears its own workloads down
             teardown(self, *args)
 
+    wrapped.devbench_swept = True
     return wrapped
 
 
@@ -404,17 +420,19 @@ def _swept_figure(method: Callable[..., object]) -> Callable[..., object]:
         with precision.capped(getattr(self, "sample_cap", None)):
             return method(self, *args)
 
+    wrapped.devbench_swept = True
     return wrapped
 
 
 def _sweep(cls: type) -> None:
     """Route a swept class's points through the measuring process where ``_on_sweep`` says so."""
-    bad = [n for n in vars(cls) if n.startswith(BENCHMARK_PREFIXES) and not n.startswith("track_")]
+    bad = [n for n in dir(cls) if n.startswith(BENCHMARK_PREFIXES) and not n.startswith("track_")]
     if bad:
         raise TypeError(f"{cls.__name__} is swept: its figures are track_ figures (a time_ figure is asv's clock "
                         f"in the asking process), not {bad}")  # fmt: skip
-    cls.setup = _swept_setup(cls.setup)
-    cls.teardown = _swept_teardown(cls.teardown)
-    for name in figures_of(cls):
-        if name in vars(cls):
-            setattr(cls, name, _swept_figure(vars(cls)[name]))
+    # its own and its inherited set-up, tear-down and figures, each routed once (a swept parent's already are)
+    for name in ("setup", "teardown", *figures_of(cls)):
+        method = getattr(cls, name)
+        if not getattr(method, "devbench_swept", False):
+            wrap = {"setup": _swept_setup, "teardown": _swept_teardown}.get(name, _swept_figure)
+            setattr(cls, name, wrap(method))
