@@ -173,3 +173,13 @@ def test_what_a_stage_cost_is_learned_over_what_it_was_priced():
     (rw,) = plan.kept()
     _learn(plan, [rw], {rw.benchmark: plan.point_s(rw)})
     assert plan.scales[rw.benchmark] == pytest.approx(1.0)
+
+
+def test_a_re_plan_leaves_free_what_this_runs_stages_say_a_plan_can_be_short():
+    from devbench.gpu.costs import REFIT_MARGIN, STAGE_SPREAD, refit_margin
+
+    assert refit_margin([]) == REFIT_MARGIN and refit_margin([(50.0, 40.0)]) == REFIT_MARGIN  # nothing re-planned
+    # re-planned stages that ran under their estimate (a search priced at its bound): the stage's spread alone
+    assert refit_margin([(57.0, 39.0), (21.0, 18.8), (84.0, 21.0)]) == pytest.approx(STAGE_SPREAD)
+    assert refit_margin([(58.0, 44.0), (22.0, 22.9)]) == pytest.approx(22.9 / 22.0 - 1 + STAGE_SPREAD)
+    assert refit_margin([(58.0, 44.0), (22.0, 40.0)]) == REFIT_MARGIN  # far over: never more than the first margin

@@ -112,9 +112,26 @@ def sum_reserves(args: argparse.Namespace, costs: P.Costs) -> float:
     return (tests if args.tests else 0.0) + (validate if args.validate else 0.0)
 
 
-#: share of the time left that a re-plan leaves free: a family's cost learned from a few points is off by 10-20%
-#: on the 2-vCPU VM, and a stage planned to its limit ends at it, its last points cut
+#: share of the time left that a re-plan leaves free before any re-planned stage has run: a family's cost learned
+#: from a few points is off by 10-20% on the 2-vCPU VM, and a stage planned to its limit ends at it, its last
+#: points cut
 REFIT_MARGIN = 0.25
+#: once re-planned stages have run, the margin is how far they ran over their estimate plus this, for the next
+#: stage's own spread (re-planned stages on the VM: 0.90-1.04 of their estimate)
+STAGE_SPREAD = 0.05
+
+
+def refit_margin(done: list[tuple[float, float]]) -> float:
+    """The share of the time left that a re-plan leaves free, from this run's own asv stages (``done``: their
+    (estimate, actual), the first priced before anything was measured): ``REFIT_MARGIN`` until a re-planned
+    stage has run, then the most a re-planned stage ran over its estimate plus ``STAGE_SPREAD``, at most
+    ``REFIT_MARGIN``. A stage that ran under its estimate (a search priced at its bound) leaves time the next
+    re-plan takes; only an overrun says how far a plan can be short."""
+    replanned = [(estimate, took) for estimate, took in done[1:] if estimate > 0]
+    if not replanned:
+        return REFIT_MARGIN
+    over = max(0.0, max(took / estimate for estimate, took in replanned) - 1.0)
+    return min(REFIT_MARGIN, over + STAGE_SPREAD)
 
 #: the bounds of what a benchmark's points are taken to cost over their estimate, after a stage measured them
 SCALE_RANGE = (0.25, 4.0)

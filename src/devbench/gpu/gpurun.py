@@ -45,6 +45,7 @@ from devbench.gpu.costs import (
     costs_from,
     held_s,
     probe_costs,
+    refit_margin,
     sum_reserves,
 )
 from devbench.gpu.gpuhealth import print_health
@@ -277,12 +278,14 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     return code, raw, took
 
 
-def _refit(run: Run, plan: P.Plan, room_s: float, scale: float, name: str, take) -> list[P.Point]:
-    """Fit every point not yet run, of any tier, into ``room_s`` (estimates times ``scale``); the points of this
-    stage (``take``) that it keeps. The plan's other kept points stay kept for the stages after it."""
+def _refit(run: Run, plan: P.Plan, room_s: float, scale: float, name: str, take,
+           margin: float = REFIT_MARGIN) -> list[P.Point]:  # fmt: skip
+    """Fit every point not yet run, of any tier, into ``room_s`` less ``margin`` of it (estimates times
+    ``scale``); the points of this stage (``take``) that it keeps. The plan's other kept points stay kept for the
+    stages after it."""
     before = {id(p) for p in plan.kept() if not p.done}
     later = lambda p: name if take(p) else "later"  # noqa: E731  (one more asv call for whatever runs after)
-    P.fit(plan, room_s * (1.0 - REFIT_MARGIN), scale=scale, group=later)
+    P.fit(plan, room_s * (1.0 - margin), scale=scale, group=later)
     kept = [p for p in plan.kept() if not p.done and take(p)]
     now = {id(p) for p in plan.kept() if not p.done}
     back, gone = len(now - before), len(before - now)
@@ -325,7 +328,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         if name == "headline":
             kept = [p for p in plan.kept() if not p.done and take(p)]
         else:
-            kept = _refit(run, plan, room, _scale(done), name, take)
+            kept = _refit(run, plan, room, _scale(done), name, take, refit_margin(done))
         if not kept:
             continue
         code, estimate, took = _asv_stage(run, plan, summary, name, kept, room, _scale(done), python, machine,
@@ -346,7 +349,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     # what the tests and validate left: the points still dropped, fitted into it
     room = run.left() - PACK_S - HEALTH_S
     if room >= MIN_STAGE_S and any(p.state == "dropped" for p in plan.points):
-        kept = _refit(run, plan, room, _scale(done), "fill", lambda p: True)
+        kept = _refit(run, plan, room, _scale(done), "fill", lambda p: True, refit_margin(done))
         if kept:
             code, estimate, took = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done), python,
                                               machine, sha, running)  # fmt: skip
