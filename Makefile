@@ -69,7 +69,7 @@ test-asv: machine
 
 # test-asv in two halves of about equal time: these modules, then every other one (a new
 # module falls in the second half; asv's --bench is a Python regular expression).
-# DEVBENCH_CHECKED (devbench.engine.suite.check_once): a workload is checked against its reference by the
+# DEVBENCH_CHECKED (devbench.engine.prepare.check_once): a workload is checked against its reference by the
 # first benchmark process that sets it up in this dry run, and only warmed up by the later ones that set
 # up the same workload (MatmulSquare's time_ and track_ figures, DeviceCopy's three): every workload is
 # still checked once, as in each side of a compare. The folder is new for each call and removed after it.
