@@ -21,8 +21,7 @@ import torch
 from devbench.engine.bursts import brief, burst, sustained
 from devbench.engine.gpuwatch import record_sampled
 from devbench.engine.measure import one_call_s
-from devbench.engine.prepare import once
-from devbench.engine.suite import DEVICES, Benchmark, no_cuda_reason, require_device, selected, with_samples
+from devbench.engine.suite import DEVICES, Benchmark, no_cuda_reason, once, require_device, selected, with_samples
 from devbench.workloads.achievable import (
     CPU_BUDGET_S,
     GPU_BUDGET_S,

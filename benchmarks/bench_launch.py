@@ -12,8 +12,7 @@ import torch
 from devbench.engine.blocks import HELD_MAX_CALLS, hold_reason
 from devbench.engine.devices import synchronize
 from devbench.engine.measure import COPY_BLOCK_S, BlockPlan, block_calls, calls_for, measure, one_call_s, warm_up
-from devbench.engine.prepare import once
-from devbench.engine.suite import DEVICES, Benchmark, require_device, with_samples
+from devbench.engine.suite import DEVICES, Benchmark, once, require_device, with_samples
 from devbench.workloads.launch import GRAPH_CALLS, TASKS, SmallTask, graph_reason, graphed
 
 MODES = ["per_call", "queued", "held", "graph"]

@@ -2,8 +2,7 @@
 
 import time
 
-from devbench.engine.prepare import check_once, once
-from devbench.engine.suite import DEVICES, Benchmark, require_device, waited, with_samples
+from devbench.engine.suite import DEVICES, Benchmark, check_once, once, require_device, waited, with_samples
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
 #: Pairs of loops behind the in-process ratio (each pair is one sample).

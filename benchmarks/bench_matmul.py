@@ -6,8 +6,7 @@ import torch
 
 from devbench.engine.devices import synchronize
 from devbench.engine.measure import MATMUL_BLOCK_S, measure, plan_blocks, warm_up
-from devbench.engine.prepare import check_once, once
-from devbench.engine.suite import DEVICES, Benchmark, require_device, waited, with_samples
+from devbench.engine.suite import DEVICES, Benchmark, check_once, once, require_device, waited, with_samples
 from devbench.records.spec import matmul_flops as flops
 from devbench.workloads.matmul import DTYPES, Matmul, checked, cpu_skip_reason, tf32, tiny_add, warmed
 

@@ -8,8 +8,7 @@ import torch
 
 from devbench.engine.devices import synchronize
 from devbench.engine.measure import randn, warm_up
-from devbench.engine.prepare import check_once, once
-from devbench.engine.suite import DEVICES, Benchmark, require_device, waited
+from devbench.engine.suite import DEVICES, Benchmark, check_once, once, require_device, waited
 from devbench.workloads.model import (
     BATCH,
     MODEL_INPUTS,

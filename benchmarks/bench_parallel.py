@@ -4,8 +4,7 @@ import torch
 
 from devbench.engine.devices import num_gpus
 from devbench.engine.measure import pin_threads
-from devbench.engine.prepare import once
-from devbench.engine.suite import Benchmark, require_device, require_gpus, shared, waited, with_samples
+from devbench.engine.suite import Benchmark, once, require_device, require_gpus, shared, waited, with_samples
 from devbench.records.spec import parallel_ideal
 from devbench.workloads.parallel import ParallelPair
 

@@ -23,8 +23,17 @@ from devbench.engine.measure import (
     randn,
     warm_up,
 )
-from devbench.engine.prepare import check_once, once
-from devbench.engine.suite import DEVICES, Benchmark, require_device, require_gpus, shared, waited, with_samples
+from devbench.engine.suite import (
+    DEVICES,
+    Benchmark,
+    check_once,
+    once,
+    require_device,
+    require_gpus,
+    shared,
+    waited,
+    with_samples,
+)
 from devbench.records.spec import GiB, MiB, gbps
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.peers import PEERS_DIR, PeerPath, pair_topology, peer_matrix, peer_path, write_peer_records
@@ -75,7 +84,7 @@ def _waited(copy: Copy) -> dict:
 
 def _checked(copy: Copy, key: tuple) -> Copy:
     """``copy`` checked byte for byte (once per side of a compare: ``check_once``) and warm; built once per
-    process (``devbench.engine.prepare.once``) under ``key``."""
+    process (``devbench.engine.suite.once``) under ``key``."""
     check_once(key, copy.check, lambda: None)
     warm_up(copy, copy.timing_device)
     return copy
