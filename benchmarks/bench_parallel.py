@@ -4,7 +4,7 @@ import torch
 
 from devbench.engine.devices import num_gpus
 from devbench.engine.measure import pin_threads
-from devbench.engine.suite import Benchmark, once, require_device, require_gpus, shared, waited, with_samples
+from devbench.engine.suite import Benchmark, once, require_device, require_gpus, shared, with_samples
 from devbench.records.spec import parallel_ideal
 from devbench.workloads.parallel import ParallelPair
 
@@ -33,9 +33,12 @@ class ParallelMatmul(Benchmark):
     swept = True
     #: 2: each lane's work lasts 0.2 s (0.05 s before); 3: efficiency over the ideal (``spec.parallel_ideal``:
     #: 1 for two streams on one GPU), not over the lanes; 4: the times became track_ figures of the measuring
-    #: process's
-    work_version = 4
-    #: a run lasts 0.2 s or more: 8 of them, or 2 s, for 0.5%
+    #: process's; 5: the four figures count one set of pairs (a sequential run, then a parallel one), taken until
+    #: the speedup is within 0.5% or the cap
+    work_version = 5
+    #: a sample is a pair of runs, 0.6 s or more (two lanes' works in turn, then at once): what gpu-run prices
+    sample_time = 0.6
+    #: 8 pairs, or 2 s, for 0.5%
     sample_cap = (2.0, 8)
 
     def setup(self, mode, n):
@@ -55,21 +58,24 @@ class ParallelMatmul(Benchmark):
         if reason:
             raise NotImplementedError(reason)
 
+    def _pairs(self, figure):
+        return shared(self, figure, self.pair.pairs)  # every figure counts the same pairs of runs
+
     def track_parallel_time(self, mode, n):
-        return waited(self.pair.run_parallel, None, self.sample_time, self.pair.lanes.devices[0])
+        return with_samples(par for _, par in self._pairs("parallel_time"))
 
     def track_sequential_time(self, mode, n):
-        return waited(self.pair.run_sequential, None, self.sample_time, self.pair.lanes.devices[0])
+        return with_samples(seq for seq, _ in self._pairs("sequential_time"))
 
     track_parallel_time.unit = track_sequential_time.unit = "seconds"
 
     def track_speedup(self, mode, n):
-        return with_samples(shared(self, "speedup", self.pair.speedups))
+        return with_samples(seq / par for seq, par in self._pairs("speedup"))
 
     track_speedup.unit = "x"
 
     def track_efficiency(self, mode, n):
         ideal = parallel_ideal(mode, len(self.pair.lanes))  # two streams on one GPU: 1
-        return with_samples(100.0 * s / ideal for s in shared(self, "efficiency", self.pair.speedups))  # the same pairs
+        return with_samples(100.0 * seq / par / ideal for seq, par in self._pairs("efficiency"))
 
     track_efficiency.unit = "%"

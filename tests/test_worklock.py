@@ -274,7 +274,7 @@ def test_the_suite_keeps_the_changed_work_apart():
         from benchmarks.bench_transfer import DeviceCopy, ManySmallCopies
     finally:
         sys.path.remove(str(REPO))
-    assert ParallelMatmul.track_parallel_time.version.endswith("-work4")
+    assert ParallelMatmul.track_parallel_time.version.endswith("-work5")
     assert ManySmallCopies.track_time.version.endswith("-work3")
     assert DeviceCopy.track_gbps_read_write.version.endswith("-work2")
     assert not hasattr(MatmulSpeedup.track_gpu_over_cpu, "version")  # swept, its work the same

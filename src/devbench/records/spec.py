@@ -72,6 +72,8 @@ SAME_BLOCKS = {
     "bench_transfer.HostDeviceBidirectional.track_d2h_gbps": "bench_transfer.HostDeviceBidirectional.track_total_gbps",
     "bench_transfer.CopyComputeOverlap.track_hidden": "bench_transfer.CopyComputeOverlap.track_overlap",
     "bench_parallel.ParallelMatmul.track_efficiency": "bench_parallel.ParallelMatmul.track_speedup",
+    "bench_parallel.ParallelMatmul.track_parallel_time": "bench_parallel.ParallelMatmul.track_speedup",
+    "bench_parallel.ParallelMatmul.track_sequential_time": "bench_parallel.ParallelMatmul.track_speedup",
 }
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections.abc import Sequence
 
 import torch
 
+from devbench.engine import precision
 from devbench.engine.devices import synchronize
 from devbench.engine.lanes import Lanes
 from devbench.workloads.matmul import Matmul
@@ -82,10 +82,17 @@ class ParallelPair:
         """Seconds for the same works one after another on lane 0."""
         return self.lanes.sequential(self.seq, self.reps)
 
-    def speedups(self, samples: int = 5) -> list[float]:
-        """Sequential over parallel time of ``samples`` pairs run back to back (drift hits both)."""
-        return [self.run_sequential() / self.run_parallel() for _ in range(samples)]
+    def pairs(self, cap: tuple[float, int] | None = None) -> list[tuple[float, float]]:
+        """(sequential, parallel) seconds of pairs run back to back (drift hits both), until asv's 99% interval of
+        their speedup is within ``precision.REL`` of its median or ``cap`` (seconds, pairs; the benchmark's cap
+        when None) has passed: the speedup, its efficiency and both times are counted from the same pairs."""
+        got: list[tuple[float, float]] = []
 
-    def speedup(self, samples: int = 5) -> float:
-        """The median of ``speedups``."""
-        return statistics.median(self.speedups(samples))
+        def one() -> float:
+            seq = self.run_sequential()
+            par = self.run_parallel()
+            got.append((seq, par))
+            return seq / par
+
+        precision.sample(one, cap)
+        return got
