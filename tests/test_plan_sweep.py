@@ -22,7 +22,7 @@ def _swept():
             for m in ("track_time", "track_tflops")}  # fmt: skip
 
 
-def test_a_swept_gpu_point_is_a_fork_its_workload_built_once_and_one_measuring_process_per_stage():
+def test_a_swept_gpu_point_is_a_fork_its_workload_built_once_and_one_measuring_process_started():
     plan = P.make_plan(_swept(), lambda s: True, COSTS, budget_s=1000, reserve_s=0)
     gpu = [p for p in plan.points if "'cuda'" in p.values]
     cpu = [p for p in plan.points if "'cpu'" in p.values]
@@ -38,6 +38,23 @@ def test_a_swept_gpu_point_is_a_fork_its_workload_built_once_and_one_measuring_p
     none = P.make_plan(_swept(), lambda s: True, P.Costs(launch_s=0.01, cuda_context_s=0.0, asv_call_s=6.0, gpus=0),
                        budget_s=1000, reserve_s=0)  # fmt: skip
     assert not any(p.swept for p in none.points)
+
+
+def test_the_stages_before_the_tests_share_one_measuring_process_and_a_held_one_is_not_priced_again():
+    listing = _swept()
+    for bench in listing.values():
+        bench["headline"] = [{"n": [64]}]  # n=64 in the headline stage, n=1024 in the rest
+    plan = P.make_plan(listing, lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
+    stages = {P.stage_of(p) for p in plan.kept()}
+    assert stages == {"headline", "rest"}
+    figure = P.SIZING_S + precision.MIN_SAMPLES * 0.1
+    points_s = 2 * P.SETUP_S + 4 * (COSTS.launch_s + figure)
+    # two asv calls, one measuring process start (gpu-run holds it over both: sweep.held)
+    assert plan.estimate_s() == pytest.approx(2 * COSTS.asv_call_s + COSTS.sweep_start_s + points_s)
+    rest = [p for p in plan.kept() if P.stage_of(p) == "rest"]
+    alone = plan.estimate_s(points=rest, group=lambda p: "rest")
+    plan.sweep_up = True  # the headline stage started it and it is held: the rest pays none
+    assert alone - plan.estimate_s(points=rest, group=lambda p: "rest") == pytest.approx(COSTS.sweep_start_s)
 
 
 def test_a_class_cap_prices_a_host_bound_figure_at_its_cap():

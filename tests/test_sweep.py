@@ -255,6 +255,52 @@ def test_the_measuring_process_ends_with_its_owner(tmp_path):
         proc.kill()
 
 
+def _asv_call(*points: tuple[str, tuple]) -> None:
+    """Points run from one forked parent, as one asv call's forkserver runs them."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for method, args in points:
+                _point(method, *args)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _gone(pid: int, within_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_one_measuring_process_serves_every_asv_call_made_while_it_is_held(suite_dir, monkeypatch):
+    """gpu-run holds an owner over its consecutive asv calls: their points ask one measuring process (one CUDA
+    context, one cuBLAS start), which ends when the holder lets go, its socket gone before ``held`` returns."""
+    with sweep.held() as env:
+        owner = env[sweep.OWNER_ENV]
+        monkeypatch.setenv(sweep.OWNER_ENV, owner)
+        _asv_call(("track_a", ("cpu", 1)))
+        _asv_call(("track_a", ("cpu", 2)))
+        (server,) = _servers(suite_dir)
+        assert not _gone(server, within_s=0.0)
+        assert _log(suite_dir) == ["build cpu 1", "measure a 1", "measure b 1", "build cpu 2", "measure a 2",
+                                   "measure b 2"]  # fmt: skip
+    assert not list(sweep._sockets().glob(f"m{owner}-*.sock"))
+    assert _gone(server)
+
+
+def test_without_a_holder_each_asv_call_has_its_own_measuring_process(suite_dir, monkeypatch):
+    monkeypatch.delenv(sweep.OWNER_ENV, raising=False)
+    _asv_call(("track_a", ("cpu", 1)))
+    _asv_call(("track_a", ("cpu", 2)))
+    assert len(_servers(suite_dir)) == 2
+
+
 def test_a_bad_mode_names_itself(monkeypatch):
     monkeypatch.setenv(sweep.MODE_ENV, "sometimes")
     with pytest.raises(ValueError, match="DEVBENCH_SWEEP='sometimes'"):

@@ -12,7 +12,8 @@ that sets ``swept = True`` (``devbench.engine.suite``), a point on a GPU asks th
   to be asked once (asv's next round asks again and is measured again, never served twice).
 
 The process starts on the first point's request and is owned by that point's parent (asv's forkserver or
-its main process, the same for the whole ``asv run``): it ends when its owner does, or after ``IDLE_S``
+its main process, the same for the whole ``asv run``), or by the process ``OWNER_ENV`` names (``held``:
+``devbench gpu-run`` holds one over its consecutive asv calls): it ends when its owner does, or after ``IDLE_S``
 idle. A CUDA error fails the figure it happened in, and the process ends: the next point starts a fresh
 one. Every build and every figure is appended to ``journal.jsonl`` in its folder (what was built, how long
 each figure sampled): ``devbench gpu-run`` and the tests read it. The protocol is one JSON line each way
@@ -37,7 +38,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 #: where the measuring processes keep their sockets, logs and journal (gpu-run sets one per run)
@@ -54,6 +55,10 @@ IDLE_S = 60.0
 EVICT_IDLE_S = 5.0
 #: how long a point waits for a measuring process to start (an interpreter, torch, a CUDA context)
 START_S = 180.0
+#: the pid whose end ends the measuring processes started while it lives (``held``: ``devbench gpu-run`` holds one
+#: over its consecutive asv calls, so that one measuring process, its CUDA context and cuBLAS's start serve them
+#: all); unset, the asking point's parent (asv's forkserver: one asv call)
+OWNER_ENV = "DEVBENCH_SWEEP_OWNER"
 
 
 def mode() -> str:
@@ -77,8 +82,7 @@ def _address(owner: int) -> Path:
     """The socket of ``owner``'s measuring process for this interpreter, its folder and this process's visible
     GPUs: in a short folder of its own (a Unix socket's path is at most 107 bytes), its log in ``folder()``."""
     ident = f"{sys.executable}|{os.environ.get('CUDA_VISIBLE_DEVICES', '')}|{sys.path}|{folder()}"
-    short = Path(tempfile.gettempdir()) / f"devbench-sweep-{os.getuid()}"
-    return short / f"m{owner}-{hashlib.sha1(ident.encode()).hexdigest()[:10]}.sock"
+    return _sockets() / f"m{owner}-{hashlib.sha1(ident.encode()).hexdigest()[:10]}.sock"
 
 
 def _log_of(path: Path) -> Path:
@@ -134,13 +138,43 @@ def on_figure(before, after) -> None:
         _MEASURED.append(after)
 
 
+def _owner() -> int:
+    held = os.environ.get(OWNER_ENV, "")
+    return int(held) if held.isdigit() and _alive(int(held)) else os.getppid()
+
+
+def _sockets() -> Path:
+    return Path(tempfile.gettempdir()) / f"devbench-sweep-{os.getuid()}"
+
+
+@contextlib.contextmanager
+def held(wait_s: float = 30.0) -> Iterator[dict[str, str]]:
+    """A process that owns the measuring processes started while it is held: yields the environment
+    (``OWNER_ENV``) of the asv calls that share them. On leaving, it ends, and so do they: this waits until
+    their sockets are gone (each lets its workload go first), at most ``wait_s``. A kill of the holder ends
+    it too (its pipe closes)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        yield {OWNER_ENV: str(proc.pid)}
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        deadline = time.monotonic() + wait_s
+        while any(_sockets().glob(f"m{proc.pid}-*.sock")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 class MeasuringError(RuntimeError):
     """The measuring process failed a point (the message says how) or could not be reached."""
 
 
 def ask(request: dict, timeout_s: float) -> dict:
     """Send ``request`` to this asv run's measuring process (started if there is none) and return its reply."""
-    owner = os.getppid()
+    owner = _owner()
     path = _address(owner)
     request = {**request, "env": {k: os.environ.get(k) for k in PASSED_ENV}, "timeout_s": timeout_s}
     try:

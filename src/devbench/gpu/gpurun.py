@@ -113,6 +113,7 @@ class Run:
         self.stages: list[dict[str, Any]] = []
         self.stage_started = time.time()
         self.checked: str | None = None  # the run's folder of checked workloads (prepare.check_once)
+        self.owner: dict[str, str] = {}  # the measuring processes' holder while one is held (sweep.held)
 
     def left(self) -> float:
         return self.args.budget_s - (time.monotonic() - self.start)
@@ -260,6 +261,7 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     env = {**os.environ, "DEVBENCH_BENCH": regex, sweep.DIR_ENV: str(run.repo / ".asv" / "sweep")}
     if run.checked:
         env[CHECKED_ENV] = run.checked
+    env.update(run.owner)
     estimate = plan.estimate_s(points=points, group=lambda p: name, scale=scale)
     raw = plan.estimate_s(points=points, group=lambda p: name)
     running[:] = points
@@ -269,6 +271,7 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     took = run.stages[-1]["actual_s"]
     for p in points:
         p.done = True
+    plan.sweep_up |= bool(run.owner) and any(p.swept for p in points)  # held for the stages after it
     if code == 124:
         lost = summary.cut(points, run.stage_started, "the stage reached its time limit before asv finished it")
         print(f"== asv {name}: {len(points) - len(lost)} of {len(points)} points kept, {len(lost)} cut", flush=True)
@@ -311,30 +314,17 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     if not plan.kept():
         print("gpu-run: no point to run here", flush=True)
 
-    failed = False
     done: list[tuple[float, float]] = []  # (estimate, actual) of each asv stage
     takes = {
         "headline": lambda p: not p.late and p.tier == 0,
         "rest": lambda p: not p.late,
         "last": lambda p: True,
     }
-    for name, take in takes.items():
-        room = run.left() - reserve
-        if room < MIN_STAGE_S:  # no asv call starts: what is left of the plan stays dropped, with the reason
-            for p in plan.points:
-                if p.state == "run" and not p.done:
-                    p.state, p.reason = "dropped", "no time left for it"
-            break
-        if name == "headline":
-            kept = [p for p in plan.kept() if not p.done and take(p)]
-        else:
-            kept = _refit(run, plan, room, _scale(done), name, take, refit_margin(done))
-        if not kept:
-            continue
-        code, estimate, took = _asv_stage(run, plan, summary, name, kept, room, _scale(done), python, machine,
-                                          sha, running)  # fmt: skip
-        done.append((estimate, took))
-        failed |= code != 0
+    # one measuring process (its CUDA context, cuBLAS's start) serves the consecutive asv stages; it ends before the
+    # CUDA tests and validate, which then have the GPU to themselves
+    with sweep.held() as run.owner:
+        failed = _asv_stages(run, plan, summary, reserve, python, machine, sha, running, takes, done)
+    run.owner, plan.sweep_up = {}, False
     tests_s, validate_s = held_s(plan.costs)
     if args.tests and (run.repo / "tests").is_dir():
         code = run.stage("cuda tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"],
@@ -366,6 +356,30 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
           f"first plan expected {plan.first_estimate_s + plan.reserve_s:.0f} s; packed into {run.out}",
           flush=True)  # fmt: skip
     return 1 if failed else 0
+
+
+def _asv_stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: str, machine: str, sha: str,
+                running: list[P.Point], takes: dict, done: list[tuple[float, float]]) -> bool:  # fmt: skip
+    """The asv stages before the tests (``takes``: each stage's points); whether one failed."""
+    failed = False
+    for name, take in takes.items():
+        room = run.left() - reserve
+        if room < MIN_STAGE_S:  # no asv call starts: what is left of the plan stays dropped, with the reason
+            for p in plan.points:
+                if p.state == "run" and not p.done:
+                    p.state, p.reason = "dropped", "no time left for it"
+            break
+        if name == "headline":
+            kept = [p for p in plan.kept() if not p.done and take(p)]
+        else:
+            kept = _refit(run, plan, room, _scale(done), name, take, refit_margin(done))
+        if not kept:
+            continue
+        code, estimate, took = _asv_stage(run, plan, summary, name, kept, room, _scale(done), python, machine,
+                                          sha, running)  # fmt: skip
+        done.append((estimate, took))
+        failed |= code != 0
+    return failed
 
 
 def _write_plan(run: Run, plan: P.Plan, stopped: str = "") -> None:

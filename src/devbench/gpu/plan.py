@@ -25,9 +25,10 @@ Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a ro
 A GPU point of a swept class (``swept``: ``devbench.engine.sweep``) is a fork that asks the run's measuring process:
 no CUDA context and no set-up of its own. Its workload is built once per stage, priced as a set-up unit shared
 by the figures of that workload (``SETUP_S``, or the class's ``plan_setup_s``: cuBLAS has started); its
-figure samples ``swept_sample_s`` (8 blocks of its ``sample_time`` where precise, else its cap); each stage
-with such points starts one measuring process (``Costs.sweep_start_s``: an interpreter importing the suite, a
-CUDA context and cuBLAS's start).
+figure samples ``swept_sample_s`` (8 blocks of its ``sample_time`` where precise, else its cap). One measuring
+process serves the consecutive stages before the tests (gpu-run holds it: ``devbench.engine.sweep.held``), and the
+fill stage after them starts its own: each is priced ``Costs.sweep_start_s`` once (an interpreter importing the
+suite, a CUDA context and cuBLAS's start); a re-plan while one is up (``Plan.sweep_up``) prices none.
 
 A point that matches one of the class's ``skips`` (a skip that depends only on params, raised by the
 ``@suite.instrumented`` before set-up: ``suite.declared_skip``) is not run or priced either. A point that needs more
@@ -152,6 +153,9 @@ class Plan:
     first_estimate_s: float = 0.0  # the estimate of the first plan (what it printed)
     #: benchmark -> what its points really cost over their estimate in the stages so far (asv's own durations)
     scales: dict[str, float] = field(default_factory=dict)
+    #: whether a measuring process is up and held for the stages still to come (``devbench.engine.sweep.held``):
+    #: they pay no start of their own
+    sweep_up: bool = False
 
     def point_s(self, p: Point, scale: float = 1.0, beside: set[str] | frozenset[str] = frozenset()) -> float:
         """``p``'s estimate, times what its benchmark really cost so far, else times ``scale``; a figure counted
@@ -175,11 +179,14 @@ class Plan:
         group = group or stage_of
         checked = {p.check for p in self.points if p.done and p.check is not None} if points is not None else set()
         total = 0.0
-        for g in sorted({group(p) for p in chosen}):
+        started = self.sweep_up
+        for g in sorted({group(p) for p in chosen}, key=_stage_order):
             kept = [p for p in chosen if group(p) == g]
             modules = {p.benchmark.split(".", 1)[0] for p in kept}
             fixed = self.costs.asv_call_s + sum(self.cache_s.get(m, 0.0) for m in modules)
-            fixed += self.costs.sweep_start_s if any(p.swept for p in kept) else 0.0
+            if any(p.swept for p in kept) and not started:  # one measuring process for the stages (sweep.held)
+                fixed += self.costs.sweep_start_s
+                started = True
             fixed += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
             beside = {p.selector for p in kept}
             total += fixed * scale + sum(self.point_s(p, scale, beside) for p in kept)
@@ -189,6 +196,10 @@ class Plan:
 
 #: the asv stages of a run, in order: the headline points, the rest, then the late ones (``plan_last``)
 STAGES = ("headline", "rest", "last")
+
+
+def _stage_order(g: str) -> tuple[int, str]:
+    return (STAGES.index(g) if g in STAGES else len(STAGES), g)
 
 
 def stage_of(p: Point) -> str:
@@ -306,7 +317,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
     caches: set[tuple[str, str]] = set()
     units: set[tuple[tuple[str, ...], str]] = set()
     checked = {p.check for p in plan.points if p.done and p.check is not None}
-    sweeps: set[str] = set()  # stages that start a measuring process
+    started = [plan.sweep_up]  # a measuring process up for the stages planned here (sweep.held): started once
     taken: dict[str, set[str]] = {}  # the selectors kept in each stage: a partner's blocks are shared there
     alone: dict[str, list[Point]] = {}  # kept before their partner in their stage: priced sampling of their own
     total = 0.0
@@ -317,7 +328,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         fixed += 0.0 if (module, g) in caches else plan.cache_s.get(module, 0.0)
         fixed += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
         fixed += plan.costs.gpu_check_s if p.check is not None and p.check not in checked else 0.0
-        fixed += plan.costs.sweep_start_s if p.swept and g not in sweeps else 0.0
+        fixed += plan.costs.sweep_start_s if p.swept and not started[0] else 0.0
         # a figure kept before it that counts its blocks (priced alone so far) then samples nothing of its own
         shared = sum(q.alone_s * plan.scales.get(q.benchmark, scale) for q in alone.get(g, [])
                      if q.partner == p.selector)  # fmt: skip
@@ -337,7 +348,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         if p.check is not None:
             checked.add(p.check)
         if p.swept:
-            sweeps.add(g)
+            started[0] = True
         taken.setdefault(g, set()).add(p.selector)
         p.state, p.reason = "run", ""
         return added

@@ -39,9 +39,16 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"{row['benchmark']:<56} {row['points']:>6} {row['run']:>5} {row['skip']:>5} "
                      f"{row['dropped']:>5} {row['estimate_s']:>7.1f}s")  # fmt: skip
     lines.append(f"{'expected, asv calls and set-up caches included':<80} {plan.estimate_s():>7.1f}s")
-    by_stage = [(s, [p for p in plan.kept() if stage_of(p) == s]) for s in STAGES]
-    lines.append("asv stages: " + "; ".join(f"{s} {len(ps)} points, {plan.estimate_s(points=ps):.0f} s"
-                                            for s, ps in by_stage if ps))  # fmt: skip
+    # each stage what it adds to the ones before it: the measuring process they share is priced where it starts
+    parts, so_far, before = [], [], 0.0
+    for s in STAGES:
+        ps = [p for p in plan.kept() if stage_of(p) == s]
+        if ps:
+            so_far += ps
+            total = plan.estimate_s(points=so_far)
+            parts.append(f"{s} {len(ps)} points, {total - before:.0f} s")
+            before = total
+    lines.append("asv stages: " + "; ".join(parts))
     dropped = plan.dropped()
     if dropped:
         lines += ["", f"dropped by the budget ({len(dropped)} points, lowest priority first):"]
