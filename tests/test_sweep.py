@@ -255,16 +255,28 @@ def test_the_measuring_process_ends_with_its_owner(tmp_path):
         proc.kill()
 
 
-def _asv_call(*points: tuple[str, tuple]) -> None:
-    """Points run from one forked parent, as one asv call's forkserver runs them."""
+def _asv_call(*points: tuple[str, tuple], wait: bool = True) -> int:
+    """Points run from one forked parent in a session of its own, as gpu-run runs an asv call; the session is
+    killed when the call ends, as gpu-run kills a stage's. ``wait=False``: the call's pid, running."""
     pid = os.fork()
     if pid == 0:
         try:
+            os.setsid()
             for method, args in points:
                 _point(method, *args)
         finally:
             os._exit(0)
+    if wait:
+        _end_call(pid)
+    return pid
+
+
+def _end_call(pid: int) -> None:
     os.waitpid(pid, 0)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _gone(pid: int, within_s: float = 30.0) -> bool:
@@ -281,8 +293,8 @@ def _gone(pid: int, within_s: float = 30.0) -> bool:
 def test_one_measuring_process_serves_every_asv_call_made_while_it_is_held(suite_dir, monkeypatch):
     """gpu-run holds an owner over its consecutive asv calls: their points ask one measuring process (one CUDA
     context, one cuBLAS start), which ends when the holder lets go, its socket gone before ``held`` returns."""
-    with sweep.held() as env:
-        owner = env[sweep.OWNER_ENV]
+    with sweep.held() as holder:
+        owner = holder.env()[sweep.OWNER_ENV]
         monkeypatch.setenv(sweep.OWNER_ENV, owner)
         _asv_call(("track_a", ("cpu", 1)))
         _asv_call(("track_a", ("cpu", 2)))
@@ -292,6 +304,20 @@ def test_one_measuring_process_serves_every_asv_call_made_while_it_is_held(suite
                                    "measure b 2"]  # fmt: skip
     assert not list(sweep._sockets().glob(f"m{owner}-*.sock"))
     assert _gone(server)
+
+
+def test_a_held_measuring_process_ends_mid_figure_when_its_holder_is_released(suite_dir, monkeypatch):
+    monkeypatch.setenv("FAKE_SLEEP", "1")  # the second workload's twin figure sleeps a minute
+    with sweep.held() as holder:
+        monkeypatch.setenv(sweep.OWNER_ENV, holder.env()[sweep.OWNER_ENV])
+        call = _asv_call(("track_a", ("cpu", 2)), wait=False)
+        deadline = time.monotonic() + 60
+        while "measure b 2" not in _log(suite_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (server,) = _servers(suite_dir)
+        holder.release()
+        assert _gone(server, within_s=10)  # not after the minute's figure
+        _end_call(call)
 
 
 def test_without_a_holder_each_asv_call_has_its_own_measuring_process(suite_dir, monkeypatch):

@@ -147,25 +147,43 @@ def _sockets() -> Path:
     return Path(tempfile.gettempdir()) / f"devbench-sweep-{os.getuid()}"
 
 
-@contextlib.contextmanager
-def held(wait_s: float = 30.0) -> Iterator[dict[str, str]]:
-    """A process that owns the measuring processes started while it is held: yields the environment
-    (``OWNER_ENV``) of the asv calls that share them. On leaving, it ends, and so do they: this waits until
-    their sockets are gone (each lets its workload go first), at most ``wait_s``. A kill of the holder ends
-    it too (its pipe closes)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    try:
-        yield {OWNER_ENV: str(proc.pid)}
-    finally:
+class Holder:
+    """A process that owns the measuring processes started while it lives: ``env()`` is what the asv calls that
+    share them add to their environment (``OWNER_ENV``, the holder started on first use). A measuring process
+    with a holder runs in a session of its own, so that the end of one asv call's session leaves it to the next
+    call; it ends within a second of its holder, mid-figure too. ``release()`` ends the holder and waits, at most
+    ``wait_s``, until their sockets are gone. A kill of the process that holds it ends the holder too (its pipe
+    closes)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def env(self) -> dict[str, str]:
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                         stdin=subprocess.PIPE)  # fmt: skip
+        return {OWNER_ENV: str(self.proc.pid)}
+
+    def release(self, wait_s: float = 30.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
         proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        proc.kill()  # a forked child may hold the pipe open as well: its end alone would not end the holder
+        proc.wait()
         deadline = time.monotonic() + wait_s
         while any(_sockets().glob(f"m{proc.pid}-*.sock")) and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def held(wait_s: float = 30.0) -> Iterator[Holder]:
+    """A ``Holder`` for the block, released (and its measuring processes waited for) when it ends."""
+    holder = Holder()
+    try:
+        yield holder
+    finally:
+        holder.release(wait_s)
 
 
 class MeasuringError(RuntimeError):
@@ -230,6 +248,7 @@ def _start(path: Path, owner: int) -> socket.socket:
                                  "--owner", str(owner),
                                  "--journal", str(folder() / "journal.jsonl")],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, close_fds=True,
+                                start_new_session=os.environ.get(OWNER_ENV) == str(owner),  # outlives the call
                                 cwd=folder())  # asv's point runs in a folder it removes after the point  # fmt: skip
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
@@ -397,6 +416,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _end_with(owner: int, path: Path, ours: int) -> None:
+    """End this process within a second of ``owner``, mid-figure too: the run that asked is gone (a stopped gpu-run
+    whose holder ended), and its GPU work with it. Its socket goes first."""
+    while _alive(owner):
+        time.sleep(1.0)
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_ino == ours:
+            path.unlink()
+            path.with_suffix(".lock").unlink(missing_ok=True)
+    os._exit(0)
+
+
 def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = IDLE_S) -> None:
     """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one, or a CUDA error; each build
     and figure appended to ``journal`` (default: beside the socket)."""
@@ -407,6 +438,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
     listener.listen(4)
     listener.settimeout(1.0)
     last = time.monotonic()
+    threading.Thread(target=_end_with, args=(owner, path, ours), daemon=True).start()
 
     def close() -> None:
         listener.close()

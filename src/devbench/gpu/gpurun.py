@@ -113,7 +113,7 @@ class Run:
         self.stages: list[dict[str, Any]] = []
         self.stage_started = time.time()
         self.checked: str | None = None  # the run's folder of checked workloads (prepare.check_once)
-        self.owner: dict[str, str] = {}  # the measuring processes' holder while one is held (sweep.held)
+        self.holder: sweep.Holder | None = None  # owns the measuring process of the stages before the tests
 
     def left(self) -> float:
         return self.args.budget_s - (time.monotonic() - self.start)
@@ -261,7 +261,8 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     env = {**os.environ, "DEVBENCH_BENCH": regex, sweep.DIR_ENV: str(run.repo / ".asv" / "sweep")}
     if run.checked:
         env[CHECKED_ENV] = run.checked
-    env.update(run.owner)
+    if run.holder is not None:
+        env.update(run.holder.env())
     estimate = plan.estimate_s(points=points, group=lambda p: name, scale=scale)
     raw = plan.estimate_s(points=points, group=lambda p: name)
     running[:] = points
@@ -271,7 +272,10 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     took = run.stages[-1]["actual_s"]
     for p in points:
         p.done = True
-    plan.sweep_up |= bool(run.owner) and any(p.swept for p in points)  # held for the stages after it
+    plan.sweep_up |= run.holder is not None and any(p.swept for p in points)  # held for the stages after it
+    if code == 124 and run.holder is not None:  # a figure cut mid-way: its measuring process ends with it
+        run.holder.release()
+        plan.sweep_up = False
     if code == 124:
         lost = summary.cut(points, run.stage_started, "the stage reached its time limit before asv finished it")
         print(f"== asv {name}: {len(points) - len(lost)} of {len(points)} points kept, {len(lost)} cut", flush=True)
@@ -322,9 +326,9 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     }
     # one measuring process (its CUDA context, cuBLAS's start) serves the consecutive asv stages; it ends before the
     # CUDA tests and validate, which then have the GPU to themselves
-    with sweep.held() as run.owner:
+    with sweep.held() as run.holder:
         failed = _asv_stages(run, plan, summary, reserve, python, machine, sha, running, takes, done)
-    run.owner, plan.sweep_up = {}, False
+    run.holder, plan.sweep_up = None, False
     tests_s, validate_s = held_s(plan.costs)
     if args.tests and (run.repo / "tests").is_dir():
         code = run.stage("cuda tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"],
