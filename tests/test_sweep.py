@@ -192,9 +192,9 @@ def test_a_cuda_error_fails_its_figure_and_the_next_point_gets_a_fresh_process(s
     assert "CUDA error: an illegal memory access" in first["error"] and "measuring process" in first["error"]
     before = {line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}
     deadline = time.monotonic() + 30
-    while any(sweep._alive(int(p)) for p in before) and time.monotonic() < deadline:
+    while any(sweep.alive(int(p)) for p in before) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(sweep._alive(int(p)) for p in before), "the measuring process went on after a CUDA error"
+    assert not any(sweep.alive(int(p)) for p in before), "the measuring process went on after a CUDA error"
     assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
     after = {line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}
     assert len(after - before) == 1  # a fresh measuring process measured the next point
@@ -230,7 +230,7 @@ def test_a_figure_past_its_timeout_ends_the_process_and_the_next_point_goes_on(s
     served = int((suite_dir / "log.txt").read_text().splitlines()[-1].split()[0])
     assert served != hung  # a fresh process measured it: the hung one was ended, not waited behind
     cmdline = Path(f"/proc/{hung}/cmdline")
-    assert not sweep._alive(hung) or "devbench.engine.sweep" not in cmdline.read_text(errors="replace")
+    assert not sweep.alive(hung) or "devbench.engine.sweep" not in cmdline.read_text(errors="replace")
 
 
 def test_the_measuring_process_ends_with_its_owner(tmp_path):
@@ -302,7 +302,7 @@ def test_one_measuring_process_serves_every_asv_call_made_while_it_is_held(suite
         assert not _gone(server, within_s=0.0)
         assert _log(suite_dir) == ["build cpu 1", "measure a 1", "measure b 1", "build cpu 2", "measure a 2",
                                    "measure b 2"]  # fmt: skip
-    assert not list(sweep._sockets().glob(f"m{owner}-*.sock"))
+    assert not list(sweep.sockets().glob(f"m{owner}-*.sock"))
     assert _gone(server)
 
 
@@ -471,9 +471,9 @@ def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finis
     assert "bench_stop.Slow.track_two" not in data["results"]
     pids = {json.loads(line)["pid"] for line in journal.read_text().splitlines()}
     deadline = time.monotonic() + 10
-    while any(sweep._alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(sweep.alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(sweep._alive(p) for p in pids), "the measuring process outlived the stage"
+    assert not any(sweep.alive(p) for p in pids), "the measuring process outlived the stage"
 
 
 def test_a_classs_cpu_points_keep_their_processes_on_a_gpu_host(monkeypatch):

@@ -38,8 +38,10 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
+
+from devbench.engine.owners import OWNER_ENV, Holder, alive, asking_owner, held, sockets  # noqa: F401 - sweep's names
 
 #: where the measuring processes keep their sockets, logs and journal (gpu-run sets one per run)
 DIR_ENV = "DEVBENCH_SWEEP_DIR"
@@ -55,10 +57,6 @@ IDLE_S = 60.0
 EVICT_IDLE_S = 5.0
 #: how long a point waits for a measuring process to start (an interpreter, torch, a CUDA context)
 START_S = 180.0
-#: the pid whose end ends the measuring processes started while it lives (``held``: ``devbench gpu-run`` holds one
-#: over its consecutive asv calls, so that one measuring process, its CUDA context and cuBLAS's start serve them
-#: all); unset, the asking point's parent (asv's forkserver: one asv call)
-OWNER_ENV = "DEVBENCH_SWEEP_OWNER"
 
 
 def mode() -> str:
@@ -82,7 +80,7 @@ def _address(owner: int) -> Path:
     """The socket of ``owner``'s measuring process for this interpreter, its folder and this process's visible
     GPUs: in a short folder of its own (a Unix socket's path is at most 107 bytes), its log in ``folder()``."""
     ident = f"{sys.executable}|{os.environ.get('CUDA_VISIBLE_DEVICES', '')}|{sys.path}|{folder()}"
-    return _sockets() / f"m{owner}-{hashlib.sha1(ident.encode()).hexdigest()[:10]}.sock"
+    return sockets() / f"m{owner}-{hashlib.sha1(ident.encode()).hexdigest()[:10]}.sock"
 
 
 def _log_of(path: Path) -> Path:
@@ -138,61 +136,13 @@ def on_figure(before, after) -> None:
         _MEASURED.append(after)
 
 
-def _owner() -> int:
-    held = os.environ.get(OWNER_ENV, "")
-    return int(held) if held.isdigit() and _alive(int(held)) else os.getppid()
-
-
-def _sockets() -> Path:
-    return Path(tempfile.gettempdir()) / f"devbench-sweep-{os.getuid()}"
-
-
-class Holder:
-    """A process that owns the measuring processes started while it lives: ``env()`` is what the asv calls that
-    share them add to their environment (``OWNER_ENV``, the holder started on first use). A measuring process
-    with a holder runs in a session of its own, so that the end of one asv call's session leaves it to the next
-    call; it ends within a second of its holder, mid-figure too. ``release()`` ends the holder and waits, at most
-    ``wait_s``, until their sockets are gone. A kill of the process that holds it ends the holder too (its pipe
-    closes)."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-
-    def env(self) -> dict[str, str]:
-        if self.proc is None:
-            self.proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                                         stdin=subprocess.PIPE)  # fmt: skip
-        return {OWNER_ENV: str(self.proc.pid)}
-
-    def release(self, wait_s: float = 30.0) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        proc.stdin.close()
-        proc.kill()  # a forked child may hold the pipe open as well: its end alone would not end the holder
-        proc.wait()
-        deadline = time.monotonic() + wait_s
-        while any(_sockets().glob(f"m{proc.pid}-*.sock")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-
-@contextlib.contextmanager
-def held(wait_s: float = 30.0) -> Iterator[Holder]:
-    """A ``Holder`` for the block, released (and its measuring processes waited for) when it ends."""
-    holder = Holder()
-    try:
-        yield holder
-    finally:
-        holder.release(wait_s)
-
-
 class MeasuringError(RuntimeError):
     """The measuring process failed a point (the message says how) or could not be reached."""
 
 
 def ask(request: dict, timeout_s: float) -> dict:
     """Send ``request`` to this asv run's measuring process (started if there is none) and return its reply."""
-    owner = _owner()
+    owner = asking_owner()
     path = _address(owner)
     request = {**request, "env": {k: os.environ.get(k) for k in PASSED_ENV}, "timeout_s": timeout_s}
     try:
@@ -406,20 +356,10 @@ def _environment(values: dict):
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _end_with(owner: int, path: Path, ours: int) -> None:
     """End this process within a second of ``owner``, mid-figure too: the run that asked is gone (a stopped gpu-run
     whose holder ended), and its GPU work with it. Its socket goes first."""
-    while _alive(owner):
+    while alive(owner):
         time.sleep(1.0)
     with contextlib.suppress(OSError):
         if os.stat(path).st_ino == ours:
@@ -448,7 +388,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                 path.with_suffix(".lock").unlink(missing_ok=True)
 
     try:
-        while _alive(owner) and time.monotonic() - last < idle_s:
+        while alive(owner) and time.monotonic() - last < idle_s:
             try:
                 conn, _ = listener.accept()
             except TimeoutError:

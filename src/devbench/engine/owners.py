@@ -1,0 +1,80 @@
+"""Who owns a measuring process (``devbench.engine.sweep``): the asking point's parent, or a holder that
+``devbench gpu-run`` keeps over its consecutive asv calls, so that one measuring process serves them all."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+#: the pid whose end ends the measuring processes started while it lives (``held``: ``devbench gpu-run`` holds one
+#: over its consecutive asv calls, so that one measuring process, its CUDA context and cuBLAS's start serve them
+#: all); unset, the asking point's parent (asv's forkserver: one asv call)
+OWNER_ENV = "DEVBENCH_SWEEP_OWNER"
+
+
+def asking_owner() -> int:
+    """The owner of the measuring process this point asks: the held one where ``OWNER_ENV`` names a live one, else
+    this point's parent."""
+    value = os.environ.get(OWNER_ENV, "")
+    return int(value) if value.isdigit() and alive(int(value)) else os.getppid()
+
+
+def sockets() -> Path:
+    """The folder of the measuring processes' sockets (short: a Unix socket's path is at most 107 bytes)."""
+    return Path(tempfile.gettempdir()) / f"devbench-sweep-{os.getuid()}"
+
+
+class Holder:
+    """A process that owns the measuring processes started while it lives: ``env()`` is what the asv calls that
+    share them add to their environment (``OWNER_ENV``, the holder started on first use). A measuring process
+    with a holder runs in a session of its own, so that the end of one asv call's session leaves it to the next
+    call; it ends within a second of its holder, mid-figure too. ``release()`` ends the holder and waits, at most
+    ``wait_s``, until their sockets are gone. A kill of the process that holds it ends the holder too (its pipe
+    closes)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def env(self) -> dict[str, str]:
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                         stdin=subprocess.PIPE)  # fmt: skip
+        return {OWNER_ENV: str(self.proc.pid)}
+
+    def release(self, wait_s: float = 30.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.stdin.close()
+        proc.kill()  # a forked child may hold the pipe open as well: its end alone would not end the holder
+        proc.wait()
+        deadline = time.monotonic() + wait_s
+        while any(sockets().glob(f"m{proc.pid}-*.sock")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def held(wait_s: float = 30.0) -> Iterator[Holder]:
+    """A ``Holder`` for the block, released (and its measuring processes waited for) when it ends."""
+    holder = Holder()
+    try:
+        yield holder
+    finally:
+        holder.release(wait_s)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
