@@ -7,7 +7,7 @@ import itertools
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -44,11 +44,16 @@ class _Table:
         self.entry_version: list[Any] = []
         self.entry_started: list[float] = []
         self.entry_rows: list[int] = []
-        self.labels: list[str] = []
+        #: per entry, its combinations' labels (``_layout``'s list, shared by every entry of that layout)
+        self.entry_labels: list[list[str]] = []
         self.values: list[Any] = []
         self.stats: dict[str, list[Any]] = {name: [] for name in STATS}
         self.param_chunks: list[tuple[int, tuple[str, ...], list[tuple[Any, ...]]]] = []
         self.rows = 0
+        #: the row lists as arrays, once ``finish`` has made them: numbers, failed/invalid marks, statistics
+        self.arrays: dict[str, np.ndarray] | None = None
+        #: and one object array per parameter name, in the order the names were first met
+        self.params: dict[str, np.ndarray] = {}
 
     def add_file(
         self, rel_path: Path, info: dict[str, Any], res: _ResultFile, runs, known, pattern, problems: list[Problem]
@@ -77,18 +82,22 @@ class _Table:
         )
         fid = len(self.files)
         self.files.append(fields)
+        # the columns' places are the file's: looked up once, not per entry
+        at = _Columns(*(column.get(c) for c in ("result", "started_at", "version")),
+                      [(self.stats[name], column.get(f"stats_{name}")) for name in STATS])  # fmt: skip
         for key in sorted(res.results):
             if pattern is None or pattern.search(key):
-                self._add_entry(fid, key, res, known.get(key, {}), problems, rel_path)
+                self._add_entry(fid, key, res, known.get(key, {}), problems, rel_path, at)
 
     def _add_entry(
-        self, fid: int, key: str, res: _ResultFile, meta: dict[str, Any], problems: list[Problem], rel_path: Path
+        self, fid: int, key: str, res: _ResultFile, meta: dict[str, Any], problems: list[Problem], rel_path: Path,
+        at: _Columns,
     ) -> None:
         """One benchmark of a file: a row per parameter combination (missing values and statistics are None)."""
-        entry, column = res.results[key], res.column
+        entry = res.results[key]
         names, typed, labels = _layout(key, tuple(meta.get("param_names") or ()), res.frozen_params[key])
         k = len(typed)
-        values = _field(entry, column.get("result"))
+        values = _field(entry, at.result)
         values = values if isinstance(values, list) else [values]  # None: all failed (a build failure)
         if len(values) != k and values != [None]:
             fate = "the extra ones are dropped" if len(values) > k else "the missing ones count as failed"
@@ -103,25 +112,45 @@ class _Table:
                                     "reported as invalid, not converted"))  # fmt: skip
             values = [INVALID if not _acceptable(v) else v for v in values]
         self.values.extend(values)
-        for name in STATS:
-            stat = _field(entry, column.get(f"stats_{name}"))
+        n = len(entry)
+        for into, i in at.stats:
+            stat = entry[i] if i is not None and i < n else None
             if type(stat) is list and len(stat) == k:
-                self.stats[name].extend(stat)
+                into.extend(stat)
             else:
-                self.stats[name].extend(_fit(stat if isinstance(stat, list) else [], k))
-        self.labels.extend(labels)
-        started = _field(entry, column.get("started_at"))
+                into.extend(_fit(stat if isinstance(stat, list) else [], k))
+        self.entry_labels.append(labels)
+        started = _field(entry, at.started_at)
         self.entry_file.append(fid)
         self.entry_bench.append(key)
-        self.entry_version.append(_field(entry, column.get("version")))
+        self.entry_version.append(_field(entry, at.version))
         self.entry_started.append(started if isinstance(started, (int, float)) else math.nan)
         self.entry_rows.append(k)
         if names:
             self.param_chunks.append((self.rows, names, typed))
         self.rows += k
 
+    def finish(self) -> None:
+        """The row lists as arrays (``arrays``, ``params``). Each reading process does this for its files, so
+        the conversion is shared and a forked reader sends arrays, quick to pickle, instead of lists."""
+        if self.arrays is not None:
+            return
+        numeric = _numbers(self.values)
+        # a failed (None) or invalid value is NaN among the numbers: only those rows are looked at
+        missing = np.flatnonzero(np.isnan(numeric)).tolist()
+        failed, invalid = np.zeros(len(numeric), dtype=bool), np.zeros(len(numeric), dtype=bool)
+        failed[missing] = [self.values[i] is None for i in missing]
+        invalid[missing] = [self.values[i] is INVALID for i in missing]
+        self.arrays = {"value": numeric, "failed": failed, "invalid": invalid}
+        for name in STATS:  # asv writes numbers or null; anything else becomes NaN
+            self.arrays[name] = _numbers(self.stats[name])
+        self.params = self._param_values()
+        self.values, self.stats, self.param_chunks = [], {name: [] for name in STATS}, []
+
     def extend(self, other: _Table) -> None:
         """Append ``other``'s files and rows after this table's."""
+        self.finish()
+        other.finish()
         files, rows = len(self.files), self.rows
         self.files += other.files
         self.entry_file += [f + files for f in other.entry_file]
@@ -129,11 +158,16 @@ class _Table:
         self.entry_version += other.entry_version
         self.entry_started += other.entry_started
         self.entry_rows += other.entry_rows
-        self.labels += other.labels
-        self.values += other.values
-        for name in STATS:
-            self.stats[name] += other.stats[name]
-        self.param_chunks += [(start + rows, names, typed) for start, names, typed in other.param_chunks]
+        self.entry_labels += other.entry_labels
+        self.arrays = {k: np.concatenate([v, other.arrays[k]]) for k, v in self.arrays.items()}
+        params = {}
+        for name in [*self.params, *(n for n in other.params if n not in self.params)]:
+            mine, theirs = self.params.get(name), other.params.get(name)
+            params[name] = np.concatenate([
+                mine if mine is not None else np.full(rows, None, dtype=object),
+                theirs if theirs is not None else np.full(other.rows, None, dtype=object),
+            ])  # fmt: skip
+        self.params = params
         self.rows += other.rows
 
     def frame(self, known: dict[str, dict[str, Any]], problems: list[Problem]) -> tuple[pd.DataFrame, list, list]:
@@ -149,15 +183,15 @@ class _Table:
         for name in ("suite", "name", "type", "unit"):
             per_code = pd.Categorical([per_bench[b][name] for b in bench.categories])
             cols[name] = pd.Categorical.from_codes(per_code.codes[bench_codes], dtype=per_code.dtype)
-        cols["params"] = pd.Categorical(self.labels)
-        failed = np.fromiter((v is None for v in self.values), dtype=bool, count=len(self.values))
-        invalid = np.fromiter((v is INVALID for v in self.values), dtype=bool, count=len(self.values))
-        numeric = _numbers(self.values)
-        status = np.where(failed, "failed", np.where(invalid, "invalid", np.where(np.isnan(numeric), "skipped", "ok")))
-        cols["status"] = pd.Categorical(status, categories=["ok", "skipped", "failed", "invalid"])
+        cols["params"] = self._labels()
+        self.finish()
+        arrays = self.arrays
+        numeric = arrays["value"]
+        status = np.where(arrays["failed"], 2, np.where(arrays["invalid"], 3, np.where(np.isnan(numeric), 1, 0)))
+        cols["status"] = pd.Categorical.from_codes(status, categories=["ok", "skipped", "failed", "invalid"])
         cols["value"] = numeric
-        for name in STATS:  # asv writes numbers or null; anything else becomes NaN
-            cols[name] = _numbers(self.stats[name])
+        for name in STATS:
+            cols[name] = arrays[name]
         version = pd.Categorical(self.entry_version)
         cols["version"] = pd.Categorical.from_codes(np.repeat(version.codes, counts), dtype=version.dtype)
         cols["version_current"] = np.repeat(np.asarray(current, dtype=bool), counts)
@@ -200,21 +234,58 @@ class _Table:
             cols[name] = col.take(file_rows).reset_index(drop=True) if len(per_file) else col
         return per_file
 
-    def _add_param_columns(self, frame: pd.DataFrame) -> list[str]:
-        """One column per parameter name (``param_<name>`` where it clashes with a base column)."""
-        param_values: dict[str, np.ndarray] = {}
+    def _labels(self) -> pd.Categorical:
+        """The rows' parameter labels as a categorical, built per layout (few) instead of per row (many)."""
+        layouts: dict[int, list[str]] = {}
+        for labels in self.entry_labels:
+            layouts.setdefault(id(labels), labels)
+        if not self.rows:
+            return pd.Categorical([label for labels in self.entry_labels for label in labels])
+        categories = sorted({label for labels in layouts.values() for label in labels})  # pandas' own order
+        code = {label: i for i, label in enumerate(categories)}
+        per_layout = {key: [code[label] for label in labels] for key, labels in layouts.items()}
+        codes = np.fromiter(itertools.chain.from_iterable(per_layout[id(labels)] for labels in self.entry_labels),
+                            dtype=np.int64, count=self.rows)  # fmt: skip
+        return pd.Categorical.from_codes(codes, categories=pd.Index(categories))
+
+    def _param_values(self) -> dict[str, np.ndarray]:
+        """One object array per parameter name (None where a benchmark has no such parameter)."""
+        # the entries of one layout (``_layout``'s cached list) are filled together, by NumPy
+        starts: dict[int, list[int]] = {}
+        layouts: dict[int, tuple[tuple[str, ...], list[tuple[Any, ...]]]] = {}
         for start, names, typed in self.param_chunks:
+            starts.setdefault(id(typed), []).append(start)
+            layouts.setdefault(id(typed), (names, typed))
+        param_values: dict[str, np.ndarray] = {}
+        for key, (names, typed) in layouts.items():
+            rows = (np.asarray(starts[key], dtype=np.int64)[:, None] + np.arange(len(typed))).ravel()
             for i, name in enumerate(names):
                 col = param_values.get(name)
                 if col is None:
                     col = param_values[name] = np.full(self.rows, None, dtype=object)
-                col[start : start + len(typed)] = [t[i] for t in typed]
+                one = np.empty(len(typed), dtype=object)
+                one[:] = [t[i] for t in typed]
+                col[rows] = np.tile(one, len(starts[key]))
+        return param_values
+
+    def _add_param_columns(self, frame: pd.DataFrame) -> list[str]:
+        """One column per parameter name (``param_<name>`` where it clashes with a base column)."""
         param_names = []
-        for name, values in param_values.items():
+        for name, values in self.params.items():
             col = name if name not in frame.columns else f"param_{name}"
             frame[col] = _typed(pd.Series(values, dtype=object))
             param_names.append(col)
         return param_names
+
+
+class _Columns(NamedTuple):
+    """Where a result file keeps the columns an entry is read from (None: not kept), and each statistic's
+    list in the table with its place."""
+
+    result: int | None
+    started_at: int | None
+    version: int | None
+    stats: list[tuple[list[Any], int | None]]
 
 
 class _Invalid:
@@ -240,9 +311,13 @@ def _acceptable(value: Any) -> bool:
     return not math.isinf(value)
 
 
+_PLAIN = {float, type(None)}
+
+
 def _all_plain(values: list[Any]) -> bool:
-    """The common case, checked fast: every value a finite float (or NaN) or None."""
-    return all(v is None or (type(v) is float and v - v == v - v or v != v) for v in values)
+    """The common case, checked fast (in C: types, then two searches): every value a finite float (or NaN)
+    or None."""
+    return set(map(type, values)) <= _PLAIN and math.inf not in values and -math.inf not in values
 
 
 def _fit(values: list[Any], k: int) -> list[Any]:
