@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from devbench.records import verdict as V
@@ -26,16 +27,26 @@ def two_commit_verdicts(cmp: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd
     less than the floor, ``undecided`` otherwise. Runs of one host at one hour share its drift: a
     verdict here is evidence to confirm with ``devbench compare``, not a measurement of its size.
     """
-    out = pd.Series("undecided", index=cmp.index, dtype=object)
-    for (bench, _), g in cmp.groupby(["benchmark", "params"], sort=False, observed=True):
-        marks = set(g["mark"])
-        if len(g) >= 2 and marks in ({"+"}, {"-"}):
-            went_up = marks == {"+"}
-            way = direction(str(bench), str(g["unit"].iloc[0]))
-            out[g.index] = "changed" if not way else V.FASTER if went_up == (way == "higher") else V.SLOWER
-        elif ((g["ratio"] - 1).abs() <= floor).all():
-            out[g.index] = V.SAME
-    return out
+    if cmp.empty:
+        return pd.Series("undecided", index=cmp.index, dtype=object)
+    # per figure, by groupby aggregates (a Python loop over figures cost 0.4 s on a large history)
+    group = cmp.groupby(["benchmark", "params"], sort=False, observed=True).ngroup().to_numpy()
+    marks, keyed = cmp["mark"].to_numpy(dtype=object), group >= 0
+    flags = pd.DataFrame({"g": group, "up": marks == "+", "down": marks == "-",
+                          "same": ((cmp["ratio"] - 1).abs() <= floor).to_numpy()})  # fmt: skip
+    by = flags[keyed].groupby("g", sort=True)
+    runs, up, down, same = (by.size().to_numpy(), *(by[c].all().to_numpy() for c in ("up", "down", "same")))
+    first = pd.Series(np.arange(len(cmp)))[keyed].groupby(group[keyed], sort=True).first().to_numpy()
+    bench, unit = cmp["benchmark"].to_numpy(dtype=object), cmp["unit"].to_numpy(dtype=object)
+    verdict = []
+    for g in range(len(runs)):
+        if runs[g] >= 2 and (up[g] or down[g]):
+            way = direction(str(bench[first[g]]), str(unit[first[g]]))
+            verdict.append("changed" if not way else V.FASTER if bool(up[g]) == (way == "higher") else V.SLOWER)
+        else:
+            verdict.append(V.SAME if same[g] else "undecided")
+    verdict.append("undecided")  # a row of no figure (a missing key: ngroup's -1)
+    return pd.Series(np.asarray(verdict, dtype=object)[group], index=cmp.index, dtype=object)
 
 
 def changes(frame: pd.DataFrame, base: str, head: str) -> Section:
