@@ -79,7 +79,21 @@ def cmd_machine(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: the subcommands whose modules are imported to build their parsers, and their one-line help
+HELP = {
+    "report": "asv results -> Markdown/HTML/CSV/PNG report (comparisons across commits, machines, envs)",
+    "validate": "check the suite's latest figures against torch.utils.benchmark.Timer (and CUDA events)",
+    "compare": "two commits measured in paired turns: faster, slower, same or undecided per figure (exit 1 if "
+    "slower)",
+    "gpu-run": "the whole suite in one time-boxed call (a lent or rented GPU machine): plan, asv run, CUDA tests, "
+    "validate, packed into one folder",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``devbench`` parser. Given the ``command`` to run, the other subcommands of ``HELP`` are only named
+    (their modules not imported: a tenth of a second before a report starts); without one, or with a name that
+    is not a subcommand (for argparse's error), every subcommand is built whole."""
     parser = argparse.ArgumentParser(
         prog="devbench",
         description="devbench: how fast PyTorch computes and moves data on CPUs and GPUs.",
@@ -88,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    whole = command not in (*HELP, "info", "machine")
+
+    def wanted(name: str) -> bool:
+        if whole or name == command:
+            return True
+        sub.add_parser(name, help=HELP[name])
+        return False
 
     p = sub.add_parser("info", help="show this machine's CPU, torch build, CUDA, driver and GPUs")
     p.add_argument("--json", action="store_true", help="print the full record as JSON")
@@ -101,11 +122,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="asv config file (default: asv.conf.json)")
     p.set_defaults(func=cmd_machine)
 
+    if wanted("report"):
+        _add_report(sub)
+    if wanted("validate"):
+        _add_validate(sub)
+    if wanted("compare"):
+        _add_compare(sub)
+    if wanted("gpu-run"):
+        _add_gpu_run(sub)
+    return parser
+
+
+def _add_report(sub) -> None:
     from devbench.report import cli as report_cli
 
     p = sub.add_parser(
         "report",
-        help="asv results -> Markdown/HTML/CSV/PNG report (comparisons across commits, machines, envs)",
+        help=HELP["report"],
         description=report_cli.build_parser().description,
         epilog=report_cli.EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -113,11 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
     report_cli.add_arguments(p)
     p.set_defaults(func=report_cli.run)
 
+
+def _add_validate(sub) -> None:
     from devbench import validate
 
     p = sub.add_parser(
         "validate",
-        help="check the suite's latest figures against torch.utils.benchmark.Timer (and CUDA events)",
+        help=HELP["validate"],
         description=validate.build_parser().description,
         epilog=validate.build_parser().epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -125,11 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_arguments(p)
     p.set_defaults(func=validate.run)
 
+
+def _add_compare(sub) -> None:
     from devbench.compare import cli as compare_cli
 
     p = sub.add_parser(
         "compare",
-        help="two commits measured in paired turns: faster, slower, same or undecided per figure (exit 1 if slower)",
+        help=HELP["compare"],
         description="Measure BASE and HEAD in pairs of processes, one per side, that take strict turns (A B A B ...) "
         "timing one block each, offline in this Python's environment; judge every figure from the log ratios of "
         "adjacent blocks with a distribution-free interval against a floor. Drift of the host slower than one pair "
@@ -147,12 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     compare_cli.add_arguments(p)
     p.set_defaults(func=compare_cli.run)
 
+
+def _add_gpu_run(sub) -> None:
     from devbench.gpu import gpurun
 
     p = sub.add_parser(
         "gpu-run",
-        help="the whole suite in one time-boxed call (a lent or rented GPU machine): plan, asv run, CUDA tests, "
-        "validate, packed into one folder",
+        help=HELP["gpu-run"],
         description="Plan the suite against a time budget (each benchmark's points and expected seconds, the "
         "headline points first, what the budget drops), print the plan, then run it with asv in two calls "
         "(headline points, then the rest re-planned with what the first call cost), the tests that need CUDA and "
@@ -164,11 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     gpurun.add_arguments(p)
     p.set_defaults(func=gpurun.run)
 
-    return parser
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(next((w for w in words if not w.startswith("-")), None)).parse_args(words)
     return int(args.func(args) or 0)
 
 
