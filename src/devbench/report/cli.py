@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from collections.abc import Sequence
@@ -84,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("devbench report: interrupted; the previous report is left as it was", file=sys.stderr)
         return 130
+    finally:
+        gc.unfreeze()  # what ``_run`` froze is collectable again (a caller that goes on, as tests do)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -109,6 +112,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"devbench report: {len(older)} benchmark(s) changed version within this history: their older "
                   "results are kept in the tables and left out of comparisons, as asv does", file=sys.stderr)
         _nothing_read(loaded, args)
+        # What is alive now (modules, the frame) lives until the report is written: collections leave it
+        # alone from here on instead of passing over it each time (0.2 s on a 1,000-file history).
+        gc.freeze()
         loaded.frame = _select(loaded.frame, args)
         _hide_paths(loaded)
         pair = commit_pair(loaded.frame, args.base, args.head)
