@@ -107,7 +107,7 @@ def attribute(steps: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
         return out.assign(cause=pd.Series(dtype=object), ceilings=pd.Series(dtype=object))
     values = ceiling_values(frame)
     lookup = {(r.machine, r.env, r.device, r.ceiling, r.commit): float(r.value) for r in values.itertuples()}
-    devices = _devices(frame)
+    devices = _devices(frame[frame["benchmark"].isin(set(out["benchmark"]))])  # only the steps' series are asked
     causes, notes = [], []
     for r in out.itertuples():
         key = (str(r.machine), str(r.env), str(r.benchmark), str(r.params))
