@@ -64,7 +64,7 @@ def test_pattern_written_in_place_is_the_same_pattern():
 
 
 @pytest.mark.parametrize("nbytes", [4 * T.KiB, T.MiB + 8])
-def test_copy_on_the_cpu_is_exact_and_rotates(nbytes):
+def test_copy_on_the_cpu_is_exact_and_rotates(nbytes, small_cpu_cache):
     c = T.Copy(nbytes, CPU, CPU)
     assert c.sets == T.sets_for(nbytes, T.cache_bytes(CPU)) >= 2 and c.devices == [CPU] and c.timing_device == CPU
     c.check()
@@ -462,7 +462,7 @@ def test_the_trace_lasts_long_enough_and_waits_for_counters_that_lag(monkeypatch
     assert path.nvlink_share == pytest.approx(1.0) and path.label == "NVLink"
 
 
-def test_the_matrix_checks_times_and_traces_every_direction(capsys):
+def test_the_matrix_checks_times_and_traces_every_direction(capsys, small_cpu_cache):
     cpu = torch.device("cpu")
     timed, traced, lines = [], [], []
 

@@ -171,7 +171,7 @@ def test_bad_tolerance_is_refused(capsys):
 
 
 @pytest.mark.parametrize("label", ["matmul float32 n=256 cpu", "host copy 1 MiB"])
-def test_reference_measurement_is_positive_and_in_the_unit(label):
+def test_reference_measurement_is_positive_and_in_the_unit(label, small_cpu_cache):
     c = next(c for c in V.checks(gpu=False) if c.label == label)
     now = V.measure(c, min_run_time=0.05, rounds=2)
     assert math.isnan(now.events)
