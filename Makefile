@@ -49,17 +49,17 @@ lint: venv
 	$(PY) -m ruff check src benchmarks tests scripts
 
 # make test runs three streams on two cores (each target's output is printed whole when it
-# ends): pytest in two workers (pytest-xdist, a test file per worker at a time) and asv's dry
+# ends): pytest in three workers (pytest-xdist, a test file per worker at a time) and asv's dry
 # run of the suite in two halves. Much of each stream waits on processes it started (asv's
-# forks, worlds of ranks, compare's workers); three streams keep both cores busy through
-# those waits. Each torch process gets one CPU thread: a pool of two threads in each stream
+# forks, worlds of ranks, compare's workers); three streams, and three pytest workers, keep
+# both cores busy through those waits (two workers left a third of the cores idle). Each torch process gets one CPU thread: a pool of two threads in each stream
 # waits on the others at every parallel region (docs/noise.md, "Threads"). scripts/group.sh
 # runs the streams as one session, so that a SIGTERM to make stops every process of them.
 test: venv
 	env DEVBENCH_THREADS=1 OMP_NUM_THREADS=1 scripts/group.sh $(MAKE) --no-print-directory -j3 --output-sync=target test-pytest test-asv-1 test-asv-2
 
 test-pytest: venv
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 3 --dist loadfile
 
 # asv's --quick times each time_ benchmark once; DEVBENCH_BLOCKS=1 does the same for the track_
 # figures (one engine block each). Every combination still sets up, checks its work and reports.

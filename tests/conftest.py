@@ -66,3 +66,11 @@ def small_cpu_cache(monkeypatch):
         return 8 * T.MiB if torch.device(device).type == "cpu" else real(device, sysfs)
 
     monkeypatch.setattr(T, "cache_bytes", cache)
+
+
+@pytest.fixture
+def suite_dir(tmp_path, monkeypatch):
+    """A fake swept benchmark's package, every point through the measuring process (``tests/sweep_fixture.py``)."""
+    from sweep_fixture import fake_suite
+
+    yield from fake_suite(tmp_path, monkeypatch)

@@ -1,0 +1,239 @@
+"""The measuring process's owners (``devbench.engine.owners``) and the measuring process under asv itself: who
+ends it, how gpu-run's stages share one, and what a point selected or a stage stopped keeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from devbench.engine import sweep
+from sweep_fixture import BENCH, _log, _point, _servers, _stop_servers
+
+
+def test_the_measuring_process_ends_with_its_owner(tmp_path):
+    """Its owner is the points' parent (asv's forkserver): when that ends, so does the measuring process."""
+    import subprocess
+
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    path = tmp_path / "m.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "devbench.engine.sweep", "--socket", str(path),
+                             "--owner", str(owner.pid)])
+    try:
+        deadline = time.monotonic() + 60
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert path.exists() and proc.poll() is None
+        owner.kill()
+        owner.wait()
+        assert proc.wait(timeout=30) == 0
+        assert not path.exists()
+    finally:
+        owner.kill()
+        proc.kill()
+
+
+def _asv_call(*points: tuple[str, tuple], wait: bool = True) -> int:
+    """Points run from one forked parent in a session of its own, as gpu-run runs an asv call; the session is
+    killed when the call ends, as gpu-run kills a stage's. ``wait=False``: the call's pid, running."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            for method, args in points:
+                _point(method, *args)
+        finally:
+            os._exit(0)
+    if wait:
+        _end_call(pid)
+    return pid
+
+
+def _end_call(pid: int) -> None:
+    os.waitpid(pid, 0)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _gone(pid: int, within_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_one_measuring_process_serves_every_asv_call_made_while_it_is_held(suite_dir, monkeypatch):
+    """gpu-run holds an owner over its consecutive asv calls: their points ask one measuring process (one CUDA
+    context, one cuBLAS start), which ends when the holder lets go, its socket gone before ``held`` returns."""
+    with sweep.held() as holder:
+        owner = holder.env()[sweep.OWNER_ENV]
+        monkeypatch.setenv(sweep.OWNER_ENV, owner)
+        _asv_call(("track_a", ("cpu", 1)))
+        _asv_call(("track_a", ("cpu", 2)))
+        (server,) = _servers(suite_dir)
+        assert not _gone(server, within_s=0.0)
+        assert _log(suite_dir) == ["build cpu 1", "measure a 1", "measure b 1", "build cpu 2", "measure a 2",
+                                   "measure b 2"]  # fmt: skip
+    assert not list(sweep.sockets().glob(f"m{owner}-*.sock"))
+    assert _gone(server)
+
+
+def test_a_held_measuring_process_ends_mid_figure_when_its_holder_is_released(suite_dir, monkeypatch):
+    monkeypatch.setenv("FAKE_SLEEP", "1")  # the second workload's twin figure sleeps a minute
+    with sweep.held() as holder:
+        monkeypatch.setenv(sweep.OWNER_ENV, holder.env()[sweep.OWNER_ENV])
+        call = _asv_call(("track_a", ("cpu", 2)), wait=False)
+        deadline = time.monotonic() + 60
+        while "measure b 2" not in _log(suite_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (server,) = _servers(suite_dir)
+        holder.release()
+        assert _gone(server, within_s=10)  # not after the minute's figure
+        _end_call(call)
+
+
+def test_without_a_holder_each_asv_call_has_its_own_measuring_process(suite_dir, monkeypatch):
+    monkeypatch.delenv(sweep.OWNER_ENV, raising=False)
+    _asv_call(("track_a", ("cpu", 1)))
+    _asv_call(("track_a", ("cpu", 2)))
+    assert len(_servers(suite_dir)) == 2
+
+
+@pytest.mark.slow
+def test_asv_selecting_one_point_builds_that_workload_alone(tmp_path, monkeypatch):
+    """asv itself, one point selected with --bench: its workload built once, the other combinations never, and
+    the figure recorded with its samples (asv runs a ``track_`` figure in one round, whatever ``rounds`` says).
+    With the run's selection known (``DEVBENCH_BENCH``, as gpu-run and compare set it), the workload's other
+    figure is not measured either."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from asv_fixture import _git, asv, one_module_project
+
+    project, home = one_module_project(tmp_path, "bench_fake", textwrap.dedent(BENCH))
+    log = tmp_path / "log.txt"
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    monkeypatch.setenv(sweep.DIR_ENV, str(tmp_path / "sweep"))
+    monkeypatch.setenv(sweep.MODE_ENV, "all")
+    monkeypatch.delenv(sweep.SELECT_ENV, raising=False)
+    try:
+        out = asv(project, home, "run", "-E", f"existing:{sys.executable}", "--machine", "m", "--record-samples",
+                  "--bench", r"Fake\.track_a\('cpu', 2\)", "--set-commit-hash", _git(project, "rev-parse", "HEAD"))
+        assert out.returncode == 0, out.stdout + out.stderr
+        lines = [x.split(" ", 1)[1] for x in log.read_text().splitlines() if " teardown " not in x]
+        assert lines == ["build cpu 2", "made 2", "measure a 2", "measure b 2"]
+        (path,) = [p for p in (project / "results" / "m").glob("*.json") if p.name != "machine.json"]
+        data = json.loads(path.read_text())
+        row = dict(zip(data["result_columns"], data["results"]["bench_fake.Fake.track_a"], strict=False))
+        assert row["result"][1] == 2.0 and row["samples"][1] == [2.0] * 3
+        assert all(r != r for i, r in enumerate(row["result"]) if i != 1)  # not run: asv's NaN
+        log.unlink()
+        monkeypatch.setenv(sweep.SELECT_ENV, r"Fake\.track_a\('cpu', 2\)")
+        out = asv(project, home, "run", "-E", f"existing:{sys.executable}", "--machine", "m",
+                  "--bench", r"Fake\.track_a\('cpu', 2\)", "--set-commit-hash", _git(project, "rev-parse", "HEAD"))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert [x.split(" ", 1)[1] for x in log.read_text().splitlines() if " teardown " not in x] == [
+            "build cpu 2", "made 2", "measure a 2"]  # fmt: skip
+    finally:
+        _stop_servers(tmp_path)
+
+
+_STOP = """
+import time
+
+from devbench.engine.suite import Benchmark, instrumented, with_samples
+
+
+@instrumented
+class Fast(Benchmark):
+    swept = True
+
+    def setup(self):
+        pass
+
+    def track_one(self):
+        return with_samples([1.0] * 3)
+
+
+@instrumented
+class Slow(Benchmark):
+    swept = True
+    timeout = 900
+
+    def setup(self):
+        pass
+
+    def track_two(self):
+        time.sleep(600)
+        return with_samples([2.0] * 3)
+"""
+
+
+@pytest.mark.slow
+def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finished(tmp_path):
+    """gpu-run with every point through the measuring process, stopped (SIGTERM) while it measures the second
+    class: the first class's figure is kept in the packed results, the second is cut, and the measuring
+    process ends with the stage."""
+    import re
+    import shutil
+    import subprocess
+    import tarfile
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from asv_fixture import _git, terminate
+
+    root = Path(__file__).resolve().parents[1]
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    shutil.copy(root / "asv.conf.json", repo)
+    (repo / "benchmarks" / "__init__.py").write_text("")
+    (repo / "benchmarks" / "bench_stop.py").write_text(_STOP)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "suite")
+    out, log = tmp_path / "out", tmp_path / "log"
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", sweep.MODE_ENV: "all"}
+    cmd = [sys.executable, "-m", "devbench.cli", "gpu-run", "--repo", str(repo), "--machine", "cpu-box",
+           "--no-tests", "--no-validate", "--budget-s", "900", "--out", str(out)]  # fmt: skip
+    journal = repo / ".asv" / "sweep" / "journal.jsonl"
+
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while not (re.search(r"bench_stop\.Fast\.track_one\s+1\.0", log.read_text()) and journal.exists()):
+                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.2)
+            time.sleep(2.0)  # the slow figure is being measured
+        except BaseException:
+            terminate(proc)
+            raise
+        code = terminate(proc)
+    assert code == 143, log.read_text()[-3000:]
+    record = json.loads((out / "plan.json").read_text())
+    states = {p["benchmark"]: p["state"] for p in record["points"]}
+    assert states == {"bench_stop.Fast.track_one": "run", "bench_stop.Slow.track_two": "cut"}
+    with tarfile.open(out / "results.tgz") as tar:
+        name = next(n for n in tar.getnames() if re.search(r"results/cpu-box/[0-9a-f]{8}-existing.*\.json$", n))
+        data = json.load(tar.extractfile(name))
+        assert any(n.endswith("sweep/journal.jsonl") for n in tar.getnames())  # the journal is packed
+    assert data["results"]["bench_stop.Fast.track_one"][0] == [1.0]
+    # its samples are kept too: asv compare judges gpu-run's figures with its own statistics
+    row = dict(zip(data["result_columns"], data["results"]["bench_stop.Fast.track_one"], strict=False))
+    assert row["samples"] == [[1.0, 1.0, 1.0]]
+    assert "bench_stop.Slow.track_two" not in data["results"]
+    pids = {json.loads(line)["pid"] for line in journal.read_text().splitlines()}
+    deadline = time.monotonic() + 10
+    while any(sweep.alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(sweep.alive(p) for p in pids), "the measuring process outlived the stage"
