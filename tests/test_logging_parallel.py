@@ -64,7 +64,7 @@ def test_parallel_pair_on_two_cpu_lanes():
     assert len({id(mm) for mm in (*pair.par, *pair.seq)}) == 4  # every lane and every sequential work its own
     assert pair.par[0].outputs[0].data_ptr() != pair.par[1].outputs[0].data_ptr()
     assert pair.run_parallel() > 0 and pair.run_sequential() > 0
-    pairs = pair.pairs(cap=(0.0, 3))
+    pairs = pair.pairs(3)
     assert 3 <= len(pairs) and all(seq > 0 and par > 0 for seq, par in pairs)
     with pytest.raises(ValueError, match="2 lanes"):
         ParallelPair(8, [CPU])

@@ -313,6 +313,12 @@ def _blocks(take: Callable[[], float], blocks: int | None) -> tuple[float, ...]:
     return tuple(take() for _ in range(blocks))
 
 
+def sampled(take: Callable[[], float], blocks: int | None = None) -> tuple[float, ...]:
+    """Samples of ``take()`` as the engine takes its blocks (``blocks``, else ``DEVBENCH_BLOCKS``, else to asv's
+    0.5% or the benchmark's cap), for a sample that is not one timed block: a pair of runs."""
+    return _blocks(take, blocks)
+
+
 def measure_synced(fn: Callable[[], object], sync: Callable[[], object], calls: int,
                    blocks: int | None = None) -> Measurement:  # fmt: skip
     """Seconds per call of ``fn(); sync()`` on the host's clock, as asv times a ``time_`` benchmark (each call

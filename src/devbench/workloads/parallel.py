@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import torch
 
-from devbench.engine import precision
 from devbench.engine.devices import synchronize
 from devbench.engine.lanes import Lanes
+from devbench.engine.measure import sampled
 from devbench.workloads.matmul import Matmul
 
 #: products issued back to back to time the host's share of one (its dispatch and launch)
@@ -82,10 +82,11 @@ class ParallelPair:
         """Seconds for the same works one after another on lane 0."""
         return self.lanes.sequential(self.seq, self.reps)
 
-    def pairs(self, cap: tuple[float, int] | None = None) -> list[tuple[float, float]]:
-        """(sequential, parallel) seconds of pairs run back to back (drift hits both), until asv's 99% interval of
-        their speedup is within ``precision.REL`` of its median or ``cap`` (seconds, pairs; the benchmark's cap
-        when None) has passed: the speedup, its efficiency and both times are counted from the same pairs."""
+    def pairs(self, count: int | None = None) -> list[tuple[float, float]]:
+        """(sequential, parallel) seconds of pairs run back to back (drift hits both): ``count`` of them, or
+        ``DEVBENCH_BLOCKS``, else until asv's 99% interval of their speedup is within 0.5% of its median or the
+        benchmark's cap has passed (``measure.sampled``): the speedup, its efficiency and both times are counted
+        from the same pairs."""
         got: list[tuple[float, float]] = []
 
         def one() -> float:
@@ -94,5 +95,5 @@ class ParallelPair:
             got.append((seq, par))
             return seq / par
 
-        precision.sample(one, cap)
+        sampled(one, count)
         return got
