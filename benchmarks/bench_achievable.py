@@ -77,6 +77,9 @@ class MatmulAchievable(Benchmark):
                     "known_s": KNOWN_BUDGET_S + 5.0}  # fmt: skip
     plan_s = 3.0
     plan_last = [{"device": ["cpu"]}]
+    #: a GPU point asks the measuring process (one CUDA context and cuBLAS start for the run): the search's shape,
+    #: from ``setup_cache``, goes with the request
+    swept = True
     #: 2: the search's best is the fastest of its finalists timed again, longer; it was
     #: the fastest of the grid's brief figures, which read high and could pick a shape that was lucky
     work_version = 2

@@ -99,16 +99,18 @@ def _stop_servers(root: Path) -> None:
             pass
 
 
-def _point(method: str, *args) -> dict:
-    """One point as asv runs it: a forked process that sets up, calls the figure and tears down."""
+def _point(method: str, *args, cls: str = "bench_fake.Fake") -> dict:
+    """One point as asv runs it: a forked process that sets up, calls the figure and tears down (``cls``: the
+    module and class in the fake package)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the point
         os.close(read)
         try:
-            from fakebench.bench_fake import Fake
+            import importlib
 
-            bench = Fake()
+            module, name = cls.rsplit(".", 1)
+            bench = getattr(importlib.import_module(f"fakebench.{module}"), name)()
             try:
                 bench.setup(*args)
                 out = {"result": getattr(bench, method)(*args)}

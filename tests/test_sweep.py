@@ -149,3 +149,57 @@ def test_a_classs_cpu_points_keep_their_processes_on_a_gpu_host(monkeypatch):
     assert suite._on_sweep(Dev(), ("cuda", 64)) and not suite._on_sweep(Dev(), ("cpu", 64))
     monkeypatch.setattr(suite, "no_cuda_reason", lambda: "no CUDA")
     assert not suite._on_sweep(Dev(), ("cuda", 64))  # the point skips in its own process, with the reason
+
+
+CACHED = """
+import os
+from pathlib import Path
+
+from devbench.engine.suite import Benchmark, with_samples
+
+LOG = Path(os.environ["FAKE_LOG"])
+
+
+def note(what):
+    with open(LOG, "a") as out:
+        out.write(f"{os.getpid()} {what}\\n")
+
+
+class Cached(Benchmark):
+    params = [["cpu"], ["x", "y"]]
+    param_names = ["device", "kind"]
+    swept = True
+
+    def setup_cache(self):
+        return {("cpu", "x"): 3.0, ("cpu", "y"): "not searched here"}
+
+    def setup(self, found, device, kind):
+        value = found[(device, kind)]
+        if isinstance(value, str):
+            raise NotImplementedError(value)
+        note(f"build {kind} {value}")
+        self.value = value
+
+    def teardown(self, found, device, kind):
+        note(f"teardown {kind}")
+
+    def track_one(self, found, device, kind):
+        return with_samples([self.value] * 3)
+
+    def track_two(self, found, device, kind):
+        return with_samples([2 * self.value] * 3)
+
+    track_one.unit = track_two.unit = "x"
+"""
+
+
+def test_a_class_with_a_set_up_cache_hands_its_result_to_the_measuring_process(suite_dir):
+    """asv gives a point its class's ``setup_cache`` result first (the achievable search's shapes): the point
+    sends it, pickled, and the measuring process builds and times with it, the twin figure from the same build."""
+    (suite_dir / "fakebench" / "bench_cached.py").write_text(CACHED)
+    found = {("cpu", "x"): 3.0, ("cpu", "y"): "not searched here"}
+    got = _point("track_one", found, "cpu", "x", cls="bench_cached.Cached")
+    assert got["result"]["samples"] == [3.0] * 3
+    assert _point("track_two", found, "cpu", "x", cls="bench_cached.Cached")["result"]["samples"] == [6.0] * 3
+    assert _point("track_one", found, "cpu", "y", cls="bench_cached.Cached") == {"skip": "not searched here"}
+    assert _log(suite_dir) == ["build x 3.0"]  # built once, in the measuring process, for both figures

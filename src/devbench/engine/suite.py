@@ -15,10 +15,12 @@ use it). Nothing here touches CUDA at import time (rule 2).
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import inspect
 import math
+import pickle
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -367,6 +369,9 @@ def _ask(bench: object, op: str, name: str, args: tuple) -> dict:
     module = type(bench).__module__
     file = getattr(sys.modules.get(module), "__file__", None)
     request = {"op": op, "name": name, "module": module, "file": file, "params": list(args)}
+    if callable(getattr(bench, "setup_cache", None)):  # asv hands the set-up cache's result first: sent pickled
+        request["params"] = list(args[1:])
+        request["cache"] = base64.b64encode(pickle.dumps(args[0])).decode("ascii")
     reply = sweep.ask(request, timeout_s=float(getattr(bench, "timeout", 300.0)))
     if "skip" in reply:
         raise NotImplementedError(reply["skip"])

@@ -122,6 +122,9 @@ class Point:
     reason: str = ""
     unit: tuple[str, ...] | None = None  # its set-up cache unit where the class prices one per combination
     unit_s: float = 0.0
+    #: the workload a swept point's measuring process builds once for its figures (priced once per stage)
+    built: tuple[str, ...] | None = None
+    built_s: float = 0.0
     late: bool = False  # runs in the last asv stage (the class's ``plan_last``): a long search, worlds that may hang
     twin: bool = False  # repeats a kept figure's evidence (``spec.TWINS``): first to go within its tier
     keep: bool = False  # read by validate or the health lines (``spec.kept_points``): never dropped
@@ -188,6 +191,7 @@ class Plan:
                 fixed += self.costs.sweep_start_s
                 started = True
             fixed += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
+            fixed += sum(dict((p.built, p.built_s) for p in kept if p.built is not None).values())
             beside = {p.selector for p in kept}
             total += fixed * scale + sum(self.point_s(p, scale, beside) for p in kept)
         checks = {p.check for p in chosen if p.check is not None} - checked
@@ -252,8 +256,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.check = (name.rsplit(".", 1)[0], *values)
             if bench.get("swept") and (need or sweep_cpu):  # a fork that asks; the workload built once for its figures
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
-                point.unit = ("built", name.rsplit(".", 1)[0], *values)
-                point.unit_s = float(bench.get("plan_setup_s", SETUP_S))
+                point.built = ("built", name.rsplit(".", 1)[0], *values)
+                point.built_s = float(bench.get("plan_setup_s", SETUP_S))
                 sampling = swept_sample_s(bench, gpu=bool(need))
                 partner = (same_blocks or {}).get(name)
                 if partner is not None:  # sampled by its partner's blocks where they run in one measuring process
@@ -327,6 +331,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         fixed = 0.0 if g in calls else plan.costs.asv_call_s
         fixed += 0.0 if (module, g) in caches else plan.cache_s.get(module, 0.0)
         fixed += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
+        fixed += p.built_s if p.built is not None and (p.built, g) not in units else 0.0
         fixed += plan.costs.gpu_check_s if p.check is not None and p.check not in checked else 0.0
         fixed += plan.costs.sweep_start_s if p.swept and not started[0] else 0.0
         # a figure kept before it that counts its blocks (priced alone so far) then samples nothing of its own
@@ -345,6 +350,8 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         caches.add((p.benchmark.split(".", 1)[0], g))
         if p.unit is not None:
             units.add((p.unit, g))
+        if p.built is not None:
+            units.add((p.built, g))
         if p.check is not None:
             checked.add(p.check)
         if p.swept:
