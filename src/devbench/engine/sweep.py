@@ -221,11 +221,12 @@ def _start(path: Path, owner: int) -> socket.socket:
 class Server:
     """Holds one built workload at a time and the figures measured but not yet asked for."""
 
+    lead: tuple = ()  # the set-up cache's result, first of every call's arguments, where the class has one
+
     def __init__(self, journal: Path):
         self.journal = journal
         self.held: tuple | None = None  # (name of the class, params, its set-up cache) of the built workload
         self.bench: object | None = None
-        self.lead: tuple = ()  # the set-up cache's result, first of every call's arguments, where the class has one
         self.waiting: dict[tuple, dict] = {}  # (figure, params) -> reply, served once
         self.fatal = False  # a CUDA error: this process ends after its reply
 
