@@ -72,9 +72,10 @@ class MatmulAchievable(Benchmark):
     #: this CPU's dtypes without a fast path are not searched (read from its flags, no CUDA touched)
     skips = [{"where": {"device": ["cpu"], "dtype": [d]}, "reason": search_reason(torch.device("cpu"), d)}
              for d in DTYPES if search_reason(torch.device("cpu"), d)]  # fmt: skip
-    #: a GPU model searched before (``devbench.records.expected.known_shapes``): its best shapes, neighbours and squares
+    #: a GPU model searched before (``devbench.records.expected.known_shapes``): its best shapes, neighbours and
+    #: squares; a search this user's cache holds (``achievable.cached_searches``): read, not made
     plan_cache_s = {"per": ["device", "dtype"], "s": {"cpu": CPU_BUDGET_S + 15.0, "cuda": GPU_BUDGET_S + 10.0},
-                    "known_s": KNOWN_BUDGET_S + 5.0}  # fmt: skip
+                    "known_s": KNOWN_BUDGET_S + 5.0, "cached_s": 1.0}  # fmt: skip
     plan_s = 3.0
     plan_last = [{"device": ["cpu"]}]
     #: a GPU point asks the measuring process (one CUDA context and cuBLAS start for the run): the search's shape,

@@ -1,5 +1,7 @@
 """The achievable-matmul search: its bounds, the check of every product it times, and its record."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -145,3 +147,42 @@ def test_a_search_is_cached_per_machine_threads_and_kind_of_run(monkeypatch, tmp
     with threads_pinned(max(1, torch.get_num_threads() + 1)):
         assert not A.searched(CPU, "float32", shapes, 5.0)["cached"]
     assert searches == ["float32"] * 5
+
+
+def test_the_plan_knows_which_searches_the_set_up_cache_will_read_from_the_cache(monkeypatch, tmp_path):
+    """``cached_searches`` asks what ``setup_cache`` will search (``search_inputs``, checked against the class's
+    own call) and whether this user's cache holds it: gpu-run then prices that search as a read."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    import benchmarks.bench_achievable as B
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(A.SEARCH_ENV, raising=False)
+    monkeypatch.delenv("DEVBENCH_BLOCKS", raising=False)
+    monkeypatch.setattr("devbench.records.files.default_machine", lambda: "box")
+    monkeypatch.setenv("DEVBENCH_BENCH", r"MatmulAchievable\.track_tflops\('cpu', 'float32'")
+    asked = []
+
+    def fake_search(device, dtype, shapes, budget):
+        asked.append((dtype, [tuple(s) for s in shapes], budget))
+        return A.Search(str(device), dtype, [A.ShapeResult(*shapes[0], tflops=1.0, error=0.0)], budget_s=budget)
+
+    monkeypatch.setattr(A, "search", fake_search)
+    monkeypatch.setattr(B, "write_records", lambda folder, records: None)
+    with threads_pinned(torch.get_num_threads()):  # both pin the threads as a run does: put back after
+        assert A.cached_searches(0) == []
+        B.MatmulAchievable().setup_cache()  # the class's own search: what search_inputs says it searches
+        shapes, budget = A.search_inputs(CPU, "float32")
+        assert asked == [("float32", shapes, budget)]
+        assert A.cached_searches(0) == ["cpu:float32"]
+        monkeypatch.setenv(A.SEARCH_ENV, "fresh")
+        assert A.cached_searches(0) == []
+
+
+def test_a_cached_search_is_priced_as_a_read():
+    from devbench.gpu import plan as P
+
+    bench = {"name": "bench_a.Ach.track_tflops", "params": [["'cpu'"], ["'float32'", "'bfloat16'"], ["'best'"]],
+             "param_names": ["device", "dtype", "run"],
+             "plan_cache_s": {"per": ["device", "dtype"], "s": {"cpu": 75.0}, "cached_s": 1.0}}  # fmt: skip
+    assert P.cache_units(bench, ("'cpu'", "'float32'", "'best'"), cached=("cpu:float32",))[1] == 1.0
+    assert P.cache_units(bench, ("'cpu'", "'bfloat16'", "'best'"), cached=("cpu:float32",))[1] == 75.0

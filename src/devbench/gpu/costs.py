@@ -56,8 +56,11 @@ if len(sys.argv) > 1:  # record the asv machine here too: `devbench machine` wou
     from devbench.cli import cmd_machine
     if cmd_machine(argparse.Namespace(machine=sys.argv[1], config=None)):
         sys.exit(3)
+    os.environ["DEVBENCH_MACHINE"] = sys.argv[1]  # the searches' cache is keyed by the machine the stages record
+from devbench.workloads.achievable import cached_searches
 print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus,
-                  "setup_s": setup, "check_s": check, "cores": cores, "model": model}))
+                  "setup_s": setup, "check_s": check, "cores": cores, "model": model,
+                  "cached_searches": cached_searches(gpus)}))
 """
 
 
@@ -80,7 +83,8 @@ def probe_costs(python: str, repo: Path, machine: str | None = None) -> P.Costs:
     return P.Costs(launch_s=got["fork_s"], cuda_context_s=got["context_s"],
                    asv_call_s=ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]),
                    gpu_setup_s=got["setup_s"], gpu_check_s=got.get("check_s", 0.0),
-                   cores=int(got["cores"]), gpu_model=got.get("model", ""))  # fmt: skip
+                   cores=int(got["cores"]), gpu_model=got.get("model", ""),
+                   cached_searches=tuple(got.get("cached_searches", ())))  # fmt: skip
 
 
 def costs_from(path: Path) -> P.Costs:
@@ -96,8 +100,9 @@ def costs_from(path: Path) -> P.Costs:
     took = {s.get("stage"): s.get("actual_s") for s in record.get("stages") or [] if isinstance(s, dict)
             and s.get("rc") in (0, 5, VALIDATE_DRIFT) and isinstance(s.get("actual_s"), int | float)}  # fmt: skip
     try:
+        # another machine's search cache says nothing of this plan's machine: its searches are priced whole
         return P.Costs.from_record({**costs, "tests_s": took.get("cuda tests", 0.0),
-                                    "validate_s": took.get("validate", 0.0)})  # fmt: skip
+                                    "validate_s": took.get("validate", 0.0), "cached_searches": ()})  # fmt: skip
     except (TypeError, ValueError) as exc:
         raise ValueError(f"--costs-from {path}: {exc}") from None
 

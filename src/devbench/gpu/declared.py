@@ -94,12 +94,13 @@ def needs(bench: dict[str, Any], values: tuple[str, ...]) -> tuple[int, int]:
     return gpus, cores
 
 
-def cache_units(bench: dict[str, Any], values: tuple[str, ...],
-                searched: bool = False) -> tuple[tuple[str, ...], float] | None:  # fmt: skip
+def cache_units(bench: dict[str, Any], values: tuple[str, ...], searched: bool = False,
+                cached: tuple[str, ...] = ()) -> tuple[tuple[str, ...], float] | None:  # fmt: skip
     """The set-up cache unit this point needs, with its seconds: ``None`` where the class's ``plan_cache_s``
     is one figure for the module (or absent); else the point's values of the ``per`` params. ``known_s``: the
     seconds for a GPU point where ``searched`` (``Costs.model_searched``: the achievable search times the best
-    shapes known for the model and their neighbours, not the whole grid)."""
+    shapes known for the model and their neighbours, not the whole grid); ``cached_s``: for a unit ``cached``
+    names as ``device:dtype`` (``Costs.cached_searches``: the set-up cache reads an earlier search)."""
     declared = bench.get("plan_cache_s")
     if not isinstance(declared, dict):
         return None
@@ -108,6 +109,8 @@ def cache_units(bench: dict[str, Any], values: tuple[str, ...],
     seconds = declared.get("s", 0.0)
     if "known_s" in declared and "'cuda'" in key and searched:
         seconds = declared["known_s"]
+    if "cached_s" in declared and ":".join(k.strip("'") for k in key) in cached:  # read from the user's cache
+        seconds = declared["cached_s"]
     if isinstance(seconds, dict):
         first = key[0].strip("'") if key else ""
         if first not in seconds:

@@ -37,7 +37,8 @@ class's ``plan_gpus``, or its ``plan_needs``) is not run: asv would fork a proce
 ``setup_cache`` (``plan_cache_s``) counts once per benchmark module and tier, or, where it is declared
 as ``{"per": [param, ...], "s": seconds or {value of the first param: seconds}}``, once per distinct
 combination of those params among the tier's kept points (a search per device and dtype, a world per
-backend and size). Each asv call adds ``Costs.asv_call_s`` (asv imports the suite twice: discovery
+backend and size); a search the probe found in this user's cache (``Costs.cached_searches``) is priced as a
+read. Each asv call adds ``Costs.asv_call_s`` (asv imports the suite twice: discovery
 and its forkserver).
 """
 
@@ -86,6 +87,9 @@ class Costs:
     #: (``devbench.records.expected.known_shapes``: gpu-run fills
     #: it): the achievable search then times those, their neighbours and the squares, not the whole grid
     model_searched: bool = False
+    #: ``device:dtype`` of the achievable searches this machine's user cache holds for the run (the probe:
+    #: ``devbench.workloads.achievable.cached_searches``): their set-up cache reads them, priced ``cached_s``
+    cached_searches: tuple[str, ...] = ()
     #: seconds the CUDA tests and validate took where a recorded run gives them (``gpu-run --costs-from``), else 0:
     #: gpu-run holds its defaults back for them
     tests_s: float = 0.0
@@ -246,7 +250,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.state, point.reason = "skip", f"needs {cores} cores, this machine has {costs.cores}"
                 out.append(point)
                 continue
-            unit = cache_units(bench, values, costs.model_searched and bool(need))
+            unit = cache_units(bench, values, costs.model_searched and bool(need), costs.cached_searches)
             if unit is not None:
                 point.unit, point.unit_s = unit
             point.late = is_late(bench, values)

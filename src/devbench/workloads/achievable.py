@@ -289,6 +289,37 @@ def searched(device: torch.device, dtype: str, shapes: list[Shape], budget: floa
     return {**record, "made": made, "cached": False}
 
 
+def search_inputs(device: torch.device, dtype: str) -> tuple[list[Shape], float]:
+    """The shapes and budget ``bench_achievable``'s ``setup_cache`` searches on ``device`` for ``dtype``: a model
+    searched before, its best shapes, their neighbours and the squares in ``KNOWN_BUDGET_S``; else the grid."""
+    known = known_shapes(device, dtype)
+    budget = KNOWN_BUDGET_S if known else GPU_BUDGET_S if device.type == "cuda" else CPU_BUDGET_S
+    return candidates(device, dtype, free_bytes(device), known), budget
+
+
+def cached_searches(gpus: int) -> list[str]:
+    """``device:dtype`` of every search a run's ``setup_cache`` would read from this user's cache rather than make
+    (none under ``DEVBENCH_SEARCH=fresh``), with its threads pinned as there: gpu-run prices those as a read."""
+    from devbench.engine.measure import pin_threads
+
+    if os.environ.get(SEARCH_ENV) == "fresh":
+        return []
+    pin_threads()
+    try:
+        cache = json.loads(cache_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = []
+    for device in [torch.device("cpu")] + ([torch.device("cuda", 0)] if gpus else []):
+        for dtype in DTYPES:
+            if search_reason(device, dtype):
+                continue
+            shapes, budget = search_inputs(device, dtype)
+            if isinstance(cache.get(_cache_key(device, dtype, [list(s) for s in shapes], budget)), dict):
+                found.append(f"{device.type}:{dtype}")
+    return found
+
+
 def free_bytes(device: torch.device) -> int:
     """Bytes free for a search's buffers on ``device`` (the host's available memory for the CPU)."""
     if device.type == "cuda":
