@@ -203,3 +203,17 @@ def test_a_class_with_a_set_up_cache_hands_its_result_to_the_measuring_process(s
     assert _point("track_two", found, "cpu", "x", cls="bench_cached.Cached")["result"]["samples"] == [6.0] * 3
     assert _point("track_one", found, "cpu", "y", cls="bench_cached.Cached") == {"skip": "not searched here"}
     assert _log(suite_dir) == ["build x 3.0"]  # built once, in the measuring process, for both figures
+
+
+def test_letting_a_workload_go_gives_the_gpus_cached_memory_back(monkeypatch, tmp_path):
+    """A held measuring process outlives its asv call: what PyTorch's caching allocator keeps of a workload let go
+    goes back to the device (``torch.cuda.empty_cache``), as a fresh process would find it."""
+    import torch
+
+    import devbench.engine.suite  # noqa: F401 - registers the hooks
+
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    sweep.Server(tmp_path / "journal.jsonl")._evict()
+    assert emptied == [True]

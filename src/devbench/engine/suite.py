@@ -73,7 +73,16 @@ def require_gpus(count: int) -> list[torch.device]:
     return [torch.device("cuda", i) for i in range(count)]
 
 
+def _return_memory() -> None:
+    """The CUDA caching allocator's free blocks back to the device when the measuring process lets a workload go:
+    it outlives an asv call under gpu-run, and another process (a search sizing its grid by the memory free, a
+    point in a process of its own) should find the device as a fresh process would."""
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 sweep.on_evict(forget_built)
+sweep.on_evict(_return_memory)
 #: in the measuring process, the GPU's state is sampled while each figure is timed and recorded for that figure
 sweep.on_figure(lambda bench, params: _start_sampler(bench),
                 lambda bench, params, figure: _stop_sampler(bench, tuple(params), figure))  # fmt: skip
