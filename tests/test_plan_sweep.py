@@ -200,3 +200,30 @@ def test_a_re_plan_leaves_free_what_this_runs_stages_say_a_plan_can_be_short():
     assert refit_margin([(57.0, 39.0), (21.0, 18.8), (84.0, 21.0)]) == pytest.approx(STAGE_SPREAD)
     assert refit_margin([(58.0, 44.0), (22.0, 22.9)]) == pytest.approx(22.9 / 22.0 - 1 + STAGE_SPREAD)
     assert refit_margin([(58.0, 44.0), (22.0, 40.0)]) == REFIT_MARGIN  # far over: never more than the first margin
+
+
+def test_a_swept_workloads_build_is_priced_at_what_this_runs_builds_of_its_class_took(tmp_path):
+    """The measuring process's journal says what each build took (a CPU copy rotating over gigabytes of buffers
+    takes seconds where the plan declared 0.3 s): the workloads still to build are priced that, and the family's
+    sampling is learned from asv's duration less those builds."""
+    import json
+
+    from devbench.gpu.costs import _learn
+    from devbench.gpu.gpupack import builds_since
+
+    journal = tmp_path / "journal.jsonl"
+    rows = [{"pid": 1, "t": 90.0, "built": "bench_m.Mat", "params": ["cuda", 64], "seconds": 9.0},
+            {"pid": 1, "t": 110.0, "built": "bench_m.Mat", "params": ["cuda", 64], "seconds": 3.0},
+            {"pid": 1, "t": 111.0, "figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.8}]
+    journal.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"cut by a ki')
+    builds = builds_since(journal, since=100.0)
+    assert builds == {"bench_m.Mat": [3.0]}  # the stage's own, a torn last line skipped
+
+    plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
+    first, *later = sorted(plan.kept(), key=lambda p: p.values)
+    sampling = sum(p.estimate_s for p in plan.kept() if p.values == first.values)
+    ran = [p for p in plan.kept() if p.values == first.values]
+    _learn(plan, ran, {"bench_m.Mat.track_time": 3.0 + sampling, "bench_m.Mat.track_tflops": 0.0}, builds)
+    assert plan.scales["bench_m.Mat.track_time"] == pytest.approx(1.0)  # the build is not the sampling's cost
+    unbuilt = next(p for p in later if p.values != first.values)
+    assert plan.built_s(unbuilt) == pytest.approx(3.0) and unbuilt.built_s == pytest.approx(P.SETUP_S)

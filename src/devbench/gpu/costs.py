@@ -151,10 +151,16 @@ def _scale(plan_estimates: list[tuple[float, float]]) -> float:
     return min(SCALE_RANGE[1], max(1.0, took / est)) if est > 0 and took > 0 else 1.0
 
 
-def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | None]) -> None:
+def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | None],
+           builds: dict[str, list[float]] | None = None) -> None:  # fmt: skip
     """Each benchmark of a stage: asv's duration of its points over their estimate, into ``plan.scales``. A swept
-    class is learned whole: its first figure asked carries the build and its twins' sampling in asv's duration,
-    and the twins read what was measured for them (``devbench.engine.sweep``)."""
+    class is learned whole: its first figure asked carries the builds and its twins' sampling in asv's duration,
+    and the twins read what was measured for them (``devbench.engine.sweep``). ``builds``: class -> the seconds
+    the measuring process's journal gave each of its builds in the stage, into ``plan.builds`` (what later builds
+    are priced) and out of asv's duration (what the sampling is learned from)."""
+    builds = builds or {}
+    for name, seconds in builds.items():
+        plan.builds.setdefault(name, []).extend(seconds)
     family = lambda p: p.benchmark.rsplit(".", 1)[0] if p.swept else p.benchmark  # noqa: E731
     planned: dict[str, float] = {}
     took: dict[str, float | None] = {}
@@ -169,7 +175,7 @@ def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | Non
         members.setdefault(key, set()).add(p.benchmark)
     for key, names in members.items():
         seen = [durations.get(n) for n in names]
-        took[key] = None if any(d is None for d in seen) else sum(seen)
+        took[key] = None if any(d is None for d in seen) else max(0.0, sum(seen) - sum(builds.get(key, ())))
     for key, estimate in planned.items():
         if took[key] is not None and estimate > 0:
             scale = min(SCALE_RANGE[1], max(SCALE_RANGE[0], took[key] / estimate))

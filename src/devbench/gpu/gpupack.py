@@ -4,6 +4,7 @@ the measuring processes stopped at their cap."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -42,6 +43,22 @@ def durations_since(results: Path, sha: str, since: float) -> dict[str, float | 
             seconds = row[took] if took is not None and took < len(row) else None
             if started is not None and started / 1000.0 >= since - 1.0:  # asv keeps milliseconds
                 out[name] = float(seconds) if isinstance(seconds, int | float) else None
+    return out
+
+
+def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
+    """Class ("module.Class") -> the seconds of each build the measuring processes journalled at or after ``since``
+    (seconds since the epoch; a build's record is written when it ends)."""
+    if not journal.exists():
+        return {}
+    out: dict[str, list[float]] = {}
+    for line in journal.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill
+        if "built" in row and row.get("t", 0) >= since and isinstance(row.get("seconds"), int | float):
+            out.setdefault(row["built"], []).append(float(row["seconds"]))
     return out
 
 

@@ -49,7 +49,7 @@ from devbench.gpu.costs import (
     sum_reserves,
 )
 from devbench.gpu.gpuhealth import print_health
-from devbench.gpu.gpupack import _smi, durations_since, measured_since, pack, print_capped
+from devbench.gpu.gpupack import _smi, builds_since, durations_since, measured_since, pack, print_capped
 from devbench.gpu.plantext import format_plan, to_json
 from devbench.gpu.sessions import _group_run
 
@@ -280,7 +280,8 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
         lost = summary.cut(points, run.stage_started, "the stage reached its time limit before asv finished it")
         print(f"== asv {name}: {len(points) - len(lost)} of {len(points)} points kept, {len(lost)} cut", flush=True)
     results = run.repo / ".asv" / "results" / machine
-    _learn(plan, points, durations_since(results, sha, run.stage_started))
+    _learn(plan, points, durations_since(results, sha, run.stage_started),
+           builds_since(run.repo / ".asv" / "sweep" / "journal.jsonl", run.stage_started))
     summary.save()
     return code, raw, took
 

@@ -163,6 +163,17 @@ class Plan:
     #: whether a measuring process is up and held for the stages still to come (``devbench.engine.sweep.held``):
     #: they pay no start of their own
     sweep_up: bool = False
+    #: class ("module.Class") -> the seconds each build of its workloads took in this run's stages (the measuring
+    #: process's journal): a swept workload not yet built is priced their mean, not its declared set-up
+    builds: dict[str, list[float]] = field(default_factory=dict)
+
+    def built_s(self, p: Point, scale: float = 1.0) -> float:
+        """What building ``p``'s workload in the measuring process costs: what this run's builds of its class
+        took, else its declared set-up times ``scale``."""
+        if p.built is None:
+            return 0.0
+        seen = self.builds.get(p.built[1])
+        return sum(seen) / len(seen) if seen else p.built_s * scale
 
     def point_s(self, p: Point, scale: float = 1.0, beside: set[str] | frozenset[str] = frozenset()) -> float:
         """``p``'s estimate, times what its benchmark really cost so far, else times ``scale``; a figure counted
@@ -195,9 +206,9 @@ class Plan:
                 fixed += self.costs.sweep_start_s
                 started = True
             fixed += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
-            fixed += sum(dict((p.built, p.built_s) for p in kept if p.built is not None).values())
+            built = sum(dict((p.built, self.built_s(p, scale)) for p in kept if p.built is not None).values())
             beside = {p.selector for p in kept}
-            total += fixed * scale + sum(self.point_s(p, scale, beside) for p in kept)
+            total += fixed * scale + built + sum(self.point_s(p, scale, beside) for p in kept)
         checks = {p.check for p in chosen if p.check is not None} - checked
         return total + len(checks) * self.costs.gpu_check_s * scale
 
@@ -335,13 +346,13 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         fixed = 0.0 if g in calls else plan.costs.asv_call_s
         fixed += 0.0 if (module, g) in caches else plan.cache_s.get(module, 0.0)
         fixed += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
-        fixed += p.built_s if p.built is not None and (p.built, g) not in units else 0.0
+        built = plan.built_s(p, scale) if p.built is not None and (p.built, g) not in units else 0.0
         fixed += plan.costs.gpu_check_s if p.check is not None and p.check not in checked else 0.0
         fixed += plan.costs.sweep_start_s if p.swept and not started[0] else 0.0
         # a figure kept before it that counts its blocks (priced alone so far) then samples nothing of its own
         shared = sum(q.alone_s * plan.scales.get(q.benchmark, scale) for q in alone.get(g, [])
                      if q.partner == p.selector)  # fmt: skip
-        return fixed * scale + plan.point_s(p, scale, taken.get(g, set())) - shared
+        return fixed * scale + built + plan.point_s(p, scale, taken.get(g, set())) - shared
 
     def take(p: Point) -> float:
         """``p`` kept: the seconds it adds (``cost``), its stage's asv call and its module's set-up cache included."""
