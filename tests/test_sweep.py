@@ -205,7 +205,7 @@ def test_a_class_with_a_set_up_cache_hands_its_result_to_the_measuring_process(s
     assert _log(suite_dir) == ["build x 3.0"]  # built once, in the measuring process, for both figures
 
 
-def test_letting_a_workload_go_gives_the_gpus_cached_memory_back(monkeypatch, tmp_path):
+def test_letting_a_workload_go_gives_the_gpus_cached_memory_back_and_tf32_as_it_was(monkeypatch, tmp_path):
     """A held measuring process outlives its asv call: what PyTorch's caching allocator keeps of a workload let go
     goes back to the device (``torch.cuda.empty_cache``), as a fresh process would find it."""
     import torch
@@ -215,5 +215,11 @@ def test_letting_a_workload_go_gives_the_gpus_cached_memory_back(monkeypatch, tm
     emptied = []
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
-    sweep.Server(tmp_path / "journal.jsonl")._evict()
-    assert emptied == [True]
+    at_start = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = not at_start  # a workload let go without its tear-down
+        sweep.Server(tmp_path / "journal.jsonl")._evict()
+        assert emptied == [True]
+        assert torch.backends.cuda.matmul.allow_tf32 == at_start  # later float32 figures are float32 again
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = at_start

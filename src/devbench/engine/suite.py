@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import gc
 import hashlib
 import inspect
 import math
@@ -73,11 +74,19 @@ def require_gpus(count: int) -> list[torch.device]:
     return [torch.device("cuda", i) for i in range(count)]
 
 
+#: TF32 as this process started: a workload that switches it on (``workloads.matmul.tf32``) and is let go without
+#: its tear-down (one that failed) must not leave the measuring process's later float32 figures on TF32
+_TF32_AT_START = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+
+
 def _return_memory() -> None:
-    """The CUDA caching allocator's free blocks back to the device when the measuring process lets a workload go:
-    it outlives an asv call under gpu-run, and another process (a search sizing its grid by the memory free, a
-    point in a process of its own) should find the device as a fresh process would."""
+    """When the measuring process lets a workload go: TF32 back as the process started, and the CUDA caching
+    allocator's free blocks back to the device (the process outlives an asv call under gpu-run, and another
+    process, a search sizing its grid by the memory free or a point of its own, should find the device as a
+    fresh process would)."""
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = _TF32_AT_START
     if torch.cuda.is_initialized():
+        gc.collect()  # tensors held in reference cycles too
         torch.cuda.empty_cache()
 
 
@@ -378,7 +387,8 @@ def _ask(bench: object, op: str, name: str, args: tuple) -> dict:
     module = type(bench).__module__
     file = getattr(sys.modules.get(module), "__file__", None)
     request = {"op": op, "name": name, "module": module, "file": file, "params": list(args)}
-    if callable(getattr(bench, "setup_cache", None)):  # asv hands the set-up cache's result first: sent pickled
+    # asv hands a set-up cache's result first (where it is not None): sent pickled
+    if callable(getattr(bench, "setup_cache", None)) and len(args) == len(getattr(bench, "param_names", ())) + 1:
         request["params"] = list(args[1:])
         request["cache"] = base64.b64encode(pickle.dumps(args[0])).decode("ascii")
     reply = sweep.ask(request, timeout_s=float(getattr(bench, "timeout", 300.0)))

@@ -222,12 +222,13 @@ class Server:
     """Holds one built workload at a time and the figures measured but not yet asked for."""
 
     lead: tuple = ()  # the set-up cache's result, first of every call's arguments, where the class has one
+    held: tuple | None = None  # (name of the class, params, its set-up cache) of the built workload
 
     def __init__(self, journal: Path):
         self.journal = journal
-        self.held: tuple | None = None  # (name of the class, params, its set-up cache) of the built workload
+        self.held = None
         self.bench: object | None = None
-        self.waiting: dict[tuple, dict] = {}  # (figure, params) -> reply, served once
+        self.waiting: dict[tuple, dict] = {}  # (figure, params, set-up cache) -> reply, served once
         self.fatal = False  # a CUDA error: this process ends after its reply
 
     def _note(self, **record) -> None:
@@ -238,11 +239,11 @@ class Server:
         op, name, params = request["op"], request["name"], tuple(request["params"])
         cls_name = name.rsplit(".", 1)[0] if op == "measure" else name
         if op == "prepare":
-            if any(k[0].rsplit(".", 1)[0] == name and k[1] == params for k in self.waiting):
+            if any(k[0].rsplit(".", 1)[0] == name and k[1:] == (params, request.get("cache")) for k in self.waiting):
                 return {"ok": True, "waiting": True}
             return self._build(request, cls_name, params)
         if op == "measure":
-            waiting = self.waiting.pop((name, params), None)
+            waiting = self.waiting.pop((name, params, request.get("cache")), None)
             if waiting is not None:
                 return waiting
             built = self._build(request, cls_name, params)
@@ -305,7 +306,7 @@ class Server:
             if figure == asked:
                 reply = result
             else:
-                self.waiting[(figure, params)] = result
+                self.waiting[(figure, params, self.held[2] if self.held else None)] = result
             if result.get("fatal"):
                 self.fatal = True
                 break
@@ -363,21 +364,29 @@ def _environment(values: dict):
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def _end_with(owner: int, path: Path, ours: int) -> None:
-    """End this process within a second of ``owner``, mid-figure too: the run that asked is gone (a stopped gpu-run
-    whose holder ended), and its GPU work with it. Its socket goes first."""
-    while alive(owner):
-        time.sleep(1.0)
+def _exit(path: Path, ours: int, code: int) -> None:
+    """End this process now, mid-figure too, its socket gone first (a holder waits for it to go)."""
     with contextlib.suppress(OSError):
         if os.stat(path).st_ino == ours:
             path.unlink()
             path.with_suffix(".lock").unlink(missing_ok=True)
-    os._exit(0)
+    os._exit(code)
+
+
+def _end_with(owner: int, path: Path, ours: int) -> None:
+    """End this process within a second of ``owner``: the run that asked is gone (a stopped gpu-run whose holder
+    ended), and its GPU work with it."""
+    while alive(owner):
+        time.sleep(1.0)
+    _exit(path, ours, 0)
 
 
 def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = IDLE_S) -> None:
-    """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one, or a CUDA error; each build
-    and figure appended to ``journal`` (default: beside the socket)."""
+    """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one (not under a holder, which
+    bounds its life: a stage's search can keep it waiting longer), or a CUDA error; each build and figure appended
+    to ``journal`` (default: beside the socket)."""
+    if os.environ.get(OWNER_ENV) == str(owner):
+        idle_s = float("inf")
     server = Server(journal or path.parent / "journal.jsonl")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -412,7 +421,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                     # must not make every later point wait its timeout too, and the point, not the next one, sees
                     # the process go
                     limit = float(request.get("timeout_s") or 0) or 1e9
-                    watchdog = threading.Timer(limit - min(5.0, 0.1 * limit), os._exit, (124,))
+                    watchdog = threading.Timer(limit - min(5.0, 0.1 * limit), _exit, (path, ours, 124))
                     watchdog.daemon = True
                     watchdog.start()
                     try:

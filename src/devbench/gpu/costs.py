@@ -57,10 +57,15 @@ if len(sys.argv) > 1:  # record the asv machine here too: `devbench machine` wou
     if cmd_machine(argparse.Namespace(machine=sys.argv[1], config=None)):
         sys.exit(3)
     os.environ["DEVBENCH_MACHINE"] = sys.argv[1]  # the searches' cache is keyed by the machine the stages record
-from devbench.workloads.achievable import cached_searches
+try:  # a pricing refinement: an unreadable cache or an error here must not stop the run
+    from devbench.workloads.achievable import cached_searches
+    cached = cached_searches(gpus)
+except Exception as exc:
+    print(f"gpu-run: could not tell which achievable searches are cached ({exc}): each priced whole", file=sys.stderr)
+    cached = []
 print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus,
                   "setup_s": setup, "check_s": check, "cores": cores, "model": model,
-                  "cached_searches": cached_searches(gpus)}))
+                  "cached_searches": cached}))
 """
 
 
