@@ -227,3 +227,17 @@ def test_a_swept_workloads_build_is_priced_at_what_this_runs_builds_of_its_class
     assert plan.scales["bench_m.Mat.track_time"] == pytest.approx(1.0)  # the build is not the sampling's cost
     unbuilt = next(p for p in later if p.values != first.values)
     assert plan.built_s(unbuilt) == pytest.approx(3.0) and unbuilt.built_s == pytest.approx(P.SETUP_S)
+
+
+def test_what_no_stage_measured_is_priced_at_least_at_what_the_measured_families_cost_together():
+    """A stage priced at a search's bound that ran short (0.3 of its estimate) pulls the stages' ratio to 1; the
+    families measured so far ran at 1.5x together: a family first met in the fill is priced 1.5x."""
+    from devbench.gpu.costs import _scale
+
+    plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
+    stages = [(60.0, 70.0), (85.0, 28.0)]
+    assert _scale(stages) == pytest.approx(1.0)
+    plan.learned = {"bench_a.A": (10.0, 20.0), "bench_b.B": (10.0, 10.0)}
+    assert _scale(stages, plan) == pytest.approx(1.5)
+    plan.learned = {"bench_a.A": (10.0, 5.0)}
+    assert _scale(stages, plan) == pytest.approx(1.0)  # never below 1: a quick family says little of another

@@ -147,13 +147,19 @@ def refit_margin(done: list[tuple[float, float]]) -> float:
 SCALE_RANGE = (0.25, 4.0)
 
 
-def _scale(plan_estimates: list[tuple[float, float]]) -> float:
+def _scale(plan_estimates: list[tuple[float, float]], plan: P.Plan | None = None) -> float:
     """What the asv stages so far really cost over their estimate, for what no stage has measured yet (a family
     not run, an asv call, a set-up cache): never below 1, at most 4. A stage that ran faster than planned says
-    little of a family it did not run (one gloo world costs more than its share of the stage)."""
+    little of a family it did not run (one gloo world costs more than its share of the stage). With ``plan``, at
+    least what the families measured so far cost over their estimate together (``Plan.learned``): a stage priced
+    at a search's bound that ran short must not hide the families that ran long."""
     est = sum(e for e, _ in plan_estimates)
     took = sum(a for _, a in plan_estimates)
-    return min(SCALE_RANGE[1], max(1.0, took / est)) if est > 0 and took > 0 else 1.0
+    stages = took / est if est > 0 and took > 0 else 1.0
+    learned = list(plan.learned.values()) if plan is not None else []
+    planned, spent = sum(p for p, _ in learned), sum(t for _, t in learned)
+    families = spent / planned if planned > 0 else 1.0
+    return min(SCALE_RANGE[1], max(1.0, stages, families))
 
 
 def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | None],
@@ -183,6 +189,7 @@ def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | Non
         took[key] = None if any(d is None for d in seen) else max(0.0, sum(seen) - sum(builds.get(key, ())))
     for key, estimate in planned.items():
         if took[key] is not None and estimate > 0:
+            plan.learned[key] = (estimate, took[key])
             scale = min(SCALE_RANGE[1], max(SCALE_RANGE[0], took[key] / estimate))
             for name in members[key]:
                 plan.scales[name] = scale

@@ -344,9 +344,9 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     # what the tests and validate left: the points still dropped, fitted into it
     room = run.left() - PACK_S - HEALTH_S
     if room >= MIN_STAGE_S and any(p.state == "dropped" for p in plan.points):
-        kept = _refit(run, plan, room, _scale(done), "fill", lambda p: True, refit_margin(done))
+        kept = _refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, refit_margin(done))
         if kept:
-            code, estimate, took = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done), python,
+            code, estimate, took = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done, plan), python,
                                               machine, sha, running)  # fmt: skip
             failed |= code != 0
     for p in plan.points:
@@ -377,10 +377,10 @@ def _asv_stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python
         if name == "headline":
             kept = [p for p in plan.kept() if not p.done and take(p)]
         else:
-            kept = _refit(run, plan, room, _scale(done), name, take, refit_margin(done))
+            kept = _refit(run, plan, room, _scale(done, plan), name, take, refit_margin(done))
         if not kept:
             continue
-        code, estimate, took = _asv_stage(run, plan, summary, name, kept, room, _scale(done), python, machine,
+        code, estimate, took = _asv_stage(run, plan, summary, name, kept, room, _scale(done, plan), python, machine,
                                           sha, running)  # fmt: skip
         done.append((estimate, took))
         failed |= code != 0

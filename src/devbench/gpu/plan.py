@@ -166,6 +166,8 @@ class Plan:
     #: class ("module.Class") -> the seconds each build of its workloads took in this run's stages (the measuring
     #: process's journal): a swept workload not yet built is priced their mean, not its declared set-up
     builds: dict[str, list[float]] = field(default_factory=dict)
+    #: family -> (its estimate, what asv's durations say it took, its builds apart) in the stages so far
+    learned: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def built_s(self, p: Point, scale: float = 1.0) -> float:
         """What building ``p``'s workload in the measuring process costs: what this run's builds of its class
