@@ -537,6 +537,22 @@ def test_late_points_run_last_keep_points_are_never_dropped_and_twins_go_first()
     assert twins == sorted(twins) and any(twins) and not all(twins)
 
 
+def test_a_last_stage_that_cannot_end_before_the_tests_waits_for_the_fill():
+    """Started with 21 s left for a search priced 109 s, the last stage was cut with nothing kept; its points now
+    wait for the fill, after the tests and validate, and a stage that fits runs as planned."""
+    listing = _listing()
+    listing["bench_m.Mat.track_tflops"]["plan_last"] = [{"n": [8192]}]
+    plan = P.make_plan(listing, _all, ONE_GPU, budget_s=1000.0, reserve_s=0)
+    late = [p for p in plan.kept() if P.stage_of(p) == "last"]
+    need = plan.estimate_s(points=late, group=lambda p: "last")
+    assert late and P.defer_late(plan, late, "last", need + 1.0) == late
+    assert P.defer_late(plan, late, "rest", 0.0) == late  # only the last stage waits
+    assert P.defer_late(plan, late, "last", need - 1.0) == []
+    assert {(p.state, p.reason) for p in late} == {("dropped", P.WAITS_FOR_FILL)}
+    P.fit(plan, 1000.0, group=lambda p: "fill")  # the fill's refit takes them back
+    assert all(p.state == "run" for p in late)
+
+
 def test_a_workloads_check_is_priced_once_per_run_not_per_process():
     grid = ([["cuda"], [64, 1024]], ["device", "n"])
     listing = {"bench_m.Mat.track_tflops": _bench("bench_m.Mat.track_tflops", *grid, plan_s=1.0, plan_setup_s=0.0),

@@ -350,7 +350,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
                                               machine, sha, running)  # fmt: skip
             failed |= code != 0
     for p in plan.points:
-        if p.state == "dropped" and p.reason == "over the time budget":
+        if p.state == "dropped" and p.reason in ("over the time budget", P.WAITS_FOR_FILL):
             p.reason = "no time left for it"
     _smi(run.out / "smi-after.txt")
     if plan.costs.gpus:  # the probe found a GPU: without one there is no GPU figure to judge
@@ -378,6 +378,10 @@ def _asv_stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python
             kept = [p for p in plan.kept() if not p.done and take(p)]
         else:
             kept = _refit(run, plan, room, _scale(done, plan), name, take, refit_margin(done))
+            kept = P.defer_late(plan, kept, name, room, _scale(done, plan))
+            if not kept and any(p.reason == P.WAITS_FOR_FILL for p in plan.points):
+                print(f"== asv {name}: left to the fill stage (too long for the {room:.0f} s before the tests)",
+                      flush=True)  # fmt: skip
         if not kept:
             continue
         code, estimate, took = _asv_stage(run, plan, summary, name, kept, room, _scale(done, plan), python, machine,

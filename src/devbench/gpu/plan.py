@@ -223,6 +223,21 @@ def _stage_order(g: str) -> tuple[int, str]:
     return (STAGES.index(g) if g in STAGES else len(STAGES), g)
 
 
+#: why the late stage's points were left to the fill
+WAITS_FOR_FILL = "left to the fill stage: the last stage would not end in the time before the tests"
+
+
+def defer_late(plan: Plan, kept: list[Point], name: str, room_s: float, scale: float = 1.0) -> list[Point]:
+    """The points of stage ``name`` to run now: all of them, but for a last stage (a search, NCCL worlds) whose
+    estimate exceeds ``room_s``: started, it would be cut at its limit with nothing kept, so its points wait for the
+    fill stage, after the tests and validate (which leave what they do not use), marked dropped."""
+    if name != "last" or not kept or plan.estimate_s(points=kept, group=lambda p: name, scale=scale) <= room_s:
+        return kept
+    for p in kept:
+        p.state, p.reason = "dropped", WAITS_FOR_FILL
+    return []
+
+
 def stage_of(p: Point) -> str:
     """The asv stage a point runs in when the first plan keeps it."""
     return "last" if p.late else "headline" if p.tier == 0 else "rest"
