@@ -59,6 +59,10 @@ PACK_S = 5.0
 HEALTH_S = 5.0
 #: a stage given less than this is not started: asv alone takes seconds to start
 MIN_STAGE_S = 10.0
+#: fill stages at most, and the share of its estimate under which a fill leaves time enough for another (an asv
+#: call and a measuring process cost seconds)
+FILLS = 3
+FILL_AGAIN = 0.6
 
 EXAMPLES = """examples:
   devbench gpu-run --plan-only                      # the plan for this machine, nothing run
@@ -341,14 +345,20 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine],
                          run.left() - PACK_S, validate_s, log_path=run.out / "validate.txt")  # fmt: skip
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
-    # what the tests and validate left: the points still dropped, fitted into it
-    room = run.left() - PACK_S - HEALTH_S
-    if room >= MIN_STAGE_S and any(p.state == "dropped" for p in plan.points):
+    # what the tests and validate left: the points still dropped, fitted into it; again after a fill that ended
+    # well before its estimate (a search priced at its time bound often does), while time is left
+    for _ in range(FILLS):
+        room = run.left() - PACK_S - HEALTH_S
+        if room < MIN_STAGE_S or not any(p.state == "dropped" for p in plan.points):
+            break
         kept = _refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, refit_margin(done))
-        if kept:
-            code, estimate, took = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done, plan), python,
-                                              machine, sha, running)  # fmt: skip
-            failed |= code != 0
+        if not kept:
+            break
+        code, estimate, took = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done, plan), python,
+                                          machine, sha, running)  # fmt: skip
+        failed |= code != 0
+        if code != 0 or took >= FILL_AGAIN * estimate:
+            break
     for p in plan.points:
         if p.state == "dropped" and p.reason in ("over the time budget", P.WAITS_FOR_FILL):
             p.reason = "no time left for it"
