@@ -347,11 +347,13 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
     # what the tests and validate left: the points still dropped, fitted into it; again after a fill that ended
     # well before its estimate (a search priced at its time bound often does), while time is left
-    for _ in range(FILLS):
+    for n in range(FILLS):
         room = run.left() - PACK_S - HEALTH_S
         if room < MIN_STAGE_S or not any(p.state == "dropped" for p in plan.points):
             break
-        kept = _refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, refit_margin(done))
+        # a later fill holds what no stage priced from a run (families first met there): a quarter left free
+        margin = refit_margin(done) if n == 0 else REFIT_MARGIN
+        kept = _refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, margin)
         if not kept:
             break
         code, estimate, took = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done, plan), python,
