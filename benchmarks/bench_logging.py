@@ -1,12 +1,17 @@
 """Exercise 3: logging the Frobenius norm of each matmul per step vs on the device."""
 
-import time
-
-from devbench.engine.suite import DEVICES, Benchmark, check_once, once, require_device, waited, with_samples
+from devbench.engine.suite import (
+    DEVICES,
+    Benchmark,
+    check_once,
+    host_clock_cap,
+    once,
+    require_device,
+    shared,
+    with_samples,
+)
 from devbench.workloads.norms import STRATEGIES, NormLoop
 
-#: Pairs of loops behind the in-process ratio (each pair is one sample).
-RATIO_SAMPLES = 5
 #: a block of loops lasts at least this long (one loop where a loop is longer), as asv's samples of 0.05 s
 LOOP_BLOCK_S = 0.05
 
@@ -27,10 +32,13 @@ class LogNorms(Benchmark):
     skips = [{"where": {"device": ["cpu"], "n": [1024]},
               "reason": "n=1024 exists to keep a GPU busy; on the CPU a loop takes seconds"}]  # fmt: skip
     swept = True
-    #: per-step logging waits on the host every step: up to 1 s of loops for 0.5%
+    #: a sample is a pair of blocks, the strategy's loops and on_device's, each at least ``LOOP_BLOCK_S``
+    sample_time = 2 * LOOP_BLOCK_S
+    #: per-step logging waits on the host every step: up to 1 s of pairs for 0.5%
     sample_cap = (1.0, 11)
-    #: 2: time_loop (asv's clock, a process of its own) became track_time, timed beside the ratio
-    work_version = 2
+    #: 2: time_loop (asv's clock, a process of its own) became track_time, timed beside the ratio; 3: both
+    #: figures count one set of pairs (a block of the strategy's loops, one of on_device's, in turns)
+    work_version = 3
 
     def setup(self, device, strategy, steps, n):
         self.device = require_device(device)
@@ -38,7 +46,7 @@ class LogNorms(Benchmark):
         # checked again each sample, 1,000 float64-checked steps cost the H200 36 s a point
         key = ("LogNorms", device, strategy, steps, n)
         self.loop = once(key, lambda: self._checked(key, strategy, steps, n))
-        self.run = self.loop.strategy(strategy)
+        self.logged = strategy
 
     def _checked(self, key, strategy, steps, n):
         loop = NormLoop(n, steps, self.device)
@@ -51,21 +59,17 @@ class LogNorms(Benchmark):
         check_once(key, check, lambda: (loop.strategy(strategy)(), loop.strategy("on_device")()))
         return loop
 
+    def _pairs(self, figure):
+        with host_clock_cap(self.device):  # every figure counts the same pairs of blocks
+            return shared(self, figure, lambda: self.loop.pairs(self.logged, LOOP_BLOCK_S))
+
     def track_time(self, device, strategy, steps, n):
         # every strategy ends with its norms on the host: each loop is waited for
-        return waited(self.run, None, LOOP_BLOCK_S, self.device)
+        return with_samples(own for own, _ in self._pairs("time"))
 
     track_time.unit = "seconds"
 
     def track_vs_on_device(self, device, strategy, steps, n):
-        ratios = []
-        for _ in range(RATIO_SAMPLES):  # a pair back to back, so drift hits both sides alike
-            pair = []
-            for fn in (self.loop.on_device, self.run):
-                t0 = time.perf_counter()
-                fn()
-                pair.append(time.perf_counter() - t0)
-            ratios.append(pair[1] / pair[0])
-        return with_samples(ratios)
+        return with_samples(own / ref for own, ref in self._pairs("vs_on_device"))
 
     track_vs_on_device.unit = "x"

@@ -145,18 +145,25 @@ def waited(fn: Callable[[], object], sync: Callable[[], object] | None, block_s:
     ``sample_time``), as many as ``devbench.engine.precision`` asks. On the CPU, where 0.5% is rarely reached, the cap's
     seconds are at least asv's ``repeat[2]`` (2 s): the samples a ``time_`` figure had. ``one_s``: one waited call's
     seconds when known."""
-    from devbench.engine import precision
     from devbench.engine.measure import block_calls, measure_synced, one_call_s
 
     sync = sync or (lambda: None)
     if one_s is None:
         one_s = one_call_s(lambda: (fn(), sync()), torch.device("cpu"))
     calls = block_calls(one_s, block_s)
+    with host_clock_cap(device):
+        return with_samples(measure_synced(fn, sync, calls).per_call, calls)
+
+
+def host_clock_cap(device: torch.device):
+    """The benchmark's sampling cap for a figure on the host's clock (``precision.capped``): on the CPU, where 0.5%
+    is rarely reached, its seconds at least asv's ``repeat[2]`` (2 s), the samples a ``time_`` figure had."""
+    from devbench.engine import precision
+
     seconds, blocks = precision.current_cap()
     if torch.device(device).type == "cpu":
         seconds = max(seconds, float(Benchmark.repeat[2]))
-    with precision.capped((seconds, blocks)):
-        return with_samples(measure_synced(fn, sync, calls).per_call, calls)
+    return precision.capped((seconds, blocks))
 
 
 def declared_skip(bench: object, args: tuple) -> str | None:

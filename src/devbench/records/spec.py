@@ -67,6 +67,7 @@ TWINS = {
 #: Figures counted from the blocks another figure of the same workload measured (``suite.shared``): gpu-run
 #: prices them no sampling of their own (``devbench.gpu.plan``).
 SAME_BLOCKS = {
+    "bench_logging.LogNorms.track_vs_on_device": "bench_logging.LogNorms.track_time",
     "bench_transfer.DeviceCopy.track_gbps_read_write": "bench_transfer.DeviceCopy.track_gbps_copied",
     "bench_transfer.HostDeviceBidirectional.track_h2d_gbps": "bench_transfer.HostDeviceBidirectional.track_total_gbps",
     "bench_transfer.HostDeviceBidirectional.track_d2h_gbps": "bench_transfer.HostDeviceBidirectional.track_total_gbps",

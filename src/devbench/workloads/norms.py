@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from devbench.engine.measure import SEED, randn
+from devbench.engine.measure import SEED, block_calls, one_call_s, randn, sampled
 from devbench.logger import DeviceLogger
 
 STRATEGIES = ["per_step_item", "per_step_numpy", "on_device", "periodic"]
@@ -67,6 +68,32 @@ class NormLoop:
         if name not in STRATEGIES:
             raise ValueError(f"unknown strategy {name!r}; expected one of {STRATEGIES}")
         return getattr(self, name)
+
+    def pairs(self, name: str, block_s: float, count: int | None = None) -> list[tuple[float, float]]:
+        """(``name``'s, ``on_device``'s) seconds per loop in pairs of blocks of at least ``block_s`` each (one loop
+        where a loop is longer), the two in turns, who goes first alternating: ``count`` pairs, or ``DEVBENCH_BLOCKS``,
+        else until asv's 99% interval of their ratio is within 0.5% of its median or the benchmark's cap has passed
+        (``measure.sampled``). A strategy's time and its cost over ``on_device`` are counted from the same pairs.
+        Every loop ends with its norms on the host: each is waited for."""
+        sides = [self.strategy(name), self.on_device]
+        calls = [block_calls(one_call_s(fn, torch.device("cpu")), block_s) for fn in sides]
+        got: list[tuple[float, float]] = []
+
+        def block(i: int) -> float:
+            fn, n = sides[i], calls[i]
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            return (time.perf_counter() - start) / n
+
+        def one() -> float:
+            order = (0, 1) if len(got) % 2 == 0 else (1, 0)
+            took = {i: block(i) for i in order}
+            got.append((took[0], took[1]))
+            return took[0] / took[1]
+
+        sampled(one, count)
+        return got
 
     def reference(self) -> np.ndarray:
         """The norms in float64 on the CPU: each of the ``INPUT_SETS`` distinct products once, in step order.
