@@ -113,8 +113,12 @@ class HostDevice(Benchmark):
     headline = [{"nbytes": [64 * MiB]}, {"memory": ["pinned"], "nbytes": [256 * MiB]}]
     plan_gpus = 1
     swept = True
-    #: 2: time_copy (asv's clock, a process of its own) became track_time, timed beside track_gbps
-    work_version = 2
+    #: both directions and modes of one memory and size copy between the same buffers: the measuring process
+    #: builds them once and times those four points together (``devbench.engine.sweep``)
+    built_by = ["memory", "nbytes"]
+    #: 2: time_copy (asv's clock, a process of its own) became track_time, timed beside track_gbps; 3: the
+    #: directions and modes of a memory and size share their buffers
+    work_version = 3
 
     def setup(self, direction, memory, mode, nbytes):
         dev = require_device("cuda")
@@ -122,9 +126,9 @@ class HostDevice(Benchmark):
             raise NotImplementedError(pinned_reason())
         host = torch.device("cpu")
         _require_fit(sets_for(nbytes, max(cache_bytes(host), cache_bytes(dev))), nbytes, host, dev)
+        buffers = once(("HostDevice", memory, nbytes), lambda: host_device_copy("h2d", nbytes, dev, memory))
         key = ("HostDevice", direction, memory, mode, nbytes)
-        self.copy = once(key, lambda: _checked(host_device_copy(direction, nbytes, dev, memory,
-                                                                non_blocking=mode == "non_blocking"), key))
+        self.copy = once(key, lambda: _checked(buffers.turned(direction == "d2h", mode == "non_blocking"), key))
 
     def track_time(self, direction, memory, mode, nbytes):
         return _waited(self.copy)

@@ -60,6 +60,25 @@ class Fake(Benchmark):
         return with_samples([10.0 * self.n] * 3)
 
     track_a.unit = track_b.unit = "x"
+
+
+@instrumented
+class Shared(Benchmark):
+    params = [["up", "down"], [1, 2]]
+    param_names = ["way", "n"]
+    swept = True
+    built_by = ["n"]
+
+    def setup(self, way, n):
+        note(f"build {way} {n}")
+        self.base = once(("Shared", n), lambda: note(f"made {n}") or n)
+        self.sign = 1.0 if way == "up" else -1.0
+
+    def track_a(self, way, n):
+        note(f"measure {way} {n}")
+        return with_samples([self.sign * self.base] * 3)
+
+    track_a.unit = "x"
 '''
 
 

@@ -60,6 +60,26 @@ def test_the_run_selection_limits_what_is_measured_with_the_asked_figure(suite_d
     assert len({line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}) == 1
 
 
+def test_points_that_share_a_build_are_set_up_over_it_and_timed_with_the_asked_one(suite_dir, monkeypatch):
+    """``built_by``: asv asks a class's points in its params' order, so the points that differ only in the other
+    params come back after other builds; the measuring process times them over the held build, where the run
+    names its selection, and serves each when asked."""
+    shared = "bench_fake.Shared"
+    _point("track_a", "up", 1, cls=shared)  # no selection named (plain asv run): nothing timed ahead
+    assert _log(suite_dir) == ["build up 1", "measure up 1"]
+    monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Shared\.track_a\('(up|down)', 2\)")
+    assert _point("track_a", "up", 2, cls=shared)["result"]["samples"] == [2.0] * 3
+    assert _log(suite_dir, made=True)[3:] == ["build up 2", "made 2", "measure up 2", "build down 2", "measure down 2"]
+    assert _point("track_a", "down", 2, cls=shared)["result"]["samples"] == [-2.0] * 3  # served: nothing new
+    assert len(_log(suite_dir, made=True)) == 8
+    journal = [json.loads(x) for x in (suite_dir / "sweep" / "journal.jsonl").read_text().splitlines()]
+    assert [r["params"] for r in journal if "beside" in r] == [["down", 2]]
+    # a selection that leaves the other way out times it not
+    monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Shared\.track_a\('up', 1\)")
+    _point("track_a", "up", 1, cls=shared)
+    assert "build down 1" not in _log(suite_dir)
+
+
 def test_a_cuda_error_fails_its_figure_and_the_next_point_gets_a_fresh_process(suite_dir, monkeypatch):
     monkeypatch.setenv("FAKE_FAIL", "1")
     first = _point("track_a", "cpu", 2)

@@ -565,3 +565,18 @@ def test_a_peer_copy_is_built_and_checked_once_per_process_and_traced_only_by_it
 
     assert bench.track_peer_access("0->1", 4096) == 1.0 and math.isnan(bench.track_nvlink_share("0->1", 4096))
     assert len(traced) == 1  # the path figures trace it, once
+
+
+def test_a_turned_copy_shares_the_buffers_and_copies_the_pattern_back():
+    """HostDevice's directions and modes of one memory and size share one build (``Copy.turned``): the reverse
+    copy's sources are the first one's destinations, filled with its sources' pattern before any check."""
+    cpu = torch.device("cpu")
+    base = T.Copy(4096, cpu, cpu, "pageable", sets=3)  # unchecked: its destinations hold no pattern yet
+    back = base.turned(True, non_blocking=True)
+    assert back.srcs is base.dsts and back.dsts is base.srcs and back.non_blocking and not base.non_blocking
+    assert all(torch.equal(s, T.pattern(4096, T.SEED + i)) for i, s in enumerate(back.srcs))
+    back.check()
+    assert all(torch.equal(d, T.pattern(4096, T.SEED + i)) for i, d in enumerate(base.srcs))  # the pattern, back again
+    same = base.turned(False, non_blocking=False)
+    assert same.srcs is base.srcs and same.dsts is base.dsts
+    same.check()

@@ -11,11 +11,13 @@ computes it without its fallback, from ``MIN_SAMPLES`` samples: the range of 8 c
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 #: the half-width of asv's 99% interval, over the median, under which a figure stops (a 2% change stays visible)
 REL = 0.005
@@ -100,3 +102,25 @@ def capped(cap: tuple[float, int] | None) -> Iterator[None]:
         yield
     finally:
         _CAP.pop()
+
+
+def of_result(result: dict) -> dict:
+    """What the measuring process's journal keeps of a figure's reply: its error, or its samples' count and asv's
+    interval over its median."""
+    if "error" in result:
+        return {"error": result["error"]}
+    value = result.get("result")
+    if not isinstance(value, dict) or not value.get("samples"):
+        return {}
+    width = half_width(value["samples"])
+    return {"samples": len(value["samples"]), "half_width": round(width, 5) if width != float("inf") else None,
+            "precise": width <= REL}  # fmt: skip
+
+
+def imprecise(journal: Path) -> list[dict]:
+    """The figures of a measuring process's ``journal`` whose samples stopped before asv's interval came within
+    ``REL``."""
+    if not journal.exists():
+        return []
+    rows = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    return [r for r in rows if "figure" in r and r.get("precise") is False]

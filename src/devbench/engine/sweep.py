@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import hashlib
 import importlib
+import itertools
 import json
 import os
 import pickle
@@ -43,6 +44,7 @@ import traceback
 from collections.abc import Iterable
 from pathlib import Path
 
+from devbench.engine import precision
 from devbench.engine.owners import OWNER_ENV, Holder, alive, asking_owner, held, sockets  # noqa: F401 - sweep's names
 
 #: where the measuring processes keep their sockets, logs and journal (gpu-run sets one per run)
@@ -61,9 +63,9 @@ EVICT_IDLE_S = 5.0
 START_S = 180.0
 
 
-def mode() -> str:
-    """``DEVBENCH_SWEEP``'s value (``auto`` when unset); a bad value names itself."""
-    value = os.environ.get(MODE_ENV, "") or "auto"
+def mode(default: str = "auto") -> str:
+    """``DEVBENCH_SWEEP``'s value (``default`` when unset); a bad value names itself."""
+    value = os.environ.get(MODE_ENV, "") or default
     if value not in MODES:
         raise ValueError(f"{MODE_ENV}={value!r}: expected one of {', '.join(MODES)}")
     return value
@@ -284,25 +286,34 @@ class Server:
         return {"ok": True}
 
     def _measure(self, asked: str, params: tuple) -> dict:
-        """``asked``, then every other figure of the held workload this run selects, one after the other."""
+        """``asked``, then every other figure of the held workload this run selects, one after the other, then the
+        points that share its build (``_beside``)."""
         cls_name = asked.rsplit(".", 1)[0]
         figures = [asked] + [f"{cls_name}.{m}" for m in figures_of(type(self.bench))
                              if f"{cls_name}.{m}" != asked and selected(f"{cls_name}.{m}", params)]  # fmt: skip
+        reply = self._figures(self.bench, params, figures, asked)
+        if not self.fatal:
+            self._beside(cls_name, params)
+        return reply  # the workload stays built: a compare's next turn asks the same figure again
+
+    def _figures(self, bench: object, params: tuple, figures: list[str], asked: str | None = None) -> dict:
+        """Time ``figures`` of ``bench`` (set up at ``params``) one after the other: ``asked``'s reply, the others
+        kept to be asked for once."""
         reply: dict = {}
         for figure in figures:
             for hook in _MEASURING:
                 with contextlib.suppress(Exception):
-                    hook(self.bench, params)
+                    hook(bench, params)
             t0 = time.monotonic()
             try:
-                result = {"result": getattr(self.bench, figure.rsplit(".", 1)[1])(*self.lead, *params)}
+                result = {"result": getattr(bench, figure.rsplit(".", 1)[1])(*self.lead, *params)}
             except Exception as exc:  # noqa: BLE001
                 result = _failed(exc)
             took = round(time.monotonic() - t0, 4)
             for hook in _MEASURED:
                 with contextlib.suppress(Exception):
-                    hook(self.bench, params, figure.rsplit(".", 1)[1])
-            self._note(figure=figure, params=list(params), seconds=took, **_precision(result))
+                    hook(bench, params, figure.rsplit(".", 1)[1])
+            self._note(figure=figure, params=list(params), seconds=took, **precision.of_result(result))
             if figure == asked:
                 reply = result
             else:
@@ -310,29 +321,39 @@ class Server:
             if result.get("fatal"):
                 self.fatal = True
                 break
-        return reply  # the workload stays built: a compare's next turn asks the same figure again
+        return reply
 
-
-def _precision(result: dict) -> dict:
-    """What the journal keeps of a figure: its error, or its samples' count and asv's interval over its median."""
-    if "error" in result:
-        return {"error": result["error"]}
-    value = result.get("result")
-    if not isinstance(value, dict) or not value.get("samples"):
-        return {}
-    from devbench.engine.precision import REL, half_width
-
-    width = half_width(value["samples"])
-    return {"samples": len(value["samples"]), "half_width": round(width, 5) if width != float("inf") else None,
-            "precise": width <= REL}  # fmt: skip
-
-
-def capped(journal: Path) -> list[dict]:
-    """The figures of ``journal`` whose samples stopped before asv's interval came within ``precision.REL``."""
-    if not journal.exists():
-        return []
-    rows = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
-    return [r for r in rows if "figure" in r and r.get("precise") is False]
+    def _beside(self, cls_name: str, params: tuple) -> None:
+        """Where the class names the params its build depends on (``built_by``) and the run names its selection
+        (``SELECT_ENV``: gpu-run, compare), the selected points that differ from ``params`` in the other params
+        only, each set up and timed now, over the held build (``prepare.once`` keeps what they share): kept to be
+        asked for. asv asks a class's points in its params' order, so these would otherwise come back after
+        other builds. One that fails to set up is left to be asked for (it says why there)."""
+        cls = type(self.bench)
+        by = getattr(cls, "built_by", ())
+        if not by or not os.environ.get(SELECT_ENV):
+            return
+        names = list(cls.param_names)
+        same = [names.index(n) for n in by]
+        for combo in itertools.product(*cls.params):
+            if combo == params or any(combo[i] != params[i] for i in same):
+                continue
+            figures = [f"{cls_name}.{m}" for m in figures_of(cls) if selected(f"{cls_name}.{m}", combo)]
+            if not figures or any((f, combo, self.held[2]) in self.waiting for f in figures):
+                continue
+            bench, t0 = cls(), time.monotonic()
+            try:
+                bench.setup(*self.lead, *combo)
+            except Exception:  # noqa: BLE001 - a skip or a failure: its own request says so
+                with contextlib.suppress(Exception):
+                    bench.teardown(*self.lead, *combo)
+                continue
+            self._note(beside=cls_name, params=list(combo), seconds=round(time.monotonic() - t0, 4))
+            self._figures(bench, combo, figures)
+            with contextlib.suppress(Exception):
+                bench.teardown(*self.lead, *combo)
+            if self.fatal:
+                return
 
 
 def _benchmark_class(module: str, file: str | None, name: str) -> type:

@@ -12,7 +12,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from devbench.engine import precision, sweep
+from devbench.engine import precision
 
 #: the folders of .asv that a run fills, packed with the results (``sweep``: the measuring processes' journal
 #: and logs, ``devbench.engine.sweep``)
@@ -99,7 +99,7 @@ def print_capped(journal: Path, since: float) -> None:
     """The figures the measuring processes timed whose interval is wider than the stop rule's
     (``devbench.engine.precision``):
     stopped at their class's cap, or sampled a fixed number of times (a ratio's pairs), with asv's interval."""
-    rows = [r for r in sweep.capped(journal) if r.get("t", 0) >= since]
+    rows = [r for r in precision.imprecise(journal) if r.get("t", 0) >= since]
     if not rows:
         return
     print(f"figures whose 99% interval (asv's) is wider than {100 * precision.REL:.1f}% of their median, stopped at "

@@ -17,6 +17,7 @@ import io
 import os
 import re
 from collections.abc import Callable
+from copy import copy as shallow
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,6 +249,20 @@ class Copy:
 
     def sync(self) -> None:
         synchronize(self.devices)
+
+    def turned(self, reverse: bool, non_blocking: bool) -> Copy:
+        """A copy over these buffers, none allocated: the other way round where ``reverse`` (its sources are this
+        one's destinations, filled from this one's sources first, so that its check compares the pattern), with
+        ``non_blocking`` as given. Check it before timing it, as any ``Copy``."""
+        other = shallow(self)
+        other.non_blocking, other._next = non_blocking, 0
+        if reverse:
+            other.src_device, other.dst_device = self.dst_device, self.src_device
+            other.srcs, other.dsts = self.dsts, self.srcs
+            for src, dst in zip(other.srcs, other.dsts, strict=True):
+                src.copy_(dst)
+            synchronize(other.devices)
+        return other
 
 
 def host_device_copy(
