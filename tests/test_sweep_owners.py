@@ -202,7 +202,8 @@ def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finis
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "suite")
     out, log = tmp_path / "out", tmp_path / "log"
-    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", sweep.MODE_ENV: "all"}
+    # DEVBENCH_SWEEP unset: gpu-run's stages send a swept class's CPU points to the measuring process themselves
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "devbench.cli", "gpu-run", "--repo", str(repo), "--machine", "cpu-box",
            "--no-tests", "--no-validate", "--budget-s", "900", "--out", str(out)]  # fmt: skip
     journal = repo / ".asv" / "sweep" / "journal.jsonl"

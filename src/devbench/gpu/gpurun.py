@@ -63,6 +63,11 @@ MIN_STAGE_S = 10.0
 #: call and a measuring process cost seconds)
 FILLS = 3
 FILL_AGAIN = 0.6
+#: gpu-run's asv stages send every point of a swept class, the CPU's too, to the stage's measuring process unless
+#: ``DEVBENCH_SWEEP`` says otherwise: on the CPU that path gave compare no false verdict and called a planted 2x in
+#: every product (reports/gpu/sweep-on-cpu), and a CPU point whose figures count one set of samples
+#: (``spec.SAME_BLOCKS``) takes them once, not once per figure's process
+SWEEP = "all"
 
 EXAMPLES = """examples:
   devbench gpu-run --plan-only                      # the plan for this machine, nothing run
@@ -229,7 +234,7 @@ def execute(args: argparse.Namespace) -> int:
     keep = frozenset(p.selector for p in spec.kept_points())
     plan = P.make_plan(listing, lambda s: only is None or only.search(s) is not None, costs,
                        run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
-                       sweep_cpu=sweep.mode() == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
+                       sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
     plan.first_estimate_s = plan.estimate_s()
     print(format_plan(plan), flush=True)
     _write_plan(run, plan)
@@ -262,7 +267,8 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     regex = selection_regex(points)
     # a setup_cache sweep, and the measuring process's twins, measure only what is read; the measuring processes
     # keep their journal and logs in the run's .asv, packed with the results (devbench.engine.sweep)
-    env = {**os.environ, "DEVBENCH_BENCH": regex, sweep.DIR_ENV: str(run.repo / ".asv" / "sweep")}
+    env = {**os.environ, "DEVBENCH_BENCH": regex, sweep.DIR_ENV: str(run.repo / ".asv" / "sweep"),
+           sweep.MODE_ENV: sweep.mode(SWEEP)}  # fmt: skip
     if run.checked:
         env[CHECKED_ENV] = run.checked
     if run.holder is not None:
@@ -436,7 +442,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> str | None:
     try:
-        sweep.mode()
+        sweep.mode(SWEEP)
     except ValueError as exc:
         return str(exc)
     if not args.budget_s > 0:
