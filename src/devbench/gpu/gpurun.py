@@ -59,10 +59,8 @@ PACK_S = 5.0
 HEALTH_S = 5.0
 #: a stage given less than this is not started: asv alone takes seconds to start
 MIN_STAGE_S = 10.0
-#: fill stages at most, and the share of its estimate under which a fill leaves time enough for another (an asv
-#: call and a measuring process cost seconds)
+#: fill stages at most: each takes back what still fits in the time the one before left
 FILLS = 3
-FILL_AGAIN = 0.6
 #: gpu-run's asv stages send every point of a swept class, the CPU's too, to the stage's measuring process unless
 #: ``DEVBENCH_SWEEP`` says otherwise: on the CPU that path gave compare no false verdict and called a planted 2x in
 #: every product (reports/gpu/sweep-on-cpu), and a CPU point whose figures count one set of samples
@@ -351,8 +349,8 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine],
                          run.left() - PACK_S, validate_s, log_path=run.out / "validate.txt")  # fmt: skip
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
-    # what the tests and validate left: the points still dropped, fitted into it; again after a fill that ended
-    # well before its estimate (a search priced at its time bound often does), while time is left
+    # what the tests and validate left: the points still dropped, fitted into it; again while a stage's time is
+    # left and a dropped point fits in it (a search priced at its time bound often ends well before its estimate)
     for n in range(FILLS):
         room = run.left() - PACK_S - HEALTH_S
         if room < MIN_STAGE_S or not any(p.state == "dropped" for p in plan.points):
@@ -362,10 +360,10 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         kept = _refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, margin)
         if not kept:
             break
-        code, estimate, took = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done, plan), python,
-                                          machine, sha, running)  # fmt: skip
+        code, _, _ = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done, plan), python, machine, sha,
+                                running)  # fmt: skip
         failed |= code != 0
-        if code != 0 or took >= FILL_AGAIN * estimate:
+        if code != 0:
             break
     for p in plan.points:
         if p.state == "dropped" and p.reason in ("over the time budget", P.WAITS_FOR_FILL):
