@@ -124,9 +124,7 @@ class HostDevice(Benchmark):
         dev = require_device("cuda")
         if memory == "pinned" and pinned_reason():
             raise NotImplementedError(pinned_reason())
-        host = torch.device("cpu")
-        _require_fit(sets_for(nbytes, max(cache_bytes(host), cache_bytes(dev))), nbytes, host, dev)
-        buffers = once(("HostDevice", memory, nbytes), lambda: host_device_copy("h2d", nbytes, dev, memory))
+        buffers = once(("HostDevice", memory, nbytes), lambda: _host_device_buffers(memory, nbytes, dev))
         key = ("HostDevice", direction, memory, mode, nbytes)
         self.copy = once(key, lambda: _checked(buffers.turned(direction == "d2h", mode == "non_blocking"), key))
 
@@ -139,6 +137,14 @@ class HostDevice(Benchmark):
         return _bandwidth(self.copy)
 
     track_gbps.unit = "GB/s"
+
+
+def _host_device_buffers(memory: str, nbytes: int, dev: torch.device):
+    """The buffers of a memory and size (a host -> ``dev`` copy), where they fit: the points that share them
+    allocate nothing (``Copy.turned``) and so ask for no room of their own."""
+    host = torch.device("cpu")
+    _require_fit(sets_for(nbytes, max(cache_bytes(host), cache_bytes(dev))), nbytes, host, dev)
+    return host_device_copy("h2d", nbytes, dev, memory)
 
 
 class HostDeviceBidirectional(Benchmark):

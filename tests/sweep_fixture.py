@@ -71,6 +71,17 @@ class Shared(Benchmark):
 
     def setup(self, way, n):
         note(f"build {way} {n}")
+        if way == "down" and os.environ.get("FAKE_FAIL_SHARED"):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        if way == "down" and os.environ.get("FAKE_AFTER"):  # set up only once the asked point has its reply
+            import time
+
+            for _ in range(100):
+                if Path(os.environ["FAKE_AFTER"]).exists():
+                    break
+                time.sleep(0.1)
+            else:
+                note("down set up before the asked point had its reply")
         self.base = once(("Shared", n), lambda: note(f"made {n}") or n)
         self.sign = 1.0 if way == "up" else -1.0
 

@@ -42,10 +42,14 @@ def test_no_sampling_thread_runs_beside_a_microsecond_figure(cls, monkeypatch):
     from devbench.records import gpustate
 
     monkeypatch.setattr(gpustate, "Sampler", Recorder)
-    gpuwatch._start_sampler(cls.__new__(cls))
+    gpuwatch._start_sampler(cls.__new__(cls), ())
     assert started == [], f"{cls.__name__} would be timed beside the NVML sampling thread"
-    # a class that keeps the default still samples: the switch is what stops it
-    gpuwatch._start_sampler(bench_matmul.MatmulSquare.__new__(bench_matmul.MatmulSquare))
+    square = bench_matmul.MatmulSquare
+    # a CPU point in a process that uses CUDA too (the measuring process serves both): no thread beside it
+    gpuwatch._start_sampler(square.__new__(square), ("cpu", "float32", 1024))
+    assert started == []
+    # a class that keeps the default still samples its GPU points: the switch is what stops it
+    gpuwatch._start_sampler(square.__new__(square), ("cuda", "float32", 1024))
     assert started == [True]
 
 

@@ -373,7 +373,7 @@ def test_the_measuring_process_samples_each_figure_and_records_it_by_name(monkey
     from devbench.engine import suite, sweep
 
     calls = []
-    monkeypatch.setattr(suite, "_start_sampler", lambda bench: calls.append(("start",)))
+    monkeypatch.setattr(suite, "_start_sampler", lambda bench, args: calls.append(("start",)))
     monkeypatch.setattr(suite, "_stop_sampler", lambda bench, args, figure=None: calls.append(("stop", figure)))
 
     class Bench:

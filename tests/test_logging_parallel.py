@@ -124,3 +124,16 @@ def test_the_float64_reference_computes_each_distinct_product_once(monkeypatch):
     assert len(calls) == norms.INPUT_SETS  # 8 distinct products, not 20
     loop.reference()
     assert len(calls) == norms.INPUT_SETS  # kept: a check of two strategies reads it twice
+
+
+def test_a_loops_time_and_its_ratio_come_from_the_same_pairs_of_blocks(monkeypatch):
+    """LogNorms' two figures read one set of pairs: a block of the strategy's loops and one of on_device's."""
+    import torch
+
+    from devbench.workloads.norms import NormLoop
+
+    loop = NormLoop(16, 10, torch.device("cpu"))
+    pairs, calls = loop.pairs("per_step_item", 0.001, count=4)
+    assert len(pairs) == 4 and calls >= 1 and all(own > 0 and ref > 0 for own, ref in pairs)
+    monkeypatch.setenv("DEVBENCH_BLOCKS", "3")  # compare's fixed blocks hold for the pairs too
+    assert len(loop.pairs("periodic", 0.001)[0]) == 3

@@ -64,20 +64,32 @@ def test_points_that_share_a_build_are_set_up_over_it_and_timed_with_the_asked_o
     """``built_by``: asv asks a class's points in its params' order, so the points that differ only in the other
     params come back after other builds; the measuring process times them over the held build, where the run
     names its selection, and serves each when asked."""
-    shared = "bench_fake.Shared"
+    shared, replied = "bench_fake.Shared", suite_dir / "replied"
+    monkeypatch.setenv("FAKE_AFTER", str(replied))
     _point("track_a", "up", 1, cls=shared)  # no selection named (plain asv run): nothing timed ahead
     assert _log(suite_dir) == ["build up 1", "measure up 1"]
     monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Shared\.track_a\('(up|down)', 2\)")
     assert _point("track_a", "up", 2, cls=shared)["result"]["samples"] == [2.0] * 3
-    assert _log(suite_dir, made=True)[3:] == ["build up 2", "made 2", "measure up 2", "build down 2", "measure down 2"]
+    replied.touch()  # the asked point has its reply: the other way, set up after it, goes on
     assert _point("track_a", "down", 2, cls=shared)["result"]["samples"] == [-2.0] * 3  # served: nothing new
-    assert len(_log(suite_dir, made=True)) == 8
+    assert _log(suite_dir, made=True)[3:] == ["build up 2", "made 2", "measure up 2", "build down 2", "measure down 2"]
     journal = [json.loads(x) for x in (suite_dir / "sweep" / "journal.jsonl").read_text().splitlines()]
     assert [r["params"] for r in journal if "beside" in r] == [["down", 2]]
     # a selection that leaves the other way out times it not
     monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Shared\.track_a\('up', 1\)")
     _point("track_a", "up", 1, cls=shared)
     assert "build down 1" not in _log(suite_dir)
+
+
+def test_a_cuda_error_setting_up_a_point_that_shares_a_build_ends_the_process(suite_dir, monkeypatch):
+    """The asked point keeps its figure; the failed set-up ends the measuring process, and the next point starts
+    a fresh one, which fails that point with the error."""
+    monkeypatch.setenv("FAKE_FAIL_SHARED", "1")
+    monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Shared\.track_a\('(up|down)', 1\)")
+    assert _point("track_a", "up", 1, cls="bench_fake.Shared")["result"]["samples"] == [1.0] * 3
+    assert "CUDA error" in _point("track_a", "down", 1, cls="bench_fake.Shared")["error"]
+    pids = {line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}
+    assert len(pids) == 2
 
 
 def test_a_cuda_error_fails_its_figure_and_the_next_point_gets_a_fresh_process(suite_dir, monkeypatch):

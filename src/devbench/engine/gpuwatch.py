@@ -24,9 +24,24 @@ GPU_STATE_EVERY_S = 0.5
 _last_gpu_state: dict[tuple[str, str, str], float] = {}
 
 
+def cpu_point(bench: object, args: tuple) -> bool:
+    """Whether the point ``args`` of ``bench`` runs on the CPU by its params: a ``device`` other than ``cuda``, or a
+    value the class's ``plan_gpus`` gives no GPU. Its process may have CUDA in use all the same (the measuring
+    process serves GPU and CPU points): no GPU state is recorded or sampled around it."""
+    names = list(getattr(bench, "param_names", []))
+    if len(args) < len(names):
+        return False
+    values = args[len(args) - len(names) :] if names else ()
+    if "device" in names and values[names.index("device")] != "cuda":
+        return True
+    declared = getattr(bench, "plan_gpus", None)
+    return isinstance(declared, dict) and any(p in names and values[names.index(p)] not in by_value
+                                              for p, by_value in declared.items())  # fmt: skip
+
+
 def _record_gpu_state(bench: object, args: tuple, phase: str) -> None:
-    """Append the GPUs' NVML state for this benchmark and params (only once CUDA is in use)."""
-    if not torch.cuda.is_initialized():
+    """Append the GPUs' NVML state for this benchmark and params (only once CUDA is in use, for a GPU point)."""
+    if not torch.cuda.is_initialized() or cpu_point(bench, args):
         return
     from devbench.records import gpustate
 
@@ -58,13 +73,14 @@ def _cuda_identities() -> list[dict]:
     return cuda_identities()
 
 
-def _start_sampler(bench: object) -> None:
+def _start_sampler(bench: object, args: tuple) -> None:
     """Sample the GPUs' clocks and power from the end of set-up to tear-down (in the measuring process, around
     each figure): the timed part; one already sampling goes on.
 
-    Not for a class with ``samples_gpu_state = False``: its figures are microseconds long, and a
-    thread that wakes every 50 ms for ctypes calls under the GIL would be timed with them."""
-    if not torch.cuda.is_initialized() or not getattr(bench, "samples_gpu_state", True):
+    Not for a class with ``samples_gpu_state = False``, nor for a CPU point (``cpu_point``): its figures are
+    microseconds long, or host work, and a thread that wakes every 50 ms for ctypes calls under the GIL would
+    be timed with them."""
+    if not torch.cuda.is_initialized() or not getattr(bench, "samples_gpu_state", True) or cpu_point(bench, args):
         return
     if "_devbench_sampler" in bench.__dict__:
         return

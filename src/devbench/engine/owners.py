@@ -1,5 +1,6 @@
 """Who owns a measuring process (``devbench.engine.sweep``): the asking point's parent, or a holder that
-``devbench gpu-run`` keeps over its consecutive asv calls, so that one measuring process serves them all."""
+``devbench gpu-run`` keeps over its consecutive asv calls, so that one measuring process serves them all; and what
+ends it (its owner's end, a request past its point's timeout), its socket gone first."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,3 +80,32 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextlib.contextmanager
+def _watchdog(limit: float, path: Path, ours: int):
+    """End this process just before ``limit`` seconds pass inside (``_exit``, 124)."""
+    timer = threading.Timer(limit - min(5.0, 0.1 * limit), _exit, (path, ours, 124))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _exit(path: Path, ours: int, code: int) -> None:
+    """End this process now, mid-figure too, its socket gone first (a holder waits for it to go)."""
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_ino == ours:
+            path.unlink()
+            path.with_suffix(".lock").unlink(missing_ok=True)
+    os._exit(code)
+
+
+def _end_with(owner: int, path: Path, ours: int) -> None:
+    """End this process within a second of ``owner``: the run that asked is gone (a stopped gpu-run whose holder
+    ended), and its GPU work with it."""
+    while alive(owner):
+        time.sleep(1.0)
+    _exit(path, ours, 0)

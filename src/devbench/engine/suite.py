@@ -30,7 +30,7 @@ import torch
 
 from devbench.engine import sweep
 from devbench.engine.devices import num_gpus
-from devbench.engine.gpuwatch import _record_gpu_state, _short, _start_sampler, _stop_sampler
+from devbench.engine.gpuwatch import _record_gpu_state, _short, _start_sampler, _stop_sampler, cpu_point
 from devbench.engine.prepare import CHECKED_ENV, check_once, forget_built, once, ready  # noqa: F401 - the suite's names
 from devbench.engine.sweep import SELECT_ENV, figures_of, selected  # noqa: F401 - the suite's names for them
 
@@ -93,7 +93,7 @@ def _return_memory() -> None:
 sweep.on_evict(forget_built)
 sweep.on_evict(_return_memory)
 #: in the measuring process, the GPU's state is sampled while each figure is timed and recorded for that figure
-sweep.on_figure(lambda bench, params: _start_sampler(bench),
+sweep.on_figure(lambda bench, params: _start_sampler(bench, tuple(params)),
                 lambda bench, params, figure: _stop_sampler(bench, tuple(params), figure))  # fmt: skip
 
 
@@ -194,7 +194,7 @@ def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
         setup(self, *args)
         if getattr(self, "gpu_state", True):
             _record_gpu_state(self, args, "before")
-            _start_sampler(self)
+            _start_sampler(self, args)
 
     wrapped.devbench_gpu_state = True
     return wrapped
@@ -378,16 +378,7 @@ def _on_sweep(bench: object, args: tuple) -> bool:
     mode = sweep.mode()
     if mode != "auto":
         return mode == "all"
-    names = list(getattr(bench, "param_names", []))
-    values = args[len(args) - len(names) :] if names else ()
-    if "device" in names and values[names.index("device")] != "cuda":
-        return False
-    # a class that says by param value which points need GPUs (``plan_gpus``): the others are CPU points
-    declared = getattr(bench, "plan_gpus", None)
-    if isinstance(declared, dict) and any(p in names and values[names.index(p)] not in by_value
-                                          for p, by_value in declared.items()):  # fmt: skip
-        return False
-    return no_cuda_reason() is None
+    return not cpu_point(bench, args) and no_cuda_reason() is None
 
 
 def _ask(bench: object, op: str, name: str, args: tuple) -> dict:

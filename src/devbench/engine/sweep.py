@@ -45,7 +45,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from devbench.engine import precision
-from devbench.engine.owners import OWNER_ENV, Holder, alive, asking_owner, held, sockets  # noqa: F401 - sweep's names
+from devbench.engine.owners import (  # noqa: F401 - sweep's names
+    OWNER_ENV,
+    Holder,
+    _end_with,
+    _exit,
+    _watchdog,
+    alive,
+    asking_owner,
+    held,
+    sockets,
+)
 
 #: where the measuring processes keep their sockets, logs and journal (gpu-run sets one per run)
 DIR_ENV = "DEVBENCH_SWEEP_DIR"
@@ -225,6 +235,7 @@ class Server:
 
     lead: tuple = ()  # the set-up cache's result, first of every call's arguments, where the class has one
     held: tuple | None = None  # (name of the class, params, its set-up cache) of the built workload
+    ahead: tuple | None = None  # (class, params) of the figure just asked, whose build other points may share
 
     def __init__(self, journal: Path):
         self.journal = journal
@@ -292,8 +303,7 @@ class Server:
         figures = [asked] + [f"{cls_name}.{m}" for m in figures_of(type(self.bench))
                              if f"{cls_name}.{m}" != asked and selected(f"{cls_name}.{m}", params)]  # fmt: skip
         reply = self._figures(self.bench, params, figures, asked)
-        if not self.fatal:
-            self._beside(cls_name, params)
+        self.ahead = (cls_name, params)  # after the reply is sent: the points that share this build (``_beside``)
         return reply  # the workload stays built: a compare's next turn asks the same figure again
 
     def _figures(self, bench: object, params: tuple, figures: list[str], asked: str | None = None) -> dict:
@@ -323,6 +333,12 @@ class Server:
                 break
         return reply
 
+    def go_ahead(self) -> None:
+        """What the last figure asked lets this process do once its reply has gone: the points sharing its build."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and not self.fatal and self.bench is not None:
+            self._beside(*ahead)
+
     def _beside(self, cls_name: str, params: tuple) -> None:
         """Where the class names the params its build depends on (``built_by``) and the run names its selection
         (``SELECT_ENV``: gpu-run, compare), the selected points that differ from ``params`` in the other params
@@ -330,12 +346,13 @@ class Server:
         asked for. asv asks a class's points in its params' order, so these would otherwise come back after
         other builds. One that fails to set up is left to be asked for (it says why there)."""
         cls = type(self.bench)
-        by = getattr(cls, "built_by", ())
-        if not by or not os.environ.get(SELECT_ENV):
+        by, names = getattr(cls, "built_by", ()), list(getattr(cls, "param_names", ()))
+        grid = [list(values) for values in getattr(cls, "params", ())]
+        plain = all(isinstance(v, str | int | float | bool) for values in grid for v in values)  # as JSON gives back
+        if not by or not os.environ.get(SELECT_ENV) or not plain or len(grid) != len(names) or set(by) - set(names):
             return
-        names = list(cls.param_names)
         same = [names.index(n) for n in by]
-        for combo in itertools.product(*cls.params):
+        for combo in itertools.product(*grid):
             if combo == params or any(combo[i] != params[i] for i in same):
                 continue
             figures = [f"{cls_name}.{m}" for m in figures_of(cls) if selected(f"{cls_name}.{m}", combo)]
@@ -344,7 +361,10 @@ class Server:
             bench, t0 = cls(), time.monotonic()
             try:
                 bench.setup(*self.lead, *combo)
-            except Exception:  # noqa: BLE001 - a skip or a failure: its own request says so
+            except Exception as exc:  # noqa: BLE001 - a skip or a failure: its own request says so
+                if not isinstance(exc, NotImplementedError) and _failed(exc).get("fatal"):
+                    self.fatal = True  # a CUDA error: this process ends, the next point starts a fresh one
+                    return
                 with contextlib.suppress(Exception):
                     bench.teardown(*self.lead, *combo)
                 continue
@@ -385,23 +405,6 @@ def _environment(values: dict):
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def _exit(path: Path, ours: int, code: int) -> None:
-    """End this process now, mid-figure too, its socket gone first (a holder waits for it to go)."""
-    with contextlib.suppress(OSError):
-        if os.stat(path).st_ino == ours:
-            path.unlink()
-            path.with_suffix(".lock").unlink(missing_ok=True)
-    os._exit(code)
-
-
-def _end_with(owner: int, path: Path, ours: int) -> None:
-    """End this process within a second of ``owner``: the run that asked is gone (a stopped gpu-run whose holder
-    ended), and its GPU work with it."""
-    while alive(owner):
-        time.sleep(1.0)
-    _exit(path, ours, 0)
-
-
 def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = IDLE_S) -> None:
     """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one (not under a holder, which
     bounds its life: a stage's search can keep it waiting longer), or a CUDA error; each build and figure appended
@@ -436,20 +439,15 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                 line = lines.readline()
                 if not line:
                     continue
+                env, limit = {}, 1e9
                 try:
                     request = json.loads(line)
                     # a request that reaches its point's timeout ends this process just before it: a hung figure
                     # must not make every later point wait its timeout too, and the point, not the next one, sees
                     # the process go
-                    limit = float(request.get("timeout_s") or 0) or 1e9
-                    watchdog = threading.Timer(limit - min(5.0, 0.1 * limit), _exit, (path, ours, 124))
-                    watchdog.daemon = True
-                    watchdog.start()
-                    try:
-                        with _environment(request.get("env") or {}):
-                            reply = server.handle(request)
-                    finally:
-                        watchdog.cancel()
+                    env, limit = request.get("env") or {}, float(request.get("timeout_s") or 0) or 1e9
+                    with _watchdog(limit, path, ours), _environment(env):
+                        reply = server.handle(request)
                 except Exception as exc:  # noqa: BLE001 - a bad request or an import that failed: say so, go on
                     reply = _failed(exc)
                     server.fatal |= bool(reply.get("fatal"))
@@ -457,6 +455,11 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                     close()  # no later point may connect to a process that is ending
                 with contextlib.suppress(OSError):  # a point killed while it waited: the figure waits no more
                     conn.sendall((json.dumps(reply) + "\n").encode())
+            # the reply has gone (the asked point's time holds its own figures only); the next request waits for this
+            with _watchdog(limit, path, ours), _environment(env):
+                server.go_ahead()
+            if server.fatal:
+                close()
             last = time.monotonic()
             if server.fatal:
                 break

@@ -47,8 +47,9 @@ def durations_since(results: Path, sha: str, since: float) -> dict[str, float | 
 
 
 def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
-    """Class ("module.Class") -> the seconds of each build the measuring processes journalled at or after ``since``
-    (seconds since the epoch; a build's record is written when it ends)."""
+    """Class ("module.Class") -> the seconds of each set-up the measuring processes journalled at or after ``since``
+    (seconds since the epoch; a record is written when it ends): each build, and each point set up over another's
+    build, so that their mean priced once per point adds up to what they took."""
     if not journal.exists():
         return {}
     out: dict[str, list[float]] = {}
@@ -57,8 +58,9 @@ def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
             row = json.loads(line)
         except ValueError:
             continue  # a line cut by a kill
-        if "built" in row and row.get("t", 0) >= since and isinstance(row.get("seconds"), int | float):
-            out.setdefault(row["built"], []).append(float(row["seconds"]))
+        cls = row.get("built") or row.get("beside")  # a point set up over another's build (``built_by``) too
+        if cls and row.get("t", 0) >= since and isinstance(row.get("seconds"), int | float):
+            out.setdefault(cls, []).append(float(row["seconds"]))
     return out
 
 

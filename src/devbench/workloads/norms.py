@@ -69,12 +69,12 @@ class NormLoop:
             raise ValueError(f"unknown strategy {name!r}; expected one of {STRATEGIES}")
         return getattr(self, name)
 
-    def pairs(self, name: str, block_s: float, count: int | None = None) -> list[tuple[float, float]]:
+    def pairs(self, name: str, block_s: float, count: int | None = None) -> tuple[list[tuple[float, float]], int]:
         """(``name``'s, ``on_device``'s) seconds per loop in pairs of blocks of at least ``block_s`` each (one loop
         where a loop is longer), the two in turns, who goes first alternating: ``count`` pairs, or ``DEVBENCH_BLOCKS``,
         else until asv's 99% interval of their ratio is within 0.5% of its median or the benchmark's cap has passed
         (``measure.sampled``). A strategy's time and its cost over ``on_device`` are counted from the same pairs.
-        Every loop ends with its norms on the host: each is waited for."""
+        Every loop ends with its norms on the host: each is waited for. Also the loops in each block of ``name``."""
         sides = [self.strategy(name), self.on_device]
         calls = [block_calls(one_call_s(fn, torch.device("cpu")), block_s) for fn in sides]
         got: list[tuple[float, float]] = []
@@ -93,7 +93,7 @@ class NormLoop:
             return took[0] / took[1]
 
         sampled(one, count)
-        return got
+        return got, calls[0]
 
     def reference(self) -> np.ndarray:
         """The norms in float64 on the CPU: each of the ``INPUT_SETS`` distinct products once, in step order.
