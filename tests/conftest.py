@@ -55,17 +55,11 @@ def script():
 def small_cpu_cache(monkeypatch):
     """The CPU's last-level cache taken as 8 MiB: a copy rotates over 32 MiB of buffers. Some hosts report a
     last-level cache of hundreds of MiB (this VM's Xeon: 480 MiB), where a 1 MiB copy rotates over 1,024 sets,
-    2 GiB to fill and check: half a minute for a test of what one set shows. A GPU's L2 stays its own."""
-    import torch
-
+    2 GiB to fill and check: half a minute for a test of what one set shows. A GPU's L2 stays its own
+    (``transfer.CPU_CACHE_ENV``, which make test's asv dry run sets too)."""
     from devbench.workloads import transfer as T
 
-    real = T.cache_bytes
-
-    def cache(device, sysfs=T.CPU_CACHES):
-        return 8 * T.MiB if torch.device(device).type == "cpu" else real(device, sysfs)
-
-    monkeypatch.setattr(T, "cache_bytes", cache)
+    monkeypatch.setenv(T.CPU_CACHE_ENV, str(8 * T.MiB))
 
 
 @pytest.fixture

@@ -51,6 +51,9 @@ _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # 2^64 / phi as a signed 64-bit intege
 
 #: where Linux describes CPU 0's caches
 CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+#: bytes to take as the CPU's last-level cache instead of what ``CPU_CACHES`` lists (make test's asv dry run: this
+#: VM lists 480 MiB, and a 1 MiB copy's rotation over 2 GiB takes seconds to build and check)
+CPU_CACHE_ENV = "DEVBENCH_CPU_CACHE"
 
 
 def cache_bytes(device: torch.device, sysfs: Path = CPU_CACHES) -> int:
@@ -61,6 +64,8 @@ def cache_bytes(device: torch.device, sysfs: Path = CPU_CACHES) -> int:
         return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
     if device.type != "cpu":
         return 0
+    if os.environ.get(CPU_CACHE_ENV, "").isdigit():  # make test's quick asv run: a short rotation, the same code
+        return int(os.environ[CPU_CACHE_ENV])
     sizes = []
     for path in sysfs.glob("index*/size"):
         text = path.read_text(encoding="ascii").strip()
