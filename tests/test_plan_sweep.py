@@ -244,16 +244,3 @@ def test_what_no_stage_measured_is_priced_at_least_at_what_the_measured_families
     plan.learned = {"bench_a.A": (10.0, 5.0)}
     assert _scale(stages, plan) == pytest.approx(1.0)  # never below 1: a quick family says little of another
 
-
-def test_a_ratio_counted_from_a_host_clock_times_pairs_is_priced_alone_as_that_time_samples():
-    """LogNorms: its ratio reads its time's pairs; alone in a stage it takes them itself, and on the CPU those
-    sample at least asv's 2 s, as the time does (not the 1.1 s of an 'x' figure's own cap)."""
-    grid = ([["cpu"], [100]], ["device", "steps"])
-    attrs = {"swept": True, "sample_time": 0.1, "sample_cap": [1.0, 11], "repeat": [3, 40, 2.0]}
-    listing = {"bench_l.Log.track_time": _bench("bench_l.Log.track_time", *grid, unit="seconds", **attrs),
-               "bench_l.Log.track_ratio": _bench("bench_l.Log.track_ratio", *grid, unit="x", **attrs)}  # fmt: skip
-    plan = P.make_plan(listing, lambda s: True, COSTS, budget_s=1000, reserve_s=0, sweep_cpu=True,
-                       same_blocks={"bench_l.Log.track_ratio": "bench_l.Log.track_time"})  # fmt: skip
-    ratio = next(p for p in plan.points if p.benchmark.endswith("track_ratio"))
-    assert ratio.alone_s == pytest.approx(P.SIZING_S + 2.0)
-    assert plan.point_s(ratio, beside={"bench_l.Log.track_time('cpu', 100)"}) == pytest.approx(COSTS.launch_s)

@@ -294,9 +294,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 partner = (same_blocks or {}).get(name)
                 if partner is not None:  # sampled by its partner's blocks where they run in one measuring process
                     point.partner = f"{partner}({', '.join(values)})" if values else partner
-                    # alone, it takes those blocks itself, sampled as its partner's (a host-clock time's CPU floor)
-                    alone = swept_sample_s(listing[partner], gpu=bool(need)) if partner in listing else sampling
-                    point.alone_s, sampling = rounds * alone, 0.0
+                    point.alone_s, sampling = rounds * sampling, 0.0
                 point.estimate_s = rounds * (costs.launch_s + sampling)
                 out.append(point)
                 continue
