@@ -255,3 +255,28 @@ def test_letting_a_workload_go_gives_the_gpus_cached_memory_back_and_tf32_as_it_
         assert torch.backends.cuda.matmul.allow_tf32 == at_start  # later float32 figures are float32 again
     finally:
         torch.backends.cuda.matmul.allow_tf32 = at_start
+
+
+def test_each_request_waits_only_what_is_left_of_its_points_asv_timeout(monkeypatch):
+    """asv's timeout counts from the point's start: a figure asked after a long build may wait only the rest, so
+    the measuring process's watchdog ends a hung figure before asv kills the point, not a build's time later."""
+    from devbench.engine import suite
+
+    asked, now = [], [100.0]
+    monkeypatch.setattr(suite.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(sweep, "ask", lambda request, timeout_s: asked.append(timeout_s) or {"ok": True})
+
+    class Point:
+        timeout = 60.0
+        param_names = ["n"]
+
+    bench = Point()
+    suite._ask(bench, "prepare", "bench_x.Point", (1,))
+    now[0] += 45.0  # the build took 45 s
+    suite._ask(bench, "measure", "bench_x.Point.track_a", (1,))
+    now[0] += 30.0  # a compare's next turn on the same set-up: a call of its own, its whole timeout
+    suite._ask(bench, "measure", "bench_x.Point.track_a", (1,))
+    suite._ask(bench, "prepare", "bench_x.Point", (1,))
+    now[0] += 70.0
+    suite._ask(bench, "measure", "bench_x.Point.track_a", (1,))
+    assert asked == [60.0, 15.0, 60.0, 60.0, 1.0]  # never less than a second: the process says why it ended

@@ -74,6 +74,23 @@ def _gone(pid: int, within_s: float = 30.0) -> bool:
     return False
 
 
+def test_an_owner_that_ended_and_waits_to_be_reaped_is_not_alive():
+    """A zombie answers signal 0: an owner whose parent never reaps it (a container's first process that reaps
+    nothing) must still end its measuring process."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 5.0
+        while sweep.alive(pid) and time.monotonic() < deadline:  # it has ended; nobody has reaped it yet
+            time.sleep(0.01)
+        os.kill(pid, 0)  # still in the process table: signal 0 alone would call it alive
+        assert not sweep.alive(pid)
+    finally:
+        os.waitpid(pid, 0)
+    assert sweep.alive(os.getpid())
+
+
 def test_one_measuring_process_serves_every_asv_call_made_while_it_is_held(suite_dir, monkeypatch):
     """gpu-run holds an owner over its consecutive asv calls: their points ask one measuring process (one CUDA
     context, one cuBLAS start), which ends when the holder lets go, its socket gone before ``held`` returns."""

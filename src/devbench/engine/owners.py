@@ -72,14 +72,19 @@ def held(wait_s: float = 30.0) -> Iterator[Holder]:
 
 
 def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (one of another user's counts)."""
+    """Whether ``pid`` is a live process (one of another user's counts); a zombie, which has ended and waits for its
+    parent to reap it (in a container whose first process reaps nothing, for good), is not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # Linux: the state follows the command's closing parenthesis in /proc/PID/stat
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (another system): the signal's answer stands
+    return state not in ("Z", "X")
 
 
 @contextlib.contextmanager
