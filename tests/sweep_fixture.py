@@ -68,9 +68,14 @@ class Shared(Benchmark):
     param_names = ["way", "n"]
     swept = True
     built_by = ["n"]
+    timeout = float(os.environ.get("FAKE_SHARED_TIMEOUT", "300"))
 
     def setup(self, way, n):
         note(f"build {way} {n}")
+        if os.environ.get(f"FAKE_SLEEP_{way.upper()}_{n}"):  # a long build, or a long set-up over it
+            import time
+
+            time.sleep(float(os.environ[f"FAKE_SLEEP_{way.upper()}_{n}"]))
         if way == "down" and os.environ.get("FAKE_FAIL_SHARED"):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         if way == "down" and os.environ.get("FAKE_AFTER"):  # set up only once the asked point has its reply

@@ -19,7 +19,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import bench_devices, bench_launch, bench_matmul, bench_transfer  # noqa: E402
+from benchmarks import bench_devices, bench_launch, bench_matmul, bench_parallel, bench_transfer  # noqa: E402
 
 from devbench.engine import gpuwatch  # noqa: E402
 from devbench.engine.devices import initialise_cuda, num_gpus  # noqa: E402
@@ -51,6 +51,21 @@ def test_no_sampling_thread_runs_beside_a_microsecond_figure(cls, monkeypatch):
     # a class that keeps the default still samples its GPU points: the switch is what stops it
     gpuwatch._start_sampler(square.__new__(square), ("cuda", "float32", 1024))
     assert started == [True]
+
+
+def test_a_cpu_point_is_told_by_its_params_as_the_plan_counts_its_gpus():
+    """``gpuwatch.cpu_point`` and ``gpu.declared.gpus_needed`` read a class's ``plan_gpus`` alike: the most any
+    param asks, a value it does not name asking none."""
+
+    class Modes:
+        param_names = ["mode", "n"]
+        plan_gpus = {"mode": {"gpus": 2, "streams": 1, "host": 0}}
+
+    assert [gpuwatch.cpu_point(Modes(), (m, 64)) for m in ("gpus", "streams", "host", "threads")] == [
+        False, False, True, True]  # fmt: skip
+    assert gpuwatch.cpu_point(Modes(), ("cache result", "threads", 64))  # a setup_cache's result comes first
+    assert not gpuwatch.cpu_point(bench_parallel.ParallelMatmul(), ("streams", 1024))
+    assert gpuwatch.cpu_point(bench_parallel.ParallelMatmul(), ("cpu_threads", 1024))
 
 
 @pytest.mark.parametrize(("cls", "params"), [(bench_transfer.SameDeviceMove, ("cpu", "to")),

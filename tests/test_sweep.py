@@ -81,6 +81,20 @@ def test_points_that_share_a_build_are_set_up_over_it_and_timed_with_the_asked_o
     assert "build down 1" not in _log(suite_dir)
 
 
+def test_points_set_up_over_a_build_have_their_classs_whole_timeout_not_what_the_asked_one_had_left(
+        suite_dir, monkeypatch):  # fmt: skip
+    """The asked point's figure came after a long build: it had a second left of its timeout. The point that
+    shares its build is set up after the reply, under its class's whole timeout, and is served."""
+    monkeypatch.setenv("FAKE_SHARED_TIMEOUT", "6")
+    monkeypatch.setenv("FAKE_SLEEP_UP_1", "4.5")  # the build: 1.5 s of the 6 s are left for the figure
+    monkeypatch.setenv("FAKE_SLEEP_DOWN_1", "2.5")  # set up over it: longer than what the figure had left
+    _point("track_a", "cpu", 1)  # the measuring process up and the fake's module imported (torch with it)
+    monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Shared\.track_a\('(up|down)', 1\)")
+    assert _point("track_a", "up", 1, cls="bench_fake.Shared")["result"]["samples"] == [1.0] * 3
+    assert _point("track_a", "down", 1, cls="bench_fake.Shared")["result"]["samples"] == [-1.0] * 3
+    assert _log(suite_dir)[3:] == ["build up 1", "measure up 1", "build down 1", "measure down 1"]
+
+
 def test_a_cuda_error_setting_up_a_point_that_shares_a_build_ends_the_process(suite_dir, monkeypatch):
     """The asked point keeps its figure; the failed set-up ends the measuring process, and the next point starts
     a fresh one, which fails that point with the error."""
@@ -280,3 +294,12 @@ def test_each_request_waits_only_what_is_left_of_its_points_asv_timeout(monkeypa
     now[0] += 70.0
     suite._ask(bench, "measure", "bench_x.Point.track_a", (1,))
     assert asked == [60.0, 15.0, 60.0, 60.0, 1.0]  # never less than a second: the process says why it ended
+    # devbench compare's worker: no asv clock counts from its set-up, and its first turn may come much later
+    from devbench.compare import worker
+
+    monkeypatch.setenv(worker.TURNS_ENV, "1")
+    assert worker.TURNS_ENV == suite.TURNS_ENV
+    suite._ask(bench, "prepare", "bench_x.Point", (1,))
+    now[0] += 70.0
+    suite._ask(bench, "measure", "bench_x.Point.track_a", (1,))
+    assert asked[-1] == 60.0

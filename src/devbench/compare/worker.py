@@ -261,8 +261,15 @@ def _environment() -> dict:
     return out
 
 
+#: set in this worker for the benchmarks it runs (``devbench.engine.suite.TURNS_ENV``): a set-up's figure is asked
+#: turn after turn here, with no asv clock counting from the set-up
+TURNS_ENV = "DEVBENCH_TURNS"
+
+
 def main(benchmark_dir: str, reply_fd: int, keep_dir: str | None = None) -> int:
     from asv_runner.discovery import disc_benchmarks
+
+    os.environ[TURNS_ENV] = "1"
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(benchmark_dir)))
     benchmarks = {b.name: b for b in disc_benchmarks(os.path.abspath(benchmark_dir))}

@@ -32,11 +32,13 @@ def cpu_point(bench: object, args: tuple) -> bool:
     if len(args) < len(names):
         return False
     values = args[len(args) - len(names) :] if names else ()
-    if "device" in names and values[names.index("device")] != "cuda":
-        return True
-    declared = getattr(bench, "plan_gpus", None)
-    return isinstance(declared, dict) and any(p in names and values[names.index(p)] not in by_value
-                                              for p, by_value in declared.items())  # fmt: skip
+    if "device" in names:
+        return values[names.index("device")] != "cuda"
+    declared = getattr(bench, "plan_gpus", None)  # as gpu.declared.gpus_needed reads it: the most any param asks
+    if not isinstance(declared, dict) or any(v in ("cuda", "nccl") for v in values):
+        return False
+    return max((by_value.get(values[names.index(p)], 0) for p, by_value in declared.items() if p in names),
+               default=0) < 1  # fmt: skip
 
 
 def _record_gpu_state(bench: object, args: tuple, phase: str) -> None:

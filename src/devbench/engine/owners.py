@@ -82,8 +82,10 @@ def alive(pid: int) -> bool:
         return True
     try:  # Linux: the state follows the command's closing parenthesis in /proc/PID/stat
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return not Path("/proc/self/stat").exists()  # reaped since the signal; without /proc, the signal's answer
     except (OSError, IndexError):
-        return True  # no /proc (another system): the signal's answer stands
+        return True
     return state not in ("Z", "X")
 
 

@@ -21,6 +21,7 @@ import gc
 import hashlib
 import inspect
 import math
+import os
 import pickle
 import sys
 import time
@@ -382,6 +383,11 @@ def _on_sweep(bench: object, args: tuple) -> bool:
     return not cpu_point(bench, args) and no_cuda_reason() is None
 
 
+#: set by devbench compare's worker (``compare.worker.TURNS_ENV``): a set-up's figure is asked turn after turn, and no
+#: asv clock counts from the set-up
+TURNS_ENV = "DEVBENCH_TURNS"
+
+
 def _ask(bench: object, op: str, name: str, args: tuple) -> dict:
     module = type(bench).__module__
     file = getattr(sys.modules.get(module), "__file__", None)
@@ -394,7 +400,7 @@ def _ask(bench: object, op: str, name: str, args: tuple) -> dict:
     # what is left of it (its watchdog in the measuring process then ends a hung figure before asv kills the point,
     # not a build's time later); a figure asked again on the same set-up (a compare's turns) has the whole of it
     timeout = float(getattr(bench, "timeout", 300.0))
-    if op == "prepare":
+    if op == "prepare" and not os.environ.get(TURNS_ENV):
         bench._devbench_prepared = time.monotonic()
     elif op == "measure" and "_devbench_prepared" in bench.__dict__:
         timeout -= time.monotonic() - bench.__dict__.pop("_devbench_prepared")

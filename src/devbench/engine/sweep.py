@@ -165,12 +165,12 @@ def ask(request: dict, timeout_s: float) -> dict:
             conn.sendall((json.dumps(request) + "\n").encode())
             with conn.makefile("r") as reply:
                 line = reply.readline()
-    except ConnectionError:
+    except (ConnectionError, TimeoutError):  # no reply within the point's time: the process's log says why
         line = ""
     if not line:
         point = f"{request.get('op')} {request.get('name')}{tuple(request.get('params', ()))}"
         log = _log_of(path)
-        raise MeasuringError(f"the measuring process ended while it served {point}; its log: {log}")
+        raise MeasuringError(f"no reply from the measuring process to {point} (ended, or out of time); log: {log}")
     return json.loads(line)
 
 
@@ -432,20 +432,21 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
-                if time.monotonic() - last > EVICT_IDLE_S:
+                if server.held is not None and time.monotonic() - last > EVICT_IDLE_S:
                     server._evict()  # no request for a while: the workload's memory goes back
                 continue
             with conn, conn.makefile("r") as lines:
                 line = lines.readline()
                 if not line:
                     continue
-                env, limit = {}, 1e9
+                env, limit, sent = {}, 1e9, False
                 try:
                     request = json.loads(line)
                     # a request that reaches its point's timeout ends this process just before it: a hung figure
                     # must not make every later point wait its timeout too, and the point, not the next one, sees
                     # the process go
-                    env, limit = request.get("env") or {}, float(request.get("timeout_s") or 0) or 1e9
+                    env = request.get("env") if isinstance(request.get("env"), dict) else {}
+                    limit = float(request.get("timeout_s") or 0) or 1e9
                     with _watchdog(limit, path, ours), _environment(env):
                         reply = server.handle(request)
                 except Exception as exc:  # noqa: BLE001 - a bad request or an import that failed: say so, go on
@@ -455,9 +456,15 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                     close()  # no later point may connect to a process that is ending
                 with contextlib.suppress(OSError):  # a point killed while it waited: the figure waits no more
                     conn.sendall((json.dumps(reply) + "\n").encode())
-            # the reply has gone (the asked point's time holds its own figures only); the next request waits for this
-            with _watchdog(limit, path, ours), _environment(env):
-                server.go_ahead()
+                    sent = True
+            # the reply has gone (the asked point's time holds its own figures only): the points that share its
+            # build, each under its class's whole timeout, the next request waiting for them
+            if sent:
+                beside = float(getattr(server.bench, "timeout", 0) or 0) or limit
+                with _watchdog(beside, path, ours), _environment(env):
+                    server.go_ahead()
+            else:
+                server.ahead = None  # its point is gone: nothing is done ahead for it
             if server.fatal:
                 close()
             last = time.monotonic()
