@@ -85,9 +85,9 @@ def test_points_set_up_over_a_build_have_their_classs_whole_timeout_not_what_the
         suite_dir, monkeypatch):  # fmt: skip
     """The asked point's figure came after a long build: it had a second left of its timeout. The point that
     shares its build is set up after the reply, under its class's whole timeout, and is served."""
-    monkeypatch.setenv("FAKE_SHARED_TIMEOUT", "6")
-    monkeypatch.setenv("FAKE_SLEEP_UP_1", "4.5")  # the build: 1.5 s of the 6 s are left for the figure
-    monkeypatch.setenv("FAKE_SLEEP_DOWN_1", "2.5")  # set up over it: longer than what the figure had left
+    monkeypatch.setenv("FAKE_SHARED_TIMEOUT", "8")
+    monkeypatch.setenv("FAKE_SLEEP_UP_1", "5")  # the build: 3 s of the 8 s are left for the figure
+    monkeypatch.setenv("FAKE_SLEEP_DOWN_1", "3.5")  # set up over it: longer than what the figure had left
     _point("track_a", "cpu", 1)  # the measuring process up and the fake's module imported (torch with it)
     monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Shared\.track_a\('(up|down)', 1\)")
     assert _point("track_a", "up", 1, cls="bench_fake.Shared")["result"]["samples"] == [1.0] * 3
