@@ -1,5 +1,7 @@
 """Exercise 3: logging the Frobenius norm of each matmul per step vs on the device."""
 
+import contextlib
+
 from devbench.engine.suite import (
     DEVICES,
     Benchmark,
@@ -62,11 +64,8 @@ class LogNorms(Benchmark):
     def _pairs(self, figure):
         """The pairs every figure counts (``shared``), sampled as the figure that takes them: the time on the host's
         clock (on the CPU at least asv's 2 s), the ratio to its class's cap (a pair's drift cancels in it)."""
-        take = lambda: self.loop.pairs(self.logged, LOOP_BLOCK_S)  # noqa: E731
-        if figure != "time":
-            return shared(self, figure, take)
-        with host_clock_cap(self.device):
-            return shared(self, figure, take)
+        with host_clock_cap(self.device) if figure == "time" else contextlib.nullcontext():
+            return shared(self, figure, lambda: self.loop.pairs(self.logged, LOOP_BLOCK_S))
 
     def track_time(self, device, strategy, steps, n):
         # every strategy ends with its norms on the host: each loop is waited for

@@ -90,6 +90,17 @@ def test_copies_rotate_over_four_times_the_cache(monkeypatch):
     copy.check()
 
 
+def test_a_cpu_cache_set_for_a_quick_run_sizes_the_rotation_and_a_bad_one_is_named(monkeypatch):
+    """``DEVBENCH_CPU_CACHE`` (make test's asv dry run) stands for the CPU's last-level cache; a GPU's L2 stays its
+    own, and a value that is no size in bytes is named, not read as no setting."""
+    monkeypatch.setenv(T.CPU_CACHE_ENV, str(8 * T.MiB))
+    assert T.cache_bytes(CPU) == 8 * T.MiB and T.Copy(T.MiB, CPU, CPU).sets == 32
+    for bad in ("8M", "0", "-1"):
+        monkeypatch.setenv(T.CPU_CACHE_ENV, bad)
+        with pytest.raises(ValueError, match=f"DEVBENCH_CPU_CACHE='{bad}'"):
+            T.cache_bytes(CPU)
+
+
 def test_the_cpus_largest_cache_is_read_from_sysfs(tmp_path):
     for index, size in (("index0", "48K"), ("index2", "2048K"), ("index3", "32M"), ("index9", "junk")):
         (tmp_path / index).mkdir()

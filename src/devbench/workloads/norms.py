@@ -74,7 +74,8 @@ class NormLoop:
         where a loop is longer), the two in turns, who goes first alternating: ``count`` pairs, or ``DEVBENCH_BLOCKS``,
         else until asv's 99% interval of their ratio is within 0.5% of its median or the benchmark's cap has passed
         (``measure.sampled``). A strategy's time and its cost over ``on_device`` are counted from the same pairs.
-        Every loop ends with its norms on the host: each is waited for. Also the loops in each block of ``name``."""
+        Every loop ends with its norms on the host: each is waited for. Returns the pairs and the loops in each of
+        ``name``'s blocks."""
         sides = [self.strategy(name), self.on_device]
         calls = [block_calls(one_call_s(fn, torch.device("cpu")), block_s) for fn in sides]
         got: list[tuple[float, float]] = []

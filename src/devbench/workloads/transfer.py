@@ -64,8 +64,11 @@ def cache_bytes(device: torch.device, sysfs: Path = CPU_CACHES) -> int:
         return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
     if device.type != "cpu":
         return 0
-    if os.environ.get(CPU_CACHE_ENV, "").isdigit():  # make test's quick asv run: a short rotation, the same code
-        return int(os.environ[CPU_CACHE_ENV])
+    if os.environ.get(CPU_CACHE_ENV):  # make test's quick asv run: a short rotation, the same code
+        value = os.environ[CPU_CACHE_ENV]
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{CPU_CACHE_ENV}={value!r}: expected the cache's size in bytes, a whole number >= 1")
+        return int(value)
     sizes = []
     for path in sysfs.glob("index*/size"):
         text = path.read_text(encoding="ascii").strip()
