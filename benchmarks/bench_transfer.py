@@ -18,6 +18,7 @@ from devbench.engine.measure import (
     COPY_BLOCK_S,
     calls_for,
     measure,
+    measure_clocks,
     median_block,
     plan_blocks,
     randn,
@@ -26,8 +27,9 @@ from devbench.engine.measure import (
 from devbench.engine.suite import (
     DEVICES,
     Benchmark,
-    check_once,
+    host_clock_cap,
     once,
+    ready,
     require_device,
     require_gpus,
     shared,
@@ -37,19 +39,15 @@ from devbench.engine.suite import (
 from devbench.records.spec import GiB, MiB, gbps
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.peers import PEERS_DIR, PeerPath, pair_topology, peer_matrix, peer_path, write_peer_records
+from devbench.workloads.smallcopies import HIDDEN, SMALL_KINDS, ManySmall, check_hidden_copy, hidden_copy
 from devbench.workloads.transfer import (
-    HIDDEN,
     MEMORY,
     SIZES,
-    SMALL_KINDS,
     Copy,
-    ManySmall,
     RepeatedWork,
     bidirectional,
     cache_bytes,
-    check_hidden_copy,
     copies_fit_reason,
-    hidden_copy,
     host_device_copy,
     overlap,
     pinned_reason,
@@ -72,22 +70,25 @@ def _block_gbps(copy: Copy, scale: float = 1.0) -> tuple[list[float], int]:
     return [scale * gbps(copy.nbytes, t) for t in measure(copy, dev, plan).per_call], plan.calls
 
 
-def _bandwidth(copy: Copy, scale: float = 1.0) -> dict:
-    """``_block_gbps`` as an asv figure with its samples."""
-    return with_samples(*_block_gbps(copy, scale))
-
-
 def _waited(copy: Copy) -> dict:
     """Seconds per copy with the host waiting for each (launch, copy, sync), in blocks as the GB/s figure's."""
     return waited(copy, copy.sync, BLOCK_S, copy.timing_device)
 
 
-def _checked(copy: Copy, key: tuple) -> Copy:
-    """``copy`` checked byte for byte (once per side of a compare: ``check_once``) and warm; built once per
-    process (``devbench.engine.suite.once``) under ``key``."""
-    check_once(key, copy.check, lambda: None)
-    warm_up(copy, copy.timing_device)
-    return copy
+def _clocked(bench: Benchmark, figure: str) -> dict:
+    """``bench.copy``'s ``figure``, "time" (seconds per copy on the host's clock) or "gbps" (GB/s on the device's),
+    both read from one set of blocks of copies back to back (``measure_clocks``): for a copy whose call returns
+    with it done (``Copy.returns_done``) the waited figure's loop and the GB/s figure's are the same calls."""
+    copy, dev = bench.copy, bench.copy.timing_device
+
+    def take() -> tuple:
+        calls = plan_blocks(copy, dev, target_s=BLOCK_S, may_hold=False).calls
+        with host_clock_cap(dev):
+            host, on_device = measure_clocks(copy, dev, calls)
+        return host.per_call, [gbps(copy.nbytes, t) for t in on_device.per_call], calls
+
+    seconds, rates, calls = shared(bench, figure, take)
+    return with_samples(seconds if figure == "time" else rates, calls)
 
 
 def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
@@ -103,7 +104,8 @@ class HostDevice(Benchmark):
     GPU's copy engine reads it directly). ``mode``: ``blocking`` or ``non_blocking=True``
     (asynchronous only from pinned memory). ``track_gbps`` counts bytes copied over
     back-to-back copies; ``track_time`` is seconds per copy waited for, on the host's clock.
-    Both are timed by the run's measuring process from one built copy (``swept``).
+    Both are timed by the run's measuring process from one built copy (``swept``); a blocking copy
+    returns with the copy done, so both figures read one set of its blocks on two clocks.
     """
 
     params = [["h2d", "d2h"], MEMORY, ["blocking", "non_blocking"], SIZES]
@@ -117,8 +119,9 @@ class HostDevice(Benchmark):
     #: builds them once and times those four points together (``devbench.engine.sweep``)
     built_by = ["memory", "nbytes"]
     #: 2: time_copy (asv's clock, a process of its own) became track_time, timed beside track_gbps; 3: the
-    #: directions and modes of a memory and size share their buffers
-    work_version = 3
+    #: directions and modes of a memory and size share their buffers; 4: a blocking copy's two figures read
+    #: one set of blocks (no device sync of its own after each call)
+    work_version = 4
 
     def setup(self, direction, memory, mode, nbytes):
         dev = require_device("cuda")
@@ -126,15 +129,15 @@ class HostDevice(Benchmark):
             raise NotImplementedError(pinned_reason())
         buffers = once(("HostDevice", memory, nbytes), lambda: _host_device_buffers(memory, nbytes, dev))
         key = ("HostDevice", direction, memory, mode, nbytes)
-        self.copy = once(key, lambda: _checked(buffers.turned(direction == "d2h", mode == "non_blocking"), key))
+        self.copy = ready(key, lambda: buffers.turned(direction == "d2h", mode == "non_blocking"))
 
     def track_time(self, direction, memory, mode, nbytes):
-        return _waited(self.copy)
+        return _clocked(self, "time") if self.copy.returns_done else _waited(self.copy)
 
     track_time.unit = "seconds"
 
     def track_gbps(self, direction, memory, mode, nbytes):
-        return _bandwidth(self.copy)
+        return _clocked(self, "gbps") if self.copy.returns_done else with_samples(*_block_gbps(self.copy))
 
     track_gbps.unit = "GB/s"
 
@@ -214,7 +217,7 @@ class DeviceCopy(Benchmark):
         self.device = require_device(device)
         _require_fit(2 * sets_for(nbytes, cache_bytes(self.device)), nbytes, self.device)
         key = ("DeviceCopy", device, nbytes)
-        self.copy = once(key, lambda: _checked(Copy(nbytes, self.device, self.device), key))
+        self.copy = ready(key, lambda: Copy(nbytes, self.device, self.device))
 
     def track_time(self, device, nbytes):
         return _waited(self.copy)
@@ -265,7 +268,7 @@ class PeerCopy(Benchmark):
         _require_fit(sets_for(nbytes, max(cache_bytes(src), cache_bytes(dst))), nbytes, src, dst)
         key = ("PeerCopy", route, nbytes)
         # built, checked byte for byte and warmed once per process (asv runs setup before every sample)
-        self.copy = once(key, lambda: _checked(Copy(nbytes, src, dst), key))
+        self.copy = ready(key, lambda: Copy(nbytes, src, dst))
         synchronize([src, dst])
 
     def _path(self, route, nbytes) -> PeerPath:
@@ -279,7 +282,7 @@ class PeerCopy(Benchmark):
     track_time.unit = "seconds"
 
     def track_gbps(self, route, nbytes):
-        return _bandwidth(self.copy)
+        return with_samples(*_block_gbps(self.copy))
 
     def track_peer_access(self, route, nbytes):
         return float(self._path(route, nbytes).peer_access)

@@ -177,6 +177,20 @@ def test_a_figure_counted_from_anothers_blocks_is_priced_no_sampling_where_that_
         assert len(plan.kept()) == 4, (first, [p.selector for p in plan.dropped()])
 
 
+def test_a_figure_counted_from_anothers_blocks_at_some_points_only_prices_its_own_sampling_elsewhere():
+    grid = ([["cuda"], ["blocking", "non_blocking"]], ["device", "mode"])
+    listing = {f"bench_c.Copy.{m}": _bench(f"bench_c.Copy.{m}", *grid, swept=True, sample_time=0.1)
+               for m in ("track_gbps", "track_time")}  # fmt: skip
+    shared = {"bench_c.Copy.track_time": ("bench_c.Copy.track_gbps", {"mode": ["blocking"]})}
+    plan = P.make_plan(listing, lambda s: True, COSTS, budget_s=1000, reserve_s=0, same_blocks=shared)
+    times = {p.values[1]: p for p in plan.points if p.benchmark.endswith("track_time")}
+    assert times["'blocking'"].partner == "bench_c.Copy.track_gbps('cuda', 'blocking')"
+    assert times["'blocking'"].estimate_s == pytest.approx(COSTS.launch_s)
+    assert times["'non_blocking'"].partner is None
+    own = COSTS.launch_s + P.SIZING_S + precision.MIN_SAMPLES * 0.1
+    assert times["'non_blocking'"].estimate_s == pytest.approx(own)
+
+
 def test_what_a_stage_cost_is_learned_over_what_it_was_priced():
     """A figure counted from another's blocks that ran without it was priced its own sampling: asv's duration is
     read against that, so a family that cost what it was priced learns a scale of 1, not up to 4."""

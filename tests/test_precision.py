@@ -42,6 +42,29 @@ def test_a_figure_stops_when_precise_and_at_its_cap_when_not():
         P.sample(lambda: 1.0, cap=(0.0, 0))
 
 
+def test_samples_read_on_two_clocks_stop_when_both_are_precise():
+    tight = itertools.cycle([1.0, 1.001, 0.999, 1.002, 0.998])
+    wide = itertools.cycle([1.0, 1.2, 0.9, 1.1, 0.8])
+    got = P.sample(lambda: (next(tight), next(wide)), cap=(0.0, 15))
+    assert len(got.values) == 15 and got.capped and got.half_width > P.REL  # the wide column holds it
+    got = P.sample(lambda: (next(tight), 2 * next(tight)), cap=(0.0, 40))
+    assert len(got.values) == P.MIN_SAMPLES and not got.capped
+
+
+def test_measure_clocks_reads_each_block_on_both_clocks(monkeypatch):
+    import torch
+
+    from devbench.engine import measure as M
+
+    monkeypatch.delenv(M.BLOCKS_ENV, raising=False)
+    calls = []
+    host, dev = M.measure_clocks(lambda: calls.append(1), torch.device("cpu"), 5, blocks=4)
+    assert len(calls) == 20 and len(host.per_call) == len(dev.per_call) == 4 and host.calls == dev.calls == 5
+    assert all(d <= h for h, d in zip(host.per_call, dev.per_call, strict=True))  # the device's lies inside
+    with pytest.raises(ValueError, match="calls"):
+        M.measure_clocks(lambda: None, torch.device("cpu"), 0)
+
+
 def test_a_class_cap_holds_inside_capped_only():
     assert P.current_cap() == P.DEFAULT_CAP
     with P.capped((2.0, 30)):

@@ -12,6 +12,7 @@ from devbench.engine.devices import move
 from devbench.engine.lanes import Lanes
 from devbench.records.spec import gbps, size_label
 from devbench.workloads import peers as PE
+from devbench.workloads import smallcopies as S
 from devbench.workloads import transfer as T
 
 CPU = torch.device("cpu")
@@ -202,9 +203,9 @@ def test_repeated_work_calls_reps_times():
         T.RepeatedWork(lambda: None, reps=0)
 
 
-@pytest.mark.parametrize("kind", list(T.SMALL_KINDS))
+@pytest.mark.parametrize("kind", list(S.SMALL_KINDS))
 def test_many_small_moves_every_byte(kind):
-    batch = T.ManySmall(kind, CPU)
+    batch = S.ManySmall(kind, CPU)
     batch.check()
     if kind == "1024x4KiB":
         assert len(batch.pairs) == 1024 and batch.pairs[0][0].numel() == 4096
@@ -219,7 +220,7 @@ def test_many_small_moves_every_byte(kind):
 
 @pytest.mark.parametrize("kind", ["tensors_one_by_one", "tensors_packed"])
 def test_many_small_tensors_are_really_copied_in_order(kind):
-    batch = T.ManySmall(kind, CPU)
+    batch = S.ManySmall(kind, CPU)
     out = batch()
     for o, t in zip(out, batch.tensors, strict=True):
         assert torch.equal(o, t)
@@ -227,53 +228,53 @@ def test_many_small_tensors_are_really_copied_in_order(kind):
 
 
 def test_many_small_check_catches_a_copy_that_did_not_happen(monkeypatch):
-    batch = T.ManySmall("tensors_one_by_one", CPU)
+    batch = S.ManySmall("tensors_one_by_one", CPU)
 
     def no_copy(self):
         self.out = list(self.tensors)
         return self.out
 
-    monkeypatch.setattr(T.ManySmall, "__call__", no_copy)
+    monkeypatch.setattr(S.ManySmall, "__call__", no_copy)
     with pytest.raises(AssertionError, match="differs from source"):
         batch.check()
 
 
 def test_many_small_check_catches_a_lost_tensor(monkeypatch):
-    batch = T.ManySmall("tensors_one_by_one", CPU)
+    batch = S.ManySmall("tensors_one_by_one", CPU)
     real = batch.__class__.__call__
 
     def drop_last(self):
         real(self)
         self.out = self.out[:-1]
 
-    monkeypatch.setattr(T.ManySmall, "__call__", drop_last)
+    monkeypatch.setattr(S.ManySmall, "__call__", drop_last)
     with pytest.raises(AssertionError, match="one by one|one .to\\(\\)"):
         batch.check()
     with pytest.raises(ValueError, match="'2x2MiB'"):
-        T.ManySmall("2x2MiB", CPU)
+        S.ManySmall("2x2MiB", CPU)
 
 
-@pytest.mark.parametrize("kind", list(T.HIDDEN))
+@pytest.mark.parametrize("kind", list(S.HIDDEN))
 def test_hidden_copies_read_the_values(kind):
     x = torch.randn(1000)
-    T.check_hidden_copy(kind, x)
-    got = T.hidden_copy(kind, x)()
+    S.check_hidden_copy(kind, x)
+    got = S.hidden_copy(kind, x)()
     if kind == "print":
         assert got.startswith("tensor([") and got.endswith("\n")
 
 
 def test_hidden_copy_rejects_unknown_reads():
     with pytest.raises(ValueError, match="'repr'"):
-        T.hidden_copy("repr", torch.randn(3))
+        S.hidden_copy("repr", torch.randn(3))
 
 
-@pytest.mark.parametrize("kind", list(T.HIDDEN))
+@pytest.mark.parametrize("kind", list(S.HIDDEN))
 def test_hidden_copy_check_catches_wrong_values(monkeypatch, kind):
     x = torch.randn(10)
     wrong = {"item": 0.0, "tolist": [0.0] * 10, "numpy": torch.zeros(10).numpy(), "print": "tensor([0.])\n"}
-    monkeypatch.setattr(T, "hidden_copy", lambda k, t: lambda: wrong[k])
-    with pytest.raises(AssertionError, match=re.escape(T.HIDDEN[kind])):
-        T.check_hidden_copy(kind, x)
+    monkeypatch.setattr(S, "hidden_copy", lambda k, t: lambda: wrong[k])
+    with pytest.raises(AssertionError, match=re.escape(S.HIDDEN[kind])):
+        S.check_hidden_copy(kind, x)
 
 
 def test_same_device_move_is_the_same_object():
@@ -383,15 +384,15 @@ def test_streams_bidirectional_and_overlap_on_a_gpu():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("kind", list(T.SMALL_KINDS))
+@pytest.mark.parametrize("kind", list(S.SMALL_KINDS))
 def test_many_small_on_a_gpu(kind):
-    T.ManySmall(kind, CUDA, "pinned").check()
+    S.ManySmall(kind, CUDA, "pinned").check()
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("kind", list(T.HIDDEN))
+@pytest.mark.parametrize("kind", list(S.HIDDEN))
 def test_hidden_copies_on_a_gpu(kind):
-    T.check_hidden_copy(kind, torch.randn(1000, device=CUDA))
+    S.check_hidden_copy(kind, torch.randn(1000, device=CUDA))
 
 
 @pytest.mark.cuda
@@ -408,6 +409,63 @@ def test_host_waits_names_the_copies_a_held_stream_cannot_queue():
     assert not T.Copy(64, meta, meta).host_waits
     for memory, non_blocking, waits in (("pageable", True, True), ("pageable", False, True)):
         assert T.Copy(64, cpu, meta, memory, non_blocking).host_waits is waits
+
+
+def test_returns_done_names_the_copies_whose_call_waits_for_them():
+    """A blocking host<->device copy returns with its copy done (``copy_`` synchronizes the stream inside it), and
+    so does one on the CPU; a non-blocking one, or one between devices, does not."""
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    assert T.Copy(64, cpu, cpu).returns_done and T.Copy(64, cpu, cpu, non_blocking=True).returns_done
+    assert not T.Copy(64, meta, meta).returns_done
+    for src, dst in ((cpu, meta), (meta, cpu)):
+        assert T.Copy(64, src, dst).returns_done and not T.Copy(64, src, dst, non_blocking=True).returns_done
+
+
+def test_the_plan_prices_one_set_of_blocks_exactly_where_hostdevices_call_returns_done():
+    """spec.SAME_BLOCKS names HostDevice's time as counted from its GB/s blocks at the points whose copy returns
+    done, and nowhere else: the plan's pricing and the bench's branch read the same points."""
+    import itertools
+    from types import SimpleNamespace
+
+    from devbench.records import spec
+
+    partner, where = spec.SAME_BLOCKS["bench_transfer.HostDevice.track_time"]
+    assert partner == "bench_transfer.HostDevice.track_gbps"
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    for direction, memory, mode in itertools.product(("h2d", "d2h"), T.MEMORY, ("blocking", "non_blocking")):
+        ends = (cpu, gpu) if direction == "h2d" else (gpu, cpu)
+        copy = SimpleNamespace(src_device=ends[0], dst_device=ends[1], memory=memory, non_blocking=mode != "blocking")
+        values = {"direction": direction, "memory": memory, "mode": mode}
+        named = all(values[k] in wanted for k, wanted in where.items())
+        assert T.Copy.returns_done.fget(copy) is named, values
+
+
+def test_a_copy_that_returns_done_gives_its_time_and_its_gbps_from_one_set_of_blocks(monkeypatch):
+    """HostDevice's blocking copies: the time and the GB/s read one set of blocks, each on its own clock; the
+    second figure asked measures nothing (``suite.shared``), and asked again (asv's next round) measures anew."""
+    from types import SimpleNamespace
+
+    import benchmarks.bench_transfer as bt
+    from devbench.engine import measure as M
+
+    monkeypatch.setenv(M.BLOCKS_ENV, "3")
+    cpu = torch.device("cpu")
+    bench = SimpleNamespace(copy=T.Copy(4096, cpu, cpu, sets=2))
+    calls = []
+    real = T.Copy.__call__
+    monkeypatch.setattr(T.Copy, "__call__", lambda self: (calls.append(1), real(self))[1])
+    time_figure = bt._clocked(bench, "time")
+    taken = len(calls)
+    rates = bt._clocked(bench, "gbps")
+    assert len(calls) == taken  # the GB/s read the time's blocks
+    per_block = time_figure["number"]
+    assert rates["number"] == per_block and taken > 3 * per_block  # the sizing's calls, then three blocks
+    seconds = time_figure["samples"]
+    assert len(seconds) == len(rates["samples"]) == 3
+    # the device's reading lies inside the host's: never slower than the host's clock says
+    assert all(r >= gbps(4096, s) for r, s in zip(rates["samples"], seconds, strict=True))
+    bt._clocked(bench, "time")
+    assert len(calls) > taken
 
 
 # --- GPU pairs: every direction of every pair, and the path each copy took

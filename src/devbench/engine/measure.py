@@ -336,6 +336,25 @@ def measure_synced(fn: Callable[[], object], sync: Callable[[], object], calls: 
     return Measurement(_blocks(block, blocks), calls)
 
 
+def measure_clocks(fn: Callable[[], object], device: torch.device, calls: int,
+                   blocks: int | None = None) -> tuple[Measurement, Measurement]:  # fmt: skip
+    """Blocks of ``calls`` calls of ``fn``, each block read on the host's clock (launch to the end's sync) and on
+    ``device``'s (``time_block``): (host, device) seconds per call, one set of blocks, sampled as ``measure``'s
+    until both are precise. For a call that returns with its work done (a blocking host<->device copy: CUDA
+    synchronizes the stream inside it), the host's reading is ``measure_synced``'s figure and the device's is
+    ``measure``'s, with no sync of their own between the calls to tell them apart."""
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+
+    def block() -> tuple[float, float]:
+        t0 = time.perf_counter()
+        on_device = time_block(fn, device, calls).per_call
+        return (time.perf_counter() - t0) / calls, on_device
+
+    host, dev = zip(*_blocks(block, blocks), strict=True)
+    return Measurement(tuple(host), calls), Measurement(tuple(dev), calls)
+
+
 def median_block(fn: Callable[[], object], device: torch.device, calls: int, samples: int = SAMPLES) -> float:
     """Median seconds per call over ``samples`` blocks (``measure(...).median``)."""
     return measure(fn, device, calls, samples).median

@@ -53,26 +53,36 @@ def half_width(values: Sequence[float]) -> float:
     return (ci[1] - ci[0]) / 2 / mid
 
 
+def widest(values: Sequence[float] | Sequence[tuple[float, ...]]) -> float:
+    """``half_width`` of ``values``; of samples that are tuples (one block read on two clocks), the widest of their
+    columns' (each figure they make must be precise)."""
+    if values and isinstance(values[0], tuple):
+        return max(half_width(column) for column in zip(*values, strict=True))
+    return half_width(values)
+
+
 @dataclass(frozen=True)
 class Sampled:
-    """A figure's samples, and whether the cap stopped them before they were precise enough."""
+    """A figure's samples (or tuples of samples, read together: ``widest``), and whether the cap stopped them
+    before they were precise enough."""
 
-    values: tuple[float, ...]
+    values: tuple
     capped: bool
 
     @property
     def half_width(self) -> float:
-        return half_width(self.values)
+        return widest(self.values)
 
 
 def sample(
-    take: Callable[[], float],
+    take: Callable[[], float | tuple[float, ...]],
     cap: tuple[float, int] | None = None,
     rel: float = REL,
     clock: Callable[[], float] = time.monotonic,
 ) -> Sampled:
     """``take()`` until asv's interval is within ``rel`` of the median (``MIN_SAMPLES`` at least) or the cap
-    (seconds, samples) has passed on both counts."""
+    (seconds, samples) has passed on both counts. A ``take()`` that returns a tuple (one block on two clocks)
+    stops when every column is within ``rel``."""
     cap_s, cap_n = cap if cap is not None else current_cap()
     if cap_n < 1 or cap_s < 0:
         raise ValueError(f"a cap is (seconds >= 0, samples >= 1), got {(cap_s, cap_n)}")
@@ -80,10 +90,10 @@ def sample(
     values: list[float] = []
     while True:
         values.append(take())
-        if len(values) >= MIN_SAMPLES and half_width(values) <= rel:
+        if len(values) >= MIN_SAMPLES and widest(values) <= rel:
             return Sampled(tuple(values), capped=False)
         if len(values) >= cap_n and clock() - start >= cap_s:
-            return Sampled(tuple(values), capped=len(values) < MIN_SAMPLES or half_width(values) > rel)
+            return Sampled(tuple(values), capped=len(values) < MIN_SAMPLES or widest(values) > rel)
 
 
 _CAP: list[tuple[float, int]] = []

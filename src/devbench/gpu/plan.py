@@ -245,12 +245,13 @@ def stage_of(p: Point) -> str:
 
 def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int,
            keep: frozenset[str] = frozenset(), twins: frozenset[str] = frozenset(),
-           sweep_cpu: bool = False, same_blocks: Mapping[str, str] | None = None) -> list[Point]:  # fmt: skip
+           sweep_cpu: bool = False, same_blocks: Mapping[str, Any] | None = None) -> list[Point]:  # fmt: skip
     """Every combination of the listed benchmarks that ``pattern_ok(selector)`` accepts, with its estimate.
     ``keep``: the selectors never dropped (``Point.keep``); ``twins``: benchmarks that repeat another's
     evidence (``Point.twin``); ``sweep_cpu``: a swept class's CPU points ask the measuring process too
     (``DEVBENCH_SWEEP=all``); ``same_blocks``: swept figures counted from another figure's blocks, each with
-    that figure (``spec.SAME_BLOCKS``): they sample nothing of their own where it runs in their stage."""
+    that figure, or with ``(figure, {param: [values]})`` where only those points are (``spec.SAME_BLOCKS``): they
+    sample nothing of their own where it runs in their stage."""
     out: list[Point] = []
     for name in sorted(listing):
         bench = listing[name]
@@ -292,6 +293,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.built_s = float(bench.get("plan_setup_s", SETUP_S))
                 sampling = swept_sample_s(bench, gpu=bool(need))
                 partner = (same_blocks or {}).get(name)
+                if isinstance(partner, tuple):  # at the points its params name only
+                    partner = partner[0] if _matches(bench, values, partner[1], "SAME_BLOCKS") else None
                 if partner is not None:  # sampled by its partner's blocks where they run in one measuring process
                     point.partner = f"{partner}({', '.join(values)})" if values else partner
                     point.alone_s, sampling = rounds * sampling, 0.0
@@ -312,7 +315,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
               rounds: int = 1, keep: frozenset[str] = frozenset(),
               twins: frozenset[str] = frozenset(), sweep_cpu: bool = False,
-              same_blocks: Mapping[str, str] | None = None) -> Plan:  # fmt: skip
+              same_blocks: Mapping[str, Any] | None = None) -> Plan:  # fmt: skip
     """The plan: every selected point, tier 0 first, dropped from the lowest priority until it fits (``keep``,
     ``twins``, ``sweep_cpu`` and ``same_blocks``: as ``points``)."""
     plan = Plan(points(listing, pattern_ok, costs, rounds, keep, twins, sweep_cpu, same_blocks), budget_s, reserve_s,

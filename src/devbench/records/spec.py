@@ -65,8 +65,11 @@ TWINS = {
 }
 
 #: Figures counted from the blocks another figure of the same workload measured (``suite.shared``): gpu-run
-#: prices them no sampling of their own (``devbench.gpu.plan``).
+#: prices them no sampling of their own (``devbench.gpu.plan``). A pair ``(figure, {param: [values]})`` holds at
+#: those points only (a blocking copy's waited time is its GB/s blocks on the host's clock; a non-blocking
+#: copy's is a loop of its own).
 SAME_BLOCKS = {
+    "bench_transfer.HostDevice.track_time": ("bench_transfer.HostDevice.track_gbps", {"mode": ["blocking"]}),
     "bench_logging.LogNorms.track_vs_on_device": "bench_logging.LogNorms.track_time",
     "bench_transfer.DeviceCopy.track_gbps_read_write": "bench_transfer.DeviceCopy.track_gbps_copied",
     "bench_transfer.HostDeviceBidirectional.track_h2d_gbps": "bench_transfer.HostDeviceBidirectional.track_total_gbps",
