@@ -33,7 +33,7 @@ def test_a_swept_gpu_point_is_a_fork_its_workload_built_once_and_one_measuring_p
     cpu_s = sum(p.estimate_s for p in cpu)
     expected_s = COSTS.asv_call_s + COSTS.sweep_start_s + 2 * P.SETUP_S + 4 * (COSTS.launch_s + figure) + cpu_s
     assert plan.estimate_s() == pytest.approx(expected_s)
-    assert COSTS.sweep_start_s == pytest.approx(6.0 / 2 + 0.3 + 0.8)
+    assert COSTS.sweep_start_s == pytest.approx((6.0 - P.ASV_START_S) / 2 + 0.3 + 0.8)  # no asv of its own
     # without a GPU no measuring process is priced
     none = P.make_plan(_swept(), lambda s: True, P.Costs(launch_s=0.01, cuda_context_s=0.0, asv_call_s=6.0, gpus=0),
                        budget_s=1000, reserve_s=0)  # fmt: skip

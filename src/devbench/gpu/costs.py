@@ -17,9 +17,6 @@ from devbench.gpu import plan as P
 TESTS_S = 30.0
 VALIDATE_S = 60.0
 
-#: what asv costs to start beside importing the suite twice
-ASV_START_S = 2.0
-
 #: ``devbench validate``'s exit when the method agrees with the reference but the recorded figure drifted
 VALIDATE_DRIFT = 3
 
@@ -86,7 +83,7 @@ def probe_costs(python: str, repo: Path, machine: str | None = None) -> P.Costs:
         print("\n".join(said), flush=True)
     got = json.loads(last)
     return P.Costs(launch_s=got["fork_s"], cuda_context_s=got["context_s"],
-                   asv_call_s=ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]),
+                   asv_call_s=P.ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]),
                    gpu_setup_s=got["setup_s"], gpu_check_s=got.get("check_s", 0.0),
                    cores=int(got["cores"]), gpu_model=got.get("model", ""),
                    cached_searches=tuple(got.get("cached_searches", ())))  # fmt: skip

@@ -67,6 +67,11 @@ from devbench.gpu.declared import (  # noqa: F401 - the plan's names for what a 
 )
 
 
+#: what asv costs to start beside importing the suite twice (its command, environment and result files): an asv
+#: call is priced this plus two imports of the suite (``Costs.asv_call_s``, measured by gpu-run's probe)
+ASV_START_S = 2.0
+
+
 @dataclass(frozen=True)
 class Costs:
     """What the machine costs per process and per asv call, measured before planning."""
@@ -97,9 +102,9 @@ class Costs:
 
     @property
     def sweep_start_s(self) -> float:
-        """A measuring process's start: an interpreter importing the suite (half an asv call, which imports it
-        twice), its CUDA context and a GPU set-up's cuBLAS start."""
-        return self.asv_call_s / 2 + self.cuda_context_s + self.gpu_setup_s
+        """A measuring process's start: an interpreter importing the suite (one of the two imports an asv call is
+        priced, without asv's own start), its CUDA context and a GPU set-up's cuBLAS start."""
+        return max(0.0, self.asv_call_s - ASV_START_S) / 2 + self.cuda_context_s + self.gpu_setup_s
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Costs:
