@@ -446,6 +446,7 @@ def test_a_copy_that_returns_done_gives_its_time_and_its_gbps_from_one_set_of_bl
     from types import SimpleNamespace
 
     import benchmarks.bench_transfer as bt
+
     from devbench.engine import measure as M
 
     monkeypatch.setenv(M.BLOCKS_ENV, "3")

@@ -66,7 +66,6 @@ from devbench.gpu.declared import (  # noqa: F401 - the plan's names for what a 
     swept_sample_s,
 )
 
-
 #: what asv costs to start beside importing the suite twice (its command, environment and result files): an asv
 #: call is priced this plus two imports of the suite (``Costs.asv_call_s``, measured by gpu-run's probe)
 ASV_START_S = 2.0
