@@ -1,5 +1,6 @@
 """The achievable-matmul search: its bounds, the check of every product it times, and its record."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,41 @@ def test_a_cached_search_is_priced_as_a_read():
              "plan_cache_s": {"per": ["device", "dtype"], "s": {"cpu": 75.0}, "cached_s": 1.0}}  # fmt: skip
     assert P.cache_units(bench, ("'cpu'", "'float32'", "'best'"), cached=("cpu:float32",))[1] == 1.0
     assert P.cache_units(bench, ("'cpu'", "'bfloat16'", "'best'"), cached=("cpu:float32",))[1] == 75.0
+
+
+def test_a_cpu_search_is_priced_at_what_this_host_is_expected_to_take_at_most_its_bound():
+    from devbench.gpu import plan as P
+
+    bench = {"name": "bench_a.Ach.track_tflops", "params": [["'cpu'"], ["'float32'", "'bfloat16'"], ["'best'"]],
+             "param_names": ["device", "dtype", "run"],
+             "plan_cache_s": {"per": ["device", "dtype"], "s": {"cpu": 75.0}, "cached_s": 1.0}}  # fmt: skip
+    expected = {"cpu:float32": 12.5, "cpu:bfloat16": 200.0}
+    assert P.cache_units(bench, ("'cpu'", "'float32'", "'best'"), expected=expected)[1] == 12.5
+    assert P.cache_units(bench, ("'cpu'", "'bfloat16'", "'best'"), expected=expected)[1] == 75.0  # its bound
+    assert P.cache_units(bench, ("'cpu'", "'float32'", "'best'"), cached=("cpu:float32",), expected=expected)[1] == 1.0
+    # the probe's figures travel in plan.json and come back as they were (gpu-run --costs-from)
+    costs = P.Costs(0.01, 0.0, 5.0, 0, expected_searches=P.searches_of(expected))
+    assert P.Costs.from_record(json.loads(json.dumps(costs.__dict__))) == costs
+
+
+def test_the_expected_search_follows_the_grid_to_its_budget_then_prices_its_largest_as_finalists():
+    shapes = [(1, 1, 1), (2, 2, 2), (3, 3, 3), (4, 4, 4)]
+    seen = []
+
+    def shape_s(shape, block_s, blocks):
+        seen.append((shape, block_s == A.FINAL_BLOCK_S))
+        return 10.0 if block_s == A.SEARCH_BLOCK_S else 1.0
+
+    # the search looks at the clock between shapes: the second starts within the budget and ends past it
+    assert A.search_s(shapes, 15.0, shape_s) == 20.0 + min(A.FINALISTS, 2)
+    assert [s for s, final in seen if final] == [(2, 2, 2), (1, 1, 1)][: A.FINALISTS]
+    assert A.search_s(shapes[:1], 15.0, shape_s) == 10.0  # one shape: no finalists
+
+
+def test_this_hosts_cpu_searches_are_priced_for_every_dtype_it_searches(monkeypatch):
+    calls = []
+    monkeypatch.setattr(A, "time_shape", lambda shape, dtype, device: calls.append((shape, dtype)))
+    got = A.expected_cpu_searches_s()
+    searched = [d for d in A.DTYPES if not A.search_reason(torch.device("cpu"), d)]
+    assert sorted(got) == sorted(f"cpu:{d}" for d in searched) and all(v > 0 for v in got.values())
+    assert [d for _, d in calls] == searched  # one small shape timed whole per dtype, for what a shape costs beside

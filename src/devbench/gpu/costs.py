@@ -60,9 +60,15 @@ try:  # a pricing refinement: an unreadable cache or an error here must not stop
 except Exception as exc:
     print(f"gpu-run: could not tell which achievable searches are cached ({exc}): each priced whole", file=sys.stderr)
     cached = []
+try:  # what this host's CPU searches are expected to take; priced at their time bound without it
+    from devbench.workloads.achievable import expected_cpu_searches_s
+    expected = {k: v for k, v in expected_cpu_searches_s().items() if k not in cached}
+except Exception as exc:
+    print(f"gpu-run: could not price the CPU's achievable searches ({exc}): each priced at its bound", file=sys.stderr)
+    expected = {}
 print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus,
                   "setup_s": setup, "check_s": check, "cores": cores, "model": model,
-                  "cached_searches": cached}))
+                  "cached_searches": cached, "expected_searches": expected}))
 """
 
 
@@ -86,7 +92,8 @@ def probe_costs(python: str, repo: Path, machine: str | None = None) -> P.Costs:
                    asv_call_s=P.ASV_START_S + 2 * got["import_s"], gpus=int(got["gpus"]),
                    gpu_setup_s=got["setup_s"], gpu_check_s=got.get("check_s", 0.0),
                    cores=int(got["cores"]), gpu_model=got.get("model", ""),
-                   cached_searches=tuple(got.get("cached_searches", ())))  # fmt: skip
+                   cached_searches=tuple(got.get("cached_searches", ())),
+                   expected_searches=P.searches_of(got.get("expected_searches", {})))  # fmt: skip
 
 
 def costs_from(path: Path) -> P.Costs:

@@ -38,7 +38,8 @@ class's ``plan_gpus``, or its ``plan_needs``) is not run: asv would fork a proce
 as ``{"per": [param, ...], "s": seconds or {value of the first param: seconds}}``, once per distinct
 combination of those params among the tier's kept points (a search per device and dtype, a world per
 backend and size); a search the probe found in this user's cache (``Costs.cached_searches``) is priced as a
-read. Each asv call adds ``Costs.asv_call_s`` (asv imports the suite twice: discovery
+read, and a CPU search at what the probe expects it to take on this host (``Costs.expected_searches``), at most
+its bound. Each asv call adds ``Costs.asv_call_s`` (asv imports the suite twice: discovery
 and its forkserver).
 """
 
@@ -94,6 +95,9 @@ class Costs:
     #: ``device:dtype`` of the achievable searches this machine's user cache holds for the run (the probe:
     #: ``devbench.workloads.achievable.cached_searches``): their set-up cache reads them, priced ``cached_s``
     cached_searches: tuple[str, ...] = ()
+    #: ``(device:dtype, seconds)`` of the CPU searches a run would make, as this host is expected to take them
+    #: (the probe: ``devbench.workloads.achievable.expected_cpu_searches_s``): priced so, at most their bound
+    expected_searches: tuple[tuple[str, float], ...] = ()
     #: seconds the CUDA tests and validate took where a recorded run gives them (``gpu-run --costs-from``), else 0:
     #: gpu-run holds its defaults back for them
     tests_s: float = 0.0
@@ -112,7 +116,18 @@ class Costs:
         missing = {"launch_s", "cuda_context_s", "asv_call_s", "gpus"} - set(record)
         if missing:
             raise ValueError(f"the costs record lacks {sorted(missing)}")
-        return cls(**{k: v for k, v in record.items() if k in known})
+        fields = {k: v for k, v in record.items() if k in known}
+        if "cached_searches" in fields:
+            fields["cached_searches"] = tuple(fields["cached_searches"])
+        if "expected_searches" in fields:
+            fields["expected_searches"] = searches_of(fields["expected_searches"])
+        return cls(**fields)
+
+
+def searches_of(value: Any) -> tuple[tuple[str, float], ...]:
+    """``Costs.expected_searches`` from the probe's mapping or a plan.json's pairs."""
+    pairs = value.items() if isinstance(value, dict) else value
+    return tuple(sorted((str(k), float(v)) for k, v in pairs))
 
 
 @dataclass
@@ -283,7 +298,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.state, point.reason = "skip", f"needs {cores} cores, this machine has {costs.cores}"
                 out.append(point)
                 continue
-            unit = cache_units(bench, values, costs.model_searched and bool(need), costs.cached_searches)
+            unit = cache_units(bench, values, costs.model_searched and bool(need), costs.cached_searches,
+                               dict(costs.expected_searches))  # fmt: skip
             if unit is not None:
                 point.unit, point.unit_s = unit
             point.late = is_late(bench, values)

@@ -320,6 +320,74 @@ def cached_searches(gpus: int) -> list[str]:
     return found
 
 
+#: calls of a searched shape's product beside its timed blocks (``time_shape``): its check's, one per input set
+#: (two), two to warm it and at least one to size its blocks
+CALLS_BESIDE_BLOCKS = 5
+
+
+def search_s(shapes: Sequence[Shape], budget_s: float, shape_s: Callable[[Shape, float, int], float]) -> float:
+    """Seconds ``search`` is expected to take over ``shapes`` where ``shape_s(shape, block_s, blocks)`` prices one
+    shape: the grid in order until the budget is spent (a shape started before it ends is timed whole), then its
+    finalists, priced as its largest shapes (the fastest are not known before; a host's throughput grows with
+    the product's size, so its winners tend to be its largest)."""
+    spent, timed = 0.0, []
+    for i, shape in enumerate(shapes):
+        if i and spent > budget_s:
+            break
+        spent += shape_s(shape, SEARCH_BLOCK_S, SEARCH_BLOCKS)
+        timed.append(shape)
+    if len(timed) > 1:
+        largest = sorted(timed, key=lambda s: s[0] * s[1] * s[2], reverse=True)[:FINALISTS]
+        spent += sum(shape_s(s, FINAL_BLOCK_S, FINAL_BLOCKS) for s in largest)
+    return spent
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _rate(dtype: str, n: int = 1024) -> float:
+    """FLOP per second of an n x n product of ``dtype`` on the CPU (the best of three warm calls)."""
+    a = torch.randn(n, n).to(DTYPES[dtype][0] if dtype in DTYPES else getattr(torch, dtype))
+    a @ a
+    return 2.0 * n**3 / min(_timed(lambda: a @ a) for _ in range(3))
+
+
+def expected_cpu_searches_s() -> dict[str, float]:
+    """``cpu:dtype`` -> the seconds each CPU search a run would make is expected to take on this host: its grid
+    (``search_inputs``) priced with what is timed here now: one product of each searched dtype and of float64
+    at 1,024, a draw of a million normals, and the grid's smallest shape searched whole (``time_shape``: what a
+    shape costs beside its products). A shape is then its inputs drawn, its float64 reference of
+    ``CHECK_ROWS`` rows per input set, its calls beside the blocks (``CALLS_BESIDE_BLOCKS``) and its blocks (each
+    at least one call), plus that fixed part. About a second on two cores; gpu-run's probe prices a search with
+    it, where the time bound says only how long a search may take."""
+    from devbench.engine.measure import pin_threads
+    from devbench.workloads.matmul import CHECK_ROWS
+
+    pin_threads()
+    cpu = torch.device("cpu")
+    dtypes = [d for d in DTYPES if not search_reason(cpu, d)]
+    rates = {d: _rate(d) for d in (*dtypes, "float64")} if dtypes else {}
+    draw = min(_timed(lambda: torch.randn(1 << 20)) for _ in range(3)) / (1 << 20)
+    out, sets = {}, 2  # Matmul's rotating input sets
+    for dtype in dtypes:
+
+        def work_s(shape: Shape, block_s: float, blocks: int, rate: float = rates[dtype]) -> float:
+            m, k, n = shape
+            call = 2.0 * m * k * n / rate
+            reference = sets * 2.0 * min(m, CHECK_ROWS) * k * n / rates["float64"]
+            return sets * (m * k + k * n) * draw + reference + CALLS_BESIDE_BLOCKS * call + blocks * max(block_s, call)
+
+        shapes, budget = search_inputs(cpu, dtype)
+        smallest = min(shapes, key=lambda s: s[0] * s[1] * s[2])
+        fixed = max(0.0, _timed(lambda s=smallest, d=dtype: time_shape(s, d, cpu)) - work_s(smallest, SEARCH_BLOCK_S,
+                                                                                          SEARCH_BLOCKS))  # fmt: skip
+        out[f"cpu:{dtype}"] = round(search_s(shapes, budget, lambda s, b, n, w=work_s, f=fixed: w(s, b, n) + f), 2)
+    return out
+
+
 def free_bytes(device: torch.device) -> int:
     """Bytes free for a search's buffers on ``device`` (the host's available memory for the CPU)."""
     if device.type == "cuda":
