@@ -225,3 +225,23 @@ def test_this_hosts_cpu_searches_are_priced_for_every_dtype_it_searches(monkeypa
     searched = [d for d in A.DTYPES if not A.search_reason(torch.device("cpu"), d)]
     assert sorted(got) == sorted(f"cpu:{d}" for d in searched) and all(v > 0 for v in got.values())
     assert [d for _, d in calls] == searched  # one small shape timed whole per dtype, for what a shape costs beside
+
+
+def test_a_search_made_in_an_earlier_stage_is_priced_as_a_read_in_the_stages_after_it():
+    from devbench.gpu import gpurun
+    from devbench.gpu import plan as P
+
+    assert gpurun.SEARCH_ENV == A.SEARCH_ENV  # gpu-run reads the switch without importing torch
+    bench = {"name": "bench_a.Ach.track_tflops", "params": [["'cpu'"], ["'float32'"], ["'best'", "'burst'"]],
+             "param_names": ["device", "dtype", "run"], "plan_s": 1.0,
+             "plan_cache_s": {"per": ["device", "dtype"], "s": {"cpu": 75.0}, "cached_s": 1.0}}  # fmt: skip
+    plan = P.make_plan({bench["name"]: bench}, lambda s: True, P.Costs(0.01, 0.0, 5.0, 0), 1000, 0)
+    best, burst = plan.points
+    assert best.unit == burst.unit and best.unit_s == burst.unit_s == 75.0 and best.unit_read_s == 1.0
+    best.done = True
+    P.made(plan, [best])
+    assert burst.unit_s == 1.0 and best.unit_s == 75.0  # what ran keeps its price; what is to come reads it
+    best.state = "cut"  # a stage cut before its search ended made nothing to read
+    burst.unit_s = 75.0
+    P.made(plan, [best])
+    assert burst.unit_s == 75.0

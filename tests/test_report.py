@@ -534,7 +534,7 @@ def test_bandwidth_from_time_and_logging_and_parallel_ratios():
     )  # fmt: skip
     bw = D.transfer_bandwidth(f)
     assert _row(bw, copy="on-device cpu")["gbps"] == pytest.approx((1 << 30) / 0.1 / 1e9)
-    assert _row(bw, copy="h2d pageable non_blocking (staged, synchronous)")["gbps"] == 1.0  # what it really is
+    assert _row(bw, copy="h2d pageable non_blocking (staged: the host waits)")["gbps"] == 1.0  # what it really is
     lr = D.logging_ratio(f)
     assert _row(lr, strategy="per_step_item")["ratio"] == pytest.approx(5.0)
     scaling = D.parallel_scaling(f).set_index("mode")

@@ -427,10 +427,12 @@ def test_the_plan_prices_one_set_of_blocks_exactly_where_hostdevices_call_return
     import itertools
     from types import SimpleNamespace
 
+    import benchmarks.bench_transfer as bt
+
     from devbench.records import spec
 
     partner, where = spec.SAME_BLOCKS["bench_transfer.HostDevice.track_time"]
-    assert partner == "bench_transfer.HostDevice.track_gbps"
+    assert partner == "bench_transfer.HostDevice.track_gbps" and set(where) <= set(bt.HostDevice.param_names)
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
     for direction, memory, mode in itertools.product(("h2d", "d2h"), T.MEMORY, ("blocking", "non_blocking")):
         ends = (cpu, gpu) if direction == "h2d" else (gpu, cpu)

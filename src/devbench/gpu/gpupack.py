@@ -1,6 +1,6 @@
 """What ``devbench gpu-run`` keeps: the asv results and the run's side records packed into one tarball, the
 ``nvidia-smi -q`` texts, what asv measured in a stage (read back from the results it saved), and the figures
-the measuring processes stopped at their cap."""
+the measuring processes stopped at their cap; ``plan.json`` and the run's summary, saved after every stage."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 from devbench.engine import precision
+from devbench.gpu.plan import Plan, Point
+from devbench.gpu.plantext import to_json
 
 #: the folders of .asv that a run fills, packed with the results (``sweep``: the measuring processes' journal
 #: and logs, ``devbench.engine.sweep``)
@@ -110,3 +115,51 @@ def print_capped(journal: Path, since: float) -> None:
         width = f"+-{100 * r['half_width']:.1f}%" if r.get("half_width") is not None else "no interval yet"
         params = ", ".join(repr(v) for v in r.get("params", []))
         print(f"  {r['figure']}({params}): {r.get('samples')} samples, {width}", flush=True)
+
+
+class Summary:
+    """What the run has done so far: written to plan.json and packed after every stage, and printed at the end."""
+
+    def __init__(self, run: Any, plan: Plan, machine: str, sha: str) -> None:
+        self.run, self.plan, self.machine, self.sha = run, plan, machine, sha
+        self.stopped = ""
+
+    def save(self) -> None:
+        write_plan(self.run, self.plan, self.stopped)
+        try:
+            pack(self.run.repo, self.machine, self.run.out / "results.tgz")
+        except OSError as exc:
+            print(f"gpu-run: could not pack the results: {exc}", file=sys.stderr, flush=True)
+
+    def cut(self, points: list[Point], since: float, why: str) -> list[Point]:
+        """Mark the ``points`` whose benchmark asv did not finish since ``since`` as cut, saying ``why``."""
+        results = self.run.repo / ".asv" / "results" / self.machine
+        done = measured_since(results, self.sha, since)
+        lost = [p for p in points if p.benchmark not in done]
+        for p in lost:
+            p.state, p.reason = "cut", why
+        return lost
+
+    def text(self) -> str:
+        counts = {s: sum(p.state == s for p in self.plan.points) for s in ("run", "cut", "dropped", "skip")}
+        lines = [f"gpu-run: {counts['run']} points measured or tried, {counts['cut']} cut by a stop, "
+                 f"{counts['dropped']} dropped by the plan, {counts['skip']} not runnable here"]  # fmt: skip
+        by: dict[str, list[str]] = {}
+        for p in self.plan.points:
+            if p.state == "cut":
+                by.setdefault(p.benchmark, []).append(p.label or "(no params)")
+        for name, labels in by.items():
+            lines.append(f"  cut: {name}: {len(labels)} point(s), e.g. {labels[0]}")
+        if self.stopped:
+            lines.append(f"  stopped: {self.stopped}")
+        return "\n".join(lines)
+
+
+def write_plan(run: Any, plan: Plan, stopped: str = "") -> None:
+    """``plan.json`` in the run's folder: the plan, every stage so far, the options; replaced whole."""
+    record = to_json(plan) | {"stages": run.stages, "elapsed_s": round(time.monotonic() - run.start, 1),
+                                "stopped": stopped,
+                                "options": {k: v for k, v in vars(run.args).items() if k != "func"}}  # fmt: skip
+    tmp = run.out / ".plan.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, run.out / "plan.json")

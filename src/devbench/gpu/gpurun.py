@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -49,14 +48,16 @@ from devbench.gpu.costs import (
     sum_reserves,
 )
 from devbench.gpu.gpuhealth import print_health
-from devbench.gpu.gpupack import _smi, builds_since, durations_since, measured_since, pack, print_capped
-from devbench.gpu.plantext import format_plan, to_json
+from devbench.gpu.gpupack import Summary, _smi, builds_since, durations_since, print_capped, write_plan
+from devbench.gpu.plantext import format_plan
 from devbench.gpu.sessions import _group_run
 
 #: seconds held back for the packing after the last stage
 PACK_S = 5.0
 #: the health lines after the stages: one `devbench info --json` (imports torch, reads NVML)
 HEALTH_S = 5.0
+#: ``devbench.workloads.achievable.SEARCH_ENV`` (that module imports torch): "fresh" makes every search again
+SEARCH_ENV = "DEVBENCH_SEARCH"
 #: a stage given less than this is not started: asv alone takes seconds to start
 MIN_STAGE_S = 10.0
 #: fill stages at most: each takes back what still fits in the time the one before left
@@ -162,44 +163,6 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
             "--bench", regex]  # fmt: skip
 
 
-class Summary:
-    """What the run has done so far: written to plan.json and packed after every stage, and printed at the end."""
-
-    def __init__(self, run: Run, plan: P.Plan, machine: str) -> None:
-        self.run, self.plan, self.machine = run, plan, machine
-        self.stopped = ""
-
-    def save(self) -> None:
-        _write_plan(self.run, self.plan, self.stopped)
-        try:
-            pack(self.run.repo, self.machine, self.run.out / "results.tgz")
-        except OSError as exc:
-            print(f"gpu-run: could not pack the results: {exc}", file=sys.stderr, flush=True)
-
-    def cut(self, points: list[P.Point], since: float, why: str) -> list[P.Point]:
-        """Mark the ``points`` whose benchmark asv did not finish since ``since`` as cut, saying ``why``."""
-        results = self.run.repo / ".asv" / "results" / self.machine
-        done = measured_since(results, _sha(self.run.repo), since)
-        lost = [p for p in points if p.benchmark not in done]
-        for p in lost:
-            p.state, p.reason = "cut", why
-        return lost
-
-    def text(self) -> str:
-        counts = {s: sum(p.state == s for p in self.plan.points) for s in ("run", "cut", "dropped", "skip")}
-        lines = [f"gpu-run: {counts['run']} points measured or tried, {counts['cut']} cut by a stop, "
-                 f"{counts['dropped']} dropped by the plan, {counts['skip']} not runnable here"]  # fmt: skip
-        by: dict[str, list[str]] = {}
-        for p in self.plan.points:
-            if p.state == "cut":
-                by.setdefault(p.benchmark, []).append(p.label or "(no params)")
-        for name, labels in by.items():
-            lines.append(f"  cut: {name}: {len(labels)} point(s), e.g. {labels[0]}")
-        if self.stopped:
-            lines.append(f"  stopped: {self.stopped}")
-        return "\n".join(lines)
-
-
 def execute(args: argparse.Namespace) -> int:
     run = Run(args)
     run.out.mkdir(parents=True, exist_ok=True)
@@ -235,10 +198,10 @@ def execute(args: argparse.Namespace) -> int:
                        sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
     plan.first_estimate_s = plan.estimate_s()
     print(format_plan(plan), flush=True)
-    _write_plan(run, plan)
+    write_plan(run, plan)
     if args.plan_only:
         return 0
-    summary = Summary(run, plan, machine)
+    summary = Summary(run, plan, machine, sha)
     running: list[P.Point] = []
     # every benchmark process of this run checks a workload only where no earlier one has (prepare.check_once): one
     # commit, one environment, so one check of each workload proves it for the run. Only the asv stages see the
@@ -280,6 +243,8 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     took = run.stages[-1]["actual_s"]
     for p in points:
         p.done = True
+    if os.environ.get(SEARCH_ENV) != "fresh":  # what it searched is in the user's cache for the stages after it
+        P.made(plan, points)
     plan.sweep_up |= run.holder is not None and any(p.swept for p in points)  # held for the stages after it
     if code == 124 and run.holder is not None:  # a figure cut mid-way: its measuring process ends with it
         run.holder.release()
@@ -405,15 +370,6 @@ def _asv_stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python
         done.append((estimate, took))
         failed |= code != 0
     return failed
-
-
-def _write_plan(run: Run, plan: P.Plan, stopped: str = "") -> None:
-    record = to_json(plan) | {"stages": run.stages, "elapsed_s": round(time.monotonic() - run.start, 1),
-                                "stopped": stopped,
-                                "options": {k: v for k, v in vars(run.args).items() if k != "func"}}  # fmt: skip
-    tmp = run.out / ".plan.json.tmp"
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, run.out / "plan.json")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

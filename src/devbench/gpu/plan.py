@@ -145,6 +145,9 @@ class Point:
     reason: str = ""
     unit: tuple[str, ...] | None = None  # its set-up cache unit where the class prices one per combination
     unit_s: float = 0.0
+    #: what its unit costs once an earlier stage has made it, where the class keeps what it made across asv calls
+    #: (``plan_cache_s``' ``cached_s``: an achievable search lands in the user's cache): ``made``
+    unit_read_s: float | None = None
     #: the workload a swept point's measuring process builds once for its figures (priced once per stage)
     built: tuple[str, ...] | None = None
     built_s: float = 0.0
@@ -302,6 +305,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                                dict(costs.expected_searches))  # fmt: skip
             if unit is not None:
                 point.unit, point.unit_s = unit
+                read = (bench.get("plan_cache_s") or {}).get("cached_s")
+                point.unit_read_s = float(read) if read is not None else None
             point.late = is_late(bench, values)
             point.twin = name in twins
             point.keep = point.selector in keep
@@ -330,6 +335,16 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             point.estimate_s = rounds * per_round
             out.append(point)
     return out
+
+
+def made(plan: Plan, ran: list[Point]) -> None:
+    """After a stage: the units its points ``ran`` made, which later stages read rather than make
+    (``Point.unit_read_s``), are priced so for every point still to run (a CPU search made in the last stage is
+    read by the fill's set-up cache). Not where the user asked for every search to be made again."""
+    units = {p.unit for p in ran if p.unit is not None and p.state != "cut" and p.unit_read_s is not None}
+    for p in plan.points:
+        if not p.done and p.unit in units and p.unit_read_s is not None:
+            p.unit_s = min(p.unit_s, p.unit_read_s)
 
 
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,

@@ -69,8 +69,9 @@ def matmul_throughput(frame: pd.DataFrame) -> pd.DataFrame:
     return both.rename(columns={"value": "tflops"}).reset_index(drop=True)
 
 
-#: what a pageable non_blocking copy is labelled: staged and synchronous, whatever it asked for
-PAGEABLE_NON_BLOCKING = "pageable non_blocking (staged, synchronous)"
+#: what a pageable non_blocking copy is labelled: the driver stages it through a pinned buffer while the host waits
+#: (to host: until it is done; to a GPU: until the last piece is staged), whatever it asked for
+PAGEABLE_NON_BLOCKING = "pageable non_blocking (staged: the host waits)"
 
 
 def transfer_bandwidth(frame: pd.DataFrame) -> pd.DataFrame:
