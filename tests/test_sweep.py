@@ -1,4 +1,4 @@
-"""The measuring process (``devbench.engine.sweep``): a swept class's points ask it, as asv's point processes would.
+"""The measuring process (``engine.sweep`` asks, ``engine.measuring`` serves), asked as asv's points would.
 
 Each point here is a forked child that calls ``setup``, one figure and ``teardown``, as asv's forkserver does;
 ``DEVBENCH_SWEEP=all`` routes every point of a swept class through the measuring process on the CPU, the
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from devbench.engine import sweep
+from devbench.engine import measuring, sweep
 from sweep_fixture import _log, _point
 
 
@@ -264,7 +264,7 @@ def test_letting_a_workload_go_gives_the_gpus_cached_memory_back_and_tf32_as_it_
     at_start = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = not at_start  # a workload let go without its tear-down
-        sweep.Server(tmp_path / "journal.jsonl")._evict()
+        measuring.Server(tmp_path / "journal.jsonl")._evict()
         assert emptied == [True]
         assert torch.backends.cuda.matmul.allow_tf32 == at_start  # later float32 figures are float32 again
     finally:

@@ -23,7 +23,7 @@ def test_the_measuring_process_ends_with_its_owner(tmp_path):
 
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     path = tmp_path / "m.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "devbench.engine.sweep", "--socket", str(path),
+    proc = subprocess.Popen([sys.executable, "-m", "devbench.engine.measuring", "--socket", str(path),
                              "--owner", str(owner.pid)])
     try:
         deadline = time.monotonic() + 60
