@@ -624,3 +624,40 @@ def test_gpus_and_cores_describe_another_machine_only_with_its_costs(tmp_path):
     assert "--gpus must be >= 0" in _check(p.parse_args(["--plan-only", "--costs-from", plan, "--gpus", "-1",
                                                          "--repo", repo]))  # fmt: skip
     assert _check(p.parse_args(["--plan-only", "--costs-from", plan, "--gpus", "8", "--repo", repo])) is None
+
+
+def test_a_figure_another_machines_run_held_wider_than_its_precision_is_priced_at_its_cap(tmp_path):
+    """--precision-from: the H200's own results say which figures did not come within 0.5% (its pageable copies
+    did not, its pinned ones did); those are priced at their class's cap, and so are the blocks a figure shares."""
+    import argparse
+
+    from devbench.engine import precision
+    from devbench.gpu import plan as P
+    from devbench.gpu.costs import imprecise_from
+    from devbench.gpu.gpurun import _check, add_arguments
+
+    name = "bench_transfer.HostDevice"
+    wide = imprecise_from(ROOT / "reports" / "asv-results" / "h200", {f"{name}.track_time", f"{name}.track_gbps"})
+    assert f"{name}.track_time('h2d', 'pageable', 'blocking', 67108864)" in wide  # its time_copy, renamed
+    assert f"{name}.track_gbps('h2d', 'pageable', 'non_blocking', 67108864)" in wide
+    assert not [s for s in wide if "'pinned'" in s and name in s]
+    grid = ([["cuda"], ["blocking", "non_blocking"]], ["device", "mode"])
+    listing = {f"bench_c.Copy.{m}": _bench(f"bench_c.Copy.{m}", *grid, swept=True, sample_time=0.1)
+               for m in ("track_gbps", "track_time")}  # fmt: skip
+    shared = {"bench_c.Copy.track_time": ("bench_c.Copy.track_gbps", {"mode": ["blocking"]})}
+    costs = P.Costs(0.01, 0.3, 5.0, 1, imprecise=("bench_c.Copy.track_time('cuda', 'blocking')",))
+    by = {p.selector: p for p in P.make_plan(listing, _all, costs, 1000, 0, same_blocks=shared).points}
+    capped = P.SIZING_S + max(precision.DEFAULT_CAP[0], precision.DEFAULT_CAP[1] * 0.1)
+    fewest = P.SIZING_S + precision.MIN_SAMPLES * 0.1
+    assert by["bench_c.Copy.track_gbps('cuda', 'blocking')"].estimate_s == pytest.approx(0.01 + capped)  # shared
+    assert by["bench_c.Copy.track_gbps('cuda', 'non_blocking')"].estimate_s == pytest.approx(0.01 + fewest)
+    assert P.Costs.from_record(json.loads(json.dumps(costs.__dict__))) == costs
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    results = str(ROOT / "reports" / "asv-results" / "h200")
+    assert "use them together" in _check(p.parse_args(["--precision-from", results, "--repo", str(ROOT)]))
+    plan = str(ROOT / "reports" / "gpu" / "h200" / "plan.json")
+    assert "no such folder" in _check(p.parse_args(["--plan-only", "--costs-from", plan, "--precision-from",
+                                                    str(tmp_path / "none"), "--repo", str(ROOT)]))  # fmt: skip
+    with pytest.raises(ValueError, match="no asv result file"):
+        imprecise_from(tmp_path, set())

@@ -5,6 +5,7 @@ so far say each family costs (``_learn``, ``_scale``), for re-planning what is l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 from pathlib import Path
@@ -114,6 +115,50 @@ def costs_from(path: Path) -> P.Costs:
                                     "validate_s": took.get("validate", 0.0), "cached_searches": ()})  # fmt: skip
     except (TypeError, ValueError) as exc:
         raise ValueError(f"--costs-from {path}: {exc}") from None
+
+
+def imprecise_from(results: Path, names: set[str]) -> tuple[str, ...]:
+    """The figures a machine's asv results (``results``: one machine's folder, its newest result file) hold with
+    asv's 99% interval of their median wider than ``precision.REL`` of it from at least ``MIN_SAMPLES`` samples,
+    as selectors of the suite's ``names`` (a ``time_X`` figure that asv timed before the measuring process is
+    ``track_X_time``, else ``track_time``, where the suite has it): the measuring process samples those to their
+    class's cap, and gpu-run prices them so (``--precision-from``)."""
+    import itertools
+
+    from devbench.engine.precision import MIN_SAMPLES, REL
+    from devbench.report.load import saved_results, value_at
+
+    files = [f for f in (saved_results(results, sha) for sha in _commits(results)) for f in f]
+    if not files:
+        raise ValueError(f"--precision-from {results}: no asv result file of a machine there")
+    data = max(files, key=lambda f: f.date or 0)
+    out = []
+    for name in data.results:
+        module_cls, method = name.rsplit(".", 1)
+        if method.startswith("time_"):
+            renamed = [f"{module_cls}.track_{method[5:]}_time", f"{module_cls}.track_time"]
+            name_now = next((n for n in renamed if n in names), name)
+        else:
+            name_now = name
+        for combo in itertools.product(*data.frozen_params.get(name, ())):
+            value = value_at(data, name, combo)
+            lo, hi = value_at(data, name, combo, "stats_ci_99_a"), value_at(data, name, combo, "stats_ci_99_b")
+            count = value_at(data, name, combo, "stats_repeat")
+            if None in (value, lo, hi, count) or not value or count < MIN_SAMPLES:
+                continue
+            if (hi - lo) / 2 / abs(value) > REL:
+                out.append(f"{name_now}({', '.join(combo)})" if combo else name_now)
+    return tuple(sorted(out))
+
+
+def _commits(results: Path) -> list[str]:
+    """The commits of the result files in one machine's asv results folder."""
+    shas = set()
+    for path in results.glob("*.json"):
+        if path.name != "machine.json":
+            with contextlib.suppress(OSError, ValueError):
+                shas.add(json.loads(path.read_text()).get("commit_hash") or "")
+    return sorted(shas)
 
 
 def held_s(costs: P.Costs) -> tuple[float, float]:

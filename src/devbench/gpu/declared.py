@@ -149,17 +149,18 @@ def sample_s(bench: dict[str, Any], gpu: bool = False) -> float:
     return max(0.0, warmup) + min(cap, most * sample_time)
 
 
-def swept_sample_s(bench: dict[str, Any], gpu: bool = True) -> float:
+def swept_sample_s(bench: dict[str, Any], gpu: bool = True, precise: bool = True) -> float:
     """Seconds a swept class's figure samples (``devbench.engine.precision``): the class's ``plan_s``,
     else blocks of its
     ``sample_time``: on a GPU ``MIN_SAMPLES`` of them where the class sets no cap (precise), else, and on the CPU
     (a shared host rarely gives 0.5%), the cap: seconds or blocks, whichever ends later; a host-clock figure on
-    the CPU at least asv's ``repeat[2]`` (``suite.waited``)."""
+    the CPU at least asv's ``repeat[2]`` (``suite.waited``). Not ``precise``: a recorded run held it wider than
+    0.5% (``Costs.imprecise``), so it samples to its cap on a GPU too."""
     if "plan_s" in bench:
         return float(bench["plan_s"])
     block = float(bench.get("sample_time", 0.05))
     cap = bench.get("sample_cap")
-    if gpu and not cap:
+    if gpu and not cap and precise:
         return SIZING_S + precision.MIN_SAMPLES * block
     seconds, blocks = (float(cap[0]), int(cap[1])) if cap else precision.DEFAULT_CAP
     if not gpu and bench.get("unit") == "seconds":  # a host-clock figure samples what asv gave a time_ one

@@ -43,6 +43,7 @@ from devbench.gpu.costs import (
     _scale,
     costs_from,
     held_s,
+    imprecise_from,
     probe_costs,
     refit_margin,
     sum_reserves,
@@ -185,6 +186,14 @@ def execute(args: argparse.Namespace) -> int:
     with open(run.out / "listing.log", "w") as log:
         listing = list_benchmarks(run.repo, python, log)
     (run.out / "listing.log").unlink()
+    if args.precision_from:  # the figures that machine's run could not bring within 0.5%: priced at their cap
+        try:
+            costs = dataclasses.replace(costs, imprecise=imprecise_from(Path(args.precision_from), set(listing)))
+        except (OSError, ValueError) as exc:
+            print(f"gpu-run: {exc}", file=sys.stderr)
+            return 2
+        print(f"precision from {args.precision_from}: {len(costs.imprecise)} figure(s) it holds wider than 0.5% "
+              "are priced at their cap", flush=True)  # fmt: skip
     only = re.compile(args.bench) if args.bench else None
     # held back for the CUDA tests, validate and the packing; at most half of a short budget, so that the
     # benchmarks always get the other half (the tests and validate then run under what is left)
@@ -386,6 +395,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--costs-from", metavar="PLAN_JSON",
                    help="price the plan with another machine's recorded costs (its gpu-run plan.json) instead of "
                         "probing this one; with --plan-only, to try a plan for a GPU on the CPU")  # fmt: skip
+    p.add_argument("--precision-from", metavar="RESULTS",
+                   help="with --costs-from: that machine's asv results folder (e.g. reports/asv-results/h200); a "
+                        "figure it holds wider than 0.5%% is priced at its class's cap, not at the fewest blocks")
     p.add_argument("--gpus", type=int, metavar="N",
                    help="with --costs-from: plan for a machine of N GPUs at those costs (e.g. 8, for an 8-GPU node "
                         "no one has lent yet: what each stage would run and cost)")  # fmt: skip
@@ -418,6 +430,10 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--gpus must be >= 0 and --cores >= 1, got {args.gpus} and {args.cores}"
     if args.costs_from and not Path(args.costs_from).is_file():
         return f"--costs-from {args.costs_from}: no such file"
+    if args.precision_from and not args.costs_from:
+        return "--precision-from reads the results of the machine --costs-from prices: use them together"
+    if args.precision_from and not Path(args.precision_from).is_dir():
+        return f"--precision-from {args.precision_from}: no such folder"
     if not Path(args.python).exists():
         return f"--python {args.python} does not exist"
     if not re.fullmatch(r"[A-Za-z0-9._-]+", args.machine):

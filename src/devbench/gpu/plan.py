@@ -98,6 +98,9 @@ class Costs:
     #: ``(device:dtype, seconds)`` of the CPU searches a run would make, as this host is expected to take them
     #: (the probe: ``devbench.workloads.achievable.expected_cpu_searches_s``): priced so, at most their bound
     expected_searches: tuple[tuple[str, float], ...] = ()
+    #: selectors of the figures that machine's recorded run held wider than 0.5% (``costs.imprecise_from``): the
+    #: measuring process samples them to their class's cap, and they are priced so
+    imprecise: tuple[str, ...] = ()
     #: seconds the CUDA tests and validate took where a recorded run gives them (``gpu-run --costs-from``), else 0:
     #: gpu-run holds its defaults back for them
     tests_s: float = 0.0
@@ -117,8 +120,9 @@ class Costs:
         if missing:
             raise ValueError(f"the costs record lacks {sorted(missing)}")
         fields = {k: v for k, v in record.items() if k in known}
-        if "cached_searches" in fields:
-            fields["cached_searches"] = tuple(fields["cached_searches"])
+        for name in ("cached_searches", "imprecise"):
+            if name in fields:
+                fields[name] = tuple(fields[name])
         if "expected_searches" in fields:
             fields["expected_searches"] = searches_of(fields["expected_searches"])
         return cls(**fields)
@@ -275,6 +279,10 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
     that figure, or with ``(figure, {param: [values]})`` where only those points are (``spec.SAME_BLOCKS``): they
     sample nothing of their own where it runs in their stage."""
     out: list[Point] = []
+    imprecise = set(costs.imprecise)
+    shares = {}  # a figure -> those counted from its blocks (and where): imprecise if one of them is
+    for figure, partner in (same_blocks or {}).items():
+        shares.setdefault(partner[0] if isinstance(partner, tuple) else partner, []).append(figure)
     for name in sorted(listing):
         bench = listing[name]
         product = list(itertools.product(*bench["params"])) if bench["params"] else [()]
@@ -316,7 +324,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
                 point.built = ("built", name.rsplit(".", 1)[0], *values)
                 point.built_s = float(bench.get("plan_setup_s", SETUP_S))
-                sampling = swept_sample_s(bench, gpu=bool(need))
+                wide = {point.selector} | {f"{f}({', '.join(values)})" if values else f for f in shares.get(name, ())}
+                sampling = swept_sample_s(bench, gpu=bool(need), precise=not wide & imprecise)
                 partner = (same_blocks or {}).get(name)
                 if isinstance(partner, tuple):  # at the points its params name only
                     partner = partner[0] if _matches(bench, values, partner[1], "SAME_BLOCKS") else None

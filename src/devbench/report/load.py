@@ -160,10 +160,11 @@ def saved_results(results: Path, sha: str) -> list[_ResultFile]:
     return found
 
 
-def value_at(data: _ResultFile, name: str, params: tuple[str, ...]) -> float | None:
+def value_at(data: _ResultFile, name: str, params: tuple[str, ...], column: str = "result") -> float | None:
     """The figure a result file holds for benchmark ``name`` at ``params`` (each value as asv writes it, its
-    ``repr``), or None: not run, skipped or failed."""
-    row, i_result = data.results.get(name), data.column.get("result")
+    ``repr``), or None: not run, skipped or failed; with ``column``, that column's value there (``stats_ci_99_a``,
+    ``stats_repeat``, ...)."""
+    row, i_result = data.results.get(name), data.column.get(column)
     if row is None or i_result is None or i_result >= len(row):
         return None
     combos = list(itertools.product(*data.frozen_params.get(name, ())))
