@@ -6,6 +6,10 @@ change there (a lane's work made 4x longer, a copy that was a no-op made real) r
 history on across it and shows as a regression. Hashing those modules into every version would
 cut every history at every refactor instead.
 
+The benchmark modules' own helpers (a function a figure calls, a module constant) are fingerprinted too, as
+``bench_x.name``: asv versions a figure by its method's source alone, so an edit to the helper it calls would
+otherwise run its history on as well.
+
 So each ``suite.Benchmark`` class carries a ``work_version`` (1 unless raised), which ``suite``
 folds into its asv version, and ``benchmarks/work-lock.json`` records a fingerprint of every
 definition in the watched modules (each function, class and constant on its own, as its syntax tree
@@ -216,12 +220,23 @@ def scan(root: Path) -> Tree:
         # benchmark class another one extends): what a class reaches through them
         helpers = {name: n for n in module.body for name in _defined(n)}
         benchmarks: set[str] = set()  # the suite's base, and the module's classes that extend it
-        for cls in (n for n in module.body if isinstance(n, ast.ClassDef)):
+        classes = [n for n in module.body if isinstance(n, ast.ClassDef)]
+        for cls in classes:
             bases = {b.id if isinstance(b, ast.Name) else b.attr for b in cls.bases
                      if isinstance(b, ast.Name | ast.Attribute)}  # fmt: skip
-            if not bases & ({"Benchmark"} | benchmarks):
-                continue
-            benchmarks.add(cls.name)
+            if bases & ({"Benchmark"} | benchmarks):
+                benchmarks.add(cls.name)
+        # the module's own helpers are work too (asv versions a figure by its method's source, not by the helper
+        # it calls): each fingerprinted as ``bench_x.name``, its users the classes that reach it
+        asv_classes = {c.name for c in classes if any(isinstance(f, ast.FunctionDef) and f.name.startswith(
+            ("time_", "track_", "mem_", "peakmem_", "timeraw_")) for f in c.body)}  # asv versions those itself
+        for name, node in helpers.items():
+            if name not in benchmarks | asv_classes:
+                own = f"{path.stem}.{name}"
+                tree.definitions[own] = fingerprint(ast.unparse(node), rel)[:16]
+                tree.where[own] = [rel]
+                users.setdefault(own, set())
+        for cls in (c for c in classes if c.name in benchmarks):
             key = f"{path.stem}.{cls.name}"
             tree.work_versions[key] = _work_version(cls, f"{rel}: {cls.name}")
             # names the class uses, and those of the module's helpers it uses (transitively)
@@ -242,6 +257,8 @@ def scan(root: Path) -> Tree:
                 todo_names.extend(n for n in refs.get(name, ()) if n in found and n not in reach)
             for name in reach:
                 users[name].add(key)
+            for name in used & helpers.keys() - benchmarks - asv_classes:
+                users[f"{path.stem}.{name}"].add(key)
     tree.users = {name: sorted(u) for name, u in users.items()}
     return tree
 
