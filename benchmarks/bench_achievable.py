@@ -26,6 +26,7 @@ from devbench.workloads.achievable import (
     CPU_BUDGET_S,
     GPU_BUDGET_S,
     KNOWN_BUDGET_S,
+    SEARCHED,
     candidates,
     free_bytes,
     known_shapes,
@@ -35,7 +36,7 @@ from devbench.workloads.achievable import (
 )
 from devbench.workloads.matmul import Matmul, checked, tf32
 
-DTYPES = ["float32", "tf32", "bfloat16"]
+DTYPES = list(SEARCHED)
 #: how the best shape is timed: ``best`` as mamf-finder's table is made (a brief figure: a short warm-up, then a
 #: tenth of a second of calls), ``burst`` fresh from a second of idle, ``sustained`` after five seconds of load
 RUNS = ["best", "burst", "sustained"]

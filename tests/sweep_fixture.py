@@ -128,7 +128,7 @@ def _stop_servers(root: Path) -> None:
     """SIGTERM the measuring processes this test started, each checked to be one first (a pid can be reused)."""
     for pid in _servers(root):
         try:
-            if "devbench.engine.sweep" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+            if "devbench.engine.measuring" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
                 os.kill(pid, signal.SIGTERM)
         except (FileNotFoundError, ProcessLookupError):
             pass

@@ -222,7 +222,7 @@ def test_this_hosts_cpu_searches_are_priced_for_every_dtype_it_searches(monkeypa
     calls = []
     monkeypatch.setattr(A, "time_shape", lambda shape, dtype, device: calls.append((shape, dtype)))
     got = A.expected_cpu_searches_s()
-    searched = [d for d in A.DTYPES if not A.search_reason(torch.device("cpu"), d)]
+    searched = [d for d in A.SEARCHED if not A.search_reason(torch.device("cpu"), d)]
     assert sorted(got) == sorted(f"cpu:{d}" for d in searched) and all(v > 0 for v in got.values())
     assert [d for _, d in calls] == searched  # one small shape timed whole per dtype, for what a shape costs beside
 

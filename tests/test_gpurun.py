@@ -661,3 +661,32 @@ def test_a_figure_another_machines_run_held_wider_than_its_precision_is_priced_a
                                                     str(tmp_path / "none"), "--repo", str(ROOT)]))  # fmt: skip
     with pytest.raises(ValueError, match="no asv result file"):
         imprecise_from(tmp_path, set())
+
+
+def test_a_stage_made_a_search_only_where_asv_saved_a_figure_of_it(tmp_path):
+    """``valued_since``: the points of a stage that asv saved a figure for, read from the results it wrote; a
+    point skipped, failed or never reached (a stage cut mid-search) made nothing a later stage can read."""
+    import datetime
+
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    from devbench.gpu import plan as P
+    from devbench.gpu.gpupack import valued_since
+
+    sha = "a" * 40
+    name = "bench_a.Ach.track_tflops"
+    bench = {"name": name, "type": "track", "unit": "TFLOP/s", "params": [["'cpu'"], ["'float32'", "'bfloat16'"]],
+             "param_names": ["device", "dtype"], "version": "0" * 64, "timeout": 60.0, "code": ""}  # fmt: skip
+    results = tmp_path / "results"
+    res = Results({"machine": "vm"}, {}, sha, 0, "3.11", "existing-py", {})
+    started = datetime.datetime.fromtimestamp(1_000_000, tz=datetime.timezone.utc)
+    res.add_result(bench, BenchmarkResult(result=[0.3, None], samples=[[0.3, 0.31], None], number=[1, None], errcode=0,
+                                          stderr="", profile=None), started_at=started, duration=9.0)  # fmt: skip
+    res.save(str(results))
+    listing = {name: {**bench, "plan_cache_s": {"per": ["device", "dtype"], "s": 75.0, "cached_s": 1.0}}}
+    plan = P.make_plan(listing, _all, ONE_GPU, 1000, 0)
+    f32, bf16 = plan.points
+    got = valued_since(results / "vm", sha, 1_000_000 - 1, plan.points)
+    assert got == {f32.selector}  # the bfloat16 search failed or was never reached: nothing of it came back
+    assert valued_since(results / "vm", sha, 1_000_000 + 10, plan.points) == set()  # started before the stage

@@ -370,7 +370,7 @@ def test_a_figures_state_is_its_own_and_its_machines(tmp_path):
 def test_the_measuring_process_samples_each_figure_and_records_it_by_name(monkeypatch):
     """Around each figure it times, the measuring process starts the sampler (one running goes on) and records
     what it saw under that figure's name."""
-    from devbench.engine import measuring, suite, sweep
+    from devbench.engine import measuring, suite
 
     calls = []
     monkeypatch.setattr(suite, "_start_sampler", lambda bench, args: calls.append(("start",)))
@@ -387,7 +387,7 @@ def test_the_measuring_process_samples_each_figure_and_records_it_by_name(monkey
 
     server = measuring.Server.__new__(measuring.Server)
     server.bench, server.waiting, server.fatal, server._note = Bench(), {}, False, lambda **_: None
-    monkeypatch.setattr(sweep, "selected", lambda name, params: True)
+    monkeypatch.setattr(measuring, "selected", lambda name, params: True)
     assert server._measure("bench_x.Bench.track_b", (1,)) == {"result": 2.0}
     assert calls == [("start",), ("b",), ("stop", "track_b"), ("start",), ("a",), ("stop", "track_a")]
 

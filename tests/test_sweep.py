@@ -151,7 +151,7 @@ def test_a_figure_past_its_timeout_ends_the_process_and_the_next_point_goes_on(s
     served = int((suite_dir / "log.txt").read_text().splitlines()[-1].split()[0])
     assert served != hung  # a fresh process measured it: the hung one was ended, not waited behind
     cmdline = Path(f"/proc/{hung}/cmdline")
-    assert not sweep.alive(hung) or "devbench.engine.sweep" not in cmdline.read_text(errors="replace")
+    assert not sweep.alive(hung) or "devbench.engine.measuring" not in cmdline.read_text(errors="replace")
 
 
 def test_a_bad_mode_names_itself(monkeypatch):

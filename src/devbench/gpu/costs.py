@@ -122,17 +122,31 @@ def imprecise_from(results: Path, names: set[str]) -> tuple[str, ...]:
     asv's 99% interval of their median wider than ``precision.REL`` of it from at least ``MIN_SAMPLES`` samples,
     as selectors of the suite's ``names`` (a ``time_X`` figure that asv timed before the measuring process is
     ``track_X_time``, else ``track_time``, where the suite has it): the measuring process samples those to their
-    class's cap, and gpu-run prices them so (``--precision-from``)."""
-    import itertools
+    class's cap, and gpu-run prices them so (``--precision-from``). The folder's name is the machine's (asv's
+    layout); a figure the newest commit's run did not measure says nothing here."""
+
+    from asv import util as asv_util
 
     from devbench.engine.precision import MIN_SAMPLES, REL
-    from devbench.report.load import saved_results, value_at
+    from devbench.report.load import _read_result_file, _result_files, value_at
 
-    files = [f for f in (saved_results(results, sha) for sha in _commits(results)) for f in f]
+    files = []
+    for path in _result_files(results):
+        with contextlib.suppress(OSError, ValueError, asv_util.UserError):
+            files.append(_read_result_file(path, results.name))
     if not files:
-        raise ValueError(f"--precision-from {results}: no asv result file of a machine there")
-    data = max(files, key=lambda f: f.date or 0)
-    out = []
+        raise ValueError(f"--precision-from {results}: no asv result file of machine {results.name!r} there")
+    newest = max(f.date or 0 for f in files)  # the newest commit's, every environment of it
+    out = set()
+    for data in (f for f in files if (f.date or 0) == newest):
+        out |= _imprecise_in(data, names, value_at, MIN_SAMPLES, REL)
+    return tuple(sorted(out))
+
+
+def _imprecise_in(data, names: set[str], value_at, min_samples: int, rel: float) -> set[str]:
+    import itertools
+
+    out = set()
     for name in data.results:
         module_cls, method = name.rsplit(".", 1)
         if method.startswith("time_"):
@@ -144,21 +158,11 @@ def imprecise_from(results: Path, names: set[str]) -> tuple[str, ...]:
             value = value_at(data, name, combo)
             lo, hi = value_at(data, name, combo, "stats_ci_99_a"), value_at(data, name, combo, "stats_ci_99_b")
             count = value_at(data, name, combo, "stats_repeat")
-            if None in (value, lo, hi, count) or not value or count < MIN_SAMPLES:
+            if None in (value, lo, hi, count) or not value or count < min_samples:
                 continue
-            if (hi - lo) / 2 / abs(value) > REL:
-                out.append(f"{name_now}({', '.join(combo)})" if combo else name_now)
-    return tuple(sorted(out))
-
-
-def _commits(results: Path) -> list[str]:
-    """The commits of the result files in one machine's asv results folder."""
-    shas = set()
-    for path in results.glob("*.json"):
-        if path.name != "machine.json":
-            with contextlib.suppress(OSError, ValueError):
-                shas.add(json.loads(path.read_text()).get("commit_hash") or "")
-    return sorted(shas)
+            if (hi - lo) / 2 / abs(value) > rel:
+                out.add(f"{name_now}({', '.join(combo)})" if combo else name_now)
+    return out
 
 
 def held_s(costs: P.Costs) -> tuple[float, float]:

@@ -69,6 +69,17 @@ def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
     return out
 
 
+def valued_since(results: Path, sha: str, since: float, points: list[Point]) -> set[str]:
+    """The selectors of ``points`` whose benchmark asv started at or after ``since`` and saved a figure for (not
+    skipped, failed or cut): what a stage measured, read from the results asv saved."""
+    from devbench.report.load import saved_results, value_at
+
+    started = durations_since(results, sha, since)
+    files = saved_results(results, sha)
+    return {p.selector for p in points if p.benchmark in started
+            and any(value_at(data, p.benchmark, p.values) is not None for data in files)}  # fmt: skip
+
+
 def measured_since(results: Path, sha: str, since: float) -> set[str]:
     """Benchmarks of commit ``sha`` that asv started at or after ``since`` (``durations_since``'s)."""
     return set(durations_since(results, sha, since))

@@ -49,7 +49,7 @@ from devbench.gpu.costs import (
     sum_reserves,
 )
 from devbench.gpu.gpuhealth import print_health
-from devbench.gpu.gpupack import Summary, _smi, builds_since, durations_since, print_capped, write_plan
+from devbench.gpu.gpupack import Summary, _smi, builds_since, durations_since, print_capped, valued_since, write_plan
 from devbench.gpu.plantext import format_plan
 from devbench.gpu.sessions import _group_run
 
@@ -252,8 +252,6 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     took = run.stages[-1]["actual_s"]
     for p in points:
         p.done = True
-    if os.environ.get(SEARCH_ENV) != "fresh":  # what it searched is in the user's cache for the stages after it
-        P.made(plan, points)
     plan.sweep_up |= run.holder is not None and any(p.swept for p in points)  # held for the stages after it
     if code == 124 and run.holder is not None:  # a figure cut mid-way: its measuring process ends with it
         run.holder.release()
@@ -262,6 +260,9 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
         lost = summary.cut(points, run.stage_started, "the stage reached its time limit before asv finished it")
         print(f"== asv {name}: {len(points) - len(lost)} of {len(points)} points kept, {len(lost)} cut", flush=True)
     results = run.repo / ".asv" / "results" / machine
+    if os.environ.get(SEARCH_ENV) != "fresh":  # a search whose figures came back is in the user's cache now
+        valued = valued_since(results, sha, run.stage_started, points)
+        P.made(plan, [p for p in points if p.selector in valued])
     _learn(plan, points, durations_since(results, sha, run.stage_started),
            builds_since(run.repo / ".asv" / "sweep" / "journal.jsonl", run.stage_started))
     summary.save()

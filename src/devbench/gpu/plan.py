@@ -280,9 +280,10 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
     sample nothing of their own where it runs in their stage."""
     out: list[Point] = []
     imprecise = set(costs.imprecise)
-    shares = {}  # a figure -> those counted from its blocks (and where): imprecise if one of them is
+    shares: dict[str, list] = {}  # a figure -> those counted from its blocks, and where: imprecise if one is
     for figure, partner in (same_blocks or {}).items():
-        shares.setdefault(partner[0] if isinstance(partner, tuple) else partner, []).append(figure)
+        named, where = partner if isinstance(partner, tuple) else (partner, {})
+        shares.setdefault(named, []).append((figure, where))
     for name in sorted(listing):
         bench = listing[name]
         product = list(itertools.product(*bench["params"])) if bench["params"] else [()]
@@ -324,7 +325,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
                 point.built = ("built", name.rsplit(".", 1)[0], *values)
                 point.built_s = float(bench.get("plan_setup_s", SETUP_S))
-                wide = {point.selector} | {f"{f}({', '.join(values)})" if values else f for f in shares.get(name, ())}
+                wide = {point.selector} | {f"{f}({', '.join(values)})" if values else f for f, where in
+                                           shares.get(name, ()) if _matches(bench, values, where, "SAME_BLOCKS")}
                 sampling = swept_sample_s(bench, gpu=bool(need), precise=not wide & imprecise)
                 partner = (same_blocks or {}).get(name)
                 if isinstance(partner, tuple):  # at the points its params name only
@@ -347,9 +349,10 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
 
 
 def made(plan: Plan, ran: list[Point]) -> None:
-    """After a stage: the units its points ``ran`` made, which later stages read rather than make
-    (``Point.unit_read_s``), are priced so for every point still to run (a CPU search made in the last stage is
-    read by the fill's set-up cache). Not where the user asked for every search to be made again."""
+    """After a stage: the units its points ``ran`` made (those asv saved a figure for: their set-up cache ended),
+    which later stages read rather than make (``Point.unit_read_s``), are priced so for every point still to run
+    (a CPU search made in the last stage is read by the fill's set-up cache). Not where the user asked for every
+    search to be made again."""
     units = {p.unit for p in ran if p.unit is not None and p.state != "cut" and p.unit_read_s is not None}
     for p in plan.points:
         if not p.done and p.unit in units and p.unit_read_s is not None:
