@@ -113,7 +113,13 @@ def test_a_changed_workload_names_the_benchmarks_that_time_it_until_recorded(tre
     bench.write_text(before.replace("return Pair()", "return Pair(), Pair()"))
     assert worklock.check(tree) == ["bench_lanes.build in benchmarks/bench_lanes.py changed; the work of "
                                     "bench_lanes.Lanes"]  # fmt: skip
+    # every statement that defines a helper counts, not only its last
+    bench.write_text(before + "\nbuild.note = 'x'\n")
+    worklock.write(tree)
+    bench.write_text(before.replace("return Pair()", "return Pair(), Pair()") + "\nbuild.note = 'x'\n")
+    assert [p.split(" in ")[0] for p in worklock.check(tree)] == ["bench_lanes.build"]
     bench.write_text(before)
+    worklock.write(tree)
 
     # a comment or docstring is not a change of the work
     lanes = tree / "src/devbench/workloads/lanes.py"
@@ -390,3 +396,39 @@ def test_a_swept_subclass_routes_its_inherited_figures_through_the_measuring_pro
         pass
 
     assert Again.track_a is Swept.track_a and Again.setup is Swept.setup
+
+
+def test_a_benchmark_classs_own_helpers_and_timing_attributes_are_its_work(tmp_path):
+    """asv versions a figure by the source of the method, ``setup`` and ``setup_cache``: a helper method the figure
+    calls, or the block length a class sets, changes the work with no new version unless the lock says so; a
+    subclass inherits both. How a class is planned or listed (``plan_``, ``headline``) is not its work."""
+    _write(tmp_path, "src/devbench/workloads/__init__.py", "")
+    _write(tmp_path, "src/devbench/engine/measure.py", "BLOCK_S = 0.1\n")
+    source = """
+        from devbench.engine.suite import Benchmark
+
+        class Base(Benchmark):
+            sample_time = 0.05
+            plan_s = 1.0
+            headline = [{"n": [1]}]
+
+            def _twice(self):
+                return 2
+
+            def track_x(self):
+                return self._twice()
+
+            track_x.unit = "x"
+
+        class Child(Base):
+            pass
+        """
+    _write(tmp_path, "benchmarks/bench_b.py", source)
+    worklock.write(tmp_path)
+    lock = json.loads((tmp_path / worklock.LOCK).read_text())
+    assert {"bench_b.Base._twice", "bench_b.Base.sample_time"} <= set(lock["definitions"])
+    assert not {k for k in lock["definitions"] if "plan_s" in k or "headline" in k or "track_x" in k}
+    bench = tmp_path / "benchmarks/bench_b.py"
+    bench.write_text(bench.read_text().replace("return 2", "return 3").replace("plan_s = 1.0", "plan_s = 2.0"))
+    assert worklock.check(tmp_path) == ["bench_b.Base._twice in benchmarks/bench_b.py changed; the work of "
+                                        "bench_b.Base, bench_b.Child"]  # fmt: skip

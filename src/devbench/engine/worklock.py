@@ -6,9 +6,11 @@ change there (a lane's work made 4x longer, a copy that was a no-op made real) r
 history on across it and shows as a regression. Hashing those modules into every version would
 cut every history at every refactor instead.
 
-The benchmark modules' own helpers (a function a figure calls, a module constant) are fingerprinted too, as
-``bench_x.name``: asv versions a figure by its method's source alone, so an edit to the helper it calls would
-otherwise run its history on as well.
+The benchmark modules' own work is fingerprinted too: their helpers (a function a figure calls, a module
+constant) as ``bench_x.name``, and each benchmark class's methods and timing attributes that asv does not
+version (a helper method, ``teardown``, ``sample_time``) as ``bench_x.Class.name``. asv versions a figure by the
+source of its method, ``setup`` and ``setup_cache`` alone, so an edit to what they call would otherwise run the
+history on as well.
 
 So each ``suite.Benchmark`` class carries a ``work_version`` (1 unless raised), which ``suite``
 folds into its asv version, and ``benchmarks/work-lock.json`` records a fingerprint of every
@@ -213,54 +215,94 @@ def scan(root: Path) -> Tree:
         tree.where[name] = sorted({rel for rel, _ in got})
     users: dict[str, set[str]] = {name: set() for name in tree.definitions}
     for path in sorted(root.glob(BENCHMARKS)):
-        rel = path.relative_to(root).as_posix()
-        module = ast.parse(_read(path, root), filename=rel)
-        module = _Unalias(_aliases(module)).visit(module)
-        # the module's helpers (functions, constants such as ``BLOCK_S = COPY_BLOCK_S``, and classes: a mixin, a
-        # benchmark class another one extends): what a class reaches through them
-        helpers = {name: n for n in module.body for name in _defined(n)}
-        benchmarks: set[str] = set()  # the suite's base, and the module's classes that extend it
-        classes = [n for n in module.body if isinstance(n, ast.ClassDef)]
-        for cls in classes:
-            bases = {b.id if isinstance(b, ast.Name) else b.attr for b in cls.bases
-                     if isinstance(b, ast.Name | ast.Attribute)}  # fmt: skip
-            if bases & ({"Benchmark"} | benchmarks):
-                benchmarks.add(cls.name)
-        # the module's own helpers are work too (asv versions a figure by its method's source, not by the helper
-        # it calls): each fingerprinted as ``bench_x.name``, its users the classes that reach it
-        asv_classes = {c.name for c in classes if any(isinstance(f, ast.FunctionDef) and f.name.startswith(
-            ("time_", "track_", "mem_", "peakmem_", "timeraw_")) for f in c.body)}  # asv versions those itself
-        for name, node in helpers.items():
-            if name not in benchmarks | asv_classes:
-                own = f"{path.stem}.{name}"
-                tree.definitions[own] = fingerprint(ast.unparse(node), rel)[:16]
-                tree.where[own] = [rel]
-                users.setdefault(own, set())
-        for cls in (c for c in classes if c.name in benchmarks):
-            key = f"{path.stem}.{cls.name}"
-            tree.work_versions[key] = _work_version(cls, f"{rel}: {cls.name}")
-            # names the class uses, and those of the module's helpers it uses (transitively)
-            used, todo = set(), [cls]
-            while todo:
-                for name in _refs(todo.pop()) - used:
-                    used.add(name)
-                    if name in helpers:
-                        todo.append(helpers[name])
-            # the watched definitions among them (a name imported, or read off an imported module), and theirs
-            reach: set[str] = set()
-            todo_names = [n for n in used if n in found]
-            while todo_names:
-                name = todo_names.pop()
-                if name in reach:
-                    continue
-                reach.add(name)
-                todo_names.extend(n for n in refs.get(name, ()) if n in found and n not in reach)
-            for name in reach:
-                users[name].add(key)
-            for name in used & helpers.keys() - benchmarks - asv_classes:
-                users[f"{path.stem}.{name}"].add(key)
+        _scan_benchmarks(tree, users, found, refs, path, path.relative_to(root).as_posix(), _read(path, root))
     tree.users = {name: sorted(u) for name, u in users.items()}
     return tree
+
+
+#: asv's benchmark kinds by name prefix: asv versions such a method (and ``setup``, ``setup_cache``) by its source
+ASV_PREFIXES = ("time_", "track_", "mem_", "peakmem_", "timeraw_")
+#: a benchmark class's attributes that say how it is planned, listed or named, not what it times
+NOT_WORK = {"headline", "skips", "work_version", "params", "param_names", "pretty_name", "timeout"}
+
+
+def _class_work(cls: ast.ClassDef) -> dict[str, ast.AST]:
+    """What a benchmark class does beyond what asv versions: its other methods (a helper a figure calls, its
+    ``teardown``) and its attributes that set how it is timed (``sample_time``, ``sample_cap``, ``swept``, ...), by
+    name; not its ``plan_`` attributes nor ``NOT_WORK``."""
+    out: dict[str, ast.AST] = {}
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if not node.name.startswith(ASV_PREFIXES) and node.name not in ("setup", "setup_cache"):
+                out[node.name] = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:  # ``track_x.unit = ...`` (an attribute of a figure) says what it is called
+                if isinstance(t, ast.Name) and t.id not in NOT_WORK and not t.id.startswith("plan_"):
+                    out[t.id] = node
+    return out
+
+
+def _scan_benchmarks(tree: Tree, users: dict[str, set[str]], found: dict, refs: dict[str, set[str]], path: Path,
+                     rel: str, text: str) -> None:  # fmt: skip
+    """One benchmark module: each benchmark class's work_version and the watched definitions it reaches, and
+    the module's own work, fingerprinted: its helpers (``bench_x.name``: a function a figure calls, a constant)
+    and each class's methods and timing attributes that asv does not version (``bench_x.Class.name``)."""
+    module = ast.parse(text, filename=rel)
+    module = _Unalias(_aliases(module)).visit(module)
+    # the module's helpers (functions, constants such as ``BLOCK_S = COPY_BLOCK_S``, and classes: a mixin, a
+    # benchmark class another one extends), each with every statement that defines it
+    statements: dict[str, list[ast.stmt]] = {}
+    for n in module.body:
+        for name in _defined(n):
+            statements.setdefault(name, []).append(n)
+    helpers = {name: ast.Module(body=body, type_ignores=[]) for name, body in statements.items()}
+    benchmarks: dict[str, set[str]] = {}  # the module's classes that extend the suite's base -> their bases
+    classes = [n for n in module.body if isinstance(n, ast.ClassDef)]
+    for cls in classes:
+        bases = {b.id if isinstance(b, ast.Name) else b.attr for b in cls.bases
+                 if isinstance(b, ast.Name | ast.Attribute)}  # fmt: skip
+        if bases & ({"Benchmark"} | benchmarks.keys()):
+            benchmarks[cls.name] = bases & benchmarks.keys()
+    asv_classes = {c.name for c in classes if any(isinstance(f, ast.FunctionDef) and f.name.startswith(ASV_PREFIXES)
+                                                  for f in c.body)}  # fmt: skip
+    own = {name: node for name, node in helpers.items() if name not in benchmarks.keys() | asv_classes}
+
+    def record(name: str, node: ast.AST, who: set[str]) -> None:
+        tree.definitions[name] = fingerprint(ast.unparse(node), rel)[:16]
+        tree.where[name] = [rel]
+        users.setdefault(name, set()).update(who)
+
+    for name, node in own.items():
+        record(f"{path.stem}.{name}", node, set())
+    for cls in (c for c in classes if c.name in benchmarks):
+        key = f"{path.stem}.{cls.name}"
+        tree.work_versions[key] = _work_version(cls, f"{rel}: {cls.name}")
+        family = {cls.name}  # the class, and the module's benchmark classes that extend it: they inherit its work
+        while grown := {c for c, bases in benchmarks.items() if c not in family and bases & family}:
+            family |= grown
+        for name, node in _class_work(cls).items():
+            record(f"{key}.{name}", node, {f"{path.stem}.{c}" for c in family})
+        # names the class uses, and those of the module's helpers it uses (transitively)
+        used, todo = set(), [cls]
+        while todo:
+            for name in _refs(todo.pop()) - used:
+                used.add(name)
+                if name in helpers:
+                    todo.append(helpers[name])
+        # the watched definitions among them (a name imported, or read off an imported module), and theirs
+        reach: set[str] = set()
+        todo_names = [n for n in used if n in found]
+        while todo_names:
+            name = todo_names.pop()
+            if name in reach:
+                continue
+            reach.add(name)
+            todo_names.extend(n for n in refs.get(name, ()) if n in found and n not in reach)
+        for name in reach:
+            users[name].add(key)
+        for name in used & own.keys():
+            users[f"{path.stem}.{name}"].add(key)
 
 
 def read_lock(root: Path) -> dict:
