@@ -367,6 +367,21 @@ def test_host_device_copies_on_a_gpu(direction, memory, non_blocking):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+@pytest.mark.parametrize("memory", T.MEMORY)
+def test_a_blocking_copy_returns_with_its_copy_done_on_a_gpu(direction, memory):
+    """What HostDevice's one set of blocks on two clocks rests on (``Copy.returns_done``): a blocking copy has
+    left nothing queued when its call returns, so the host's clock over calls back to back is a waited time."""
+    for nbytes in (4 * T.KiB, 64 * T.MiB):
+        c = T.host_device_copy(direction, nbytes, CUDA, memory, non_blocking=False)
+        assert c.returns_done
+        for _ in range(3):
+            torch.cuda._sleep(1_000_000)  # the stream busy before the copy: a copy that did not wait would leave
+            c()  # the stream still working when it returns
+            assert torch.cuda.current_stream().query(), (direction, memory, nbytes)
+
+
+@pytest.mark.cuda
 def test_streams_bidirectional_and_overlap_on_a_gpu():
     h2d = T.host_device_copy("h2d", 4 * T.MiB, CUDA, "pinned", True)
     d2h = T.host_device_copy("d2h", 4 * T.MiB, CUDA, "pinned", True)
