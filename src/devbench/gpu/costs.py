@@ -118,13 +118,12 @@ def costs_from(path: Path) -> P.Costs:
 
 
 def imprecise_from(results: Path, names: set[str]) -> tuple[str, ...]:
-    """The figures a machine's asv results (``results``: one machine's folder, its newest result file) hold with
-    asv's 99% interval of their median wider than ``precision.REL`` of it from at least ``MIN_SAMPLES`` samples,
-    as selectors of the suite's ``names`` (a ``time_X`` figure that asv timed before the measuring process is
-    ``track_X_time``, else ``track_time``, where the suite has it): the measuring process samples those to their
-    class's cap, and gpu-run prices them so (``--precision-from``). The folder's name is the machine's (asv's
-    layout); a figure the newest commit's run did not measure says nothing here."""
-
+    """The figures a machine's asv results (``results``: one machine's folder; the files of its newest commit, every
+    environment's) hold with asv's 99% interval of their median wider than ``precision.REL`` of it from at least
+    ``MIN_SAMPLES`` samples, as selectors of the suite's ``names`` (a ``time_X`` figure that asv timed before the
+    measuring process is ``track_X_time``, else ``track_time``, where the suite has it): the measuring process
+    samples those to their class's cap, and gpu-run prices them so (``--precision-from``). The folder's name is
+    the machine's (asv's layout); a figure the newest commit's run did not measure says nothing here."""
     from asv import util as asv_util
 
     from devbench.engine.precision import MIN_SAMPLES, REL
@@ -144,6 +143,7 @@ def imprecise_from(results: Path, names: set[str]) -> tuple[str, ...]:
 
 
 def _imprecise_in(data, names: set[str], value_at, min_samples: int, rel: float) -> set[str]:
+    """``imprecise_from`` of one result file (the report's reader: ``report.load``)."""
     import itertools
 
     out = set()
