@@ -287,11 +287,13 @@ def test_same_device_move_is_the_same_object():
 # --- The benchmark classes themselves, set up on the CPU ---------------------------------------------
 
 
-def test_device_copy_benchmark_measures_the_host_line(monkeypatch):
+def test_device_copy_benchmark_measures_the_host_line(monkeypatch, small_cpu_cache):
     import benchmarks.bench_transfer as bt
 
-    from devbench.engine.measure import Measurement
+    from devbench.engine.measure import BLOCKS_ENV, Measurement
     from devbench.engine.precision import MIN_SAMPLES
+
+    monkeypatch.setenv(BLOCKS_ENV, str(MIN_SAMPLES))  # the fewest blocks asv takes an interval from, not a cap
 
     b = bt.DeviceCopy()
     b.setup("cpu", 256 * T.KiB)
@@ -562,10 +564,11 @@ def test_the_matrix_checks_times_and_traces_every_direction(capsys, small_cpu_ca
         traced.append(copy)
         return PE.PeerPath(True, True, 1.0)
 
-    rows = PE.peer_matrix([cpu, cpu, cpu], 64 * T.KiB, time_copy, path_of, progress=lines.append)
+    # 4 MiB: a few sets of buffers each (the rotation is not what this checks)
+    rows = PE.peer_matrix([cpu, cpu, cpu], 4 * T.MiB, time_copy, path_of, progress=lines.append)
     assert [(r["src"], r["dst"]) for r in rows] == PE.peer_pairs(3)
     assert {r["gbps"] for r in rows} == {2.0} and {r["path"] for r in rows} == {"NVLink"}
-    assert timed == [64 * T.KiB] * 6 and len(traced) == 6 and lines[0] == "64 KiB 0->1: 2.0 GB/s (NVLink)"
+    assert timed == [4 * T.MiB] * 6 and len(traced) == 6 and lines[0] == "4 MiB 0->1: 2.0 GB/s (NVLink)"
 
 
 def test_matrix_records_go_to_one_file_per_machine(tmp_path):
