@@ -192,9 +192,10 @@ def _add_gpu_run(sub) -> None:
         "gpu-run",
         help=HELP["gpu-run"],
         description="Plan the suite against a time budget (each benchmark's points and expected seconds, the "
-        "headline points first, what the budget drops), print the plan, then run it with asv in two calls "
-        "(headline points, then the rest re-planned with what the first call cost), the tests that need CUDA and "
-        "devbench validate, and pack asv results, GPU state, nvidia-smi before and after and the logs into --out. "
+        "headline points first, what the budget drops), print the plan, then run it with asv in stages (the "
+        "headline points; the rest and then the long ones, each re-planned with what the stages so far cost; one "
+        "measuring process for them), the tests that need CUDA and devbench validate, fills in the time they "
+        "left, and pack asv results, GPU state, nvidia-smi before and after and the logs into --out. "
         "Exit 0: every stage passed; 1: a stage failed or ran out of time; 2: bad input; 130/143: interrupted.",
         epilog=gpurun.EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
