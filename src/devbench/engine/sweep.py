@@ -41,9 +41,6 @@ from pathlib import Path
 from devbench.engine.owners import (  # noqa: F401 - sweep's names
     OWNER_ENV,
     Holder,
-    _end_with,
-    _exit,
-    _watchdog,
     alive,
     asking_owner,
     held,
