@@ -432,3 +432,47 @@ def test_a_benchmark_classs_own_helpers_and_timing_attributes_are_its_work(tmp_p
     bench.write_text(bench.read_text().replace("return 2", "return 3").replace("plan_s = 1.0", "plan_s = 2.0"))
     assert worklock.check(tmp_path) == ["bench_b.Base._twice in benchmarks/bench_b.py changed; the work of "
                                         "bench_b.Base, bench_b.Child"]  # fmt: skip
+
+
+def test_a_definition_under_an_if_or_a_try_is_work_too(tmp_path):
+    """A helper defined under a module-level ``if``/``try`` (or a class's ``if``) is as much the work as one defined
+    plainly: an edit to it, or to the condition that picks it, names the class that uses it."""
+    _write(tmp_path, "src/devbench/workloads/__init__.py", "")
+    _write(tmp_path, "src/devbench/engine/measure.py", "BLOCK_S = 0.1\n")
+    source = """
+        import os
+        from devbench.engine.suite import Benchmark
+
+        if os.environ.get("X"):
+            def _pick():
+                return 1
+        else:
+            def _pick():
+                return 2
+
+        try:
+            LIMIT = int(os.environ["L"])
+        except KeyError:
+            LIMIT = 4
+
+        class Uses(Benchmark):
+            if LIMIT > 2:
+                sample_time = 0.05
+            else:
+                sample_time = 0.2
+
+            def track_x(self):
+                return _pick() + LIMIT
+
+        class Other(Benchmark):
+            def track_y(self):
+                return 0
+        """
+    _write(tmp_path, "benchmarks/bench_c.py", source)
+    worklock.write(tmp_path)
+    lock = json.loads((tmp_path / worklock.LOCK).read_text())
+    assert {"bench_c._pick", "bench_c.LIMIT", "bench_c.Uses.sample_time"} <= set(lock["definitions"])
+    for old, new, changed in (("return 2", "return 5", "bench_c._pick"), ("LIMIT = 4", "LIMIT = 8", "bench_c.LIMIT"),
+                              ("sample_time = 0.2", "sample_time = 0.1", "bench_c.Uses.sample_time")):  # fmt: skip
+        _write(tmp_path, "benchmarks/bench_c.py", source.replace(old, new))
+        assert worklock.check(tmp_path) == [f"{changed} in benchmarks/bench_c.py changed; the work of bench_c.Uses"]

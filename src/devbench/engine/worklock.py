@@ -157,8 +157,31 @@ def _work_version(cls: ast.ClassDef, where: str) -> int:
     return 1
 
 
+#: statements whose blocks run at their own level: a definition inside one (``if TORCH_NEW: def f(): ...``,
+#: ``try: ... except ImportError: f = None``) is a definition of the module or class that holds it
+_COMPOUND = ast.If | ast.Try | ast.TryStar | ast.With | ast.For | ast.While
+
+
+def _flat(body: list[ast.stmt]) -> list[ast.stmt]:
+    """``body``'s statements with those inside compound statements (``_COMPOUND``) in their place, in order."""
+    out: list[ast.stmt] = []
+    for node in body:
+        if isinstance(node, _COMPOUND):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.ExceptHandler):
+                    out.extend(_flat(child.body))
+                elif isinstance(child, ast.stmt):
+                    out.extend(_flat([child]))
+        else:
+            out.append(node)
+    return out
+
+
 def _defined(node: ast.stmt) -> list[str]:
-    """The names a module-level statement defines: a function, a class, or assigned names; [] for anything else."""
+    """The names a module-level statement defines: a function, a class, or assigned names, also inside an ``if``,
+    ``try``, ``with`` or loop (that whole statement is then their definition); [] for anything else."""
+    if isinstance(node, _COMPOUND):
+        return list(dict.fromkeys(name for inner in _flat([node]) for name in _defined(inner)))
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return [node.name]
     targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
@@ -233,13 +256,17 @@ def _class_work(cls: ast.ClassDef) -> dict[str, ast.AST]:
     out: dict[str, ast.AST] = {}
     for node in cls.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            if not node.name.startswith(ASV_PREFIXES) and node.name not in ("setup", "setup_cache"):
-                out[node.name] = node
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:  # ``track_x.unit = ...`` (an attribute of a figure) says what it is called
-                if isinstance(t, ast.Name) and t.id not in NOT_WORK and not t.id.startswith("plan_"):
-                    out[t.id] = node
+            names = [node.name]
+        elif isinstance(node, ast.Assign | ast.AnnAssign):  # ``track_x.unit = ...`` names a figure: not work
+            names = [t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                     if isinstance(t, ast.Name)]  # fmt: skip
+        elif isinstance(node, _COMPOUND):  # a method or attribute defined under an ``if``: that whole statement
+            names = _defined(node)
+        else:
+            continue
+        for name in names:
+            if not name.startswith((*ASV_PREFIXES, "plan_")) and name not in {"setup", "setup_cache", *NOT_WORK}:
+                out[name] = node
     return out
 
 
@@ -258,7 +285,7 @@ def _scan_benchmarks(tree: Tree, users: dict[str, set[str]], found: dict, refs: 
             statements.setdefault(name, []).append(n)
     helpers = {name: ast.Module(body=body, type_ignores=[]) for name, body in statements.items()}
     benchmarks: dict[str, set[str]] = {}  # the module's classes that extend the suite's base -> their bases
-    classes = [n for n in module.body if isinstance(n, ast.ClassDef)]
+    classes = [n for n in _flat(module.body) if isinstance(n, ast.ClassDef)]
     for cls in classes:
         bases = {b.id if isinstance(b, ast.Name) else b.attr for b in cls.bases
                  if isinstance(b, ast.Name | ast.Attribute)}  # fmt: skip
