@@ -35,6 +35,7 @@ env -i PATH="$venv/bin:/usr/bin:/bin" HOME="$home" XDG_CACHE_HOME="$home/.cache"
     bash scripts/device-run.sh rehearsal >/dev/null 2>&1
 code=$?
 set -e
+cd "$root"  # out of the tree: what is left working there is the run's
 grep -E '^(== |gpu-run: |device-run: )' "$out/log.txt" || true
 left_in_tree() {  # the processes still working in the tree: a stage's child the run did not end
     for proc in /proc/[0-9]*; do
