@@ -150,12 +150,13 @@ def test_the_main_docs_are_read(doc):
 
 def test_reports_hold_evidence_not_an_archive():
     """reports/ holds what current claims rest on, compacted (bulk packed in runs.tar.xz, superseded runs
-    deleted: git keeps them): at most 10 MB, 200 files and 12 folders beside its index."""
+    deleted: git keeps them): at most 10 MB, 200 files and 13 folders beside its index (the sample's inputs lie
+    as asv lays them out, its results beside their run records, collectives, fleet and search records)."""
     files = [p for p in (ROOT / "reports").rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in files) <= 10 * 2**20
     assert len(files) <= 200
     entries = [p for p in (ROOT / "reports").iterdir() if p.name != "README.md"]
-    assert len(entries) <= 12, sorted(p.name for p in entries)
+    assert len(entries) <= 13, sorted(p.name for p in entries)
 
 
 def test_the_packaging_file_is_read_too():

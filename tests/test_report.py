@@ -516,6 +516,21 @@ PAR_SEQ = "bench_parallel.ParallelMatmul.track_sequential_time"
 PAR_PAR = "bench_parallel.ParallelMatmul.track_parallel_time"
 
 
+def test_a_figure_whose_params_the_results_do_not_name_is_left_out_of_its_table():
+    """A result file newer than its benchmarks.json (copied in from another checkout) has figures asv lists under
+    no name: their params read ``param0``, ``param1``. A table that needs ``device`` cannot place them; the
+    others still fill it."""
+    f = _frame(
+        [
+            {"benchmark": "bench_transfer.DeviceCopy.track_time", "device": "cpu", "nbytes": 1 << 30, "value": 0.1},
+            {"benchmark": "bench_transfer.DeviceCopy.track_time", "param0": "cpu", "param1": 4096, "value": 1e-6,
+             "machine": "other"},
+        ]
+    )  # fmt: skip
+    bw = D.transfer_bandwidth(f)
+    assert list(bw["copy"]) == ["on-device cpu"] and bw["machine"].tolist() == [f["machine"].iloc[0]]
+
+
 def test_bandwidth_from_time_and_logging_and_parallel_ratios():
     f = _frame(
         [
@@ -656,6 +671,21 @@ def test_tables_keep_significant_digits_and_every_value_its_unit():
     legend = records.env_legend(pd.DataFrame({"env": ["virtualenv-py3.11-torch2.13.0", "existing-py_x"],
                                               "machine": ["m", "m"]}))  # fmt: skip
     assert list(legend["torch"]) == ["2.13.0 (from the name)", "not recorded"]
+    # one environment with a run record makes the column's others NaN, not None: still not recorded, not "nan"
+    mixed = pd.DataFrame({"env": ["virtualenv-py3.11-torch2.13.0", "existing-py_x", "existing-py_y"],
+                          "machine": ["m", "m", "n"], "torch_version": [None, None, "2.13.0+cpu"],
+                          "python": ["3.11", "/x/bin/python", "/y/bin/python"],
+                          "env_torch": ["2.13.0", None, None]})  # fmt: skip
+    labels = records.env_labels(mixed)
+    torch = records.env_legend(mixed).set_index("environment")["torch"]
+    assert labels["virtualenv-py3.11-torch2.13.0"] == "py3.11 torch2.13.0 (virtualenv)"
+    assert (torch[labels["virtualenv-py3.11-torch2.13.0"]], torch[labels["existing-py_x"]],
+            torch[labels["existing-py_y"]]) == ("2.13.0 (from the name)", "not recorded", "2.13.0+cpu")  # fmt: skip
+    from devbench.report.load import Loaded
+    from devbench.report.sections import _machines
+
+    machines = _machines(Loaded(mixed.assign(commit="c"), [])).table.set_index("machine")["torch (imported)"]
+    assert machines.to_dict() == {"m": "not recorded", "n": "2.13.0+cpu"}
 
 
 def test_the_same_problem_for_many_benchmarks_is_one_row_naming_them():

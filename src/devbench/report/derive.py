@@ -38,8 +38,9 @@ def where_label(df: pd.DataFrame) -> pd.Series:
 
 
 def usable(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows with a value, measured by the benchmark's current code."""
-    return frame[(frame["status"] == "ok") & frame["version_current"]]
+    """Rows with a value (each machine's latest, ``latest``, whichever version of the code measured them: the
+    tables show what each machine last measured; only the comparisons keep to one version)."""
+    return frame[frame["status"] == "ok"]
 
 
 def _rows(frame: pd.DataFrame, figure: spec.Figure) -> pd.DataFrame:
@@ -50,6 +51,9 @@ def _rows(frame: pd.DataFrame, figure: spec.Figure) -> pd.DataFrame:
     missing = [c for c in cols if c not in sub.columns]
     if sub.empty or missing:
         return pd.DataFrame(columns=[*KEYS, *cols, "value"])
+    # rows without the figure's params (a result file newer than benchmarks.json: asv names them ``param0``...)
+    # cannot be placed in its table
+    sub = sub.dropna(subset=list(cols))
     return sub[[*KEYS, *cols, "value", *(c for c in sub.columns if c.startswith("machine_"))]]
 
 

@@ -204,6 +204,11 @@ def load_collectives(folder: str | os.PathLike[str], problems: list[Problem] | N
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 
 
+def _text(value: Any) -> str | None:
+    """A field's text, or None where it is missing (None, or NaN where other rows of its column hold text)."""
+    return value if isinstance(value, str) and value else None
+
+
 def env_labels(frame: pd.DataFrame) -> dict[str, str]:
     """A short label per asv environment name, e.g. ``py3.11 torch2.13.0 (virtualenv)``.
 
@@ -223,8 +228,8 @@ def env_labels(frame: pd.DataFrame) -> dict[str, str]:
         py = str(rec.get("python") or "")
         if _VERSION.match(py):
             parts.append(f"py{py}")
-        torch = rec.get("torch_version") or rec.get("env_torch")
-        if isinstance(torch, str) and torch:
+        torch = _text(rec.get("torch_version")) or _text(rec.get("env_torch"))
+        if torch:
             parts.append(f"torch{torch}")
         label = " ".join(parts) + f" ({kind})" if parts else kind
         key = (str(rec.get("machine")), label)
@@ -276,8 +281,8 @@ def env_legend(frame: pd.DataFrame) -> pd.DataFrame:
                 "machine": rec.get("machine"),
                 "kind": str(rec["env"]).split("-", 1)[0],
                 "python": py if isinstance(py, str) and _VERSION.match(py) else "not recorded",
-                "torch": rec.get("torch_version") or _torch_in_name(str(rec["env"])) or "not recorded",
-                "requirements": rec.get("requirements") or "",
+                "torch": _text(rec.get("torch_version")) or _torch_in_name(str(rec["env"])) or "not recorded",
+                "requirements": _text(rec.get("requirements")) or "",
             }
         )
     return pd.DataFrame(rows)

@@ -61,6 +61,7 @@ def _machines(loaded: Loaded) -> Section:
             .agg(lambda s: ", ".join(sorted(set(map(str, s)))))
         )
         t = t.merge(tv.rename("torch (imported)"), on="machine", how="left")
+        t = t.fillna({"torch (imported)": "not recorded"})
     return Section("Machines", "What each machine is, as asv and `devbench machine` recorded it.", t.astype(str))
 
 
@@ -287,9 +288,9 @@ def build(
     was started elsewhere (``devbench report`` runs it in a forked child).
     """
     f = loaded.frame
-    cur = f[f["version_current"]]
+    cur = f[f["version_current"]]  # what the comparisons read: asv's rule, one version of a benchmark's code
     commits = C.commits_in(f)
-    lat = latest(cur)
+    lat = latest(f)  # what the tables read: what each machine measured last, by whichever version
     counts = f["status"].value_counts()
     where = loaded.results_dir.name if loaded.results_dir else "results"
     summary = [
@@ -374,7 +375,7 @@ def build(
 def plot_all(loaded: Loaded, steps: pd.DataFrame) -> dict[str, bytes]:
     """Every plot the report has data for, by name (``steps``: ``steps.detect`` of the current results)."""
     cur = loaded.frame[loaded.frame["version_current"]]
-    lat = latest(cur)
+    lat = latest(loaded.frame)
     out = {}
     for key, png in (
         ("throughput", lambda: P.plot_throughput(D.matmul_throughput(lat))),
