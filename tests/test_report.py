@@ -830,3 +830,14 @@ def test_an_existing_environment_says_the_python_and_torch_its_run_record_names(
     legend = records.env_legend(frame).set_index("environment")
     mine = legend.loc[records.env_labels(frame)[env]]
     assert (mine["python"], mine["torch"]) == ("3.11.7", "2.13.0+cpu")
+
+
+def test_a_table_cell_with_nothing_measured_reads_n_a_in_markdown_as_in_html():
+    """A float column with a gap, a text column with a gap, pandas' NA: each reads n/a, never nan or <NA>."""
+    from devbench.report.writers import _md_table
+
+    table = pd.DataFrame({"where": ["h200", None], "tflops": [1.5, float("nan")],
+                          "n": pd.array([1024, None], dtype="Int64")})  # fmt: skip
+    lines = _md_table(table).splitlines()
+    assert "nan" not in lines[3] and "<NA>" not in lines[3] and lines[3].count("n/a") == 3
+    assert "1.5" in lines[2] and "1024" in lines[2]

@@ -22,17 +22,24 @@ from devbench.report.load import Loaded
 from devbench.report.parts import Report
 
 FORMATS = ("md", "html", "csv", "parquet", "png")
-#: the tidy frame's own formats (written while the report is built)
+#: the tidy frame's own formats (written before the report's tables are built)
 TABLE_FORMATS = ("csv", "parquet")
 
 def _md_table(table: pd.DataFrame) -> str:
     if table.empty:
         return "_none_"
-    shown = table.astype(object).where(table.notna(), None)  # tabulate prints None as missingval
-    for col in shown.columns:
-        shown[col] = [md_escape(v) if isinstance(v, str) else v for v in shown[col]]
-    shown.columns = [md_escape(c) for c in shown.columns]
-    return shown.to_markdown(index=False, floatfmt=".4g", missingval="n/a")
+    from tabulate import tabulate
+
+    # rows as plain lists: tabulate prints None as its missingval, and a frame column would turn None back into NaN
+    rows = [[md_escape(v) if isinstance(v, str) else None if _missing(v) else v for v in row]
+            for row in table.astype(object).itertuples(index=False)]  # fmt: skip
+    return tabulate(rows, [md_escape(str(c)) for c in table.columns], tablefmt="pipe", floatfmt=".4g",
+                    missingval="n/a")  # fmt: skip
+
+
+def _missing(value: object) -> bool:
+    """None, NaN, pandas' NA or NaT: a cell with nothing measured."""
+    return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and value != value)
 
 
 def to_markdown(rep: Report, plot_files: dict[str, str]) -> str:
