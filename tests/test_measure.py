@@ -191,6 +191,16 @@ def test_sequential_runs_each_function_in_turn():
 # --- Held stream (CUDA's spin kernel): the logic on fakes, the CUDA path where a GPU is ----------------------
 
 
+def test_hold_is_refused_where_every_launch_waits_for_its_kernel(monkeypatch):
+    """Under ``CUDA_LAUNCH_BLOCKING=1`` the spin kernel has run before the calls are queued: no block could be held,
+    so the figures time plain blocks instead of failing after their tries."""
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None, raising=False)
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "0")
+    assert B.hold_reason(torch.device("cuda", 0)) is None
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    assert "CUDA_LAUNCH_BLOCKING=1" in B.hold_reason(torch.device("cuda", 0))
+
+
 def test_hold_is_refused_on_the_cpu_with_a_reason(monkeypatch):
     reason = B.hold_reason(CPU)
     assert reason and "cpu" in reason and "dispatch" in reason

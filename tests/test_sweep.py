@@ -252,20 +252,22 @@ def test_a_class_with_a_set_up_cache_hands_its_result_to_the_measuring_process(s
 
 
 def test_letting_a_workload_go_gives_the_gpus_cached_memory_back_and_tf32_as_it_was(monkeypatch, tmp_path):
-    """A held measuring process outlives its asv call: what PyTorch's caching allocator keeps of a workload let go
-    goes back to the device (``torch.cuda.empty_cache``), as a fresh process would find it."""
+    """A held measuring process outlives its asv call: what PyTorch's caching allocators keep of a workload let go
+    goes back to the device (``torch.cuda.empty_cache``) and its pinned buffers to the host (the host caching
+    allocator keeps them locked: ``torch.accelerator.empty_host_cache``), as a fresh process would find them."""
     import torch
 
     import devbench.engine.suite  # noqa: F401 - registers the hooks
 
     emptied = []
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append("device"))
+    monkeypatch.setattr(torch.accelerator, "empty_host_cache", lambda: emptied.append("host"))
     at_start = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = not at_start  # a workload let go without its tear-down
         measuring.Server(tmp_path / "journal.jsonl")._evict()
-        assert emptied == [True]
+        assert emptied == ["device", "host"]
         assert torch.backends.cuda.matmul.allow_tf32 == at_start  # later float32 figures are float32 again
     finally:
         torch.backends.cuda.matmul.allow_tf32 = at_start

@@ -3,6 +3,7 @@ all queued, where a call is shorter than its launch), by the host clock elsewher
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,6 +87,8 @@ def hold_reason(device: torch.device) -> str | None:
         )
     if not hasattr(torch.cuda, "_sleep"):
         return f"torch {torch.__version__} has no torch.cuda._sleep spin kernel"
+    if os.environ.get("CUDA_LAUNCH_BLOCKING") == "1":
+        return "CUDA_LAUNCH_BLOCKING=1: every launch, the spin's too, returns only when its kernel has run"
     return None
 
 

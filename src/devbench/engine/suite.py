@@ -83,13 +83,20 @@ _TF32_AT_START = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.al
 
 def _return_memory() -> None:
     """When the measuring process lets a workload go: TF32 back as the process started, and the CUDA caching
-    allocator's free blocks back to the device (the process outlives an asv call under gpu-run, and another
+    allocators' free blocks back to the device and the host (the process outlives an asv call under gpu-run, and another
     process, a search sizing its grid by the memory free or a point of its own, should find the device as a
     fresh process would)."""
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = _TF32_AT_START
     if torch.cuda.is_initialized():
         gc.collect()  # tensors held in reference cycles too
         torch.cuda.empty_cache()
+        # pinned host buffers go back to torch's host caching allocator, which keeps them locked (a block is reused
+        # only for its own size class): across the copy sizes gigabytes of host memory, and what the host has
+        # available is what the next search and copies size themselves by
+        empty_host = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None) or getattr(
+            torch._C, "_host_emptyCache", None)  # fmt: skip
+        if empty_host is not None:
+            empty_host()
 
 
 sweep.on_evict(forget_built)
