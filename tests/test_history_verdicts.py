@@ -100,3 +100,15 @@ def test_one_series_alone_needs_enough_points_and_many_times_its_noise():
     assert list(found["verdict"]) == [V.SLOWER] and found["commit_after"].iloc[0] == "c6"
     noisy = [1.0, 1.3, 0.8, 1.25, 0.85, 1.2]
     assert ST.detect(frame([*noisy, 1.4])).empty  # within four times its own noise
+
+
+def test_two_commits_whose_figures_all_changed_version_say_so(tmp_path):
+    """Results at both commits, each measured by another version of its code: nothing is compared (asv's rule), and
+    the section says why rather than that nothing ran at both."""
+    frame = load_results(_history(tmp_path, 1.0, 1)).frame
+    base, head = commit_pair(frame, None, None)
+    current = frame[frame["commit"] != head]  # as if every figure at head had been measured by another version
+    text = CH.changes(current, base, head, frame).text
+    assert "ran at both commits" in text and "different versions of their code" in text
+    assert "nothing is compared" in text
+    assert "no figure has a result at both commits" in CH.changes(current, base, head).text

@@ -49,8 +49,9 @@ def two_commit_verdicts(cmp: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd
     return pd.Series(np.asarray(verdict, dtype=object)[group], index=cmp.index, dtype=object)
 
 
-def changes(frame: pd.DataFrame, base: str, head: str) -> Section:
-    """Two commits of one run each per machine and environment: a verdict where the runs agree."""
+def changes(frame: pd.DataFrame, base: str, head: str, every: pd.DataFrame | None = None) -> Section:
+    """Two commits of one run each per machine and environment: a verdict where the runs agree (``frame``: the
+    results of each benchmark's current code; ``every``: all of them, to say why nothing compares)."""
     floor = V.DEFAULT_FLOOR
     cmp = C.compare_commits(frame, base, head, 1 + floor)
     both = cmp.dropna(subset=["ratio"])
@@ -72,6 +73,12 @@ def changes(frame: pd.DataFrame, base: str, head: str) -> Section:
     if not len(both):
         text = (f"`{base[:8]}` -> `{head[:8]}`: no figure has a result at both commits on one machine and "
                 "environment, so nothing is compared.")  # fmt: skip
+        keys = ["machine", "env", "benchmark", "params"]
+        if every is not None and (at_both := len(every[every["commit"] == base][keys].drop_duplicates().merge(
+                every[every["commit"] == head][keys].drop_duplicates()))):  # fmt: skip
+            text = (f"`{base[:8]}` -> `{head[:8]}`: {at_both} figure(s) ran at both commits on one machine and "
+                    "environment, but by different versions of their code, "
+                    "so nothing is compared: asv compares a benchmark's results of one version only.")  # fmt: skip
     table = shown.assign(
         where=where_label(shown),
         change=[_pct(r) for r in shown["ratio"]],

@@ -340,7 +340,7 @@ def build(
     if sec is not None:
         rep.sections.append(sec)
     if pair is not None:
-        rep.sections.append(CH.changes(cur, pair[0], pair[1]))
+        rep.sections.append(CH.changes(cur, pair[0], pair[1], f))
     for by in ("machine", "env"):
         sec = CH.across(cur, by, factor)
         if sec is not None:
