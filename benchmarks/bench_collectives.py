@@ -19,6 +19,7 @@ import time
 
 from devbench.engine.measure import blocks_per_figure
 from devbench.engine.suite import Benchmark, selected, with_samples
+from devbench.records.files import stage_left_s
 from devbench.records.spec import MiB, bus_factor, gbps
 from devbench.workloads.collectives import OPS, SIZES, sweep_rank
 from devbench.worlds.world import (
@@ -41,6 +42,8 @@ TRACKS = ("track_time", "track_algbw", "track_busbw")
 #: less ``MARGIN_S`` (asv kills a set-up cache at its timeout, and pickles it only when it returns)
 WORLD_S = 900.0
 MARGIN_S = 30.0
+#: the least time a world's sweep is started with (its rows at 3 blocks each take seconds on NVLink)
+MIN_SWEEP_S = 10.0
 
 
 class Collectives(Benchmark):
@@ -71,7 +74,10 @@ class Collectives(Benchmark):
         """Each world on its own: one that fails or hangs is skipped with why, and what the others measured is
         kept; a rank stuck beyond SIGKILL holds its GPU, so no later world of its backend starts on it."""
         worlds, stuck = {}, {}
-        deadline = time.monotonic() + self.timeout - MARGIN_S
+        deadline, bound = time.monotonic() + self.timeout - MARGIN_S, f"of the class's {self.timeout:g} s"
+        stage_left = stage_left_s()  # gpu-run stops its asv stage then: a world ends first, so what ran is kept
+        if stage_left is not None and time.monotonic() + stage_left - MARGIN_S < deadline:
+            deadline, bound = time.monotonic() + stage_left - MARGIN_S, "before gpu-run's stage ends"
         for backend in BACKENDS:
             for world in WORLDS:
                 reason = backend_reason(backend, world) or stuck.get(backend)
@@ -87,7 +93,7 @@ class Collectives(Benchmark):
                 # a wrong network interface) is skipped with the ranks' own lines, not waited on for the sweep's
                 # 15 minutes
                 if deadline - time.monotonic() <= PREFLIGHT_S:  # a pre-flight and a sweep no longer fit
-                    worlds[f"{backend}/{world}"] = {"skip": f"no time left of the class's {self.timeout:g} s"}
+                    worlds[f"{backend}/{world}"] = {"skip": f"no time left {bound}"}
                     continue
                 failed = preflight(world, backend)
                 if failed:
@@ -96,6 +102,9 @@ class Collectives(Benchmark):
                         stuck[backend] = f"not started: a rank of the {world}-rank {backend} pre-flight is stuck"
                     continue
                 left = deadline - time.monotonic()
+                if left < MIN_SWEEP_S:  # the pre-flight took what a sweep needed
+                    worlds[f"{backend}/{world}"] = {"skip": "no time left for the sweep after the pre-flight"}
+                    continue
                 every = len(only) == len(OPS) * len(SIZES)
                 # 3 blocks a row, or DEVBENCH_BLOCKS (asv --quick in make test, devbench compare)
                 fn = functools.partial(sweep_rank, samples=blocks_per_figure(3), only=None if every else only)

@@ -448,3 +448,78 @@ def test_a_preflight_whose_rank_sticks_keeps_later_worlds_of_its_backend_off_the
     worlds = B.Collectives().setup_cache()
     assert B.STUCK in worlds["gloo/2"]["skip"]
     assert worlds["gloo/4"]["skip"] == "not started: a rank of the 2-rank gloo pre-flight is stuck"
+
+
+def test_under_gpu_run_the_worlds_end_before_the_stage_is_stopped(monkeypatch):
+    """asv saves a set-up cache only when it returns, and gpu-run stops a stage at its limit: the worlds are bounded
+    by the stage's end (``DEVBENCH_STAGE_END``), so one that hangs ends in time and the others' rows are kept; a
+    world whose pre-flight left no time for a sweep is not started."""
+    sys.path.insert(0, str(ROOT))
+    import benchmarks.bench_collectives as B
+
+    from devbench.records.files import STAGE_END_ENV
+
+    started = []
+
+    def world_run(fn, world, args=(), backend="gloo", timeout_s=0.0, quiet=False):
+        started.append((world, timeout_s))
+        return [[{"op": "all_reduce", "nbytes": 4096, "time_us": 1.0, "iters": 1, "block_us": [1.0]}]]
+
+    monkeypatch.setattr(B, "WORLDS", [2, 4])
+    monkeypatch.setattr(B, "BACKENDS", ("gloo",))
+    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
+    monkeypatch.setattr(B, "preflight", lambda world, backend: None)
+    monkeypatch.setattr(B, "_read", lambda *a: True)
+    monkeypatch.setattr(B, "spawn_world", world_run)
+    monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.MARGIN_S + B.PREFLIGHT_S + 100))
+    worlds = B.Collectives().setup_cache()
+    assert set(worlds) == {"gloo/2", "gloo/4"} and all("rows" in w for w in worlds.values())
+    assert all(t <= B.PREFLIGHT_S + 101 for _, t in started)  # the stage's end less the margin, not 900 s
+    monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.MARGIN_S + B.PREFLIGHT_S - 1))
+    started.clear()
+    worlds = B.Collectives().setup_cache()
+    assert started == [] and worlds["gloo/2"]["skip"] == "no time left before gpu-run's stage ends"
+    monkeypatch.setattr(B, "preflight", lambda world, backend: time.sleep(0.2))  # a pre-flight that took its time
+    monkeypatch.setattr(B, "MIN_SWEEP_S", 1e6)
+    monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.MARGIN_S + B.PREFLIGHT_S + 100))
+    worlds = B.Collectives().setup_cache()
+    assert started == [] and worlds["gloo/2"]["skip"] == "no time left for the sweep after the pre-flight"
+
+
+def test_a_collective_that_waits_is_failed_long_before_the_worlds_limit(monkeypatch, tmp_path):
+    """The process group's timeout is what one collective may wait (NCCL's watchdog then ends the rank), not the
+    whole world's limit, which a hang would otherwise wait out."""
+    from devbench.worlds import world as W
+
+    seen = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: seen.append(k["timeout"].total_seconds()))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    W.join_torchrun("gloo", 900.0)
+    W._rank_main(lambda rank, world: None, 0, 1, "gloo", str(tmp_path / "store"), 900.0, (), multiprocessing.Queue())
+    assert seen == [W.PG_TIMEOUT_S, W.PG_TIMEOUT_S] and W.PG_TIMEOUT_S < 900
+
+
+def test_a_torchrun_rank_that_fails_ends_at_once_and_one_that_succeeds_leaves_its_group(monkeypatch):
+    """After a failure ``destroy_process_group`` would wait for work its peers never join (torch >= 2.6): the rank
+    ends instead, with its traceback and a non-zero exit, which torchrun reads as the world failing."""
+    from devbench.worlds import world as W
+
+    calls = []
+
+    class Ended(Exception):
+        pass
+
+    def end(code):
+        calls.append(("exit", code))
+        raise Ended
+
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append(("destroy",)))
+    monkeypatch.setattr(os, "_exit", end)
+    assert W.torchrun_rank(lambda: 3) == 3 and calls == [("destroy",)]
+    calls.clear()
+    with pytest.raises(Ended):
+        W.torchrun_rank(lambda: 1 / 0)
+    assert calls == [("exit", 1)]

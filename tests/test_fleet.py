@@ -126,3 +126,23 @@ def test_copies_run_in_turns_one_rank_at_a_time_so_a_shared_link_flags_no_one():
     assert got == {0: 0, 1: 1, 2: 2}
     ordered = [spans[r] for r in range(3)]
     assert all(ordered[i][1] <= ordered[i + 1][0] for i in range(2))  # no two copies at once, rank order
+
+
+def test_a_spawned_rank_takes_its_own_device_whatever_local_rank_it_inherited(monkeypatch):
+    """A world this process spawns is one node: rank r computes on device r. A ``LOCAL_RANK`` left in the caller's
+    environment (a scheduler's job, a torchrun above) must not put every rank on one GPU."""
+    import torch.distributed as dist
+
+    from devbench.engine import devices
+
+    bound = []
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(devices, "rank_device", lambda backend, local: bound.append(local) or f"cuda:{local}")
+    monkeypatch.setattr(F, "measure_rank", lambda device, barrier, **kw: {"device": device})
+    monkeypatch.setattr(F, "identity", lambda device, rank, local_rank: {"device": device, "local_rank": local_rank})
+    monkeypatch.setattr(dist, "get_rank", lambda: 3)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 4)
+    out = F.rank_main(3, 4, "nccl", None, quick=True)
+    assert bound == [3] and out["identity"]["local_rank"] == 3
+    F.rank_main(3, 4, "nccl", None, quick=True, local_rank=1)  # torchrun's own, on its node
+    assert bound == [3, 1]

@@ -52,6 +52,7 @@ from devbench.gpu.gpuhealth import print_health
 from devbench.gpu.gpupack import Summary, _smi, builds_since, durations_since, print_capped, valued_since, write_plan
 from devbench.gpu.plantext import format_plan
 from devbench.gpu.sessions import _group_run
+from devbench.records.files import STAGE_END_ENV
 
 #: seconds held back for the packing after the last stage
 PACK_S = 5.0
@@ -238,7 +239,7 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     # a setup_cache sweep, and the measuring process's twins, measure only what is read; the measuring processes
     # keep their journal and logs in the run's .asv, packed with the results (devbench.engine.sweep)
     env = {**os.environ, "DEVBENCH_BENCH": regex, sweep.DIR_ENV: str(run.repo / ".asv" / "sweep"),
-           sweep.MODE_ENV: sweep.mode(SWEEP)}  # fmt: skip
+           sweep.MODE_ENV: sweep.mode(SWEEP), STAGE_END_ENV: f"{time.time() + limit_s:.1f}"}  # fmt: skip
     if run.checked:
         env[CHECKED_ENV] = run.checked
     if run.holder is not None:

@@ -9,6 +9,7 @@ import os
 import platform
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,17 @@ def md_escape(text: object) -> str:
 #: the asv machine a run records under, set by ``devbench gpu-run`` for every process it starts: the GPU-state,
 #: search and run-info records then carry the machine's asv name rather than the host's
 MACHINE_ENV = "DEVBENCH_MACHINE"
+#: when the asv stage a process runs in is stopped (seconds since the epoch), set by ``devbench gpu-run``: a sweep
+#: in a ``setup_cache``, which asv saves only when it returns, ends its work before then and returns what it has
+STAGE_END_ENV = "DEVBENCH_STAGE_END"
+
+
+def stage_left_s() -> float | None:
+    """Seconds left before this process's asv stage is stopped (``STAGE_END_ENV``), or None outside such a stage."""
+    try:
+        return float(os.environ[STAGE_END_ENV]) - time.time()
+    except (KeyError, ValueError):
+        return None
 
 
 def default_machine() -> str:

@@ -142,10 +142,11 @@ def _torchrun_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -
 
     from devbench.records.files import default_machine
     from devbench.workloads.collectives import HEADER, print_row, sweep
-    from devbench.worlds.world import join_torchrun
+    from devbench.worlds.world import join_torchrun, torchrun_rank
 
     backend, rank, world, device = join_torchrun(args.backend, args.timeout)
-    try:
+
+    def body() -> int:
         hosts: list[Any] = [None] * world
         dist.all_gather_object(hosts, socket.gethostname())
         if rank == 0:
@@ -162,9 +163,9 @@ def _torchrun_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -
                 row["backend"] = backend
             doc = record(rows, machine=args.machine or default_machine(), backend=backend, world=world, hosts=hosts)
             print(f"# wrote {write_record(doc, args.out)}", flush=True)
-    finally:
-        dist.destroy_process_group()
-    return 0
+        return 0
+
+    return torchrun_rank(body)
 
 
 def _local_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -> int:

@@ -340,14 +340,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def rank_main(
-    rank: int, world: int, backend: str, slow_rank: int | None, quick: bool, slow_factor: int = 2
+    rank: int, world: int, backend: str, slow_rank: int | None, quick: bool, slow_factor: int = 2,
+    local_rank: int | None = None,
 ) -> dict[str, Any]:
-    """One rank's run inside an initialized process group: identity and figures."""
+    """One rank's run inside an initialized process group: identity and figures. ``local_rank``: torchrun's, on
+    its node; a world this process spawned (``spawn_world``) is one node, its ranks bound to their own devices
+    (never a ``LOCAL_RANK`` inherited from the caller's environment: every rank would take one GPU)."""
     import torch.distributed as dist
 
     from devbench.engine.devices import rank_device
 
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_rank = rank if local_rank is None else local_rank
     device = rank_device(backend, local_rank)
     if backend == "gloo":
         import torch
@@ -385,23 +388,24 @@ def _finish(args: argparse.Namespace, ranks: list[dict[str, Any]], backend: str)
 def _torchrun_main(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    from devbench.worlds.world import join_torchrun
+    from devbench.worlds.world import join_torchrun, torchrun_rank
 
     backend, rank, world, _ = join_torchrun("auto", args.timeout)
-    try:
+
+    def body() -> int:
         if rank == 0:
             print(f"# devbench fleet: {backend}, {world} ranks", flush=True)
         try:
-            mine = rank_main(rank, world, backend, args.slow_rank, args.quick, args.slow_factor)
+            mine = rank_main(rank, world, backend, args.slow_rank, args.quick, args.slow_factor,
+                             local_rank=int(os.environ["LOCAL_RANK"]))  # fmt: skip
         except Exception as exc:
             print(f"devbench fleet: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             raise
         ranks: list[Any] = [None] * world
         dist.all_gather_object(ranks, mine)
-        status = _finish(args, ranks, backend) if rank == 0 else 0
-    finally:
-        dist.destroy_process_group()
-    return status
+        return _finish(args, ranks, backend) if rank == 0 else 0
+
+    return torchrun_rank(body)
 
 
 def _local_main(args: argparse.Namespace) -> int:

@@ -49,6 +49,10 @@ KILL_WAIT_S = 5.0
 PREFLIGHT_S = 60.0
 #: lines of each rank's own output (NCCL's warnings among them) kept in a failure's message
 LOG_LINES = 12
+#: the most one collective (or the group's rendezvous) waits before the rank fails: NCCL's watchdog then ends the
+#: process (TORCH_NCCL_ASYNC_ERROR_HANDLING's default), gloo raises. Far above the sweep's slowest call (256 MiB
+#: over 8 gloo ranks sharing a CPU: seconds), far below a world's limit, which a hung collective would wait out
+PG_TIMEOUT_S = 120.0
 
 
 class RankFailed(RuntimeError):
@@ -140,8 +144,30 @@ def join_torchrun(choice: str, timeout_s: float) -> tuple[str, int, int, Any]:
     backend = resolve_backend(choice, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     device = rank_device(backend, int(os.environ["LOCAL_RANK"]))
     kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), **kwargs)
+    dist.init_process_group(backend, timeout=timedelta(seconds=min(timeout_s, PG_TIMEOUT_S)), **kwargs)
     return backend, rank, world, device
+
+
+def torchrun_rank(body: Callable[[], int]) -> int:
+    """One torchrun rank's work in its joined group (``join_torchrun``): the group destroyed after ``body`` returns;
+    after one that raised, the process ends at once, its traceback printed. Since torch 2.6
+    ``destroy_process_group`` waits for the group's queued work, so a failed rank whose peers wait in a collective
+    would hang in it; a rank that exits non-zero makes torchrun stop the others."""
+    import sys
+
+    import torch.distributed as dist
+
+    try:
+        status = body()
+    except BaseException as exc:  # noqa: BLE001 - the process ends here, whatever it was
+        code = 130 if isinstance(exc, KeyboardInterrupt) else exc.code if isinstance(exc, SystemExit) else 1
+        if not isinstance(exc, KeyboardInterrupt | SystemExit):
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else 1)
+    dist.destroy_process_group()
+    return status
 
 
 def _rank_main(
@@ -176,7 +202,7 @@ def _rank_main(
             init_method=f"file://{store}",
             rank=rank,
             world_size=world,
-            timeout=timedelta(seconds=timeout_s),
+            timeout=timedelta(seconds=min(timeout_s, PG_TIMEOUT_S)),
             **kwargs,
         )
         if backend == "gloo":
