@@ -609,6 +609,12 @@ def test_a_plan_for_a_described_machine_prices_its_multi_gpu_points_and_puts_ncc
                                                plan_last=[{"backend": ["nccl"]}])}  # fmt: skip
     by = {p.label: p for p in P.make_plan(listing, _all, ONE_GPU, 1000, 0).points}
     assert P.stage_of(by["backend=nccl, world=2"]) == "last" and P.stage_of(by["backend=gloo, world=2"]) != "last"
+    # the stage that starts NCCL worlds lets the measuring process the earlier stages held go first: its rank 0 would
+    # share cuda:0 with it
+    from devbench.gpu.gpurun import uses_nccl
+
+    assert uses_nccl([by["backend=gloo, world=2"], by["backend=nccl, world=2"]])
+    assert not uses_nccl([by["backend=gloo, world=2"]])
 
 
 def test_gpus_and_cores_describe_another_machine_only_with_its_costs(tmp_path):

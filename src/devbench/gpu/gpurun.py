@@ -232,6 +232,12 @@ def execute(args: argparse.Namespace) -> int:
         print(summary.text(), flush=True)
 
 
+def uses_nccl(points: list[P.Point]) -> bool:
+    """Whether any of ``points`` starts an NCCL world (a ``backend`` param of ``'nccl'``)."""
+    return any(str(dict(zip(p.names, p.values, strict=False)).get("backend", "")).strip("'\"") == "nccl"
+               for p in points)  # fmt: skip
+
+
 def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list[P.Point], limit_s: float,
                scale: float, python: str, machine: str, sha: str, running: list[P.Point]) -> tuple[int, float, float]:
     """One asv call over ``points``; returns its exit code, its estimate (times ``scale``) and the seconds it took."""
@@ -242,7 +248,12 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
            sweep.MODE_ENV: sweep.mode(SWEEP), STAGE_END_ENV: f"{time.time() + limit_s:.1f}"}  # fmt: skip
     if run.checked:
         env[CHECKED_ENV] = run.checked
-    if run.holder is not None:
+    if run.holder is not None and uses_nccl(points):
+        # NCCL's rank 0 would share cuda:0 with the measuring process the earlier stages held, its context and
+        # cached memory (on a GPU in EXCLUSIVE_PROCESS mode the rank gets no context at all): it goes first
+        run.holder.release()
+        plan.sweep_up = False
+    elif run.holder is not None:
         env.update(run.holder.env())
     estimate = plan.estimate_s(points=points, group=lambda p: name, scale=scale)
     raw = plan.estimate_s(points=points, group=lambda p: name)
@@ -309,8 +320,9 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         "rest": lambda p: not p.late,
         "last": lambda p: True,
     }
-    # one measuring process (its CUDA context, cuBLAS's start) serves the consecutive asv stages; it ends before the
-    # CUDA tests and validate, which then have the GPU to themselves
+    # one measuring process (its CUDA context, cuBLAS's start) serves the consecutive asv stages; it ends before a
+    # stage that starts NCCL worlds (``_asv_stage``) and before the CUDA tests and validate, which then have the GPU
+    # to themselves
     with sweep.held() as run.holder:
         failed = _asv_stages(run, plan, summary, reserve, python, machine, sha, running, takes, done)
     run.holder, plan.sweep_up = None, False
