@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -357,6 +358,20 @@ def test_a_stage_at_its_limit_ends_the_processes_that_left_its_group(tmp_path):
     assert code == 124 and took < 30 and time.monotonic() - start < 30
     assert _wait(pidfile.exists, 5.0)
     assert _wait(lambda: not _alive(int(pidfile.read_text())), 5.0), "the grandchild outlived the stage"
+
+
+def test_a_process_that_outlives_sigkill_is_named_with_its_state(monkeypatch, capsys):
+    """A rank stuck in a driver call (state D) survives SIGKILL and keeps its GPU: the run says so, by pid and state,
+    before the stages that would find that GPU held."""
+    from devbench.gpu import sessions
+
+    monkeypatch.setattr(sessions, "kill_session", lambda sid, wait_s=5.0: [os.getpid()])
+    code, _ = sessions._group_run([sys.executable, "-c", "pass"], 30.0, None)
+    out = capsys.readouterr().out
+    assert code == 0 and f"1 process(es) of the stage outlived SIGKILL: {os.getpid()} (" in out
+    monkeypatch.setattr(sessions, "kill_session", lambda sid, wait_s=5.0: [])
+    sessions._group_run([sys.executable, "-c", "pass"], 30.0, None)
+    assert "outlived" not in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -76,13 +76,28 @@ def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tup
     try:
         code = proc.wait(timeout=max(1.0, timeout_s))
     except subprocess.TimeoutExpired:
-        kill_session(proc.pid)
+        _say_stuck(kill_session(proc.pid))
         proc.wait()
         code = 124
     except BaseException:
-        kill_session(proc.pid)
+        _say_stuck(kill_session(proc.pid))
         proc.wait()
         raise
     # a stage that ended by itself may still have left processes in its session (an orphaned world)
-    kill_session(proc.pid, wait_s=1.0)
+    _say_stuck(kill_session(proc.pid, wait_s=1.0))
     return code, time.monotonic() - start
+
+
+def _say_stuck(left: list[int]) -> None:
+    """Name the processes that outlived SIGKILL: stuck in the kernel (a CUDA driver call, state D), they hold their
+    GPUs, and the stages after this one may find them held."""
+    if left:
+        states = []
+        for pid in left:
+            try:
+                with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                    states.append(f"{pid} ({f.read().rsplit(')', 1)[1].split()[0]})")
+            except (OSError, IndexError):
+                states.append(str(pid))
+        print(f"gpu-run: warning: {len(left)} process(es) of the stage outlived SIGKILL: {', '.join(states)}; a GPU "
+              "one holds stays held for the stages after it (nvidia-smi names them)", flush=True)
