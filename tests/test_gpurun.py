@@ -711,3 +711,17 @@ def test_a_stage_made_a_search_only_where_asv_saved_a_figure_of_it(tmp_path):
     got = valued_since(results / "vm", sha, 1_000_000 - 1, plan.points)
     assert got == {f32.selector}  # the bfloat16 search failed or was never reached: nothing of it came back
     assert valued_since(results / "vm", sha, 1_000_000 + 10, plan.points) == set()  # started before the stage
+
+
+def test_a_fill_prices_a_workload_not_yet_built_at_its_classs_slowest_build():
+    """A class's builds differ by size (CPU DeviceCopy on the VM: 0.04 s at 4 KiB, 3.9 s at 4 MiB): their mean
+    prices a stage of large ones short. Earlier stages are re-planned after; a fill ends the run, so it takes the
+    slowest build seen, and a class never built its declared set-up."""
+    point = P.Point(benchmark="bench_t.Copy.track_gbps", idx=0, values=("4194304",), names=("nbytes",), tier=1,
+                    rank=0, estimate_s=0.5, built=("built", "bench_t.Copy", "4194304"), built_s=0.2)  # fmt: skip
+    plan = P.Plan([point], 100.0, 0.0, ONE_GPU, 1)
+    assert plan.built_s(point, scale=2.0) == pytest.approx(0.4)  # nothing built yet: declared, times the scale
+    plan.builds["bench_t.Copy"] = [0.04, 0.1, 3.9]
+    assert plan.built_s(point) == pytest.approx(4.04 / 3)
+    plan.cautious_builds = True
+    assert plan.built_s(point) == pytest.approx(3.9)
