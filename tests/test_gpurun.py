@@ -725,3 +725,20 @@ def test_a_fill_prices_a_workload_not_yet_built_at_its_classs_slowest_build():
     assert plan.built_s(point) == pytest.approx(4.04 / 3)
     plan.cautious_builds = True
     assert plan.built_s(point) == pytest.approx(3.9)
+
+
+def test_a_world_is_priced_its_start_and_the_share_of_its_sweep_the_kept_points_read():
+    """A world's sweep times only the rows a run reads: ``by_points`` of its seconds are shared by its points, the
+    rest (the pre-flight, the ranks) paid once. Every point kept: the whole world; a third of them: its start and a
+    third of its sweep."""
+    worlds = _bench("bench_c.Coll.track_busbw", [["gloo"], [2], ["all_reduce", "broadcast", "send_recv"]],
+                    ["backend", "world", "op"], setup_cache=True, plan_s=0.0, plan_setup_s=0.0,
+                    plan_cache_s={"per": ["backend", "world"], "s": {"gloo": 20.0}, "by_points": 0.75})  # fmt: skip
+    costs = P.Costs(launch_s=0.0, cuda_context_s=0.0, asv_call_s=0.0, gpus=0, cores=2)
+    plan = P.make_plan({worlds["name"]: worlds}, _all, costs, budget_s=10_000, reserve_s=0)
+    assert plan.estimate_s() == pytest.approx(20.0)
+    one = [p for p in plan.kept() if "broadcast" in p.label]
+    assert plan.estimate_s(points=one) == pytest.approx(5.0 + 15.0 / 3)
+    # the budget's fit charges the same: the world's start with the first point, a share with each
+    small = P.make_plan({worlds["name"]: worlds}, _all, costs, budget_s=5.0 + 2 * 5.0 + 0.1, reserve_s=0)
+    assert len(small.kept()) == 2 and small.estimate_s() == pytest.approx(15.0)
