@@ -742,3 +742,20 @@ def test_a_world_is_priced_its_start_and_the_share_of_its_sweep_the_kept_points_
     # the budget's fit charges the same: the world's start with the first point, a share with each
     small = P.make_plan({worlds["name"]: worlds}, _all, costs, budget_s=5.0 + 2 * 5.0 + 0.1, reserve_s=0)
     assert len(small.kept()) == 2 and small.estimate_s() == pytest.approx(15.0)
+
+
+def test_a_figure_is_priced_by_the_param_that_sets_its_length():
+    """``plan_s`` per value of one param: an achievable product's brief ``best`` and its seconds-long ``sustained``
+    are priced apart, so a stage of sustained figures is not priced as their mean; a value it does not name is an
+    error that names it."""
+    from devbench.gpu.declared import declared_plan_s
+
+    runs = _bench("bench_a.Ach.track_tflops", [["cpu"], ["best", "sustained"]], ["device", "run"],
+                  plan_s={"per": "run", "s": {"best": 0.5, "sustained": 7.0}}, plan_setup_s=0.0)  # fmt: skip
+    costs = P.Costs(launch_s=0.0, cuda_context_s=0.0, asv_call_s=0.0, gpus=0)
+    plan = P.make_plan({runs["name"]: runs}, _all, costs, budget_s=10_000, reserve_s=0)
+    priced = {p.label: p.estimate_s for p in plan.points}
+    assert priced == {"device=cpu, run=best": 0.5, "device=cpu, run=sustained": 7.0}
+    with pytest.raises(ValueError, match="plan_s has no seconds for run=burst"):
+        declared_plan_s(runs, ("'cpu'", "'burst'"))
+    assert declared_plan_s({**runs, "plan_s": 3.0}, ("'cpu'", "'best'")) == 3.0

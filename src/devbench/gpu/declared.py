@@ -132,11 +132,29 @@ def declared_skip(bench: dict[str, Any], values: tuple[str, ...]) -> str | None:
     return None
 
 
-def sample_s(bench: dict[str, Any], gpu: bool = False) -> float:
+def declared_plan_s(bench: dict[str, Any], values: tuple[str, ...]) -> float | None:
+    """The class's ``plan_s`` for the point at ``values``: one figure, or ``{"per": param, "s": {value: seconds}}``
+    where its figures take very different times (an achievable product's brief ``best``, its seconds-long
+    ``sustained``); None where it declares none."""
+    declared = bench.get("plan_s")
+    if declared is None:
+        return None
+    if not isinstance(declared, dict):
+        return float(declared)
+    per = str(declared.get("per", ""))
+    value = _value(bench, values, per, "plan_s").strip("'\"")
+    seconds = declared.get("s", {})
+    if value not in seconds:
+        raise ValueError(f"{bench['name']}: plan_s has no seconds for {per}={value} ({sorted(seconds)})")
+    return float(seconds[value])
+
+
+def sample_s(bench: dict[str, Any], gpu: bool = False, values: tuple[str, ...] = ()) -> float:
     """Seconds one round of the benchmark spends sampling (its set-up and launch apart); ``gpu``: a GPU point."""
     kind = bench["name"].rsplit(".", 1)[-1].split("_", 1)[0]
     if kind != "time":
-        return float(bench.get("plan_s", TRACK_GPU_S if gpu else TRACK_S))
+        declared = declared_plan_s(bench, values)
+        return declared if declared is not None else TRACK_GPU_S if gpu else TRACK_S
     repeat = bench.get("repeat", 0)
     sample_time = float(bench.get("sample_time", 0.01))
     if isinstance(repeat, list | tuple) and len(repeat) == 3:
@@ -149,7 +167,8 @@ def sample_s(bench: dict[str, Any], gpu: bool = False) -> float:
     return max(0.0, warmup) + min(cap, most * sample_time)
 
 
-def swept_sample_s(bench: dict[str, Any], gpu: bool = True, precise: bool = True) -> float:
+def swept_sample_s(bench: dict[str, Any], gpu: bool = True, precise: bool = True,
+                   values: tuple[str, ...] = ()) -> float:  # fmt: skip
     """Seconds a swept class's figure samples (``devbench.engine.precision``): the class's ``plan_s``,
     else blocks of its
     ``sample_time``: on a GPU ``MIN_SAMPLES`` of them where the class sets no cap (precise), else, and on the CPU
@@ -157,7 +176,7 @@ def swept_sample_s(bench: dict[str, Any], gpu: bool = True, precise: bool = True
     the CPU at least asv's ``repeat[2]`` (``suite.waited``). Not ``precise``: a recorded run held it wider than
     0.5% (``Costs.imprecise``), so it samples to its cap on a GPU too."""
     if "plan_s" in bench:
-        return float(bench["plan_s"])
+        return float(declared_plan_s(bench, values))
     block = float(bench.get("sample_time", 0.05))
     cap = bench.get("sample_cap")
     if gpu and not cap and precise:

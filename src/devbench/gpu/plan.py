@@ -337,7 +337,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.built_s = float(bench.get("plan_setup_s", SETUP_S))
                 wide = {point.selector} | {f"{f}({', '.join(values)})" if values else f for f, where in
                                            shares.get(name, ()) if _matches(bench, values, where, "SAME_BLOCKS")}
-                sampling = swept_sample_s(bench, gpu=bool(need), precise=not wide & imprecise)
+                sampling = swept_sample_s(bench, gpu=bool(need), precise=not wide & imprecise, values=values)
                 partner = (same_blocks or {}).get(name)
                 if isinstance(partner, tuple):  # at the points its params name only
                     partner = partner[0] if _matches(bench, values, partner[1], "SAME_BLOCKS") else None
@@ -351,7 +351,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             # a point that reads what its setup_cache measured (a world's sweep) never makes a CUDA context
             reads = bool(bench.get("figures_in_setup_cache"))
             launch = costs.launch_s + (costs.cuda_context_s if need and not reads else 0.0)
-            sampling = swept_sample_s(bench, gpu=bool(need)) if bench.get("swept") else sample_s(bench, gpu=bool(need))
+            sampling = (swept_sample_s(bench, gpu=bool(need), values=values) if bench.get("swept")
+                        else sample_s(bench, gpu=bool(need), values=values))  # fmt: skip
             per_round = launch + setup + sampling
             point.estimate_s = rounds * per_round
             out.append(point)
