@@ -339,7 +339,6 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
     # what the tests and validate left: the points still dropped, fitted into it; again while a stage's time is
     # left and a dropped point fits in it (a search priced at its time bound often ends well before its estimate)
-    plan.cautious_builds = True  # a fill ends the run: nothing after it makes up for a build priced short
     for n in range(FILLS):
         room = run.left() - PACK_S - HEALTH_S
         if room < MIN_STAGE_S or not any(p.state == "dropped" for p in plan.points):

@@ -193,24 +193,19 @@ class Plan:
     #: they pay no start of their own
     sweep_up: bool = False
     #: class ("module.Class") -> the seconds each build of its workloads took in this run's stages (the measuring
-    #: process's journal): a swept workload not yet built is priced their mean, not its declared set-up
+    #: process's journal): a swept workload not yet built is priced the slowest, not its declared set-up
     builds: dict[str, list[float]] = field(default_factory=dict)
     #: family -> (its estimate, what asv's durations say it took, its builds apart) in the stages so far
     learned: dict[str, tuple[float, float]] = field(default_factory=dict)
-    #: price a workload not yet built at its class's slowest build so far, not their mean: for a stage that ends the
-    #: run (a fill), which no later re-plan can make up for. A class's builds differ by their size (CPU DeviceCopy
-    #: on the VM: 0.04 s at 4 KiB, 3.9 s at 4 MiB), so their mean under-prices a stage of the large ones
-    cautious_builds: bool = False
-
     def built_s(self, p: Point, scale: float = 1.0) -> float:
-        """What building ``p``'s workload in the measuring process costs: what this run's builds of its class
-        took (their mean, or their most with ``cautious_builds``), else its declared set-up times ``scale``."""
+        """What building ``p``'s workload in the measuring process costs: the slowest of this run's builds of its
+        class so far, else its declared set-up times ``scale``. Not their mean: a class's builds differ by size
+        (CPU DeviceCopy on the VM: 0.04 s at 4 KiB, 3.9 s at 4 MiB), and a re-planned stage, packed close to its
+        limit, cuts points when a build is priced short; one that ends early leaves its time to the fill."""
         if p.built is None:
             return 0.0
         seen = self.builds.get(p.built[1])
-        if not seen:
-            return p.built_s * scale
-        return max(seen) if self.cautious_builds else sum(seen) / len(seen)
+        return max(seen) if seen else p.built_s * scale
 
     def point_s(self, p: Point, scale: float = 1.0, beside: set[str] | frozenset[str] = frozenset()) -> float:
         """``p``'s estimate, times what its benchmark really cost so far, else times ``scale``; a figure counted
