@@ -740,6 +740,14 @@ def test_a_world_is_priced_its_start_and_the_share_of_its_sweep_the_kept_points_
     # the budget's fit charges the same: the world's start with the first point, a share with each
     small = P.make_plan({worlds["name"]: worlds}, _all, costs, budget_s=5.0 + 2 * 5.0 + 0.1, reserve_s=0)
     assert len(small.kept()) == 2 and small.estimate_s() == pytest.approx(15.0)
+    # a row's figures (a world's time and busbw of one op) read one row of the sweep: it is paid once
+    times = {**worlds, "name": "bench_c.Coll.track_time"}
+    both = P.make_plan({b["name"]: b for b in (worlds, times)}, _all, costs, budget_s=10_000, reserve_s=0)
+    assert both.estimate_s() == pytest.approx(20.0)
+    row = [p for p in both.kept() if "broadcast" in p.label]
+    assert len(row) == 2 and both.estimate_s(points=row) == pytest.approx(5.0 + 15.0 / 3)
+    tight = P.make_plan({b["name"]: b for b in (worlds, times)}, _all, costs, budget_s=10.1, reserve_s=0)
+    assert {p.values for p in tight.kept()} == {("'gloo'", "2", "'all_reduce'")} and len(tight.kept()) == 2
 
 
 def test_a_figure_is_priced_by_the_param_that_sets_its_length():

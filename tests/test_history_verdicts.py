@@ -107,8 +107,20 @@ def test_two_commits_whose_figures_all_changed_version_say_so(tmp_path):
     the section says why rather than that nothing ran at both."""
     frame = load_results(_history(tmp_path, 1.0, 1)).frame
     base, head = commit_pair(frame, None, None)
-    current = frame[frame["commit"] != head]  # as if every figure at head had been measured by another version
-    text = CH.changes(current, base, head, frame).text
+    every = frame.assign(version=frame["version"].astype(str).where(frame["commit"] != head, "f" * 64))
+    current = every[every["commit"] != head]  # every figure at head measured by another version than benchmarks.json's
+    text = CH.changes(current, base, head, every).text
     assert "ran at both commits" in text and "different versions of their code" in text
     assert "nothing is compared" in text
     assert "no figure has a result at both commits" in CH.changes(current, base, head).text
+
+
+def test_only_measured_figures_of_two_versions_count_as_changed_between_commits(tmp_path):
+    """A head whose figures failed, under the same version, is not a version change."""
+    frame = load_results(_history(tmp_path, 1.0, 1)).frame
+    base, head = commit_pair(frame, None, None)
+    assert CH._changed_between(frame, base, head) == 0  # same code at both
+    failed = frame.assign(status=frame["status"].where(frame["commit"] != head, "failed"))
+    assert CH._changed_between(failed, base, head) == 0
+    versions = frame["version"].astype(str).where(frame["commit"] != head, "f" * 64)
+    assert CH._changed_between(frame.assign(version=versions), base, head) == len(frame[frame["commit"] == head])

@@ -841,3 +841,30 @@ def test_a_table_cell_with_nothing_measured_reads_n_a_in_markdown_as_in_html():
     lines = _md_table(table).splitlines()
     assert "nan" not in lines[3] and "<NA>" not in lines[3] and lines[3].count("n/a") == 3
     assert "1.5" in lines[2] and "1024" in lines[2]
+
+
+def test_a_newer_run_whose_params_are_not_named_does_not_hide_the_named_one():
+    """A machine's newest result of a benchmark that ``benchmarks.json`` lists with another count of params reads
+    ``param0=...``: the tables take the machine's newest run they can place, not nothing."""
+    from devbench.report.derive import latest, named
+
+    f = _frame(
+        [
+            {"benchmark": "bench_transfer.DeviceCopy.track_time", "device": "cpu", "nbytes": 1 << 30, "value": 0.1,
+             "params": "device=cpu, nbytes=1073741824"},
+            {"benchmark": "bench_transfer.DeviceCopy.track_time", "param0": "cpu", "param1": 4096, "value": 1e-6,
+             "params": "param0=cpu, param1=4096", "commit": "d" * 40, "date": pd.Timestamp("2026-02-01", tz="UTC")},
+        ]
+    )  # fmt: skip
+    assert D.transfer_bandwidth(latest(f)).empty  # the newest run alone: nothing the table can place
+    assert list(D.transfer_bandwidth(latest(named(f)))["copy"]) == ["on-device cpu"]
+
+
+def test_a_peer_copy_result_without_named_params_is_left_out_of_the_paths():
+    from devbench.report import health as H
+
+    rows = [{"benchmark": b, "route": route, "nbytes": nbytes, "value": 1.0}
+            for b in ("bench_transfer.PeerCopy.track_peer_access", "bench_transfer.PeerCopy.track_nvlink_share")
+            for route, nbytes in (("0->1", 1 << 26), (None, float("nan")))]  # fmt: skip
+    paths = H._peer_paths(_frame(rows))
+    assert [k[-2:] for k in paths] == [("0->1", 1 << 26)]

@@ -159,7 +159,7 @@ def _work_version(cls: ast.ClassDef, where: str) -> int:
 
 #: statements whose blocks run at their own level: a definition inside one (``if TORCH_NEW: def f(): ...``,
 #: ``try: ... except ImportError: f = None``) is a definition of the module or class that holds it
-_COMPOUND = ast.If | ast.Try | ast.TryStar | ast.With | ast.For | ast.While
+_COMPOUND = ast.If | ast.Try | getattr(ast, "TryStar", ast.Try) | ast.With | ast.For | ast.While  # TryStar: 3.11
 
 
 def _flat(body: list[ast.stmt]) -> list[ast.stmt]:

@@ -149,8 +149,9 @@ class Point:
     reason: str = ""
     unit: tuple[str, ...] | None = None  # its set-up cache unit where the class prices one per combination
     unit_s: float = 0.0
-    #: what it adds to its unit for being kept: the unit's share that grows with the points it measures (a world's
-    #: sweep measures only the rows a run reads: ``plan_cache_s``' ``by_points``), over the unit's points
+    #: what its row (its values) adds to its unit for being kept: the unit's share that grows with what it measures
+    #: (a world's sweep times only the rows a run reads: ``plan_cache_s``' ``by_points``), over the unit's rows;
+    #: the figures of one row (a world's time, algbw and busbw) pay it once
     unit_share_s: float = 0.0
     #: what its unit costs once an earlier stage has made it, where the class keeps what it made across asv calls
     #: (``plan_cache_s``' ``cached_s``: an achievable search lands in the user's cache): ``made``
@@ -238,7 +239,7 @@ class Plan:
                 fixed += self.costs.sweep_start_s
                 started = True
             fixed += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
-            fixed += sum(p.unit_share_s for p in kept)
+            fixed += sum(dict(((p.unit, p.values), p.unit_share_s) for p in kept if p.unit_share_s).values())
             built = sum(dict((p.built, self.built_s(p, scale)) for p in kept if p.built is not None).values())
             beside = {p.selector for p in kept}
             total += fixed * scale + built + sum(self.point_s(p, scale, beside) for p in kept)
@@ -356,17 +357,18 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
 
 
 def _share_units(points: list[Point], listing: dict[str, dict[str, Any]]) -> None:
-    """A unit whose class declares ``by_points`` (the share of its seconds that grows with the points it measures:
-    a world's sweep times only the rows the run reads) keeps the rest as its start, paid once, and gives each of
-    its points that may run an equal part of that share, paid where the point is kept."""
-    runnable: dict[tuple[str, ...], int] = {}
+    """A unit whose class declares ``by_points`` (the share of its seconds that grows with what it measures: a
+    world's sweep times only the rows the run reads) keeps the rest as its start, paid once, and gives each of its
+    rows (the values its points share: a world's time, algbw and busbw of one op and size) an equal part of that
+    share, paid once where a point of the row is kept."""
+    rows: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
     for p in points:
         if p.unit is not None and p.state != "skip":
-            runnable[p.unit] = runnable.get(p.unit, 0) + 1
+            rows.setdefault(p.unit, set()).add(p.values)
     for p in points:
         share = float((listing[p.benchmark].get("plan_cache_s") or {}).get("by_points", 0.0)) if p.unit else 0.0
         if share > 0 and p.state != "skip":
-            p.unit_share_s = p.unit_s * share / runnable[p.unit]
+            p.unit_share_s = p.unit_s * share / len(rows[p.unit])
             p.unit_s *= 1.0 - share
 
 
@@ -423,7 +425,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         p.state, p.reason = "dropped", "over the time budget"
     calls: set[str] = set()
     caches: set[tuple[str, str]] = set()
-    units: set[tuple[tuple[str, ...], str]] = set()
+    units: set[tuple] = set()  # (unit, stage), and (unit, values, stage): a unit's row paid once in a stage
     checked = {p.check for p in plan.points if p.done and p.check is not None}
     started = [plan.sweep_up]  # a measuring process up for the stages planned here (sweep.held): started once
     taken: dict[str, set[str]] = {}  # the selectors kept in each stage: a partner's blocks are shared there
@@ -434,7 +436,8 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         g, module = group(p), p.benchmark.split(".", 1)[0]
         fixed = 0.0 if g in calls else plan.costs.asv_call_s
         fixed += 0.0 if (module, g) in caches else plan.cache_s.get(module, 0.0)
-        fixed += (p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0) + p.unit_share_s
+        fixed += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
+        fixed += p.unit_share_s if (p.unit, p.values, g) not in units else 0.0  # its row, once per stage
         built = plan.built_s(p, scale) if p.built is not None and (p.built, g) not in units else 0.0
         fixed += plan.costs.gpu_check_s if p.check is not None and p.check not in checked else 0.0
         fixed += plan.costs.sweep_start_s if p.swept and not started[0] else 0.0
@@ -454,6 +457,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         caches.add((p.benchmark.split(".", 1)[0], g))
         if p.unit is not None:
             units.add((p.unit, g))
+            units.add((p.unit, p.values, g))
         if p.built is not None:
             units.add((p.built, g))
         if p.check is not None:

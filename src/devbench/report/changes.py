@@ -49,6 +49,13 @@ def two_commit_verdicts(cmp: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd
     return pd.Series(np.asarray(verdict, dtype=object)[group], index=cmp.index, dtype=object)
 
 
+def _changed_between(frame: pd.DataFrame, base: str, head: str) -> int:
+    """Figures measured at both commits on one machine and environment by different versions of their code."""
+    keys, ok = ["machine", "env", "benchmark", "params"], frame[frame["status"] == "ok"]
+    pairs = ok[ok["commit"] == base][[*keys, "version"]].merge(ok[ok["commit"] == head][[*keys, "version"]], on=keys)
+    return int((pairs["version_x"].astype(str) != pairs["version_y"].astype(str)).sum())
+
+
 def changes(frame: pd.DataFrame, base: str, head: str, every: pd.DataFrame | None = None) -> Section:
     """Two commits of one run each per machine and environment: a verdict where the runs agree (``frame``: the
     results of each benchmark's current code; ``every``: all of them, to say why nothing compares)."""
@@ -73,9 +80,7 @@ def changes(frame: pd.DataFrame, base: str, head: str, every: pd.DataFrame | Non
     if not len(both):
         text = (f"`{base[:8]}` -> `{head[:8]}`: no figure has a result at both commits on one machine and "
                 "environment, so nothing is compared.")  # fmt: skip
-        keys = ["machine", "env", "benchmark", "params"]
-        if every is not None and (at_both := len(every[every["commit"] == base][keys].drop_duplicates().merge(
-                every[every["commit"] == head][keys].drop_duplicates()))):  # fmt: skip
+        if every is not None and (at_both := _changed_between(every, base, head)):
             text = (f"`{base[:8]}` -> `{head[:8]}`: {at_both} figure(s) ran at both commits on one machine and "
                     "environment, but by different versions of their code, "
                     "so nothing is compared: asv compares a benchmark's results of one version only.")  # fmt: skip

@@ -30,6 +30,14 @@ def latest(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.merge(last[[*keys, "commit"]], on=[*keys, "commit"])
 
 
+def named(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose params ``benchmarks.json`` names: not a result whose benchmark it lists with another count of
+    params, or not at all (``report.table`` labels those ``param0=...``), which no table can place. The tables
+    take each machine's ``latest`` of these, so a newer unnamed run does not hide an older named one."""
+    labels = frame["params"].astype(str)
+    return frame[~labels.str.startswith("param0=")]
+
+
 def where_label(df: pd.DataFrame) -> pd.Series:
     """A short label of machine (and environment, when there are several) per row."""
     if df["env"].nunique() > 1:

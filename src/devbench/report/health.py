@@ -241,6 +241,7 @@ def _peer_paths(frame: pd.DataFrame) -> dict[tuple, str]:
         return {}
     share = sub[sub["benchmark"] == spec.PEER_NVLINK_SHARE.benchmark]
     key = ["machine", "env", "commit", "route", "nbytes"]
+    access, share = access.dropna(subset=key), share.dropna(subset=key)  # a result asv names no params of
     shares = {tuple(k): v for *k, v in share[[*key, "value"]].itertuples(index=False)}
     out = {}
     for *k, v in access[[*key, "value"]].itertuples(index=False):

@@ -290,7 +290,7 @@ def build(
     f = loaded.frame
     cur = f[f["version_current"]]  # what the comparisons read: asv's rule, one version of a benchmark's code
     commits = C.commits_in(f)
-    lat = latest(f)  # what the tables read: what each machine measured last, by whichever version
+    lat = latest(D.named(f))  # what the tables read: what each machine measured last, by whichever version
     counts = f["status"].value_counts()
     where = loaded.results_dir.name if loaded.results_dir else "results"
     summary = [
@@ -354,12 +354,12 @@ def build(
         rep.sections.append(Section(
             "Benchmarks whose code changed within the history",
             f"{len(older)} benchmark(s) have results measured by an older version of their code (asv versions a "
-            "benchmark by its source; devbench also by its work_version). Those results are kept in the tables "
-            "and left out of the comparisons above, as asv does: each machine's latest figures are the current "
-            "code's.", folded=pd.DataFrame({"benchmark": [p.path for p in older],
+            "benchmark by its source; devbench also by its work_version). The tables show what each machine measured "
+            "last, by whichever version; the comparisons above leave out results of another version than "
+            "benchmarks.json's, as asv does.", folded=pd.DataFrame({"benchmark": [p.path for p in older],
                                             "older results": [p.message.split(" ", 1)[0] for p in older]}),
             folded_title=f"the {len(older)} benchmarks"))  # fmt: skip
-    rep.sections.append(_all_latest(cur))
+    rep.sections.append(_all_latest(f))
     for sec in rep.sections:
         if sec.title in ("Machines", "Environments"):
             continue
@@ -375,7 +375,7 @@ def build(
 def plot_all(loaded: Loaded, steps: pd.DataFrame) -> dict[str, bytes]:
     """Every plot the report has data for, by name (``steps``: ``steps.detect`` of the current results)."""
     cur = loaded.frame[loaded.frame["version_current"]]
-    lat = latest(loaded.frame)
+    lat = latest(D.named(loaded.frame))
     out = {}
     for key, png in (
         ("throughput", lambda: P.plot_throughput(D.matmul_throughput(lat))),
