@@ -363,7 +363,8 @@ def build(
     for sec in rep.sections:
         if sec.title in ("Machines", "Environments"):
             continue
-        sec.table = _drop_constant(sec.table)
+        if not sec.more:  # a clipped table's rows may all be one machine's while the rest are not: keep who
+            sec.table = _drop_constant(sec.table)
         sec.folded = _drop_constant(sec.folded)
     if figures is not None:
         rep.plots.update(figures)
