@@ -765,3 +765,19 @@ def test_a_figure_is_priced_by_the_param_that_sets_its_length():
     with pytest.raises(ValueError, match="plan_s has no seconds for run=burst"):
         declared_plan_s(runs, ("'cpu'", "'burst'"))
     assert declared_plan_s({**runs, "plan_s": 3.0}, ("'cpu'", "'best'")) == 3.0
+
+
+def test_a_stage_of_families_no_stage_has_run_keeps_more_of_its_time_free():
+    """What earlier stages measured is held to their spread; what is priced by declaration alone (the CPU's search
+    in the last stage) gets the first re-plan's margin for its share of the stage."""
+    from devbench.gpu.costs import REFIT_MARGIN, stage_margin
+
+    plan = P.make_plan(_listing(), _all, ONE_GPU, budget_s=10_000, reserve_s=0)
+    every = lambda p: True  # noqa: E731
+    assert stage_margin(plan, every, 0.05) == pytest.approx(REFIT_MARGIN)  # nothing learned: capped
+    for p in plan.points:
+        plan.learned[p.benchmark] = (1.0, 1.0)
+    assert stage_margin(plan, every, 0.05) == pytest.approx(0.05)  # all measured: their spread alone
+    del plan.learned["bench_m.Mat.time_mm"]
+    mixed = stage_margin(plan, every, 0.05)
+    assert 0.05 < mixed < REFIT_MARGIN

@@ -196,6 +196,19 @@ def refit_margin(done: list[tuple[float, float]]) -> float:
     over = max(0.0, max(took / estimate for estimate, took in replanned) - 1.0)
     return min(REFIT_MARGIN, over + STAGE_SPREAD)
 
+def stage_margin(plan: P.Plan, take, learned_margin: float) -> float:
+    """The share of a re-planned stage's time left free: ``learned_margin`` (``refit_margin``) for what earlier
+    stages measured, plus ``REFIT_MARGIN`` in proportion to the part of the stage's candidates (``take``) whose
+    family no stage has run yet, priced by declaration or the probe's expectation alone (the CPU's searches in the
+    last stage); at most ``REFIT_MARGIN``."""
+    family = lambda p: p.benchmark.rsplit(".", 1)[0] if p.swept else p.benchmark  # noqa: E731 (as ``_learn``)
+    todo = [p for p in plan.points if not p.done and p.state in ("run", "dropped") and take(p)]
+    total = plan.estimate_s(points=todo, group=lambda p: "stage") if todo else 0.0
+    fresh = [p for p in todo if family(p) not in plan.learned]
+    share = plan.estimate_s(points=fresh, group=lambda p: "stage") / total if fresh and total > 0 else 0.0
+    return min(REFIT_MARGIN, learned_margin + REFIT_MARGIN * share)
+
+
 #: the bounds of what a benchmark's points are taken to cost over their estimate, after a stage measured them
 SCALE_RANGE = (0.25, 4.0)
 

@@ -46,6 +46,7 @@ from devbench.gpu.costs import (
     imprecise_from,
     probe_costs,
     refit_margin,
+    stage_margin,
     sum_reserves,
 )
 from devbench.gpu.gpuhealth import print_health
@@ -344,7 +345,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         if room < MIN_STAGE_S or not any(p.state == "dropped" for p in plan.points):
             break
         # a later fill holds what no stage priced from a run (families first met there): a quarter left free
-        margin = refit_margin(done) if n == 0 else REFIT_MARGIN
+        margin = stage_margin(plan, lambda p: True, refit_margin(done)) if n == 0 else REFIT_MARGIN
         kept = _refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, margin)
         if not kept:
             break
@@ -381,7 +382,7 @@ def _asv_stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python
         if name == "headline":
             kept = [p for p in plan.kept() if not p.done and take(p)]
         else:
-            kept = _refit(run, plan, room, _scale(done, plan), name, take, refit_margin(done))
+            kept = _refit(run, plan, room, _scale(done, plan), name, take, stage_margin(plan, take, refit_margin(done)))
             kept = P.defer_late(plan, kept, name, room, _scale(done, plan))
             if not kept and any(p.reason == P.WAITS_FOR_FILL for p in plan.points):
                 print(f"== asv {name}: left to the fill stage (too long for the {room:.0f} s before the tests)",
