@@ -196,15 +196,20 @@ def refit_margin(done: list[tuple[float, float]]) -> float:
     over = max(0.0, max(took / estimate for estimate, took in replanned) - 1.0)
     return min(REFIT_MARGIN, over + STAGE_SPREAD)
 
+def _family(p: P.Point) -> str:
+    """What a stage learns a cost for: a swept class whole (its first figure asked carries the build and its twins'
+    sampling), else the benchmark."""
+    return p.benchmark.rsplit(".", 1)[0] if p.swept else p.benchmark
+
+
 def stage_margin(plan: P.Plan, take, learned_margin: float) -> float:
     """The share of a re-planned stage's time left free: ``learned_margin`` (``refit_margin``) for what earlier
     stages measured, plus ``REFIT_MARGIN`` in proportion to the part of the stage's candidates (``take``) whose
     family no stage has run yet, priced by declaration or the probe's expectation alone (the CPU's searches in the
     last stage); at most ``REFIT_MARGIN``."""
-    family = lambda p: p.benchmark.rsplit(".", 1)[0] if p.swept else p.benchmark  # noqa: E731 (as ``_learn``)
     todo = [p for p in plan.points if not p.done and p.state in ("run", "dropped") and take(p)]
     total = plan.estimate_s(points=todo, group=lambda p: "stage") if todo else 0.0
-    fresh = [p for p in todo if family(p) not in plan.learned]
+    fresh = [p for p in todo if _family(p) not in plan.learned]
     share = plan.estimate_s(points=fresh, group=lambda p: "stage") / total if fresh and total > 0 else 0.0
     return min(REFIT_MARGIN, learned_margin + REFIT_MARGIN * share)
 
@@ -238,7 +243,6 @@ def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | Non
     builds = builds or {}
     for name, seconds in builds.items():
         plan.builds.setdefault(name, []).extend(seconds)
-    family = lambda p: p.benchmark.rsplit(".", 1)[0] if p.swept else p.benchmark  # noqa: E731
     planned: dict[str, float] = {}
     took: dict[str, float | None] = {}
     members: dict[str, set[str]] = {}
@@ -246,7 +250,7 @@ def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | Non
     for p in points:
         if p.state == "cut":
             continue
-        key = family(p)
+        key = _family(p)
         alone = p.alone_s if p.partner is not None and p.partner not in beside else 0.0
         planned[key] = planned.get(key, 0.0) + p.estimate_s + alone
         members.setdefault(key, set()).add(p.benchmark)

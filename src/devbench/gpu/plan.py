@@ -198,6 +198,7 @@ class Plan:
     builds: dict[str, list[float]] = field(default_factory=dict)
     #: family -> (its estimate, what asv's durations say it took, its builds apart) in the stages so far
     learned: dict[str, tuple[float, float]] = field(default_factory=dict)
+
     def built_s(self, p: Point, scale: float = 1.0) -> float:
         """What building ``p``'s workload in the measuring process costs: the slowest of this run's builds of its
         class so far, else its declared set-up times ``scale``. Not their mean: a class's builds differ by size
