@@ -71,6 +71,16 @@ def held(wait_s: float = 30.0) -> Iterator[Holder]:
         holder.release(wait_s)
 
 
+def process_state(pid: int) -> str:
+    """A process's state letter from /proc (``D``: uninterruptible, in the kernel; ``Z``: ended, unreaped), ``?``
+    where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
 def alive(pid: int) -> bool:
     """Whether ``pid`` is a live process (one of another user's counts); a zombie, which has ended and waits for its
     parent to reap it (in a container whose first process reaps nothing, for good), is not."""

@@ -13,6 +13,8 @@ import subprocess
 import time
 from typing import Any
 
+from devbench.engine.owners import process_state
+
 
 def session_pids(sid: int) -> list[int]:
     """Every live process of session ``sid`` (Linux's /proc; elsewhere only its leader, if alive)."""
@@ -40,11 +42,7 @@ def session_pids(sid: int) -> list[int]:
 
 def _zombie(pid: int) -> bool:
     """Whether ``pid`` has exited and only waits to be reaped (it runs nothing and cannot be killed)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+    return process_state(pid) == "Z"
 
 
 def kill_session(sid: int, wait_s: float = 5.0) -> list[int]:
@@ -92,12 +90,6 @@ def _say_stuck(left: list[int]) -> None:
     """Name the processes that outlived SIGKILL: stuck in the kernel (a CUDA driver call, state D), they hold their
     GPUs, and the stages after this one may find them held."""
     if left:
-        states = []
-        for pid in left:
-            try:
-                with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-                    states.append(f"{pid} ({f.read().rsplit(')', 1)[1].split()[0]})")
-            except (OSError, IndexError):
-                states.append(str(pid))
+        states = [f"{pid} ({process_state(pid)})" for pid in left]
         print(f"gpu-run: warning: {len(left)} process(es) of the stage outlived SIGKILL: {', '.join(states)}; a GPU "
               "one holds stays held for the stages after it (nvidia-smi names them)", flush=True)

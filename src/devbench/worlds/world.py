@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from devbench.engine.devices import rank_device
+from devbench.engine.owners import process_state
 
 __all__ = [
     "BACKENDS",
@@ -219,15 +220,6 @@ def _rank_main(
             dist.destroy_process_group()
 
 
-def _state(pid: int) -> str:
-    """A process's state letter from /proc (``D``: uninterruptible, in the kernel), ``?`` where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
-
-
 def _stop(procs: Sequence[Any]) -> list[tuple[int, int, str]]:
     """Terminate, then kill, every rank still running, and join it; returns (rank, pid, state) of those that
     outlived SIGKILL by ``KILL_WAIT_S`` (a rank stuck in a driver call cannot be killed: it is named, not
@@ -245,7 +237,7 @@ def _stop(procs: Sequence[Any]) -> list[tuple[int, int, str]]:
     deadline = time.monotonic() + KILL_WAIT_S
     for _, p in killed:
         p.join(max(0.0, deadline - time.monotonic()))
-    return [(r, p.pid, _state(p.pid)) for r, p in killed if p.is_alive()]
+    return [(r, p.pid, process_state(p.pid)) for r, p in killed if p.is_alive()]
 
 
 def _log_tails(logs: Sequence[str], ranks: Sequence[int]) -> str:
