@@ -32,14 +32,27 @@ def test_a_pageable_copy_is_not_judged_against_the_link_and_says_why():
 
 
 def test_the_h200_runs_committed_figures_read_ok_with_its_gen5_link():
-    # reports/gpu/h200: pinned h2d 256 MiB 55.3 GB/s, a 1 GiB device copy 4,266 GB/s read plus written,
-    # achievable bf16 burst 721 and sustained 693 (at 1,515 MHz, sw_power_cap)
-    for value, kind, kw in [(55.29, "h2d", {}), (4266.0, "device_copy", {}), (721.25, "achievable:bfloat16", {}),
-                            (693.27, "achievable:bfloat16", {"throttle": ["sw_power_cap"], "clock_mhz": 1515.0})]:
+    # reports/gpu/h200: pinned h2d 256 MiB 55.1 GB/s, a 1 GiB device copy 4,236 GB/s read plus written,
+    # achievable bf16 burst 718 and sustained 693 (at 1,500 MHz, sw_power_cap), float16 n=8192 649
+    for value, kind, kw in [(55.06, "h2d", {}), (4236.0, "device_copy", {}), (717.9, "achievable:bfloat16", {}),
+                            (692.9, "achievable:bfloat16", {"throttle": ["sw_power_cap"], "clock_mhz": 1500.0}),
+                            (649.0, "matmul:float16", {})]:
         health = E.judge(value, kind, H200, **kw)
         assert health.verdict == "ok", (value, kind, health)
     for pageable_gbps in (8.3, 9.7):  # the pageable copies: not judged, never low
         assert E.judge(pageable_gbps, "h2d", H200, pageable=True).verdict == "not judged"
+
+
+def test_float16_is_judged_against_bfloat16s_achievable_figure_where_the_datasheet_rates_them_alike():
+    """No public achievable float16 figure exists; on GPUs whose datasheet gives float16 and bfloat16 one dense rate
+    (the same tensor cores), bfloat16's achievable figure is float16's too, and the reason says so. Judged against
+    the datasheet instead, a healthy H200's float16 n=8192 (649 TFLOP/s) read 66% of 989.4: low."""
+    fp16 = E.expected("matmul:float16", H200)
+    assert fp16.value == 794.5 and "float16 has bfloat16's datasheet rate on this GPU (989.4 each)" in fp16.source
+    assert E.judge(649.0, "matmul:float16", H200).verdict == "ok"
+    assert E.judge(450.0, "matmul:float16", H200).verdict == "low"
+    v100 = E.expected("matmul:float16", {"name": "Tesla V100-SXM2-32GB"})  # no bfloat16 rate: its datasheet alone
+    assert "datasheet dense float16" in v100.source and "bfloat16" not in v100.source
 
 
 @pytest.mark.parametrize("tflops", [650.0, 680.0, 700.0])

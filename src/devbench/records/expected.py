@@ -330,6 +330,11 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple[str, 
         if found is not None and dtype in found.achievable:
             return Expected(found.achievable[dtype], f"achievable {dtype}, {found.achievable_source}")
         peak = found.peaks.get(dtype) if found is not None else None
+        twin = next((d for d in (found.achievable if found is not None else ()) if peak and found.peaks.get(d) == peak),
+                    None)  # fmt: skip
+        if twin is not None:  # float16 and bfloat16 share the tensor cores' datasheet rate on these GPUs
+            return Expected(found.achievable[twin], f"achievable {twin}, {found.achievable_source}; {dtype} has "
+                                                    f"{twin}'s datasheet rate on this GPU ({peak:g} each)")  # fmt: skip
         if peak is None:
             return Expected(None, f"no datasheet {dtype} figure for {name or 'this GPU'} in devbench.records.expected")
         return Expected(peak, f"datasheet dense {dtype} ({found.peaks_source}; no public achievable figure)")
