@@ -41,6 +41,13 @@ def test_runinfo_record_appends(tmp_path):
     assert len(runinfo.load(tmp_path)) == 2
 
 
+def test_a_run_record_names_the_asv_machine_gpu_run_names(monkeypatch):
+    """asv passes a benchmark no machine name (no ``ASV_MACHINE``): on the H200 the record named the VM's host,
+    ``vm``, under results recorded as machine ``h200``. gpu-run's ``DEVBENCH_MACHINE`` names it."""
+    monkeypatch.setenv("DEVBENCH_MACHINE", "h200")
+    assert run_info()["machine"] == "h200"
+
+
 def test_existing_env_name_matches_asv():
     from asv.environment import get_env_name
 

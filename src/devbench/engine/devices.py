@@ -380,13 +380,14 @@ def nccl_version() -> str | None:
 
 def run_info() -> dict[str, Any]:
     """The versions and devices of this process, flat, JSON-serializable."""
+    from devbench.records.files import default_machine
     from devbench.records.runinfo import existing_env_name
 
     rec = describe()
     summary = gpu_summary(rec)
     return {
         "time": time.time(),
-        "machine": os.environ.get("ASV_MACHINE") or platform.node(),
+        "machine": default_machine(),  # asv tells a benchmark no machine name; gpu-run names it (DEVBENCH_MACHINE)
         "env_name": os.environ.get("ASV_ENV_NAME") or existing_env_name(),
         "commit": os.environ.get("ASV_COMMIT"),
         "torch": rec["torch"]["version"],

@@ -13,10 +13,11 @@ from pathlib import Path
 from devbench.gpu import plan as P
 
 #: seconds held back after the benchmarks for the CUDA tests and validate where no recorded run says (measured:
-#: the CUDA tests 21 s on an H200; validate 18 s there and 51 s on a 2-vCPU VM; reports/gpu). Each stage then runs
-#: under whatever is left, so a reserve only decides how much of the budget the benchmarks may plan for.
+#: the CUDA tests 24 s on an H200, validate 89 s there, its bf16 n=8192 products against torch.mm among its
+#: figures; reports/gpu/h200). Each stage then runs under whatever is left, so a reserve only decides how much of
+#: the budget the benchmarks may plan for.
 TESTS_S = 30.0
-VALIDATE_S = 60.0
+VALIDATE_S = 90.0
 
 #: ``devbench validate``'s exit when the method agrees with the reference but the recorded figure drifted
 VALIDATE_DRIFT = 3
