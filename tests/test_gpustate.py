@@ -409,7 +409,7 @@ def test_the_report_reads_a_figures_own_state_from_its_run_and_only_gpus_it_saw(
     folder.mkdir()
     (folder / "h200.jsonl").write_text("\n".join([
         rec("track_tflops", sm_clock_mhz=1830, power_w=500.0),
-        rec("time_matmul", sm_clock_mhz=1100, power_w=200.0, throttling=["hw_slowdown"]),  # the twin's, not its
+        rec("track_time", sm_clock_mhz=1100, power_w=200.0, throttling=["hw_slowdown"]),  # the twin's, not its
         rec("track_tflops", index=1, cuda_index=None, sm_clock_mhz=300, throttling=["hw_slowdown"]),  # unseen GPU
     ]) + "\n")  # fmt: skip
     frame = load_results(results).frame
@@ -417,6 +417,6 @@ def test_the_report_reads_a_figures_own_state_from_its_run_and_only_gpus_it_saw(
     timed = mine.set_index("params").loc["device=cuda, dtype=float32, n=8192"]
     assert (timed["gpu_mhz"], timed["gpu_watts"]) == (1830, 500.0)
     assert timed["gpu_throttled"] == False  # noqa: E712 - neither the twin's nor the unseen GPU's slowdown
-    twin = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.time_matmul")]
+    twin = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.track_time")]
     seen = twin.set_index("params").loc["device=cuda, dtype=float32, n=8192"]
     assert seen["gpu_mhz"] == 1100 and seen["gpu_throttled"] == True  # noqa: E712

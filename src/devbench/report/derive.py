@@ -306,10 +306,12 @@ def fraction_of_peak(
                 ).all(axis=1)
                 best = tp[mine].loc[tp[mine]["tflops"].astype(float).idxmax()]
                 if float(best["tflops"]) > float(hit.top):
-                    where = f"above the search's best ({hit.shape}, {hit.top:.4g})"
+                    shape = f"{hit.shape}, " if isinstance(hit.shape, str) else ""
+                    where = f"above the search's best ({shape}{hit.top:.4g})"
                     tp.loc[idx, ["peak", "peak_source"]] = [float(best["tflops"]), f"n={int(best['n'])}, {where}"]
                 else:
-                    tp.loc[idx, ["peak", "peak_source"]] = [hit.top, f"achievable ({hit.shape})"]
+                    shape = f" ({hit.shape})" if isinstance(hit.shape, str) else ""  # NaN: no search record kept
+                    tp.loc[idx, ["peak", "peak_source"]] = [hit.top, f"achievable{shape}"]
             elif pd.isna(tp.loc[idx, "peak"]):
                 at = hit.commit_short if isinstance(hit.commit_short, str) else None  # NaN: a search, no results
                 tp.loc[idx, "peak_source"] = (

@@ -321,7 +321,8 @@ def load_achievable(folder: str | os.PathLike[str], problems: list[Problem] | No
         best = rec["best"]
         m, k, n = int(best["m"]), int(best["k"]), int(best["n"])
         return {
-            "machine": str(rec["machine"]), "device": str(rec["device"]), "dtype": str(rec["dtype"]),
+            # the search names the torch device it ran on ("cuda:0"); asv's figures the kind ("cuda")
+            "machine": str(rec["machine"]), "device": str(rec["device"]).split(":", 1)[0], "dtype": str(rec["dtype"]),
             "m": m, "k": k, "n": n, "shape": f"{m}x{k}x{n}", "search_tflops": float(best["tflops"]),
             "searched": len(rec.get("searched", [])), "left": int(rec.get("left", 0)),
             "torch": rec.get("torch"), "time": float(rec["time"]),
