@@ -616,6 +616,8 @@ def test_a_plan_for_a_described_machine_prices_its_multi_gpu_points_and_puts_ncc
     text = _gpu_run(tmp_path, repo, "--plan-only", "--costs-from", str(ROOT / "reports" / "gpu" / "h200" / "plan.json"),
                     "--gpus", "8", "--cores", "96", "--budget-s", "3000", "--out", str(out))  # fmt: skip
     assert "described machine: 8 GPU(s), 96 cores" in text and "asv stages: headline" in text
+    # the journal beside that plan.json prices what its measuring process measured at what it took there
+    assert re.search(r"recorded by that run's measuring process: [1-9]\d* figure\(s\) priced at their own", text)
     record = json.loads((out / "plan.json").read_text())
     states = {(p["benchmark"], p["params"]): p["state"] for p in record["points"]}
     assert states[("bench_transfer.PeerMatrix.track_slowest_gbps", "nbytes=268435456")] == "run"

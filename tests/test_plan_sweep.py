@@ -258,3 +258,58 @@ def test_what_no_stage_measured_is_priced_at_least_at_what_the_measured_families
     plan.learned = {"bench_a.A": (10.0, 5.0)}
     assert _scale(stages, plan) == pytest.approx(1.0)  # never below 1: a quick family says little of another
 
+
+
+def _journal(path, rows):
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n")
+
+
+def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_path):
+    """``--costs-from``'s journal: a figure that run measured is priced its own sampling; its benchmark's other
+    points scaled as its recorded ones ran against their estimate; a workload it built, at its build with the
+    check inside (no check priced beside); the blocks figures share, what the slowest of the group took."""
+    import io
+    import tarfile
+
+    from devbench.gpu.costs import recorded_from, seed
+
+    (tmp_path / "plan.json").write_text("{}")
+    assert recorded_from(tmp_path / "plan.json") == ({}, {})  # no journal: nothing recorded
+    rows = [
+        {"figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 9.0},  # superseded below
+        {"figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.2},
+        {"figure": "bench_m.Mat.track_tflops", "params": ["cuda", 64], "seconds": 0.0},  # beside its partner
+        {"figure": "bench_m.Mat.track_time", "params": ["cuda", 1024], "error": "CUDA error", "seconds": 5.0},
+        {"built": "bench_m.Mat", "params": ["cuda", 64], "seconds": 2.5},
+        {"figure": "bench_m.Mat.track_time", "params": "oops"},
+    ]
+    packed = io.BytesIO()
+    _journal(tmp_path / "j", rows)
+    with tarfile.open(fileobj=packed, mode="w:gz") as tar:
+        tar.add(tmp_path / "j", arcname=".asv/sweep/journal.jsonl")
+    (tmp_path / "results.tgz").write_bytes(packed.getvalue())
+    figures, builds = recorded_from(tmp_path / "plan.json")  # from the packed results when none lies beside
+    assert figures == {"bench_m.Mat.track_time('cuda', 64)": 0.2, "bench_m.Mat.track_tflops('cuda', 64)": 0.0}
+    assert builds == {("built", "bench_m.Mat", "'cuda'", "64"): 2.5}
+    _journal(tmp_path / "journal.jsonl", rows[:2])  # beside the plan: read first
+    assert recorded_from(tmp_path / "plan.json")[0] == {"bench_m.Mat.track_time('cuda', 64)": 0.2}
+
+    costs = P.Costs(launch_s=0.01, cuda_context_s=0.3, asv_call_s=6.0, gpus=1, gpu_setup_s=0.8, gpu_check_s=0.3)
+    shared = {"bench_m.Mat.track_tflops": "bench_m.Mat.track_time"}  # tflops counts track_time's blocks
+    plan = P.make_plan(_swept(), lambda s: True, costs, budget_s=1000, reserve_s=0, same_blocks=shared)
+    by = {p.selector: p for p in plan.points}
+    small, big = by["bench_m.Mat.track_time('cuda', 64)"], by["bench_m.Mat.track_time('cuda', 1024)"]
+    twin = by["bench_m.Mat.track_tflops('cuda', 64)"]
+    declared = big.estimate_s - costs.launch_s
+    twin_alone = twin.alone_s
+    assert seed(plan, figures, builds) == (1, 1)  # points priced from their own record (the twin: its partner)
+    assert small.estimate_s == pytest.approx(costs.launch_s + 0.2)  # the slowest of its group, the twin's 0.0
+    assert twin.estimate_s == pytest.approx(costs.launch_s)  # sampled by its partner where both run
+    ratio = 0.2 / declared  # what the recorded point took over its estimate: the unrecorded one scaled alike
+    assert big.estimate_s == pytest.approx(costs.launch_s + declared * max(ratio, 0.25))
+    assert twin.alone_s == pytest.approx(twin_alone * max(ratio, 0.25))
+    assert (small.built_s, small.check) == (2.5, None) and big.check is not None  # its check inside its build
+    assert by["bench_m.Mat.track_time('cpu', 64)"].estimate_s == pytest.approx(
+        P.make_plan(_swept(), lambda s: True, costs, 1000, 0).points[0].estimate_s)  # not swept: as declared

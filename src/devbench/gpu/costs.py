@@ -118,6 +118,75 @@ def costs_from(path: Path) -> P.Costs:
         raise ValueError(f"--costs-from {path}: {exc}") from None
 
 
+def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ...], float]]:
+    """What another machine's measuring process journaled (``journal.jsonl`` beside its plan.json, else in the
+    results.tgz beside it): the seconds each figure's sampling took, by selector, and each workload's build, its
+    check inside, by ``Point.built``; the newest of each. Nothing where neither holds a journal."""
+    import tarfile
+
+    lines: list[str] = []
+    beside = plan_json.with_name("journal.jsonl")
+    packed = plan_json.with_name("results.tgz")
+    with contextlib.suppress(OSError, tarfile.TarError, KeyError, UnicodeDecodeError):
+        if beside.is_file():
+            lines = beside.read_text().splitlines()
+        elif packed.is_file():
+            with tarfile.open(packed) as tar:
+                member = next((m for m in tar.getmembers() if m.name.endswith("sweep/journal.jsonl")), None)
+                got = tar.extractfile(member) if member is not None else None
+                lines = got.read().decode().splitlines() if got is not None else []
+    figures: dict[str, float] = {}
+    builds: dict[tuple[str, ...], float] = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+            values = tuple(repr(v) for v in rec.get("params", ()))
+            seconds = float(rec["seconds"])
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+        if isinstance(rec.get("figure"), str) and "error" not in rec:
+            figures[f"{rec['figure']}({', '.join(values)})" if values else rec["figure"]] = seconds
+        elif isinstance(rec.get("built"), str):
+            builds[("built", rec["built"], *values)] = seconds
+    return figures, builds
+
+
+def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], float]) -> tuple[int, int]:
+    """Price ``plan``'s swept points with what a recorded run of the same suite took (``recorded_from``): a figure
+    it measured, its sampling; the other points of its class, their estimate times what the class's recorded ones
+    took over theirs (within ``SCALE_RANGE``); a workload it built, its build, whose check it then pays no more.
+    Returns the points and the workloads priced from the record. Fit the plan again after."""
+    by_bench: dict[str, list[tuple[P.Point, float]]] = {}
+    shared: dict[str, list[str]] = {}  # a figure -> the figures that count its blocks another way
+    for p in plan.points:
+        if p.swept and p.state != "skip":
+            by_bench.setdefault(_family(p), []).append((p, p.estimate_s))
+            if p.partner is not None:
+                shared.setdefault(p.partner, []).append(p.selector)
+    # the blocks of figures that share them were sampled for whichever was asked first: the figure that samples
+    # them here is priced what the slowest of the group took, its partners nothing more (their estimate's launch)
+    figures = {**figures, **{lead: max(figures.get(s, 0.0) for s in (lead, *others))
+                             for lead, others in shared.items() if any(s in figures for s in (lead, *others))}}
+    priced, built = 0, set()
+    launch = plan.costs.launch_s * plan.rounds
+    for points in by_bench.values():
+        seen = [(p, est) for p, est in points if p.selector in figures and p.partner is None]
+        planned = sum(max(0.0, est - launch) for _, est in seen)
+        took = sum(figures[p.selector] * plan.rounds for p, _ in seen)
+        ratio = min(SCALE_RANGE[1], max(SCALE_RANGE[0], took / planned)) if planned > 0 and took > 0 else 1.0
+        for p, est in points:
+            recorded = figures.get(p.selector) if p.partner is None else None
+            if p.partner is None:
+                p.estimate_s = launch + (recorded * plan.rounds if recorded is not None else (est - launch) * ratio)
+            else:  # sampled by its partner where both run; alone, as its benchmark's recorded points say
+                p.alone_s *= ratio
+            priced += recorded is not None
+            if p.built in builds:
+                p.built_s, p.check = builds[p.built], None
+                built.add(p.built)
+    return priced, len(built)
+
+
 def imprecise_from(results: Path, names: set[str]) -> tuple[str, ...]:
     """The figures a machine's asv results (``results``: one machine's folder; the files of its newest commit, every
     environment's) hold with asv's 99% interval of their median wider than ``precision.REL`` of it from at least

@@ -45,7 +45,9 @@ from devbench.gpu.costs import (
     held_s,
     imprecise_from,
     probe_costs,
+    recorded_from,
     refit_margin,
+    seed,
     stage_margin,
     sum_reserves,
 )
@@ -207,6 +209,12 @@ def execute(args: argparse.Namespace) -> int:
     plan = P.make_plan(listing, lambda s: only is None or only.search(s) is not None, costs,
                        run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
                        sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
+    if args.costs_from:  # what that machine's measuring process took for each figure and build it made
+        figures, builds = seed(plan, *recorded_from(Path(args.costs_from)))
+        P.fit(plan, run.left() - reserve)
+        print(f"recorded by that run's measuring process: {figures} figure(s) priced at their own sampling, "
+              f"{builds} workload(s) at their own build and check; the other points of their classes scaled alike",
+              flush=True)  # fmt: skip
     plan.first_estimate_s = plan.estimate_s()
     print(format_plan(plan), flush=True)
     write_plan(run, plan)
