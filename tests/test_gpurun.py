@@ -637,10 +637,26 @@ def test_a_plan_for_a_described_machine_prices_its_multi_gpu_points_and_puts_ncc
     assert not uses_nccl([by["backend=gloo, world=2"]])
 
 
+def test_a_stage_that_starts_nccl_worlds_leaves_its_swept_points_to_a_later_one():
+    """A swept point there would start a measuring process that holds cuda:0 beside rank 0 while it idles."""
+    from devbench.gpu.gpurun import apart_from_nccl
+
+    listing = {"bench_c.C.track_busbw": _bench("bench_c.C.track_busbw", [["gloo", "nccl"], [2]], ["backend", "world"]),
+               "bench_m.M.track_tflops": _bench("bench_m.M.track_tflops", [["cuda"]], ["device"], swept=True,
+                                                sample_time=0.1)}  # fmt: skip
+    costs = P.Costs(launch_s=0.1, cuda_context_s=0.5, asv_call_s=5.0, gpus=2)
+    by = {p.label: p for p in P.make_plan(listing, _all, costs, 1000, 0).points}
+    gloo, nccl, swept = by["backend=gloo, world=2"], by["backend=nccl, world=2"], by["device=cuda"]
+    assert swept.swept and apart_from_nccl([gloo, swept]) == [gloo, swept]  # no NCCL world: unchanged
+    assert apart_from_nccl([gloo, nccl, swept]) == [gloo, nccl]
+    assert swept.state == "dropped" and "without NCCL worlds" in swept.reason
+
+
 def test_gpus_and_cores_describe_another_machine_only_with_its_costs(tmp_path):
     import argparse
 
-    from devbench.gpu.gpurun import _check, add_arguments
+    from devbench.gpu.gpuargs import add_arguments
+    from devbench.gpu.gpuargs import check as _check
 
     p = argparse.ArgumentParser()
     add_arguments(p)
@@ -660,7 +676,8 @@ def test_a_figure_another_machines_run_held_wider_than_its_precision_is_priced_a
     from devbench.engine import precision
     from devbench.gpu import plan as P
     from devbench.gpu.costs import imprecise_from
-    from devbench.gpu.gpurun import _check, add_arguments
+    from devbench.gpu.gpuargs import add_arguments
+    from devbench.gpu.gpuargs import check as _check
 
     name = "bench_transfer.HostDevice"
     wide = imprecise_from(ROOT / "reports" / "asv-results" / "h200", {f"{name}.track_time", f"{name}.track_gbps"})

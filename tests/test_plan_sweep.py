@@ -119,7 +119,8 @@ def test_with_the_cpu_switched_onto_the_measuring_process_its_points_are_priced_
 def test_a_bad_sweep_mode_is_named_before_gpu_run_starts(monkeypatch):
     import argparse
 
-    from devbench.gpu.gpurun import _check, add_arguments
+    from devbench.gpu.gpuargs import add_arguments
+    from devbench.gpu.gpuargs import check as _check
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

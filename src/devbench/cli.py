@@ -186,7 +186,7 @@ def _add_compare(sub) -> None:
 
 
 def _add_gpu_run(sub) -> None:
-    from devbench.gpu import gpurun
+    from devbench.gpu import gpuargs, gpurun
 
     p = sub.add_parser(
         "gpu-run",
@@ -197,10 +197,10 @@ def _add_gpu_run(sub) -> None:
         "measuring process for them), the tests that need CUDA and devbench validate, fills in the time they "
         "left, and pack asv results, GPU state, nvidia-smi before and after and the logs into --out. "
         "Exit 0: every stage passed; 1: a stage failed or ran out of time; 2: bad input; 130/143: interrupted.",
-        epilog=gpurun.EXAMPLES,
+        epilog=gpuargs.EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    gpurun.add_arguments(p)
+    gpuargs.add_arguments(p)
     p.set_defaults(func=gpurun.run)
 
 
