@@ -354,8 +354,8 @@ def test_a_stage_at_its_limit_ends_the_processes_that_left_its_group(tmp_path):
     parent += f"subprocess.Popen([sys.executable, '-c', {_GRANDCHILD!r}, {str(pidfile)!r}])\ntime.sleep(600)\n"
     with open(tmp_path / "log", "w") as log:
         start = time.monotonic()
-        code, took = _group_run([sys.executable, "-c", parent], 3.0, log)
-    assert code == 124 and took < 30 and time.monotonic() - start < 30
+        code, took, stuck = _group_run([sys.executable, "-c", parent], 3.0, log)
+    assert code == 124 and took < 30 and time.monotonic() - start < 30 and stuck == []
     assert _wait(pidfile.exists, 5.0)
     assert _wait(lambda: not _alive(int(pidfile.read_text())), 5.0), "the grandchild outlived the stage"
 
@@ -366,11 +366,12 @@ def test_a_process_that_outlives_sigkill_is_named_with_its_state(monkeypatch, ca
     from devbench.gpu import sessions
 
     monkeypatch.setattr(sessions, "kill_session", lambda sid, wait_s=5.0: [os.getpid()])
-    code, _ = sessions._group_run([sys.executable, "-c", "pass"], 30.0, None)
+    code, _, stuck = sessions._group_run([sys.executable, "-c", "pass"], 30.0, None)
     out = capsys.readouterr().out
-    assert code == 0 and f"1 process(es) of the stage outlived SIGKILL: {os.getpid()} (" in out
+    assert code == 0 and stuck == [os.getpid()]
+    assert f"1 process(es) of the stage outlived SIGKILL: {os.getpid()} (" in out
     monkeypatch.setattr(sessions, "kill_session", lambda sid, wait_s=5.0: [])
-    sessions._group_run([sys.executable, "-c", "pass"], 30.0, None)
+    assert sessions._group_run([sys.executable, "-c", "pass"], 30.0, None)[2] == []
     assert "outlived" not in capsys.readouterr().out
 
 
@@ -803,3 +804,27 @@ def test_a_stage_of_families_no_stage_has_run_keeps_more_of_its_time_free():
     del plan.learned["bench_m.Mat.time_mm"]
     mixed = stage_margin(plan, every, 0.05)
     assert 0.05 < mixed < REFIT_MARGIN
+
+
+def test_a_process_that_outlives_sigkill_stops_every_later_stage_and_says_why(tmp_path, monkeypatch, capsys):
+    """Stuck in a driver call (state D), it holds its GPU: a later stage would measure beside it, and a world on
+    its GPU could hang. No stage starts after it; the plan's points not yet run say why."""
+    import argparse
+
+    from devbench.gpu import gpurun, sessions
+
+    real = sessions.kill_session
+    monkeypatch.setattr(sessions, "kill_session", lambda sid, wait_s=5.0: real(sid, wait_s) + [424242])
+    args = argparse.Namespace(budget_s=600.0, repo=str(tmp_path), out=str(tmp_path / "out"))
+    run = gpurun.Run(args)
+    assert run.stage("asv headline", [sys.executable, "-c", "pass"], 60.0, 1.0) == 0
+    assert run.stuck and "424242" in run.stuck and "'asv headline'" in run.stuck
+    assert "outlived SIGKILL: 424242" in capsys.readouterr().out
+    assert run.stage("cuda tests", [sys.executable, "-c", "raise SystemExit(7)"], 60.0, 1.0) == gpurun.STUCK_RC
+    assert run.stages[-1]["note"].startswith("not started: 1 process(es) of stage 'asv headline'")
+    listing = {"bench_m.M.track_tflops": _bench("bench_m.M.track_tflops", [["cuda"], [1, 2]], ["device", "n"])}
+    plan = P.make_plan(listing, _all, ONE_GPU, 1000, 0)
+    takes = {"headline": lambda p: True}
+    assert not gpurun._asv_stages(run, plan, None, 0.0, sys.executable, "m", "a" * 40, [], takes, [])
+    assert {p.state for p in plan.points} == {"dropped"}
+    assert all(p.reason.startswith("not started: 1 process(es)") for p in plan.points)

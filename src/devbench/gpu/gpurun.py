@@ -68,6 +68,8 @@ SEARCH_ENV = "DEVBENCH_SEARCH"
 MIN_STAGE_S = 10.0
 #: fill stages at most: each takes back what still fits in the time the one before left
 FILLS = 3
+#: a stage's exit when it was not started: a process of an earlier stage is stuck (``Run.stuck``)
+STUCK_RC = 125
 
 class Stopped(Exception):
     """Ctrl-C or SIGTERM: the exit code says which."""
@@ -113,6 +115,9 @@ class Run:
         self.stage_started = time.time()
         self.checked: str | None = None  # the run's folder of checked workloads (prepare.check_once)
         self.holder: sweep.Holder | None = None  # owns the measuring process of the stages before the tests
+        #: why no stage starts any more: processes of a stage outlived SIGKILL (stuck in a driver call, their GPU
+        #: held); what ran beside them would not be measured alone, and a world on their GPU could hang
+        self.stuck: str | None = None
 
     def left(self) -> float:
         return self.args.budget_s - (time.monotonic() - self.start)
@@ -121,6 +126,11 @@ class Run:
               env: dict[str, str] | None = None) -> int:  # fmt: skip
         print(f"== {name}: expected {estimate_s:.0f} s, limit {max(0.0, limit_s):.0f} s "
               f"({max(0.0, self.left()):.0f} s of the budget left)", flush=True)  # fmt: skip
+        if self.stuck:
+            print(f"== {name}: not started: {self.stuck}", flush=True)
+            self.stages.append({"stage": name, "estimate_s": estimate_s, "actual_s": 0.0, "rc": None,
+                                "note": f"not started: {self.stuck}"})  # fmt: skip
+            return STUCK_RC
         if limit_s < MIN_STAGE_S:
             print(f"== {name}: skipped, out of time", flush=True)
             self.stages.append({"stage": name, "estimate_s": estimate_s, "actual_s": 0.0, "rc": None,
@@ -130,7 +140,7 @@ class Run:
         with open(log_path, "w") if log_path else open(os.devnull, "w") as sink:
             log = sink if log_path else None
             try:
-                code, took = _group_run(cmd, limit_s, log, cwd=self.repo, env=env)
+                code, took, stuck = _group_run(cmd, limit_s, log, cwd=self.repo, env=env)
             except BaseException:
                 took = round(time.time() - self.stage_started, 1)
                 self.stages.append({"stage": name, "estimate_s": round(estimate_s, 1), "rc": None,
@@ -138,6 +148,9 @@ class Run:
                 raise
         if log_path:
             sys.stdout.write(log_path.read_text()[-4000:])
+        if stuck:
+            self.stuck = (f"{len(stuck)} process(es) of stage {name!r} outlived SIGKILL ({', '.join(map(str, stuck))}) "
+                          "and hold what they held, a GPU too")  # fmt: skip
         note = "stopped at its time limit" if code == 124 else ""
         print(f"== {name}: exit {code} in {took:.1f} s (expected {estimate_s:.0f} s) {note}".rstrip(), flush=True)
         self.stages.append({"stage": name, "estimate_s": round(estimate_s, 1), "actual_s": round(took, 1), "rc": code,
@@ -348,7 +361,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     # left and a dropped point fits in it (a search priced at its time bound often ends well before its estimate)
     for n in range(FILLS):
         room = run.left() - PACK_S - HEALTH_S
-        if room < MIN_STAGE_S or not any(p.state == "dropped" for p in plan.points):
+        if room < MIN_STAGE_S or run.stuck or not any(p.state == "dropped" for p in plan.points):
             break
         # a later fill holds what no stage priced from a run (families first met there): a quarter left free
         margin = stage_margin(plan, lambda p: True, refit_margin(done)) if n == 0 else REFIT_MARGIN
@@ -362,9 +375,9 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
             break
     for p in plan.points:
         if p.state == "dropped" and p.reason in ("over the time budget", P.WAITS_FOR_FILL):
-            p.reason = "no time left for it"
+            p.reason = f"not started: {run.stuck}" if run.stuck else "no time left for it"
     _smi(run.out / "smi-after.txt")
-    if plan.costs.gpus:  # the probe found a GPU: without one there is no GPU figure to judge
+    if plan.costs.gpus and not run.stuck:  # a GPU to judge, and no stuck process that its CUDA start could wait on
         print_health(run.repo, python, machine, sha)
     print_capped(run.repo / ".asv" / "sweep" / "journal.jsonl", run.started_at)
     took = time.monotonic() - run.start
@@ -380,10 +393,10 @@ def _asv_stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python
     failed = False
     for name, take in takes.items():
         room = run.left() - reserve
-        if room < MIN_STAGE_S:  # no asv call starts: what is left of the plan stays dropped, with the reason
+        if room < MIN_STAGE_S or run.stuck:  # no asv call starts: what is left of the plan stays dropped, and why
             for p in plan.points:
                 if p.state == "run" and not p.done:
-                    p.state, p.reason = "dropped", "no time left for it"
+                    p.state, p.reason = "dropped", f"not started: {run.stuck}" if run.stuck else "no time left for it"
             break
         if name == "headline":
             kept = [p for p in plan.kept() if not p.done and take(p)]

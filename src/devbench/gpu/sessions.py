@@ -66,30 +66,32 @@ def kill_session(sid: int, wait_s: float = 5.0) -> list[int]:
         time.sleep(0.05)
 
 
-def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tuple[int, float]:
+def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tuple[int, float, list[int]]:
     """Run ``cmd`` in a session of its own, its output to ``log``; at the limit (or on Ctrl-C or SIGTERM)
-    end every process of that session. Returns the exit code (124 at the time limit) and the seconds it ran."""
+    end every process of that session. Returns the exit code (124 at the time limit), the seconds it ran and the
+    processes of the session that outlived SIGKILL (named on stdout)."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
     try:
         code = proc.wait(timeout=max(1.0, timeout_s))
     except subprocess.TimeoutExpired:
-        _say_stuck(kill_session(proc.pid))
+        stuck = _say_stuck(kill_session(proc.pid))
         proc.wait()
-        code = 124
+        return 124, time.monotonic() - start, stuck
     except BaseException:
         _say_stuck(kill_session(proc.pid))
         proc.wait()
         raise
     # a stage that ended by itself may still have left processes in its session (an orphaned world)
-    _say_stuck(kill_session(proc.pid, wait_s=1.0))
-    return code, time.monotonic() - start
+    stuck = _say_stuck(kill_session(proc.pid, wait_s=1.0))
+    return code, time.monotonic() - start, stuck
 
 
-def _say_stuck(left: list[int]) -> None:
+def _say_stuck(left: list[int]) -> list[int]:
     """Name the processes that outlived SIGKILL: stuck in the kernel (a CUDA driver call, state D), they hold their
     GPUs, and the stages after this one may find them held."""
     if left:
         states = [f"{pid} ({process_state(pid)})" for pid in left]
         print(f"gpu-run: warning: {len(left)} process(es) of the stage outlived SIGKILL: {', '.join(states)}; a GPU "
-              "one holds stays held for the stages after it (nvidia-smi names them)", flush=True)
+              "one holds stays held (nvidia-smi names them)", flush=True)
+    return left
