@@ -8,7 +8,7 @@
 # (asv reads commits from git), and runs `devbench gpu-run` under BUDGET_S (default 480 s: a
 # 9-minute call with margin), which prints its plan, runs the suite's headline points then the rest,
 # the CUDA tests and `devbench validate`, and packs everything into $OUT (default /tmp/devbench-out)
-# with this script's log. Extra arguments go to gpu-run (e.g. --bench Matmul, --rounds 2).
+# with this script's log. Extra arguments go to gpu-run (e.g. --gpu-only, --bench Matmul, --rounds 2).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 machine=${1:-gpu}

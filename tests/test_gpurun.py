@@ -828,3 +828,12 @@ def test_a_process_that_outlives_sigkill_stops_every_later_stage_and_says_why(tm
     assert not gpurun._asv_stages(run, plan, None, 0.0, sys.executable, "m", "a" * 40, [], takes, [])
     assert {p.state for p in plan.points} == {"dropped"}
     assert all(p.reason.startswith("not started: 1 process(es)") for p in plan.points)
+
+
+def test_gpu_only_selects_the_points_that_need_a_gpu():
+    """A 'cuda' value, or a class that declares GPUs (a copy between two): the CPU's points and a class with no
+    GPU in it are left out."""
+    chosen = P.gpu_points(_listing())
+    assert "bench_m.Mat.track_tflops('cuda', 8192)" in chosen and "bench_p.Peer.track_gbps('0->1', 1)" in chosen
+    assert "bench_m.Mat.track_tflops('cpu', 8192)" not in chosen and "bench_p.Info.track_count" not in chosen
+    assert len(chosen) == 3 + 3 + 2  # Mat's two figures at three sizes on cuda, Peer's two sizes

@@ -19,6 +19,7 @@ SWEEP = "all"
 EXAMPLES = """examples:
   devbench gpu-run --plan-only                      # the plan for this machine, nothing run
   devbench gpu-run --machine h100 --out $OUT        # the lent GPU machine's one call
+  devbench gpu-run --gpu-only --budget-s 580        # every point that needs a GPU, the CPU's left out
   devbench gpu-run --budget-s 1800 --rounds 2       # a rented box with time: the full grid, asv's rounds
   devbench gpu-run --bench 'Matmul' --budget-s 120  # one family
   devbench gpu-run --plan-only --costs-from reports/gpu/h200/plan.json --gpus 8 --cores 96 --budget-s 600
@@ -33,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds for everything, the packing included (default: %(default)s: 8 minutes)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=1, help="asv rounds of each time_ benchmark (default: %(default)s)")
     p.add_argument("--bench", help="regular expression over asv's name(params): run only these")
+    p.add_argument("--gpu-only", action="store_true",
+                   help="run only the points that need a GPU (a 'cuda' or 'nccl' param, or a class that declares "
+                        "GPUs: host<->device copies, GPU over CPU, streams); with --bench, those it selects")
     p.add_argument("--out", default=".asv/gpu-run", help="where the packed run goes (default: %(default)s)")
     p.add_argument("--python", default=sys.executable, help="the Python whose torch the suite runs with")
     p.add_argument("--repo", default=".", help="the repository (a git checkout with asv.conf.json)")

@@ -205,7 +205,9 @@ def execute(args: argparse.Namespace) -> int:
 
     # what validate and the health lines read is never dropped; a twin (the same evidence in other units) goes first
     keep = frozenset(p.selector for p in spec.kept_points())
-    plan = P.make_plan(listing, lambda s: only is None or only.search(s) is not None, costs,
+    gpu_points = P.gpu_points(listing) if args.gpu_only else None
+    plan = P.make_plan(listing, lambda s: (only is None or only.search(s) is not None)
+                       and (gpu_points is None or s in gpu_points), costs,
                        run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
                        sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
     if args.costs_from:  # what that machine's measuring process took for each figure and build it made

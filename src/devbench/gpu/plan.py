@@ -384,6 +384,13 @@ def made(plan: Plan, ran: list[Point]) -> None:
             p.unit_s = min(p.unit_s, p.unit_read_s)
 
 
+def gpu_points(listing: dict[str, dict[str, Any]]) -> frozenset[str]:
+    """The selectors of the points that need a GPU (``needs``): ``gpu-run --gpu-only``."""
+    return frozenset(Point(name, 0, tuple(v), (), 0, 0, 0.0).selector for name, bench in listing.items()
+                     for v in (itertools.product(*bench["params"]) if bench["params"] else [()])
+                     if needs(bench, tuple(v))[0] >= 1)  # fmt: skip
+
+
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
               rounds: int = 1, keep: frozenset[str] = frozenset(),
               twins: frozenset[str] = frozenset(), sweep_cpu: bool = False,
