@@ -618,7 +618,7 @@ def test_a_plan_for_a_described_machine_prices_its_multi_gpu_points_and_puts_ncc
                     "--gpus", "8", "--cores", "96", "--budget-s", "3000", "--out", str(out))  # fmt: skip
     assert "described machine: 8 GPU(s), 96 cores" in text and "asv stages: headline" in text
     # the journal beside that plan.json prices what its measuring process measured at what it took there
-    assert re.search(r"recorded by that run's measuring process: [1-9]\d* figure\(s\) priced at their own", text)
+    assert re.search(r"recorded by the measuring process of \S+plan.json: [1-9]\d* figure\(s\) priced at", text)
     record = json.loads((out / "plan.json").read_text())
     states = {(p["benchmark"], p["params"]): p["state"] for p in record["points"]}
     assert states[("bench_transfer.PeerMatrix.track_slowest_gbps", "nbytes=268435456")] == "run"

@@ -314,3 +314,27 @@ def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_
     assert (small.built_s, small.check) == (2.5, None) and big.check is not None  # its check inside its build
     assert by["bench_m.Mat.track_time('cpu', 64)"].estimate_s == pytest.approx(
         P.make_plan(_swept(), lambda s: True, costs, 1000, 0).points[0].estimate_s)  # not swept: as declared
+
+
+def test_a_plan_is_priced_from_this_machines_journal_else_a_committed_run_of_its_gpu_model(tmp_path):
+    import json
+
+    from devbench.gpu.costs import prices_source, recorded_from
+
+    given = tmp_path / "elsewhere" / "plan.json"
+    assert prices_source(tmp_path, "NVIDIA H200", str(given)) == given  # --costs-from first
+    assert prices_source(tmp_path, "NVIDIA H200", None) is None  # nothing recorded: the declared prices
+    run = tmp_path / "reports" / "gpu" / "h200"
+    run.mkdir(parents=True)
+    (run / "plan.json").write_text(json.dumps({"costs": {"gpu_model": "NVIDIA H200"}}))
+    (tmp_path / "reports" / "gpu" / "broken").mkdir()
+    (tmp_path / "reports" / "gpu" / "broken" / "plan.json").write_text("not json")
+    assert prices_source(tmp_path, "NVIDIA H200", None) is None  # a plan without its journal prices nothing
+    _journal(run / "journal.jsonl", [{"figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.5}])
+    assert prices_source(tmp_path, "NVIDIA H200", None) == run / "plan.json"  # a committed run of the model
+    assert prices_source(tmp_path, "NVIDIA H100 80GB HBM3", None) is None and prices_source(tmp_path, "", None) is None
+    own = tmp_path / ".asv" / "sweep" / "journal.jsonl"  # an earlier gpu-run on this machine: first
+    own.parent.mkdir(parents=True)
+    _journal(own, [{"figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.25}])
+    assert prices_source(tmp_path, "NVIDIA H200", None) == own
+    assert recorded_from(own)[0] == {"bench_m.Mat.track_time('cuda', 64)": 0.25}  # a journal read as itself

@@ -118,14 +118,31 @@ def costs_from(path: Path) -> P.Costs:
         raise ValueError(f"--costs-from {path}: {exc}") from None
 
 
+def prices_source(repo: Path, model: str, costs_from: str | None) -> Path | None:
+    """What prices a plan's figures and builds at what a run took (``recorded_from``): ``--costs-from``'s plan.json;
+    else this machine's own journal (an earlier gpu-run here); else a committed run of the same GPU model
+    (``reports/gpu/*/plan.json`` whose costs name it, its journal beside it). None: the declared prices."""
+    if costs_from:
+        return Path(costs_from)
+    own = repo / ".asv" / "sweep" / "journal.jsonl"
+    if own.is_file():
+        return own
+    for plan_json in sorted((repo / "reports" / "gpu").glob("*/plan.json")) if model else ():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if json.loads(plan_json.read_text())["costs"].get("gpu_model") == model:
+                if plan_json.with_name("journal.jsonl").is_file():
+                    return plan_json
+    return None
+
+
 def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ...], float]]:
-    """What another machine's measuring process journaled (``journal.jsonl`` beside its plan.json, else in the
-    results.tgz beside it): the seconds each figure's sampling took, by selector, and each workload's build, its
-    check inside, by ``Point.built``; the newest of each. Nothing where neither holds a journal."""
+    """What a measuring process journaled: a ``journal.jsonl`` itself, or the one beside a gpu-run's plan.json, else
+    in the results.tgz beside it: the seconds each figure's sampling took, by selector, and each workload's build,
+    its check inside, by ``Point.built``; the newest of each. Nothing where none holds a journal."""
     import tarfile
 
     lines: list[str] = []
-    beside = plan_json.with_name("journal.jsonl")
+    beside = plan_json if plan_json.suffix == ".jsonl" else plan_json.with_name("journal.jsonl")
     packed = plan_json.with_name("results.tgz")
     with contextlib.suppress(OSError, tarfile.TarError, KeyError, UnicodeDecodeError):
         if beside.is_file():

@@ -44,6 +44,7 @@ from devbench.gpu.costs import (
     costs_from,
     held_s,
     imprecise_from,
+    prices_source,
     probe_costs,
     recorded_from,
     refit_margin,
@@ -210,10 +211,11 @@ def execute(args: argparse.Namespace) -> int:
                        and (gpu_points is None or s in gpu_points), costs,
                        run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
                        sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
-    if args.costs_from:  # what that machine's measuring process took for each figure and build it made
-        figures, builds = seed(plan, *recorded_from(Path(args.costs_from)))
+    prices = prices_source(run.repo, costs.gpu_model, args.costs_from)
+    if prices is not None:  # what a measuring process took for each figure and build it made: priced so
+        figures, builds = seed(plan, *recorded_from(prices))
         P.fit(plan, run.left() - reserve)
-        print(f"recorded by that run's measuring process: {figures} figure(s) priced at their own sampling, "
+        print(f"recorded by the measuring process of {prices}: {figures} figure(s) priced at their own sampling, "
               f"{builds} workload(s) at their own build and check; the other points of their classes scaled alike",
               flush=True)  # fmt: skip
     plan.first_estimate_s = plan.estimate_s()
