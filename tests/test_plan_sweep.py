@@ -284,6 +284,7 @@ def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_
         {"figure": "bench_m.Mat.track_tflops", "params": ["cuda", 64], "seconds": 0.0},  # beside its partner
         {"figure": "bench_m.Mat.track_time", "params": ["cuda", 1024], "error": "CUDA error", "seconds": 5.0},
         {"built": "bench_m.Mat", "params": ["cuda", 64], "seconds": 2.5},
+        {"beside": "bench_m.Mat", "params": ["cpu", 64], "seconds": 0.5},  # another point's build turned for it
         {"figure": "bench_m.Mat.track_time", "params": "oops"},
     ]
     packed = io.BytesIO()
@@ -293,7 +294,7 @@ def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_
     (tmp_path / "results.tgz").write_bytes(packed.getvalue())
     figures, builds = recorded_from(tmp_path / "plan.json")  # from the packed results when none lies beside
     assert figures == {"bench_m.Mat.track_time('cuda', 64)": 0.2, "bench_m.Mat.track_tflops('cuda', 64)": 0.0}
-    assert builds == {("built", "bench_m.Mat", "'cuda'", "64"): 2.5}
+    assert builds == {("built", "bench_m.Mat", "'cuda'", "64"): 2.5, ("built", "bench_m.Mat", "'cpu'", "64"): 0.5}
     _journal(tmp_path / "journal.jsonl", rows[:2])  # beside the plan: read first
     assert recorded_from(tmp_path / "plan.json")[0] == {"bench_m.Mat.track_time('cuda', 64)": 0.2}
 

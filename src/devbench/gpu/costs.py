@@ -163,8 +163,8 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
             continue
         if isinstance(rec.get("figure"), str) and "error" not in rec:
             figures[f"{rec['figure']}({', '.join(values)})" if values else rec["figure"]] = seconds
-        elif isinstance(rec.get("built"), str):
-            builds[("built", rec["built"], *values)] = seconds
+        elif isinstance(rec.get("built") or rec.get("beside"), str):  # a build, or one turned for another point
+            builds[("built", rec.get("built") or rec["beside"], *values)] = seconds
     return figures, builds
 
 
