@@ -638,19 +638,28 @@ def test_a_plan_for_a_described_machine_prices_its_multi_gpu_points_and_puts_ncc
     assert not uses_nccl([by["backend=gloo, world=2"]])
 
 
-def test_a_stage_that_starts_nccl_worlds_leaves_its_swept_points_to_a_later_one():
-    """A swept point there would start a measuring process that holds cuda:0 beside rank 0 while it idles."""
-    from devbench.gpu.gpurun import apart_from_nccl
+def test_a_stage_that_starts_nccl_worlds_and_asks_a_measuring_process_leaves_one_of_them_to_a_later_one():
+    """A swept GPU point there would start a measuring process that holds cuda:0 beside rank 0 while it idles. The
+    last stage keeps its worlds (what it is for) and leaves the swept GPU points to a fill; a fill keeps the swept
+    points and leaves the worlds (which may hang) to the next; a swept CPU point makes no CUDA context: it stays."""
+    from devbench.gpu.gpurun import WAITS_AFTER_SWEPT, WAITS_WITHOUT_WORLDS, apart_from_nccl
 
     listing = {"bench_c.C.track_busbw": _bench("bench_c.C.track_busbw", [["gloo", "nccl"], [2]], ["backend", "world"]),
-               "bench_m.M.track_tflops": _bench("bench_m.M.track_tflops", [["cuda"]], ["device"], swept=True,
+               "bench_m.M.track_tflops": _bench("bench_m.M.track_tflops", [["cpu", "cuda"]], ["device"], swept=True,
                                                 sample_time=0.1)}  # fmt: skip
     costs = P.Costs(launch_s=0.1, cuda_context_s=0.5, asv_call_s=5.0, gpus=2)
-    by = {p.label: p for p in P.make_plan(listing, _all, costs, 1000, 0).points}
-    gloo, nccl, swept = by["backend=gloo, world=2"], by["backend=nccl, world=2"], by["device=cuda"]
-    assert swept.swept and apart_from_nccl([gloo, swept]) == [gloo, swept]  # no NCCL world: unchanged
-    assert apart_from_nccl([gloo, nccl, swept]) == [gloo, nccl]
-    assert swept.state == "dropped" and "without NCCL worlds" in swept.reason
+
+    def points():
+        by = {p.label: p for p in P.make_plan(listing, _all, costs, 1000, 0, sweep_cpu=True).points}
+        return by["backend=gloo, world=2"], by["backend=nccl, world=2"], by["device=cuda"], by["device=cpu"]
+
+    gloo, nccl, swept, cpu = points()
+    assert swept.swept and cpu.swept and apart_from_nccl([gloo, swept, cpu]) == [gloo, swept, cpu]  # no NCCL world
+    assert apart_from_nccl([gloo, nccl, swept, cpu]) == [gloo, nccl, cpu]
+    assert (swept.state, swept.reason) == ("dropped", WAITS_WITHOUT_WORLDS)
+    gloo, nccl, swept, cpu = points()
+    assert apart_from_nccl([gloo, nccl, swept, cpu], last=False) == [gloo, swept, cpu]
+    assert (nccl.state, nccl.reason) == ("dropped", WAITS_AFTER_SWEPT)
 
 
 def test_gpus_and_cores_describe_another_machine_only_with_its_costs(tmp_path):
@@ -828,6 +837,26 @@ def test_a_process_that_outlives_sigkill_stops_every_later_stage_and_says_why(tm
     assert not gpurun._asv_stages(run, plan, None, 0.0, sys.executable, "m", "a" * 40, [], takes, [])
     assert {p.state for p in plan.points} == {"dropped"}
     assert all(p.reason.startswith("not started: 1 process(es)") for p in plan.points)
+
+
+def test_a_measuring_process_that_does_not_end_when_let_go_stops_the_run(tmp_path, capsys):
+    """The held measuring process runs in a session of its own: a stage's end never sees it. Let go before an NCCL
+    stage or the tests, one that does not end (stuck in a driver call) stops the run as a stage's survivor does."""
+    import argparse
+
+    from devbench.gpu import gpurun
+
+    class Stuck:
+        def release(self):
+            return True
+
+    run = gpurun.Run(argparse.Namespace(budget_s=600.0, repo=str(tmp_path), out=str(tmp_path / "out")))
+    run.release()  # nothing held: nothing to say
+    assert run.stuck is None
+    run.holder = Stuck()
+    run.release()
+    assert run.stuck and "did not end" in run.stuck and "did not end" in capsys.readouterr().out
+    assert run.stage("validate", [sys.executable, "-c", "pass"], 60.0, 1.0) == gpurun.STUCK_RC
 
 
 def test_gpu_only_selects_the_points_that_need_a_gpu():

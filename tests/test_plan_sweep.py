@@ -268,9 +268,10 @@ def _journal(path, rows):
 
 
 def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_path):
-    """``--costs-from``'s journal: a figure that run measured is priced its own sampling; its benchmark's other
-    points scaled as its recorded ones ran against their estimate; a workload it built, at its build with the
-    check inside (no check priced beside); the blocks figures share, what the slowest of the group took."""
+    """``--costs-from``'s journal: a figure that run measured is priced its own sampling; the other points of its
+    class scaled as its recorded ones ran against their estimate; a workload it built, at its slowest build (the
+    first, which checked it) with the check inside (no check priced beside); the blocks figures share, what the
+    slowest of the group took, whether or not the plan holds the others."""
     import io
     import tarfile
 
@@ -284,7 +285,9 @@ def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_
         {"figure": "bench_m.Mat.track_tflops", "params": ["cuda", 64], "seconds": 0.0},  # beside its partner
         {"figure": "bench_m.Mat.track_time", "params": ["cuda", 1024], "error": "CUDA error", "seconds": 5.0},
         {"built": "bench_m.Mat", "params": ["cuda", 64], "seconds": 2.5},
+        {"built": "bench_m.Mat", "params": ["cuda", 64], "seconds": 0.4},  # built again later, unchecked
         {"beside": "bench_m.Mat", "params": ["cpu", 64], "seconds": 0.5},  # another point's build turned for it
+        {"figure": "bench_m.Mat.track_time", "params": ["cpu", 64], "seconds": float("nan")},
         {"figure": "bench_m.Mat.track_time", "params": "oops"},
     ]
     packed = io.BytesIO()
@@ -306,7 +309,7 @@ def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_
     twin = by["bench_m.Mat.track_tflops('cuda', 64)"]
     declared = big.estimate_s - costs.launch_s
     twin_alone = twin.alone_s
-    assert seed(plan, figures, builds) == (1, 1)  # points priced from their own record (the twin: its partner)
+    assert seed(plan, figures, builds, shared) == (1, 1)  # points priced from their own record (the twin: its partner)
     assert small.estimate_s == pytest.approx(costs.launch_s + 0.2)  # the slowest of its group, the twin's 0.0
     assert twin.estimate_s == pytest.approx(costs.launch_s)  # sampled by its partner where both run
     ratio = 0.2 / declared  # what the recorded point took over its estimate: the unrecorded one scaled alike
@@ -315,27 +318,47 @@ def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_
     assert (small.built_s, small.check) == (2.5, None) and big.check is not None  # its check inside its build
     assert by["bench_m.Mat.track_time('cpu', 64)"].estimate_s == pytest.approx(
         P.make_plan(_swept(), lambda s: True, costs, 1000, 0).points[0].estimate_s)  # not swept: as declared
+    # the plan holds the figure that reads the shared blocks, not the one the record sampled them for: priced as
+    # the group's slowest, not at what reading them took
+    alone = P.make_plan(_swept(), lambda s: "track_tflops" not in s, costs, 1000, 0, same_blocks=shared)
+    reads = {"bench_m.Mat.track_time('cuda', 64)": 0.0, "bench_m.Mat.track_tflops('cuda', 64)": 0.3}
+    seed(alone, reads, {}, shared)
+    lead = next(p for p in alone.points if p.selector == "bench_m.Mat.track_time('cuda', 64)")
+    assert lead.estimate_s == pytest.approx(costs.launch_s + 0.3)
 
 
-def test_a_plan_is_priced_from_this_machines_journal_else_a_committed_run_of_its_gpu_model(tmp_path):
+def test_a_plan_is_priced_from_this_machines_journal_over_a_committed_run_of_its_gpu_model(tmp_path):
     import json
 
-    from devbench.gpu.costs import prices_source, recorded_from
+    from devbench.gpu.costs import prices_sources, recorded
 
     given = tmp_path / "elsewhere" / "plan.json"
-    assert prices_source(tmp_path, "NVIDIA H200", str(given)) == given  # --costs-from first
-    assert prices_source(tmp_path, "NVIDIA H200", None) is None  # nothing recorded: the declared prices
-    run = tmp_path / "reports" / "gpu" / "h200"
-    run.mkdir(parents=True)
-    (run / "plan.json").write_text(json.dumps({"costs": {"gpu_model": "NVIDIA H200"}}))
-    (tmp_path / "reports" / "gpu" / "broken").mkdir()
-    (tmp_path / "reports" / "gpu" / "broken" / "plan.json").write_text("not json")
-    assert prices_source(tmp_path, "NVIDIA H200", None) is None  # a plan without its journal prices nothing
-    _journal(run / "journal.jsonl", [{"figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.5}])
-    assert prices_source(tmp_path, "NVIDIA H200", None) == run / "plan.json"  # a committed run of the model
-    assert prices_source(tmp_path, "NVIDIA H100 80GB HBM3", None) is None and prices_source(tmp_path, "", None) is None
-    own = tmp_path / ".asv" / "sweep" / "journal.jsonl"  # an earlier gpu-run on this machine: first
+    assert prices_sources(tmp_path, "NVIDIA H200", str(given)) == [(given, False)]  # --costs-from alone
+    assert prices_sources(tmp_path, "NVIDIA H200", None) == []  # nothing recorded: the declared prices
+    gpu = tmp_path / "reports" / "gpu"
+    for name, text in (("h200", json.dumps({"costs": {"gpu_model": "NVIDIA H200"}})), ("broken", "not json"),
+                       ("nocosts", json.dumps({"stages": []})), ("list", "[1, 2]")):  # fmt: skip
+        (gpu / name).mkdir(parents=True)
+        (gpu / name / "plan.json").write_text(text)
+        _journal(gpu / name / "journal.jsonl", [])
+    older = gpu / "h200-older"
+    older.mkdir()
+    (older / "plan.json").write_text(json.dumps({"costs": {"gpu_model": "NVIDIA H200"}}))
+    _journal(older / "journal.jsonl", [{"figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 9.0,
+                                        "t": 1.0}])  # fmt: skip
+    _journal(gpu / "h200" / "journal.jsonl", [
+        {"figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.5, "t": 2.0},
+        {"figure": "bench_m.Mat.track_time", "params": ["cpu", 64], "seconds": 7.0, "t": 2.0},  # its host's CPU
+    ])  # fmt: skip
+    assert prices_sources(tmp_path, "NVIDIA H200", None) == [(gpu / "h200" / "plan.json", True)]  # the newest run
+    assert prices_sources(tmp_path, "NVIDIA H100 80GB HBM3", None) == [] and prices_sources(tmp_path, "", None) == []
+    own = tmp_path / ".asv" / "sweep" / "journal.jsonl"  # earlier gpu-runs on this machine: over the committed run
     own.parent.mkdir(parents=True)
-    _journal(own, [{"figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.25}])
-    assert prices_source(tmp_path, "NVIDIA H200", None) == own
-    assert recorded_from(own)[0] == {"bench_m.Mat.track_time('cuda', 64)": 0.25}  # a journal read as itself
+    _journal(own, [{"figure": "bench_m.Mat.track_time", "params": ["cuda", 1024], "seconds": 0.25}])
+    sources = prices_sources(tmp_path, "NVIDIA H200", None)
+    assert sources == [(gpu / "h200" / "plan.json", True), (own, False)]
+    costs = P.Costs(launch_s=0.01, cuda_context_s=0.3, asv_call_s=6.0, gpus=1, gpu_setup_s=0.8)
+    plan = P.make_plan(_swept(), lambda s: True, costs, 1000, 0, sweep_cpu=True)
+    figures, _ = recorded(plan, sources)
+    assert figures == {"bench_m.Mat.track_time('cuda', 64)": 0.5,  # another host's record: its GPU points alone
+                       "bench_m.Mat.track_time('cuda', 1024)": 0.25}  # fmt: skip

@@ -49,16 +49,19 @@ class Holder:
                                          stdin=subprocess.PIPE)  # fmt: skip
         return {OWNER_ENV: str(self.proc.pid)}
 
-    def release(self, wait_s: float = 30.0) -> None:
+    def release(self, wait_s: float = 30.0) -> bool:
+        """End the owner and wait up to ``wait_s`` for its measuring processes to end; whether one did not (its
+        socket is still there: stuck in a driver call, or ending slower than that)."""
         proc, self.proc = self.proc, None
         if proc is None:
-            return
+            return False
         proc.stdin.close()
         proc.kill()  # a forked child may hold the pipe open as well: its end alone would not end the holder
         proc.wait()
         deadline = time.monotonic() + wait_s
         while any(sockets().glob(f"m{proc.pid}-*.sock")) and time.monotonic() < deadline:
             time.sleep(0.05)
+        return any(sockets().glob(f"m{proc.pid}-*.sock"))
 
 
 @contextlib.contextmanager

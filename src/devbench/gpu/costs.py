@@ -9,6 +9,7 @@ import contextlib
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from devbench.gpu import plan as P
 
@@ -118,27 +119,46 @@ def costs_from(path: Path) -> P.Costs:
         raise ValueError(f"--costs-from {path}: {exc}") from None
 
 
-def prices_source(repo: Path, model: str, costs_from: str | None) -> Path | None:
-    """What prices a plan's figures and builds at what a run took (``recorded_from``): ``--costs-from``'s plan.json;
-    else this machine's own journal (an earlier gpu-run here); else a committed run of the same GPU model
-    (``reports/gpu/*/plan.json`` whose costs name it, its journal beside it). None: the declared prices."""
+def prices_sources(repo: Path, model: str, costs_from: str | None) -> list[tuple[Path, bool]]:
+    """What prices a plan's figures and builds at what a run took (``recorded_from``), each with whether it is another
+    host's (whose CPU says nothing of this one: its GPU points alone are priced from it). ``--costs-from``'s
+    plan.json alone where given (the machine it describes is the one planned); else a committed run of the same GPU
+    model (the newest ``reports/gpu/*/plan.json`` whose costs name it, its journal beside it), then this machine's
+    own journal of earlier gpu-runs, which overrides it. Empty: the declared prices."""
     if costs_from:
-        return Path(costs_from)
+        return [(Path(costs_from), False)]
+    out: list[tuple[Path, bool]] = []
+    committed = []
+    for plan_json in sorted((repo / "reports" / "gpu").glob("*/plan.json")) if model else ():
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(plan_json.read_text())
+            costs = record.get("costs") if isinstance(record, dict) else None
+            journal = plan_json.with_name("journal.jsonl")
+            if isinstance(costs, dict) and costs.get("gpu_model") == model and journal.is_file():
+                committed.append((_newest(journal), plan_json))
+    if committed:
+        out.append((max(committed)[1], True))
     own = repo / ".asv" / "sweep" / "journal.jsonl"
     if own.is_file():
-        return own
-    for plan_json in sorted((repo / "reports" / "gpu").glob("*/plan.json")) if model else ():
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            if json.loads(plan_json.read_text())["costs"].get("gpu_model") == model:
-                if plan_json.with_name("journal.jsonl").is_file():
-                    return plan_json
-    return None
+        out.append((own, False))
+    return out
+
+
+def _newest(journal: Path) -> float:
+    """When the newest line of a journal was written (its ``t``), 0 where none says."""
+    for line in reversed(journal.read_text().splitlines()):
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            return float(json.loads(line)["t"])
+    return 0.0
 
 
 def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ...], float]]:
     """What a measuring process journaled: a ``journal.jsonl`` itself, or the one beside a gpu-run's plan.json, else
-    in the results.tgz beside it: the seconds each figure's sampling took, by selector, and each workload's build,
-    its check inside, by ``Point.built``; the newest of each. Nothing where none holds a journal."""
+    in the results.tgz beside it: the seconds each figure's sampling took, by selector (the newest), and each
+    workload's build, by ``Point.built`` (the slowest: a first build checks the workload, a later one in the same run
+    does not; one turned for another point, ``built_by``, what turning it took). Nothing where none holds a
+    journal."""
+    import math
     import tarfile
 
     lines: list[str] = []
@@ -161,43 +181,66 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
             seconds = float(rec["seconds"])
         except (ValueError, TypeError, KeyError, AttributeError):
             continue
+        if not math.isfinite(seconds) or seconds < 0:
+            continue
         if isinstance(rec.get("figure"), str) and "error" not in rec:
             figures[f"{rec['figure']}({', '.join(values)})" if values else rec["figure"]] = seconds
         elif isinstance(rec.get("built") or rec.get("beside"), str):  # a build, or one turned for another point
-            builds[("built", rec.get("built") or rec["beside"], *values)] = seconds
+            key = ("built", rec.get("built") or rec["beside"], *values)
+            builds[key] = max(seconds, builds.get(key, 0.0))
     return figures, builds
 
 
-def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], float]) -> tuple[int, int]:
-    """Price ``plan``'s swept points with what a recorded run of the same suite took (``recorded_from``): a figure
-    it measured, its sampling; the other points of its class, their estimate times what the class's recorded ones
-    took over theirs (within ``SCALE_RANGE``); a workload it built, its build, whose check it then pays no more.
-    Returns the points and the workloads priced from the record. Fit the plan again after."""
-    by_bench: dict[str, list[tuple[P.Point, float]]] = {}
-    shared: dict[str, list[str]] = {}  # a figure -> the figures that count its blocks another way
+def recorded(plan: P.Plan, sources: list[tuple[Path, bool]]) -> tuple[dict[str, float], dict[tuple[str, ...], float]]:
+    """``recorded_from`` of each of ``sources`` (``prices_sources``), later ones overriding earlier ones; another
+    host's record prices the points that need a GPU alone."""
+    gpu = {p.selector for p in plan.points if p.gpus} | {p.built for p in plan.points if p.gpus and p.built}
+    figures: dict[str, float] = {}
+    builds: dict[tuple[str, ...], float] = {}
+    for path, foreign in sources:
+        got_figures, got_builds = recorded_from(path)
+        figures.update({k: v for k, v in got_figures.items() if not foreign or k in gpu})
+        builds.update({k: v for k, v in got_builds.items() if not foreign or k in gpu})
+    return figures, builds
+
+
+def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], float],
+         same_blocks: dict[str, Any] | None = None) -> tuple[int, int]:  # fmt: skip
+    """Price ``plan``'s swept points with what a recorded run of the same suite took (``recorded``): a figure it
+    measured, its sampling; the other points of its class on the same kind of device, their estimate times what
+    the recorded ones took over theirs (within ``SCALE_RANGE``); a workload it built, its build, whose check it then
+    pays no more. Figures that count one set of blocks (``same_blocks``: ``spec.SAME_BLOCKS``) were sampled for
+    whichever was asked first: the one that samples them here is priced what the slowest of its group took,
+    whether or not the plan holds the others. Returns the points and the workloads priced from the record; fit
+    the plan again after."""
+    partners: dict[str, list[str]] = {}  # a figure -> the figures that count its blocks another way
+    for figure, partner in (same_blocks or {}).items():
+        partners.setdefault(partner[0] if isinstance(partner, tuple) else partner, []).append(figure)
+    groups: dict[tuple[str, bool], list[tuple[P.Point, float]]] = {}
     for p in plan.points:
         if p.swept and p.state != "skip":
-            by_bench.setdefault(_family(p), []).append((p, p.estimate_s))
-            if p.partner is not None:
-                shared.setdefault(p.partner, []).append(p.selector)
-    # the blocks of figures that share them were sampled for whichever was asked first: the figure that samples
-    # them here is priced what the slowest of the group took, its partners nothing more (their estimate's launch)
-    figures = {**figures, **{lead: max(figures.get(s, 0.0) for s in (lead, *others))
-                             for lead, others in shared.items() if any(s in figures for s in (lead, *others))}}
+            groups.setdefault((_family(p), bool(p.gpus)), []).append((p, p.estimate_s))
+
+    def took_s(p: P.Point) -> float | None:
+        group = [p.selector, *(f"{f}({', '.join(p.values)})" if p.values else f for f in partners.get(p.benchmark, ()))]
+        seen = [figures[s] for s in group if s in figures]
+        return max(seen) if seen else None
+
     priced, built = 0, set()
     launch = plan.costs.launch_s * plan.rounds
-    for points in by_bench.values():
-        seen = [(p, est) for p, est in points if p.selector in figures and p.partner is None]
+    for points in groups.values():
+        own = {id(p): took_s(p) for p, _ in points if p.partner is None}
+        seen = [(p, est) for p, est in points if own.get(id(p)) is not None]
         planned = sum(max(0.0, est - launch) for _, est in seen)
-        took = sum(figures[p.selector] * plan.rounds for p, _ in seen)
+        took = sum(own[id(p)] * plan.rounds for p, _ in seen)
         ratio = min(SCALE_RANGE[1], max(SCALE_RANGE[0], took / planned)) if planned > 0 and took > 0 else 1.0
         for p, est in points:
-            recorded = figures.get(p.selector) if p.partner is None else None
+            recorded_s = own.get(id(p))
             if p.partner is None:
-                p.estimate_s = launch + (recorded * plan.rounds if recorded is not None else (est - launch) * ratio)
-            else:  # sampled by its partner where both run; alone, as its benchmark's recorded points say
+                p.estimate_s = launch + (recorded_s * plan.rounds if recorded_s is not None else (est - launch) * ratio)
+            else:  # sampled by its partner where both run; alone, as its class's recorded points say
                 p.alone_s *= ratio
-            priced += recorded is not None
+            priced += recorded_s is not None
             if p.built in builds:
                 p.built_s, p.check = builds[p.built], None
                 built.add(p.built)

@@ -44,9 +44,9 @@ from devbench.gpu.costs import (
     costs_from,
     held_s,
     imprecise_from,
-    prices_source,
+    prices_sources,
     probe_costs,
-    recorded_from,
+    recorded,
     refit_margin,
     seed,
     stage_margin,
@@ -122,6 +122,12 @@ class Run:
 
     def left(self) -> float:
         return self.args.budget_s - (time.monotonic() - self.start)
+
+    def release(self) -> None:
+        """Let the held measuring process go; one that does not end (stuck in a driver call) stops the run."""
+        if self.holder is not None and self.holder.release():
+            self.stuck = "the measuring process of the earlier stages did not end (stuck in a driver call?)"
+            print(f"gpu-run: warning: {self.stuck}", flush=True)
 
     def stage(self, name: str, cmd: list[str], limit_s: float, estimate_s: float, log_path: Path | None = None,
               env: dict[str, str] | None = None) -> int:  # fmt: skip
@@ -206,18 +212,20 @@ def execute(args: argparse.Namespace) -> int:
 
     # what validate and the health lines read is never dropped; a twin (the same evidence in other units) goes first
     keep = frozenset(p.selector for p in spec.kept_points())
-    gpu_points = P.gpu_points(listing) if args.gpu_only else None
+    # --gpu-only: the points that need a GPU, and the records of the machine (the run record names what ran)
+    gpu_points = P.gpu_points(listing) | spec.RECORDS if args.gpu_only else None
     plan = P.make_plan(listing, lambda s: (only is None or only.search(s) is not None)
                        and (gpu_points is None or s in gpu_points), costs,
                        run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
                        sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
-    prices = prices_source(run.repo, costs.gpu_model, args.costs_from)
-    if prices is not None:  # what a measuring process took for each figure and build it made: priced so
-        figures, builds = seed(plan, *recorded_from(prices))
+    sources = prices_sources(run.repo, costs.gpu_model, args.costs_from)
+    if sources:  # what a measuring process took for each figure and build it made: priced so
+        figures, builds = seed(plan, *recorded(plan, sources), spec.SAME_BLOCKS)
         P.fit(plan, run.left() - reserve)
-        print(f"recorded by the measuring process of {prices}: {figures} figure(s) priced at their own sampling, "
-              f"{builds} workload(s) at their own build and check; the other points of their classes scaled alike",
-              flush=True)  # fmt: skip
+        if figures or builds:
+            print(f"recorded by the measuring process of {' and '.join(str(p) for p, _ in sources)}: {figures} "
+                  f"figure(s) priced at their own sampling, {builds} workload(s) at their own build and check; the "
+                  "other points of their classes scaled alike", flush=True)  # fmt: skip
     plan.first_estimate_s = plan.estimate_s()
     print(format_plan(plan), flush=True)
     write_plan(run, plan)
@@ -250,16 +258,24 @@ def uses_nccl(points: list[P.Point]) -> bool:
                for p in points)  # fmt: skip
 
 
-def apart_from_nccl(points: list[P.Point]) -> list[P.Point]:
-    """A stage's ``points`` without its swept ones where it starts NCCL worlds: a measuring process started there
-    would hold cuda:0, its context and cached memory, beside rank 0 (none at all under EXCLUSIVE_PROCESS), for as
-    long as it idles. They are dropped, and wait for a stage without worlds (the next fill)."""
-    if not uses_nccl(points) or not any(p.swept for p in points):
+#: why a point waits for a later stage of its own (``apart_from_nccl``)
+WAITS_WITHOUT_WORLDS = "waits for a stage without NCCL worlds (a measuring process there holds cuda:0 beside rank 0)"
+WAITS_AFTER_SWEPT = "waits for a fill after the swept GPU points (a world may hang: it goes last)"
+
+
+def apart_from_nccl(points: list[P.Point], last: bool = True) -> list[P.Point]:
+    """A stage's ``points`` without either its swept GPU points or its NCCL worlds where it holds both: a measuring
+    process started there would hold cuda:0, its context and cached memory, beside rank 0 (none at all under
+    EXCLUSIVE_PROCESS) for as long as it idles. The last stage (``last``), whose worlds are what it is for, leaves
+    the swept points to a fill; a fill leaves the worlds to the next one (they are what may hang). The points left
+    are dropped, with the reason."""
+    swept = [p for p in points if p.swept and p.gpus]
+    if not swept or not uses_nccl(points):
         return points
-    for p in points:
-        if p.swept:
-            p.state, p.reason = "dropped", "waits for a stage without NCCL worlds (its measuring process holds cuda:0)"
-    return [p for p in points if not p.swept]
+    later = swept if last else [p for p in points if uses_nccl([p])]
+    for p in later:
+        p.state, p.reason = "dropped", WAITS_WITHOUT_WORLDS if last else WAITS_AFTER_SWEPT
+    return [p for p in points if p not in later]
 
 
 def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list[P.Point], limit_s: float,
@@ -275,7 +291,7 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     if run.holder is not None and uses_nccl(points):
         # NCCL's rank 0 would share cuda:0 with the measuring process the earlier stages held, its context and
         # cached memory (on a GPU in EXCLUSIVE_PROCESS mode the rank gets no context at all): it goes first
-        run.holder.release()
+        run.release()
         plan.sweep_up = False
     elif run.holder is not None:
         env.update(run.holder.env())
@@ -286,11 +302,15 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
                      env=env)  # fmt: skip
     running[:] = []
     took = run.stages[-1]["actual_s"]
+    if code == STUCK_RC:  # not started: a process of an earlier stage is stuck
+        for p in points:
+            p.state, p.reason = "dropped", f"not started: {run.stuck}"
+        return code, raw, took
     for p in points:
         p.done = True
     plan.sweep_up |= run.holder is not None and any(p.swept for p in points)  # held for the stages after it
     if code == 124 and run.holder is not None:  # a figure cut mid-way: its measuring process ends with it
-        run.holder.release()
+        run.release()
         plan.sweep_up = False
     if code == 124:
         lost = summary.cut(points, run.stage_started, "the stage reached its time limit before asv finished it")
@@ -349,6 +369,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     # to themselves
     with sweep.held() as run.holder:
         failed = _asv_stages(run, plan, summary, reserve, python, machine, sha, running, takes, done)
+        run.release()  # before the tests and validate, which then have the GPU to themselves
     run.holder, plan.sweep_up = None, False
     tests_s, validate_s = held_s(plan.costs)
     if args.tests and (run.repo / "tests").is_dir():
@@ -369,7 +390,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
             break
         # a later fill holds what no stage priced from a run (families first met there): a quarter left free
         margin = stage_margin(plan, lambda p: True, refit_margin(done)) if n == 0 else REFIT_MARGIN
-        kept = apart_from_nccl(_refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, margin))
+        kept = apart_from_nccl(_refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, margin), last=False)
         if not kept:
             break
         code, _, _ = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done, plan), python, machine, sha,
@@ -378,9 +399,14 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         if code != 0:
             break
     for p in plan.points:
-        if p.state == "dropped" and p.reason in ("over the time budget", P.WAITS_FOR_FILL):
+        if p.state == "dropped" and p.reason in ("over the time budget", P.WAITS_FOR_FILL, WAITS_WITHOUT_WORLDS,
+                                                 WAITS_AFTER_SWEPT):  # fmt: skip
             p.reason = f"not started: {run.stuck}" if run.stuck else "no time left for it"
-    _smi(run.out / "smi-after.txt")
+    if run.stuck:  # nvidia-smi can hang on a GPU a stuck process holds, past any limit (its child cannot be killed)
+        (run.out / "smi-after.txt").write_text(f"nvidia-smi not run: {run.stuck}\n")
+    else:
+        _smi(run.out / "smi-after.txt")
+    failed |= bool(run.stuck)
     if plan.costs.gpus and not run.stuck:  # a GPU to judge, and no stuck process that its CUDA start could wait on
         print_health(run.repo, python, machine, sha)
     print_capped(run.repo / ".asv" / "sweep" / "journal.jsonl", run.started_at)
@@ -406,7 +432,7 @@ def _asv_stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python
             kept = [p for p in plan.kept() if not p.done and take(p)]
         else:
             kept = _refit(run, plan, room, _scale(done, plan), name, take, stage_margin(plan, take, refit_margin(done)))
-            kept = apart_from_nccl(P.defer_late(plan, kept, name, room, _scale(done, plan)))
+            kept = apart_from_nccl(P.defer_late(plan, kept, name, room, _scale(done, plan)), last=name == "last")
             if not kept and any(p.reason == P.WAITS_FOR_FILL for p in plan.points):
                 print(f"== asv {name}: left to the fill stage (too long for the {room:.0f} s before the tests)",
                       flush=True)  # fmt: skip

@@ -163,6 +163,7 @@ class Point:
     twin: bool = False  # repeats a kept figure's evidence (``spec.TWINS``): first to go within its tier
     keep: bool = False  # read by validate or the health lines (``spec.kept_points``): never dropped
     check: tuple[str, ...] | None = None  # the workload a GPU point checks once per run (its class and values)
+    gpus: int = 0  # the GPUs it needs (``needs``)
     done: bool = False  # an asv stage has run it (measured, failed or cut)
     swept: bool = False  # asks the stage's measuring process (a swept class's GPU point)
     #: the figure whose blocks it counts another way (``spec.SAME_BLOCKS``), and what it samples where that
@@ -299,7 +300,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             values = tuple(values)
             tier = 0 if is_headline(bench, values) else 1
             need, cores = needs(bench, values)
-            point = Point(name, idx, values, tuple(bench["param_names"]), tier, ranks[tier], 0.0)
+            point = Point(name, idx, values, tuple(bench["param_names"]), tier, ranks[tier], 0.0, gpus=need)
             if not pattern_ok(point.selector):
                 continue
             ranks[tier] += 1

@@ -82,8 +82,9 @@ def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tup
         _say_stuck(kill_session(proc.pid))
         proc.wait()
         raise
-    # a stage that ended by itself may still have left processes in its session (an orphaned world)
-    stuck = _say_stuck(kill_session(proc.pid, wait_s=1.0))
+    # a stage that ended by itself may still have left processes in its session (an orphaned world); one that is
+    # killed takes seconds to exit while the driver frees its GPU memory (tens of GB): not stuck for that
+    stuck = _say_stuck(kill_session(proc.pid, wait_s=10.0))
     return code, time.monotonic() - start, stuck
 
 

@@ -33,6 +33,10 @@ from typing import Any
 #: of the link, the memory or the datasheet (the H200 run: 88% of the PCIe link, 89% of HBM3e)
 LOW_SHARE = 0.7
 
+#: a dtype judged against another's achievable figure where the datasheet gives both one dense rate (the same
+#: tensor-core path): float16 against bfloat16's, the only one a public table gives
+HALF_TWINS = {"float16": "bfloat16"}
+
 #: a figure above this share of its expected figure is still ``ok``, with a note that the facts may be wrong
 ABOVE_SHARE = 1.1
 
@@ -330,9 +334,9 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple[str, 
         if found is not None and dtype in found.achievable:
             return Expected(found.achievable[dtype], f"achievable {dtype}, {found.achievable_source}")
         peak = found.peaks.get(dtype) if found is not None else None
-        twin = next((d for d in (found.achievable if found is not None else ()) if peak and found.peaks.get(d) == peak),
-                    None)  # fmt: skip
-        if twin is not None:  # float16 and bfloat16 share the tensor cores' datasheet rate on these GPUs
+        twin = HALF_TWINS.get(dtype, "")
+        if found is not None and twin in found.achievable and peak and found.peaks.get(twin) == peak:
+            # float16 and bfloat16 share the tensor cores' datasheet rate on these GPUs
             return Expected(found.achievable[twin], f"achievable {twin}, {found.achievable_source}; {dtype} has "
                                                     f"{twin}'s datasheet rate on this GPU ({peak:g} each)")  # fmt: skip
         if peak is None:
