@@ -299,23 +299,28 @@ def test_plan_blocks_spends_no_call_when_one_warm_call_is_known():
 
 
 def test_a_large_draw_is_kept_for_the_next_workload_of_its_size_and_each_caller_owns_its_copy(monkeypatch):
-    """MatmulSquare's dtypes and ParallelMatmul's lanes draw the same seeded normals: a large draw is made once and
-    kept (the newest, up to a cap); the values are the draw's whatever the cache holds, and writing into what one
-    caller got changes nothing another gets."""
+    """MatmulSquare's dtypes and ParallelMatmul's lanes draw the same seeded normals: a large draw converted or moved
+    is made once and kept (the newest, up to a cap); the values are the draw's whatever the cache holds, writing
+    into what one caller got changes nothing another gets, and a CPU float32 tensor is drawn afresh as before."""
     from devbench.engine import measure as M
 
     monkeypatch.setattr(M, "_DRAWN", {})
     monkeypatch.setattr(M, "DRAWN_MIN_BYTES", 1024)
     fresh = torch.randn((64, 64), generator=torch.Generator().manual_seed(7), dtype=torch.float32)
-    first = M.randn((64, 64), seed=7)
-    assert torch.equal(first, fresh) and list(M._DRAWN) == [((64, 64), 7)]
-    first.mul_(0)  # the caller's own copy
-    again = M.randn((64, 64), seed=7, dtype=torch.bfloat16)
-    assert torch.equal(again, fresh.to(torch.bfloat16)) and torch.equal(M.randn((64, 64), seed=7), fresh)
-    M.randn((8, 8), seed=1)  # under the size kept: made again each time
+    plain = M.randn((64, 64), seed=7)  # a CPU float32 tensor: drawn, not kept
+    assert torch.equal(plain, fresh) and not M._DRAWN
+    half = M.randn((64, 64), seed=7, dtype=torch.bfloat16)
+    assert torch.equal(half, fresh.to(torch.bfloat16)) and list(M._DRAWN) == [((64, 64), 7)]
+    half.mul_(0)  # the caller's own tensor
+    assert torch.equal(M.randn((64, 64), seed=7, dtype=torch.float16), fresh.to(torch.float16))
+    assert torch.equal(M.randn((64, 64), seed=7, dtype=torch.float64), fresh.double())
+    M.randn((8, 8), seed=1, dtype=torch.bfloat16)  # under the size kept: made again each time
     assert list(M._DRAWN) == [((64, 64), 7)]
-    monkeypatch.setattr(M, "DRAWN_BYTES", 64 * 64 * 4 * 2)  # room for two: the oldest goes
+    monkeypatch.setattr(M, "_drawn_cap", lambda: 64 * 64 * 4 * 2)  # room for two: the oldest goes
     for seed in (1, 2, 3):
-        M.randn((64, 64), seed=seed)
+        M.randn((64, 64), seed=seed, dtype=torch.bfloat16)
     assert list(M._DRAWN) == [((64, 64), 2), ((64, 64), 3)]
-    assert torch.equal(M.randn((64, 64), seed=1), torch.randn((64, 64), generator=torch.Generator().manual_seed(1)))
+    M.randn((128, 128), seed=4, dtype=torch.bfloat16)  # larger than the cap alone: not kept
+    assert list(M._DRAWN) == [((64, 64), 2), ((64, 64), 3)]
+    M.drop_draws()
+    assert not M._DRAWN and 0 < M._drawn_cap() <= M.DRAWN_BYTES

@@ -362,3 +362,30 @@ def test_a_plan_is_priced_from_this_machines_journal_over_a_committed_run_of_its
     figures, _ = recorded(plan, sources)
     assert figures == {"bench_m.Mat.track_time('cuda', 64)": 0.5,  # another host's record: its GPU points alone
                        "bench_m.Mat.track_time('cuda', 1024)": 0.25}  # fmt: skip
+
+
+def test_a_committed_run_prices_the_figure_that_counts_a_gpu_points_blocks_though_the_plan_leaves_it_out(tmp_path):
+    """Another host's record prices the GPU points alone, and with them the figures that count their blocks: the
+    plan holding only the figure whose blocks another sampled is priced what the sampling took."""
+    from devbench.gpu.costs import recorded, seed
+
+    journal = tmp_path / "journal.jsonl"
+    _journal(journal, [{"figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.0},
+                       {"figure": "bench_m.Mat.track_tflops", "params": ["cuda", 64], "seconds": 3.0}])  # fmt: skip
+    shared = {"bench_m.Mat.track_tflops": "bench_m.Mat.track_time"}
+    plan = P.make_plan(_swept(), lambda s: "track_tflops" not in s, COSTS, 1000, 0, same_blocks=shared)
+    figures, builds = recorded(plan, [(journal, True)], shared)
+    assert figures["bench_m.Mat.track_tflops('cuda', 64)"] == 3.0
+    seed(plan, figures, builds, shared)
+    lead = next(p for p in plan.points if p.selector == "bench_m.Mat.track_time('cuda', 64)")
+    assert lead.estimate_s == pytest.approx(COSTS.launch_s + 3.0)
+
+
+def test_the_newest_line_of_a_journal_dates_it_and_a_line_without_a_time_is_passed_over(tmp_path):
+    from devbench.gpu.costs import _newest
+
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text("")
+    assert _newest(journal) == 0.0
+    _journal(journal, [{"t": 5.0}, {"pid": 1}, {"t": float("nan")}])
+    assert _newest(journal) == 5.0

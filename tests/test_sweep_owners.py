@@ -258,3 +258,26 @@ def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finis
     while any(sweep.alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(sweep.alive(p) for p in pids), "the measuring process outlived the stage"
+
+
+def test_a_measuring_process_that_outlives_its_holder_is_reported_not_ended():
+    """A measuring process removes its socket before it exits, and its exit can hang in the driver: the holder goes
+    by its pid. One still alive when the wait ends is reported (gpu-run then starts nothing more)."""
+    import subprocess
+
+    from devbench.engine.owners import Holder, measuring_pids
+
+    holder = Holder()
+    owner = int(holder.env()[sweep.OWNER_ENV])
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "devbench.engine.measuring",
+                             f"/tmp/devbench-x/m{owner}-0.sock"])  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while fake.pid not in measuring_pids(owner) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert measuring_pids(owner) == [fake.pid] and measuring_pids(owner + 1) == []
+        assert holder.release(wait_s=0.5) is True  # still alive after the wait
+    finally:
+        fake.kill()
+        fake.wait()
+    assert holder.release() is False  # nothing held any more

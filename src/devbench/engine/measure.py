@@ -105,18 +105,28 @@ def spread_note(values: Sequence[float], warn: float = SPREAD_WARN) -> str | Non
 #: Seeded draws kept for the next workload of the same size: MatmulSquare's dtypes, ParallelMatmul's two lanes and
 #: their sequential twins, a GPU product and its CPU side in MatmulSpeedup draw the same normals, each an 8192 x
 #: 8192 draw 0.4 s on the 2-vCPU VM (four of them per product). The newest are kept, up to this many bytes (an
-#: 8192 product's four inputs and the smaller sizes asv runs between two dtypes), at most an eighth of the memory;
-#: draws under ``DRAWN_MIN_BYTES`` are made again (they take microseconds).
+#: 8192 product's four inputs and the smaller sizes asv runs between two dtypes), at most an eighth of the memory
+#: the process may use; draws under ``DRAWN_MIN_BYTES`` are made again (they take microseconds). A float32 tensor
+#: on the CPU is drawn afresh, as before: a copy of a kept draw would place its pages as the copy's threads touch
+#: them, not as the draw's one thread did, and a CPU product's figure could move with that.
 DRAWN_BYTES = 3 << 29
 DRAWN_MIN_BYTES = 4 << 20
 _DRAWN: dict[tuple[tuple[int, ...], int], torch.Tensor] = {}
 
 
 def _drawn_cap() -> int:
-    try:
-        return min(DRAWN_BYTES, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8)
-    except (ValueError, OSError, AttributeError):
-        return DRAWN_BYTES
+    """``DRAWN_BYTES``, at most an eighth of the memory this process may use (its cgroup's limit, else the RAM)."""
+    limits = [DRAWN_BYTES * 8]
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    with contextlib.suppress(ValueError, OSError):
+        limits.append(int(open("/sys/fs/cgroup/memory.max").read().strip()))  # "max" where unlimited: skipped
+    return min(limits) // 8
+
+
+def drop_draws() -> None:
+    """Forget the kept draws (``randn``): a measuring process idle for a while gives their memory back."""
+    _DRAWN.clear()
 
 
 def randn(
@@ -127,20 +137,23 @@ def randn(
     seed: int = SEED,
 ) -> torch.Tensor:
     """Seeded standard-normal tensor, made on the CPU (same values on every device); a large draw is kept for the
-    next call with the same shape and seed (``DRAWN_BYTES``). The caller owns what it gets (a copy)."""
+    next call with the same shape and seed that converts or moves it (``DRAWN_BYTES``). The caller owns what it
+    gets."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    fresh = dtype == torch.float32 and torch.device(device).type == "cpu"
     key = (shape, seed)
-    t = _DRAWN.pop(key, None)
+    t = None if fresh else _DRAWN.pop(key, None)
     if t is None:
         gen = torch.Generator().manual_seed(seed)
         t = torch.randn(shape, generator=gen, dtype=torch.float32)
-    if t.nbytes >= DRAWN_MIN_BYTES:  # kept, the newest last; the oldest go past the cap
+    if fresh:
+        return t
+    cap = _drawn_cap()
+    if DRAWN_MIN_BYTES <= t.nbytes <= cap:  # kept, the newest last; the oldest go past the cap
         _DRAWN[key] = t
-        cap = _drawn_cap()
-        while len(_DRAWN) > 1 and sum(d.nbytes for d in _DRAWN.values()) > cap:
+        while sum(d.nbytes for d in _DRAWN.values()) > cap:
             del _DRAWN[next(iter(_DRAWN))]
-    out = t.to(device=device, dtype=dtype)
-    return out.clone() if out is t else out  # a caller may write into its inputs
+    return t.to(device=device, dtype=dtype)  # a conversion or a copy to the device: never the kept tensor
 
 
 def default_threads() -> int:

@@ -216,6 +216,13 @@ def _environment(values: dict):
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
+def _drop_draws() -> None:
+    """The kept seeded draws (``measure.randn``) let go, where a workload loaded that module."""
+    measure = sys.modules.get("devbench.engine.measure")
+    if measure is not None:
+        measure.drop_draws()
+
+
 def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = IDLE_S) -> None:
     """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one (not under a holder, which
     bounds its life: a stage's search can keep it waiting longer), or a CUDA error; each build and figure appended
@@ -244,7 +251,8 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                 conn, _ = listener.accept()
             except TimeoutError:
                 if server.held is not None and time.monotonic() - last > EVICT_IDLE_S:
-                    server._evict()  # no request for a while: the workload's memory goes back
+                    server._evict()  # no request for a while: the workload's memory goes back, the draws' too
+                    _drop_draws()
                 continue
             with conn, conn.makefile("r") as lines:
                 line = lines.readline()

@@ -50,18 +50,37 @@ class Holder:
         return {OWNER_ENV: str(self.proc.pid)}
 
     def release(self, wait_s: float = 30.0) -> bool:
-        """End the owner and wait up to ``wait_s`` for its measuring processes to end; whether one did not (its
-        socket is still there: stuck in a driver call, or ending slower than that)."""
+        """End the owner and wait up to ``wait_s`` for its measuring processes to end; whether one did not (still
+        alive, or its socket still there: stuck in a driver call, or ending slower than that). A process removes
+        its socket before it exits, and an exit can hang in the driver: its pid, not its socket, says it ended."""
         proc, self.proc = self.proc, None
         if proc is None:
             return False
+        pids = measuring_pids(proc.pid)
         proc.stdin.close()
         proc.kill()  # a forked child may hold the pipe open as well: its end alone would not end the holder
         proc.wait()
         deadline = time.monotonic() + wait_s
-        while any(sockets().glob(f"m{proc.pid}-*.sock")) and time.monotonic() < deadline:
+
+        def left() -> bool:
+            return any(sockets().glob(f"m{proc.pid}-*.sock")) or any(alive(pid) for pid in pids)
+
+        while left() and time.monotonic() < deadline:
             time.sleep(0.05)
-        return any(sockets().glob(f"m{proc.pid}-*.sock"))
+        return left()
+
+
+def measuring_pids(owner: int) -> list[int]:
+    """The measuring processes ``owner`` owns (their command names a socket of it), from Linux's /proc; none
+    elsewhere."""
+    mark = f"{os.sep}m{owner}-".encode()
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError, ValueError):
+            text = cmdline.read_bytes()
+            if b"devbench.engine.measuring" in text and mark in text:
+                pids.append(int(cmdline.parent.name))
+    return pids
 
 
 @contextlib.contextmanager

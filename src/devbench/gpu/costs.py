@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -145,10 +146,17 @@ def prices_sources(repo: Path, model: str, costs_from: str | None) -> list[tuple
 
 
 def _newest(journal: Path) -> float:
-    """When the newest line of a journal was written (its ``t``), 0 where none says."""
-    for line in reversed(journal.read_text().splitlines()):
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            return float(json.loads(line)["t"])
+    """When the newest of a journal's last lines was written (its ``t``), 0 where none says."""
+    import math
+
+    with open(journal, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+        tail = f.read().decode(errors="replace").splitlines()
+    for line in reversed(tail):
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+            t = float(json.loads(line)["t"])
+            if math.isfinite(t):
+                return t
     return 0.0
 
 
@@ -191,10 +199,17 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
     return figures, builds
 
 
-def recorded(plan: P.Plan, sources: list[tuple[Path, bool]]) -> tuple[dict[str, float], dict[tuple[str, ...], float]]:
+def recorded(plan: P.Plan, sources: list[tuple[Path, bool]], same_blocks: dict[str, Any] | None = None,
+             ) -> tuple[dict[str, float], dict[tuple[str, ...], float]]:  # fmt: skip
     """``recorded_from`` of each of ``sources`` (``prices_sources``), later ones overriding earlier ones; another
-    host's record prices the points that need a GPU alone."""
+    host's record prices the points that need a GPU alone, with the figures that count their blocks
+    (``same_blocks``) whether the plan holds them or not."""
+    partners: dict[str, list[str]] = {}
+    for figure, partner in (same_blocks or {}).items():
+        partners.setdefault(partner[0] if isinstance(partner, tuple) else partner, []).append(figure)
     gpu = {p.selector for p in plan.points if p.gpus} | {p.built for p in plan.points if p.gpus and p.built}
+    gpu |= {f"{f}({', '.join(p.values)})" if p.values else f for p in plan.points if p.gpus
+            for f in partners.get(p.benchmark, ())}  # fmt: skip
     figures: dict[str, float] = {}
     builds: dict[tuple[str, ...], float] = {}
     for path, foreign in sources:

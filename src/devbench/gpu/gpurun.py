@@ -220,7 +220,7 @@ def execute(args: argparse.Namespace) -> int:
                        sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
     sources = prices_sources(run.repo, costs.gpu_model, args.costs_from)
     if sources:  # what a measuring process took for each figure and build it made: priced so
-        figures, builds = seed(plan, *recorded(plan, sources), spec.SAME_BLOCKS)
+        figures, builds = seed(plan, *recorded(plan, sources, spec.SAME_BLOCKS), spec.SAME_BLOCKS)
         P.fit(plan, run.left() - reserve)
         if figures or builds:
             print(f"recorded by the measuring process of {' and '.join(str(p) for p, _ in sources)}: {figures} "
@@ -302,7 +302,7 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
                      env=env)  # fmt: skip
     running[:] = []
     took = run.stages[-1]["actual_s"]
-    if code == STUCK_RC:  # not started: a process of an earlier stage is stuck
+    if run.stages[-1].get("note", "").startswith("not started"):  # a process of an earlier stage is stuck
         for p in points:
             p.state, p.reason = "dropped", f"not started: {run.stuck}"
         return code, raw, took

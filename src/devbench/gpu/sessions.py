@@ -45,7 +45,7 @@ def _zombie(pid: int) -> bool:
     return process_state(pid) == "Z"
 
 
-def kill_session(sid: int, wait_s: float = 5.0) -> list[int]:
+def kill_session(sid: int, wait_s: float = 10.0) -> list[int]:
     """SIGKILL every process of session ``sid`` until none is left (or ``wait_s`` passes); returns those left.
 
     A process group is not enough: asv starts its forkserver, each benchmark's process and each
@@ -75,17 +75,25 @@ def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tup
     try:
         code = proc.wait(timeout=max(1.0, timeout_s))
     except subprocess.TimeoutExpired:
-        stuck = _say_stuck(kill_session(proc.pid))
-        proc.wait()
+        stuck = _say_stuck(_reaped(proc, kill_session(proc.pid)))
         return 124, time.monotonic() - start, stuck
     except BaseException:
-        _say_stuck(kill_session(proc.pid))
-        proc.wait()
+        _say_stuck(_reaped(proc, kill_session(proc.pid)))
         raise
     # a stage that ended by itself may still have left processes in its session (an orphaned world); one that is
     # killed takes seconds to exit while the driver frees its GPU memory (tens of GB): not stuck for that
-    stuck = _say_stuck(kill_session(proc.pid, wait_s=10.0))
+    stuck = _say_stuck(kill_session(proc.pid))
     return code, time.monotonic() - start, stuck
+
+
+def _reaped(proc: subprocess.Popen, left: list[int]) -> list[int]:
+    """``left`` once the stage's leader is reaped, or with it where it does not end (stuck in the kernel: a wait
+    without a bound would hang the run)."""
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        return sorted(set(left) | {proc.pid})
+    return left
 
 
 def _say_stuck(left: list[int]) -> list[int]:
