@@ -199,14 +199,20 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
     return figures, builds
 
 
+def _partners(same_blocks: dict[str, Any] | None) -> dict[str, list[str]]:
+    """A figure -> the figures that count its blocks another way (``spec.SAME_BLOCKS``, read the other way)."""
+    out: dict[str, list[str]] = {}
+    for figure, partner in (same_blocks or {}).items():
+        out.setdefault(partner[0] if isinstance(partner, tuple) else partner, []).append(figure)
+    return out
+
+
 def recorded(plan: P.Plan, sources: list[tuple[Path, bool]], same_blocks: dict[str, Any] | None = None,
              ) -> tuple[dict[str, float], dict[tuple[str, ...], float]]:  # fmt: skip
     """``recorded_from`` of each of ``sources`` (``prices_sources``), later ones overriding earlier ones; another
     host's record prices the points that need a GPU alone, with the figures that count their blocks
     (``same_blocks``) whether the plan holds them or not."""
-    partners: dict[str, list[str]] = {}
-    for figure, partner in (same_blocks or {}).items():
-        partners.setdefault(partner[0] if isinstance(partner, tuple) else partner, []).append(figure)
+    partners = _partners(same_blocks)
     gpu = {p.selector for p in plan.points if p.gpus} | {p.built for p in plan.points if p.gpus and p.built}
     gpu |= {f"{f}({', '.join(p.values)})" if p.values else f for p in plan.points if p.gpus
             for f in partners.get(p.benchmark, ())}  # fmt: skip
@@ -228,9 +234,7 @@ def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], 
     whichever was asked first: the one that samples them here is priced what the slowest of its group took,
     whether or not the plan holds the others. Returns the points and the workloads priced from the record; fit
     the plan again after."""
-    partners: dict[str, list[str]] = {}  # a figure -> the figures that count its blocks another way
-    for figure, partner in (same_blocks or {}).items():
-        partners.setdefault(partner[0] if isinstance(partner, tuple) else partner, []).append(figure)
+    partners = _partners(same_blocks)
     groups: dict[tuple[str, bool], list[tuple[P.Point, float]]] = {}
     for p in plan.points:
         if p.swept and p.state != "skip":
