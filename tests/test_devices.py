@@ -137,6 +137,7 @@ def test_describe_reports_gpus_from_torch(monkeypatch):
     assert devices.gpu_summary(rec)["gpu"] == "2 x NVIDIA H100 80GB HBM3"
     table = cli.format_info(rec)
     assert "NVIDIA H100 80GB HBM3" in table and "0->1: yes" in table
+    assert "    GPU-0b42632a-bc5c, PCI 00000000:3B:00.0" in table  # the board CUDA's device 1 is
     # a link trained below its maximum is named, with what its copies are judged against
     rec["gpus"][1].update(pcie_gen=4, pcie_width=16, pcie_gen_max=5, pcie_width_max=16)
     table = cli.format_info(rec)

@@ -43,6 +43,8 @@ def format_info(record: dict[str, Any]) -> str:
                 f"{g['index']:>2}  {str(g.get('name')):<28} {mem:>10} {g.get('sm_count', '?'):>4} "
                 f"{g.get('compute_capability', '?'):>4}  {pcie:<24}"
             )
+            if g.get("uuid") or g.get("pci_bus_id"):  # which board CUDA's device is, under CUDA_VISIBLE_DEVICES too
+                lines.append(f"    {g.get('uuid') or 'uuid unknown'}, PCI {g.get('pci_bus_id') or 'unknown'}")
     if record.get("peer_access"):
         lines += ["", "peer access (P2P / NVLink):"]
         nvlink = record.get("nvlink_peers", {})
