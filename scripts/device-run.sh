@@ -48,9 +48,9 @@ git symbolic-ref HEAD refs/heads/main
 git reset -q "$commit" || exit 1
 echo "device-run: repository at $(git rev-parse --short HEAD), $(( $(date +%s) - start )) s to install"
 
-# the GPUs as the run will record them, CUDA's device 0 named by its UUID and PCI bus id (a set CUDA_VISIBLE_DEVICES,
-# an empty one too, is kept)
-CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-0}" python3 -m devbench.cli info || true
+# CUDA's device 0 (or the devices CUDA_VISIBLE_DEVICES names, an empty one too) named by its UUID and PCI bus id, as
+# the run's records key it; a minute at most
+CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-0}" timeout 60 python3 -m devbench.cli info || true
 
 budget=$(( ${BUDGET_S:-480} - ($(date +%s) - start) ))
 python3 -m devbench.cli gpu-run --machine "$machine" --budget-s "$budget" --out "$OUT" "$@"

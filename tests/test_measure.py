@@ -322,5 +322,7 @@ def test_a_large_draw_is_kept_for_the_next_workload_of_its_size_and_each_caller_
     assert list(M._DRAWN) == [((64, 64), 2), ((64, 64), 3)]
     M.randn((128, 128), seed=4, dtype=torch.bfloat16)  # larger than the cap alone: not kept
     assert list(M._DRAWN) == [((64, 64), 2), ((64, 64), 3)]
+    unconverted = M.randn((64, 64), seed=3, dtype=None)  # no conversion asked: a copy all the same
+    assert all(unconverted.data_ptr() != d.data_ptr() for d in M._DRAWN.values())
     M.drop_draws()
     assert not M._DRAWN and 0 < M._drawn_cap() <= M.DRAWN_BYTES

@@ -389,3 +389,23 @@ def test_the_newest_line_of_a_journal_dates_it_and_a_line_without_a_time_is_pass
     assert _newest(journal) == 0.0
     _journal(journal, [{"t": 5.0}, {"pid": 1}, {"t": float("nan")}])
     assert _newest(journal) == 5.0
+
+
+def test_figures_share_blocks_only_where_spec_says_they_do():
+    """HostDevice's time counts its GB/s' blocks at blocking copies alone: a non-blocking GB/s is priced its own
+    sampling, not the larger of its and the time's."""
+    from devbench.gpu.costs import seed
+
+    grid = ([["cuda"], ["blocking", "non_blocking"]], ["device", "mode"])
+    listing = {f"bench_c.Copy.{m}": _bench(f"bench_c.Copy.{m}", *grid, swept=True, sample_time=0.1)
+               for m in ("track_gbps", "track_time")}  # fmt: skip
+    shared = {"bench_c.Copy.track_time": ("bench_c.Copy.track_gbps", {"mode": ["blocking"]})}
+    plan = P.make_plan(listing, lambda s: True, COSTS, 1000, 0, same_blocks=shared)
+    figures = {f"bench_c.Copy.{m}('cuda', '{mode}')": s for m, mode, s in
+               (("track_gbps", "blocking", 0.5), ("track_time", "blocking", 2.0),
+                ("track_gbps", "non_blocking", 0.5), ("track_time", "non_blocking", 2.0))}  # fmt: skip
+    seed(plan, figures, {}, shared)
+    by = {p.selector: p for p in plan.points}
+    assert by["bench_c.Copy.track_gbps('cuda', 'blocking')"].estimate_s == pytest.approx(COSTS.launch_s + 2.0)
+    assert by["bench_c.Copy.track_gbps('cuda', 'non_blocking')"].estimate_s == pytest.approx(COSTS.launch_s + 0.5)
+    assert by["bench_c.Copy.track_time('cuda', 'non_blocking')"].estimate_s == pytest.approx(COSTS.launch_s + 2.0)

@@ -262,22 +262,57 @@ def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finis
 
 def test_a_measuring_process_that_outlives_its_holder_is_reported_not_ended():
     """A measuring process removes its socket before it exits, and its exit can hang in the driver: the holder goes
-    by its pid. One still alive when the wait ends is reported (gpu-run then starts nothing more)."""
+    by the pid it wrote beside its socket. One still alive when the wait ends is reported (gpu-run then starts
+    nothing more); one killed outright, its socket left behind, is not."""
     import subprocess
 
-    from devbench.engine.owners import Holder, measuring_pids
+    from devbench.engine.owners import Holder, measuring_pids, sockets
 
     holder = Holder()
     owner = int(holder.env()[sweep.OWNER_ENV])
-    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "devbench.engine.measuring",
-                             f"/tmp/devbench-x/m{owner}-0.sock"])  # fmt: skip
+    sockets().mkdir(parents=True, exist_ok=True)
+    pidfile, sock = sockets() / f"m{owner}-0.pid", sockets() / f"m{owner}-0.sock"
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        deadline = time.monotonic() + 10
-        while fake.pid not in measuring_pids(owner) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        pidfile.write_text(str(fake.pid))
+        sock.write_text("")  # left behind by a process killed outright
         assert measuring_pids(owner) == [fake.pid] and measuring_pids(owner + 1) == []
         assert holder.release(wait_s=0.5) is True  # still alive after the wait
+        holder.env()
+        owner = int(holder.env()[sweep.OWNER_ENV])
+        pidfile2 = sockets() / f"m{owner}-0.pid"
+        pidfile2.write_text(str(fake.pid))
+        (sockets() / f"m{owner}-0.sock").write_text("")
+        fake.kill()
+        fake.wait()
+        assert holder.release(wait_s=5.0) is False  # ended: its stale socket says nothing
     finally:
         fake.kill()
         fake.wait()
+        for f in sockets().glob(f"m{owner}-0.*"):
+            f.unlink()
+        pidfile.unlink(missing_ok=True)
+        sock.unlink(missing_ok=True)
     assert holder.release() is False  # nothing held any more
+
+
+def test_a_process_whose_main_thread_ended_while_another_runs_is_alive(tmp_path):
+    """Its main thread shows ``Z``; another thread still in the kernel (a driver call) keeps the process, and the GPU
+    it holds, alive."""
+    import subprocess
+
+    from devbench.engine.owners import alive, process_state
+
+    script = tmp_path / "z.py"
+    script.write_text("import ctypes, threading, time\nthreading.Thread(target=time.sleep, args=(30,)).start()\n"
+                      "time.sleep(0.2)\nctypes.CDLL(None).pthread_exit(None)\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 10
+        while process_state(proc.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_state(proc.pid) == "Z" and alive(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not alive(proc.pid)

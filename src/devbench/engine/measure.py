@@ -29,6 +29,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -120,7 +121,7 @@ def _drawn_cap() -> int:
     with contextlib.suppress(ValueError, OSError, AttributeError):
         limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     with contextlib.suppress(ValueError, OSError):
-        limits.append(int(open("/sys/fs/cgroup/memory.max").read().strip()))  # "max" where unlimited: skipped
+        limits.append(int(Path("/sys/fs/cgroup/memory.max").read_text().strip()))  # "max" where unlimited: skipped
     return min(limits) // 8
 
 
@@ -153,7 +154,8 @@ def randn(
         _DRAWN[key] = t
         while sum(d.nbytes for d in _DRAWN.values()) > cap:
             del _DRAWN[next(iter(_DRAWN))]
-    return t.to(device=device, dtype=dtype)  # a conversion or a copy to the device: never the kept tensor
+    out = t.to(device=device, dtype=dtype)  # a conversion or a copy to the device
+    return out.clone() if out is t else out  # never the kept tensor itself (a dtype of None keeps float32)
 
 
 def default_threads() -> int:

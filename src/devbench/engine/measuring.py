@@ -233,6 +233,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     ours = os.stat(path).st_ino
+    path.with_suffix(".pid").write_text(str(os.getpid()))  # a holder waits on this process, not on its socket
     listener.listen(4)
     listener.settimeout(1.0)
     last = time.monotonic()
@@ -244,15 +245,17 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
             if os.stat(path).st_ino == ours:  # another process's socket, started after this one's, stays
                 path.unlink()
                 path.with_suffix(".lock").unlink(missing_ok=True)
+                path.with_suffix(".pid").unlink(missing_ok=True)
 
     try:
         while alive(owner) and time.monotonic() - last < idle_s:
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
-                if server.held is not None and time.monotonic() - last > EVICT_IDLE_S:
-                    server._evict()  # no request for a while: the workload's memory goes back, the draws' too
-                    _drop_draws()
+                if time.monotonic() - last > EVICT_IDLE_S:  # no request for a while: the memory goes back
+                    if server.held is not None:
+                        server._evict()
+                    _drop_draws()  # the kept draws too, a failed or skipped set-up's among them
                 continue
             with conn, conn.makefile("r") as lines:
                 line = lines.readline()

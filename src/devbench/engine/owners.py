@@ -50,9 +50,10 @@ class Holder:
         return {OWNER_ENV: str(self.proc.pid)}
 
     def release(self, wait_s: float = 30.0) -> bool:
-        """End the owner and wait up to ``wait_s`` for its measuring processes to end; whether one did not (still
-        alive, or its socket still there: stuck in a driver call, or ending slower than that). A process removes
-        its socket before it exits, and an exit can hang in the driver: its pid, not its socket, says it ended."""
+        """End the owner and wait up to ``wait_s`` for its measuring processes to end; whether one did not (stuck
+        in a driver call, or ending slower than that). A process removes its socket before it exits, and its exit
+        can hang in the driver: the pid each wrote beside its socket says whether it ended; a socket, only where
+        none wrote one."""
         proc, self.proc = self.proc, None
         if proc is None:
             return False
@@ -63,7 +64,9 @@ class Holder:
         deadline = time.monotonic() + wait_s
 
         def left() -> bool:
-            return any(sockets().glob(f"m{proc.pid}-*.sock")) or any(alive(pid) for pid in pids)
+            if pids:
+                return any(alive(pid) for pid in pids)
+            return any(sockets().glob(f"m{proc.pid}-*.sock"))
 
         while left() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -71,15 +74,11 @@ class Holder:
 
 
 def measuring_pids(owner: int) -> list[int]:
-    """The measuring processes ``owner`` owns (their command names a socket of it), from Linux's /proc; none
-    elsewhere."""
-    mark = f"{os.sep}m{owner}-".encode()
+    """The measuring processes ``owner`` owns: the pids they wrote beside their sockets."""
     pids = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for path in sockets().glob(f"m{owner}-*.pid"):
         with contextlib.suppress(OSError, ValueError):
-            text = cmdline.read_bytes()
-            if b"devbench.engine.measuring" in text and mark in text:
-                pids.append(int(cmdline.parent.name))
+            pids.append(int(path.read_text().strip()))
     return pids
 
 
@@ -118,7 +117,18 @@ def alive(pid: int) -> bool:
         return not Path("/proc/self/stat").exists()  # reaped since the signal; without /proc, the signal's answer
     except (OSError, IndexError):
         return True
-    return state not in ("Z", "X")
+    if state not in ("Z", "X"):
+        return True
+    # the main thread ended; another may still be in the kernel (a driver call), the process with it
+    tasks = Path(f"/proc/{pid}/task").glob("*/stat")
+    return any(_task_state(t) not in ("Z", "X", "?") for t in tasks)
+
+
+def _task_state(stat: Path) -> str:
+    try:
+        return stat.read_text(errors="replace").rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 @contextlib.contextmanager
@@ -139,6 +149,7 @@ def _exit(path: Path, ours: int, code: int) -> None:
         if os.stat(path).st_ino == ours:
             path.unlink()
             path.with_suffix(".lock").unlink(missing_ok=True)
+            path.with_suffix(".pid").unlink(missing_ok=True)
     os._exit(code)
 
 

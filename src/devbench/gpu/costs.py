@@ -153,7 +153,7 @@ def _newest(journal: Path) -> float:
         f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
         tail = f.read().decode(errors="replace").splitlines()
     for line in reversed(tail):
-        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError, OverflowError):
             t = float(json.loads(line)["t"])
             if math.isfinite(t):
                 return t
@@ -187,7 +187,7 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
             rec = json.loads(line)
             values = tuple(repr(v) for v in rec.get("params", ()))
             seconds = float(rec["seconds"])
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
             continue
         if not math.isfinite(seconds) or seconds < 0:
             continue
@@ -199,12 +199,21 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
     return figures, builds
 
 
-def _partners(same_blocks: dict[str, Any] | None) -> dict[str, list[str]]:
-    """A figure -> the figures that count its blocks another way (``spec.SAME_BLOCKS``, read the other way)."""
-    out: dict[str, list[str]] = {}
+def _partners(same_blocks: dict[str, Any] | None) -> dict[str, list[tuple[str, dict]]]:
+    """A figure -> the figures that count its blocks another way, each with where (``{param: [values]}``; empty:
+    at every point): ``spec.SAME_BLOCKS`` read the other way."""
+    out: dict[str, list[tuple[str, dict]]] = {}
     for figure, partner in (same_blocks or {}).items():
-        out.setdefault(partner[0] if isinstance(partner, tuple) else partner, []).append(figure)
+        named, where = partner if isinstance(partner, tuple) else (partner, {})
+        out.setdefault(named, []).append((figure, where))
     return out
+
+
+def _sharing(p: P.Point, partners: dict[str, list[tuple[str, dict]]]) -> list[str]:
+    """The selectors of the figures that count ``p``'s blocks at its params (``_partners``)."""
+    at = dict(zip(p.names, p.values, strict=False))
+    return [f"{f}({', '.join(p.values)})" if p.values else f for f, where in partners.get(p.benchmark, ())
+            if all(at.get(k) in {repr(v) for v in vs} for k, vs in where.items())]  # fmt: skip
 
 
 def recorded(plan: P.Plan, sources: list[tuple[Path, bool]], same_blocks: dict[str, Any] | None = None,
@@ -214,8 +223,7 @@ def recorded(plan: P.Plan, sources: list[tuple[Path, bool]], same_blocks: dict[s
     (``same_blocks``) whether the plan holds them or not."""
     partners = _partners(same_blocks)
     gpu = {p.selector for p in plan.points if p.gpus} | {p.built for p in plan.points if p.gpus and p.built}
-    gpu |= {f"{f}({', '.join(p.values)})" if p.values else f for p in plan.points if p.gpus
-            for f in partners.get(p.benchmark, ())}  # fmt: skip
+    gpu |= {s for p in plan.points if p.gpus for s in _sharing(p, partners)}
     figures: dict[str, float] = {}
     builds: dict[tuple[str, ...], float] = {}
     for path, foreign in sources:
@@ -241,7 +249,7 @@ def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], 
             groups.setdefault((_family(p), bool(p.gpus)), []).append((p, p.estimate_s))
 
     def took_s(p: P.Point) -> float | None:
-        group = [p.selector, *(f"{f}({', '.join(p.values)})" if p.values else f for f in partners.get(p.benchmark, ()))]
+        group = [p.selector, *_sharing(p, partners)]
         seen = [figures[s] for s in group if s in figures]
         return max(seen) if seen else None
 

@@ -13,7 +13,7 @@ import subprocess
 import time
 from typing import Any
 
-from devbench.engine.owners import process_state
+from devbench.engine.owners import alive, process_state
 
 
 def session_pids(sid: int) -> list[int]:
@@ -41,8 +41,9 @@ def session_pids(sid: int) -> list[int]:
 
 
 def _zombie(pid: int) -> bool:
-    """Whether ``pid`` has exited and only waits to be reaped (it runs nothing and cannot be killed)."""
-    return process_state(pid) == "Z"
+    """Whether ``pid`` has exited and only waits to be reaped (it runs nothing and cannot be killed): every thread
+    of it, not its main one alone (another can still be in a driver call)."""
+    return not alive(pid)
 
 
 def kill_session(sid: int, wait_s: float = 10.0) -> list[int]:
@@ -93,7 +94,7 @@ def _reaped(proc: subprocess.Popen, left: list[int]) -> list[int]:
         proc.wait(timeout=5.0)
     except subprocess.TimeoutExpired:
         return sorted(set(left) | {proc.pid})
-    return left
+    return [pid for pid in left if alive(pid)]  # those that ended meanwhile are not stuck
 
 
 def _say_stuck(left: list[int]) -> list[int]:
