@@ -262,37 +262,41 @@ def test_a_stage_stopped_mid_sweep_keeps_the_figures_the_measuring_process_finis
 
 def test_a_measuring_process_that_outlives_its_holder_is_reported_not_ended():
     """A measuring process removes its socket before it exits, and its exit can hang in the driver: the holder goes
-    by the pid it wrote beside its socket. One still alive when the wait ends is reported (gpu-run then starts
-    nothing more); one killed outright, its socket left behind, is not."""
+    by the pid and start time it wrote beside its socket. One still alive when the wait ends is reported (gpu-run
+    then starts nothing more); one killed outright, its socket left behind, is not, nor is a pid given since to
+    another process."""
     import subprocess
 
-    from devbench.engine.owners import Holder, measuring_pids, sockets
+    from devbench.engine.owners import Holder, measuring_pids, sockets, started_at
 
     holder = Holder()
-    owner = int(holder.env()[sweep.OWNER_ENV])
     sockets().mkdir(parents=True, exist_ok=True)
-    pidfile, sock = sockets() / f"m{owner}-0.pid", sockets() / f"m{owner}-0.sock"
+    made: list[Path] = []
+
+    def measuring(pid_text: str) -> int:
+        """A fake measuring process of the holder's next owner: its pid file and a socket left behind."""
+        owner = int(holder.env()[sweep.OWNER_ENV])
+        for suffix, text in ((".pid", pid_text), (".sock", "")):
+            made.append(sockets() / f"m{owner}-0{suffix}")
+            made[-1].write_text(text)
+        return owner
+
     fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        pidfile.write_text(str(fake.pid))
-        sock.write_text("")  # left behind by a process killed outright
-        assert measuring_pids(owner) == [fake.pid] and measuring_pids(owner + 1) == []
+        owner = measuring(f"{fake.pid} {started_at(fake.pid)}")
+        assert measuring_pids(owner) == [(fake.pid, started_at(fake.pid))] and measuring_pids(owner + 1) == []
         assert holder.release(wait_s=0.5) is True  # still alive after the wait
-        holder.env()
-        owner = int(holder.env()[sweep.OWNER_ENV])
-        pidfile2 = sockets() / f"m{owner}-0.pid"
-        pidfile2.write_text(str(fake.pid))
-        (sockets() / f"m{owner}-0.sock").write_text("")
+        measuring(f"{fake.pid} 1")  # its pid, another start time: another process
+        assert holder.release(wait_s=0.5) is False
+        measuring(str(fake.pid))  # no start time written: the pid alone
         fake.kill()
         fake.wait()
         assert holder.release(wait_s=5.0) is False  # ended: its stale socket says nothing
     finally:
         fake.kill()
         fake.wait()
-        for f in sockets().glob(f"m{owner}-0.*"):
-            f.unlink()
-        pidfile.unlink(missing_ok=True)
-        sock.unlink(missing_ok=True)
+        for path in made:
+            path.unlink(missing_ok=True)
     assert holder.release() is False  # nothing held any more
 
 

@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 
 from devbench.engine import precision
-from devbench.engine.owners import OWNER_ENV, _end_with, _watchdog, alive
+from devbench.engine.owners import OWNER_ENV, _end_with, _watchdog, alive, pid_line
 from devbench.engine.sweep import (
     _EVICTED,
     _MEASURED,
@@ -233,7 +233,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     ours = os.stat(path).st_ino
-    path.with_suffix(".pid").write_text(str(os.getpid()))  # a holder waits on this process, not on its socket
+    path.with_suffix(".pid").write_text(pid_line())  # a holder waits on this process, not on its socket
     listener.listen(4)
     listener.settimeout(1.0)
     last = time.monotonic()

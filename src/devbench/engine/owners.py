@@ -64,8 +64,8 @@ class Holder:
         deadline = time.monotonic() + wait_s
 
         def left() -> bool:
-            if pids:
-                return any(alive(pid) for pid in pids)
+            if pids:  # the same process, not another given its pid since (its start time says)
+                return any(alive(pid) and started_at(pid) in (start, None) for pid, start in pids)
             return any(sockets().glob(f"m{proc.pid}-*.sock"))
 
         while left() and time.monotonic() < deadline:
@@ -73,13 +73,28 @@ class Holder:
         return left()
 
 
-def measuring_pids(owner: int) -> list[int]:
-    """The measuring processes ``owner`` owns: the pids they wrote beside their sockets."""
+def measuring_pids(owner: int) -> list[tuple[int, str | None]]:
+    """The measuring processes ``owner`` owns: the pid and start time each wrote beside its socket (``pid_line``)."""
     pids = []
     for path in sockets().glob(f"m{owner}-*.pid"):
-        with contextlib.suppress(OSError, ValueError):
-            pids.append(int(path.read_text().strip()))
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            words = path.read_text().split()
+            pids.append((int(words[0]), words[1] if len(words) > 1 else None))
     return pids
+
+
+def started_at(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks since boot (/proc/PID/stat's 22nd field), None where unknown: a pid and
+    its start time name one process, where the pid alone can be given to another after it ends."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text(errors="replace").rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def pid_line() -> str:
+    """This process's pid and start time, as a measuring process writes them beside its socket."""
+    return f"{os.getpid()} {started_at(os.getpid()) or ''}".strip()
 
 
 @contextlib.contextmanager
