@@ -86,10 +86,7 @@ def measuring_pids(owner: int) -> list[tuple[int, str | None]]:
 def started_at(pid: int) -> str | None:
     """When ``pid`` started, in clock ticks since boot (/proc/PID/stat's 22nd field), None where unknown: a pid and
     its start time name one process, where the pid alone can be given to another after it ends."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text(errors="replace").rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    return _stat_field(f"/proc/{pid}/stat", 19)
 
 
 def pid_line() -> str:
@@ -107,14 +104,24 @@ def held(wait_s: float = 30.0) -> Iterator[Holder]:
         holder.release(wait_s)
 
 
+def _stat(path: str | Path) -> list[str]:
+    """The fields of a /proc ``stat`` file after the command's closing parenthesis (the state first); raises
+    ``OSError`` where it cannot be read, ``IndexError`` where it is not one."""
+    return Path(path).read_text(errors="replace").rsplit(")", 1)[1].split()
+
+
+def _stat_field(path: str | Path, index: int) -> str | None:
+    """One of ``_stat``'s fields, None where unreadable."""
+    try:
+        return _stat(path)[index]
+    except (OSError, IndexError):
+        return None
+
+
 def process_state(pid: int) -> str:
     """A process's state letter from /proc (``D``: uninterruptible, in the kernel; ``Z``: ended, unreaped), ``?``
     where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
+    return _stat_field(f"/proc/{pid}/stat", 0) or "?"
 
 
 def alive(pid: int) -> bool:
@@ -127,7 +134,7 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     try:  # Linux: the state follows the command's closing parenthesis in /proc/PID/stat
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = _stat(f"/proc/{pid}/stat")[0]
     except (FileNotFoundError, ProcessLookupError):
         return not Path("/proc/self/stat").exists()  # reaped since the signal; without /proc, the signal's answer
     except (OSError, IndexError):
@@ -136,14 +143,7 @@ def alive(pid: int) -> bool:
         return True
     # the main thread ended; another may still be in the kernel (a driver call), the process with it
     tasks = Path(f"/proc/{pid}/task").glob("*/stat")
-    return any(_task_state(t) not in ("Z", "X", "?") for t in tasks)
-
-
-def _task_state(stat: Path) -> str:
-    try:
-        return stat.read_text(errors="replace").rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
+    return any(_stat_field(t, 0) not in ("Z", "X", None) for t in tasks)
 
 
 @contextlib.contextmanager

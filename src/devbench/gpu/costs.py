@@ -210,10 +210,11 @@ def _partners(same_blocks: dict[str, Any] | None) -> dict[str, list[tuple[str, d
 
 
 def _sharing(p: P.Point, partners: dict[str, list[tuple[str, dict]]]) -> list[str]:
-    """The selectors of the figures that count ``p``'s blocks at its params (``_partners``)."""
-    at = dict(zip(p.names, p.values, strict=False))
+    """The selectors of the figures that count ``p``'s blocks at its params (``_partners``; where, as the plan reads
+    it: ``declared._matches``)."""
+    bench = {"name": p.benchmark, "param_names": list(p.names)}
     return [f"{f}({', '.join(p.values)})" if p.values else f for f, where in partners.get(p.benchmark, ())
-            if all(at.get(k) in {repr(v) for v in vs} for k, vs in where.items())]  # fmt: skip
+            if P._matches(bench, p.values, where, "SAME_BLOCKS")]  # fmt: skip
 
 
 def recorded(plan: P.Plan, sources: list[tuple[Path, bool]], same_blocks: dict[str, Any] | None = None,
