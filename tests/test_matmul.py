@@ -112,6 +112,22 @@ def test_matmul_is_right_on_gpu(dtype):
     assert mm.check() < matmul.TOLERANCE[dtype]
 
 
+def test_a_cpu_product_is_checked_against_the_hosts_float64():
+    assert not Matmul(8, "float32", torch.device("cpu")).reference_on_device
+    assert Matmul(8, "float32", torch.device("cpu"), on_device=True).reference_on_device
+
+
+@pytest.mark.cuda
+def test_a_gpu_product_is_checked_against_float64_on_the_gpu(monkeypatch):
+    """Host-drawn inputs on a GPU: the float64 reference is computed there, and still catches a wrong product."""
+    mm = Matmul(512, "bfloat16", torch.device("cuda"))
+    assert mm.reference_on_device and mm.check() < matmul.TOLERANCE["bfloat16"]
+    real_mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b, out=None: real_mm(a, b, out=out).mul_(1.05))
+    with pytest.raises(AssertionError, match="n=512 bfloat16 on cuda.*relative error"):
+        mm.check()
+
+
 @pytest.mark.parametrize("block_s, warm_ups, kept", [(0.0, 0, True), (float("inf"), 1, False)])
 def test_a_check_call_as_long_as_a_block_is_the_warm_call(monkeypatch, block_s, warm_ups, kept):
     """The check's last call fills a block (block_s 0: by construction, no live timing): it is kept as the warm

@@ -97,15 +97,23 @@ class Matmul:
     sets: int = 2
     m: int | None = None
     k: int | None = None
-    #: inputs drawn by the device's own seeded generator, and the check's float64 reference computed there: a
-    #: search's dozens of shapes, where drawing gigabytes on the host and copying them back to check would cost
-    #: seconds a shape (a float64 product takes other units than the tensor cores timed)
+    #: inputs drawn by the device's own seeded generator (a search's dozens of shapes, where drawing gigabytes on
+    #: the host would cost seconds a shape); the check's float64 reference is computed where they are
+    #: (``reference_on_device``)
     on_device: bool = False
     #: seconds of one warm call when ``checked`` learned it from the check (a call long enough to
     #: fill a block on its own), else ``None``: what block sizing can start from without a call
     warm_call_s: float | None = field(default=None, init=False, repr=False)
     #: seconds of each call the last ``check`` made, in order (the first is cold)
     check_call_s: list[float] = field(default_factory=list, init=False, repr=False)
+
+    @property
+    def reference_on_device(self) -> bool:
+        """Whether the check's float64 product runs where the inputs are: on a CUDA device (its float64 units are
+        IEEE's, and a product of 128 rows there takes milliseconds where copying B back and converting it on the
+        host took about half a second a set at n=8192), and for inputs drawn on their device. A CPU product's
+        reference is the host's own."""
+        return self.on_device or self.device.type == "cuda"
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -182,7 +190,7 @@ class Matmul:
                 a, b = self.inputs[i]
                 picked = rows.to(self.device)
                 got = out[picked].double().cpu()
-                if self.on_device:  # the reference where the inputs are; the sampled rows alone come back
+                if self.reference_on_device:  # where the inputs are; the sampled rows alone come back
                     want = (a[picked].double() @ b.double()).cpu()
                 else:
                     want = a[picked].cpu().double() @ b.cpu().double()
