@@ -597,6 +597,19 @@ def test_costs_from_another_machines_plan_json_price_a_plan_here(tmp_path):
     from devbench.gpu.costs import TESTS_S, VALIDATE_S, held_s
 
     assert held_s(h200) == (h200.tests_s, h200.validate_s)
+    # --gpu-only validates the GPU's 8 figures of its 13: its log, from before validate timed each figure, gives
+    # each figure it measured an equal share; a log that times them gives each its own
+    assert {"matmul float32 n=256 cpu", "vs plain torch.mm (sustained)"} <= {label for label, _ in h200.validate_each}
+    assert len(h200.validate_each) == 13 and held_s(h200, gpu_only=True)[1] == pytest.approx(88.8 * 8 / 13)
+    timed = tmp_path / "timed"
+    timed.mkdir()
+    (timed / "plan.json").write_text('{"costs": {"launch_s": 0.01, "cuda_context_s": 0.3, "asv_call_s": 7, "gpus": 1},'
+                                     ' "stages": [{"stage": "validate", "actual_s": 60.0, "rc": 0}]}')  # fmt: skip
+    (timed / "validate.txt").write_text("  measuring matmul float32 n=256 cpu ... 20.5 s\n"
+                                        "  measuring host copy 1 MiB ... 4.5 s\n"
+                                        "  measuring pinned h2d 256 MiB ... 30.0 s\nfigure  unit\n")  # fmt: skip
+    assert held_s(costs_from(timed / "plan.json"), gpu_only=True)[1] == pytest.approx(60.0 - 20.5 - 4.5)
+    assert held_s(costs_from(timed / "plan.json"))[1] == pytest.approx(60.0)
     cut = tmp_path / "cut.json"  # a stage that did not end is no measure of what it takes
     cut.write_text('{"costs": {"launch_s": 0.01, "cuda_context_s": 0.3, "asv_call_s": 7, "gpus": 1}, '
                    '"stages": [{"stage": "validate", "actual_s": 4.0, "rc": 124}]}')  # fmt: skip

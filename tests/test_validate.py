@@ -187,3 +187,38 @@ def test_gpu_subset_holds_the_bare_torch_mm_reference():
     assert [c.reference for c in bf16] == ["workload", "plain_mm"]
     assert len({c.label for c in checks(gpu=True)}) == len(checks(gpu=True))  # labels key the suite figures
     assert all(c.reference == "workload" for c in checks(gpu=False))
+
+
+def test_gpu_only_measures_the_gpu_figures_alone_and_logs_what_each_took(monkeypatch, capsys, tmp_path):
+    """``gpu-run --gpu-only`` validates what it ran: the CPU's figures are left out before anything is measured, and
+    each measured figure's line ends with its seconds, which gpu-run's pricing of a later run reads back."""
+    every = V.checks(gpu=True)
+    monkeypatch.setattr("devbench.engine.devices.num_gpus", lambda: 1)
+    measured = []
+
+    def measure(check, min_run_time, rounds):
+        measured.append(check.label)
+        return V.Measured(timer=10.0, method=10.0, events=10.0)
+
+    monkeypatch.setattr(V, "measure", measure)
+
+    class Loaded:
+        frame = _frame([{"benchmark": c.benchmark, "params": c.params, "value": 10.0} for c in every])
+
+    monkeypatch.setattr("devbench.report.load.load_results", lambda *a, **k: Loaded())
+    assert V.main(["--machine", "vm", "--gpu-only"]) == V.EXIT_OK
+    assert measured == [c.label for c in every if c.needs_gpu] and len(measured) < len(every)
+    log = tmp_path / "validate.txt"
+    log.write_text(capsys.readouterr().err)
+    from devbench.gpu.costs import validate_each
+
+    each = validate_each(log, 99.0)
+    assert [label for label, _ in each] == [c.label.strip() for c in every if c.needs_gpu]
+    assert all(0.0 <= s < 99.0 / len(each) for _, s in each)  # its own seconds, not a share of the stage's
+
+
+def test_gpu_only_without_a_gpu_is_refused(monkeypatch, capsys, empty_vm_results):
+    monkeypatch.setattr("devbench.engine.devices.num_gpus", lambda: 0)
+    monkeypatch.setattr("devbench.report.load.load_results", lambda *a, **k: None)
+    assert V.main(["--results", empty_vm_results, "--machine", "vm", "--gpu-only"]) == V.EXIT_NO_RESULTS
+    assert "--gpu-only, but torch sees no CUDA GPU here" in capsys.readouterr().err

@@ -29,6 +29,7 @@ import argparse
 import math
 import statistics
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -269,6 +270,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rounds", type=int, default=7, help="alternating rounds of reference and method per figure (default: 7)"
     )
+    p.add_argument("--gpu-only", action="store_true",
+                   help="only the figures measured on a GPU (what `devbench gpu-run --gpu-only` ran)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -295,7 +298,10 @@ def run(args: argparse.Namespace) -> int:
     from devbench.engine.measure import default_threads, threads_pinned
 
     threads = default_threads()
-    wanted = checks(gpu=num_gpus() > 0)
+    if args.gpu_only and not num_gpus():
+        print("devbench validate: error: --gpu-only, but torch sees no CUDA GPU here", file=sys.stderr)
+        return EXIT_NO_RESULTS
+    wanted = [c for c in checks(gpu=num_gpus() > 0) if c.needs_gpu or not args.gpu_only]
     figures = suite_figures(loaded.frame, machine, wanted)
     missing = [c.label for c in wanted if c.label not in figures]
     if not figures:
@@ -314,8 +320,11 @@ def run(args: argparse.Namespace) -> int:
         for c in wanted:
             if c.label not in figures:
                 continue
-            print(f"  measuring {c.label} ...", file=sys.stderr, flush=True)
+            print(f"  measuring {c.label} ...", end="", file=sys.stderr, flush=True)
+            started = time.perf_counter()
             now = measure(c, args.min_run_time, args.rounds)
+            # its seconds end the line: gpu-run prices a later run's validate of a subset from them
+            print(f" {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
             value, commit = figures[c.label]
             rows.append(Row(c.label, c.unit, value, now.timer, now.events, commit, now.method, now.held))
     print(format_table(rows, args.tolerance))

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -112,10 +113,12 @@ def costs_from(path: Path) -> P.Costs:
     # what its CUDA tests and validate took, where they ran to the end: held back for them instead of the defaults
     took = {s.get("stage"): s.get("actual_s") for s in record.get("stages") or [] if isinstance(s, dict)
             and s.get("rc") in (0, 5, VALIDATE_DRIFT) and isinstance(s.get("actual_s"), int | float)}  # fmt: skip
+    validate_s = took.get("validate", 0.0)
+    each = validate_each(path.parent / "validate.txt", validate_s) if validate_s else ()
     try:
         # another machine's search cache says nothing of this plan's machine: its searches are priced whole
-        return P.Costs.from_record({**costs, "tests_s": took.get("cuda tests", 0.0),
-                                    "validate_s": took.get("validate", 0.0), "cached_searches": ()})  # fmt: skip
+        return P.Costs.from_record({**costs, "tests_s": took.get("cuda tests", 0.0), "validate_s": validate_s,
+                                    "validate_each": each, "cached_searches": ()})  # fmt: skip
     except (TypeError, ValueError) as exc:
         raise ValueError(f"--costs-from {path}: {exc}") from None
 
@@ -323,13 +326,45 @@ def _imprecise_in(data, names: set[str], value_at, min_samples: int, rel: float)
     return out
 
 
-def held_s(costs: P.Costs) -> tuple[float, float]:
-    """Seconds held back for the CUDA tests and validate: what a recorded run took, else the defaults."""
-    return costs.tests_s or TESTS_S, costs.validate_s or VALIDATE_S
+#: a line of validate's log: a figure it measured, and since it times them, the seconds that took
+_MEASURED = re.compile(r"^\s*measuring (?P<label>.+?) \.\.\.(?: (?P<s>\d+(?:\.\d+)?) s)?\s*$")
+
+
+def validate_each(log: Path, total_s: float) -> tuple[tuple[str, float], ...]:
+    """``(label, seconds)`` of each figure a recorded validate measured (``log``: its output, ``total_s``: what its
+    stage took): each line's own seconds where every line has them, else an equal share of ``total_s`` each (a
+    log from before validate timed its figures). Empty where there is no log."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ()
+    found = [m for m in map(_MEASURED.match, lines) if m]
+    if not found:
+        return ()
+    if all(m["s"] for m in found):
+        return tuple((m["label"].strip(), float(m["s"])) for m in found)
+    return tuple((m["label"].strip(), total_s / len(found)) for m in found)
+
+
+def held_s(costs: P.Costs, gpu_only: bool = False) -> tuple[float, float]:
+    """Seconds held back for the CUDA tests and validate: what a recorded run took, else the defaults. With
+    ``gpu_only`` validate measures its GPU figures alone (``validate --gpu-only``): less the seconds the recorded
+    one spent on the others, else its share of them."""
+    tests, validate = costs.tests_s or TESTS_S, costs.validate_s or VALIDATE_S
+    if not gpu_only:
+        return tests, validate
+    from devbench.validate import checks
+
+    every = checks(gpu=True)
+    others = {c.label.strip() for c in every if not c.needs_gpu}
+    each = dict(costs.validate_each)
+    if each:
+        return tests, max(0.0, validate - sum(s for label, s in each.items() if label in others))
+    return tests, validate * (len(every) - len(others)) / len(every)
 
 
 def sum_reserves(args: argparse.Namespace, costs: P.Costs) -> float:
-    tests, validate = held_s(costs)
+    tests, validate = held_s(costs, args.gpu_only)
     return (tests if args.tests else 0.0) + (validate if args.validate else 0.0)
 
 

@@ -371,7 +371,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         failed = _asv_stages(run, plan, summary, reserve, python, machine, sha, running, takes, done)
         run.release()  # before the tests and validate, which then have the GPU to themselves
     run.holder, plan.sweep_up = None, False
-    tests_s, validate_s = held_s(plan.costs)
+    tests_s, validate_s = held_s(plan.costs, args.gpu_only)
     if args.tests and (run.repo / "tests").is_dir():
         code = run.stage("cuda tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"],
                          run.left() - PACK_S - (validate_s if args.validate else 0), tests_s,
@@ -379,7 +379,8 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         failed |= code not in (0, 5)  # 5: no test selected (none needs CUDA in this tree)
         summary.save()
     if args.validate:
-        code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine],
+        only = ["--gpu-only"] if args.gpu_only else []  # the CPU's figures were not measured by this run
+        code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine, *only],
                          run.left() - PACK_S, validate_s, log_path=run.out / "validate.txt")  # fmt: skip
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
     # what the tests and validate left: the points still dropped, fitted into it; again while a stage's time is

@@ -105,6 +105,9 @@ class Costs:
     #: gpu-run holds its defaults back for them
     tests_s: float = 0.0
     validate_s: float = 0.0
+    #: ``(label, seconds)`` of each figure that recorded validate measured (its log beside the plan.json): a run
+    #: that validates fewer (``--gpu-only``) holds back less
+    validate_each: tuple[tuple[str, float], ...] = ()
 
     @property
     def sweep_start_s(self) -> float:
@@ -125,11 +128,13 @@ class Costs:
                 fields[name] = tuple(fields[name])
         if "expected_searches" in fields:
             fields["expected_searches"] = searches_of(fields["expected_searches"])
+        if "validate_each" in fields:
+            fields["validate_each"] = searches_of(fields["validate_each"])
         return cls(**fields)
 
 
 def searches_of(value: Any) -> tuple[tuple[str, float], ...]:
-    """``Costs.expected_searches`` from the probe's mapping or a plan.json's pairs."""
+    """``(name, seconds)`` pairs (``Costs.expected_searches``, ``validate_each``) from a mapping or a plan.json."""
     pairs = value.items() if isinstance(value, dict) else value
     return tuple(sorted((str(k), float(v)) for k, v in pairs))
 
