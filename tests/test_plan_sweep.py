@@ -1,6 +1,8 @@
 """How the plan prices what the measuring process runs (``devbench.gpu.plan``, ``devbench.engine.sweep``), and the
 achievable search that starts from a model's known best shape."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -98,14 +100,21 @@ def test_a_known_shape_is_searched_with_its_neighbours_and_the_squares_only():
     assert A.known_shapes(torch.device("cpu"), "bfloat16") == []
 
 
-def test_a_point_that_reads_its_setup_caches_sweep_is_priced_no_cuda_context():
+def test_a_point_that_reads_its_setup_caches_sweep_is_priced_no_cuda_context_and_no_check():
+    """A world's readers make no CUDA context and check nothing: the world checked every op in its sweep."""
     grid = ([["nccl"], [2]], ["backend", "world"])
     reader = _bench("bench_c.Coll.track_busbw", *grid, plan_setup_s=0.0, plan_s=0.0, figures_in_setup_cache=True)
     other = _bench("bench_c.Other.track_x", *grid, plan_setup_s=0.0, plan_s=0.0)
-    plan = P.make_plan({b["name"]: b for b in (reader, other)}, lambda s: True, COSTS, budget_s=1000, reserve_s=0)
-    by = {p.benchmark: p.estimate_s for p in plan.points}
-    assert by["bench_c.Coll.track_busbw"] == pytest.approx(COSTS.launch_s)
-    assert by["bench_c.Other.track_x"] == pytest.approx(COSTS.launch_s + COSTS.cuda_context_s)
+    costs = dataclasses.replace(COSTS, gpu_check_s=0.25)
+    plan = P.make_plan({b["name"]: b for b in (reader, other)}, lambda s: True, costs, budget_s=1000, reserve_s=0)
+    by = {p.benchmark: p for p in plan.points}
+    assert by["bench_c.Coll.track_busbw"].estimate_s == pytest.approx(COSTS.launch_s)
+    assert by["bench_c.Other.track_x"].estimate_s == pytest.approx(COSTS.launch_s + COSTS.cuda_context_s)
+    assert by["bench_c.Coll.track_busbw"].check is None and by["bench_c.Other.track_x"].check is not None
+    alone = plan.estimate_s(points=[by["bench_c.Coll.track_busbw"]])
+    assert plan.estimate_s(points=list(by.values())) == pytest.approx(
+        alone + plan.estimate_s(points=[by["bench_c.Other.track_x"]]) - costs.asv_call_s)
+    assert alone == pytest.approx(costs.asv_call_s + COSTS.launch_s)  # no check priced
 
 
 def test_with_the_cpu_switched_onto_the_measuring_process_its_points_are_priced_as_a_gpus():

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from devbench import validate as V
+from devbench.records import spec
 
 
 def _frame(rows):
@@ -193,6 +194,8 @@ def test_gpu_only_measures_the_gpu_figures_alone_and_logs_what_each_took(monkeyp
     """``gpu-run --gpu-only`` validates what it ran: the CPU's figures are left out before anything is measured, and
     each measured figure's line ends with its seconds, which gpu-run's pricing of a later run reads back."""
     every = V.checks(gpu=True)
+    assert len(every) == len(spec.VALIDATED_CPU) + len(spec.VALIDATED_GPU) + 1  # as gpu-run's held_s counts them
+    assert [c.label for c in every if not c.needs_gpu] == [p.label for p in spec.VALIDATED_CPU]
     monkeypatch.setattr("devbench.engine.devices.num_gpus", lambda: 1)
     measured = []
 

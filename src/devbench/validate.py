@@ -69,14 +69,7 @@ class Check:
 def checks(gpu: bool) -> list[Check]:
     """The subset for a machine with or without a GPU; the GPU figures are ``spec.VALIDATED_GPU``, which
     ``devbench gpu-run`` never drops."""
-    out = [
-        Check(f"matmul float32 n={n} cpu", spec.MATMUL_TFLOPS, {"device": "cpu", "dtype": "float32", "n": n})
-        for n in (256, 1024, 4096)
-    ]
-    out += [
-        Check(f"host copy {spec.size_label(nbytes)}", spec.DEVICE_COPY_GBPS, {"device": "cpu", "nbytes": nbytes})
-        for nbytes in (spec.MiB, 64 * spec.MiB)
-    ]
+    out = [Check(p.label, p.figure, dict(p.values)) for p in spec.VALIDATED_CPU]
     if gpu:
         out += [Check(p.label, p.figure, dict(p.values), True) for p in spec.VALIDATED_GPU]
         bf16 = next(p for p in spec.VALIDATED_GPU if p.values.get("dtype") == "bfloat16")

@@ -353,14 +353,14 @@ def held_s(costs: P.Costs, gpu_only: bool = False) -> tuple[float, float]:
     tests, validate = costs.tests_s or TESTS_S, costs.validate_s or VALIDATE_S
     if not gpu_only:
         return tests, validate
-    from devbench.validate import checks
+    from devbench.records.spec import VALIDATED_CPU, VALIDATED_GPU
 
-    every = checks(gpu=True)
-    others = {c.label.strip() for c in every if not c.needs_gpu}
+    others = {p.label for p in VALIDATED_CPU}
     each = dict(costs.validate_each)
     if each:
         return tests, max(0.0, validate - sum(s for label, s in each.items() if label in others))
-    return tests, validate * (len(every) - len(others)) / len(every)
+    every = len(VALIDATED_CPU) + len(VALIDATED_GPU) + 1  # and the GPU's bf16 product against a plain torch.mm
+    return tests, validate * (every - len(others)) / every
 
 
 def sum_reserves(args: argparse.Namespace, costs: P.Costs) -> float:

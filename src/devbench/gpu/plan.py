@@ -332,7 +332,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             point.late = is_late(bench, values)
             point.twin = name in twins
             point.keep = point.selector in keep
-            if need and costs.gpu_check_s:
+            # a point that reads its set-up cache's sweep checks nothing itself: the world checked every op there
+            if need and costs.gpu_check_s and not bench.get("figures_in_setup_cache"):
                 point.check = (name.rsplit(".", 1)[0], *values)
             if bench.get("swept") and (need or sweep_cpu):  # a fork that asks; the workload built once for its figures
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process

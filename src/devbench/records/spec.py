@@ -268,7 +268,15 @@ HEALTH_POINTS: tuple[tuple[Point, str], ...] = (
            "all_reduce busbw, 2 GPUs"), "busbw"),
 )  # fmt: skip
 
-#: The GPU figures ``devbench validate`` cross-checks (beside the CPU ones it builds for every machine).
+#: The figures ``devbench validate`` cross-checks on every machine (the CPU's), and on a GPU too (``VALIDATED_GPU``).
+VALIDATED_CPU: tuple[Point, ...] = (
+    *(Point(MATMUL_TFLOPS, {"device": "cpu", "dtype": "float32", "n": n}, f"matmul float32 n={n} cpu")
+      for n in (256, 1024, 4096)),
+    *(Point(DEVICE_COPY_GBPS, {"device": "cpu", "nbytes": nbytes}, f"host copy {size_label(nbytes)}")
+      for nbytes in (MiB, 64 * MiB)),
+)  # fmt: skip
+
+#: The GPU figures ``devbench validate`` cross-checks.
 VALIDATED_GPU: tuple[Point, ...] = (
     *(Point(MATMUL_TFLOPS, {"device": "cuda", "dtype": "float32", "n": n}, f"matmul float32 n={n} cuda")
       for n in (256, 1024, 4096)),
