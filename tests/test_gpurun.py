@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from devbench.gpu import gpurun, plantext
 from devbench.gpu import plan as P
-from devbench.gpu import plantext
 from devbench.gpu.gpurun import selection_regex
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -207,10 +207,10 @@ def _project(tmp: Path) -> Path:
     return repo
 
 
-def _gpu_run(tmp_path, repo, *argv):
+def _gpu_run(tmp_path, repo, *argv, validate=False):
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "devbench.cli", "gpu-run", "--repo", str(repo), "--machine", "cpu-box",
-           "--no-tests", "--no-validate", *argv]  # fmt: skip
+           "--no-tests", *([] if validate else ["--no-validate"]), *argv]  # fmt: skip
     done = run_group(cmd, timeout=300, cwd=repo, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
@@ -237,6 +237,18 @@ def test_a_budget_too_short_keeps_each_benchmarks_first_point_and_names_the_rest
     # LogNorms: 8 CPU points per method run here (n=1,024 is declared GPU-only); TinyOp: 2; each keeps its first
     assert sum(s == "dropped" for s in states.values()) == 8 + 8 + 2 - 3
     assert not (out / "results.tgz").exists()  # a plan only: nothing run, nothing packed
+
+
+@pytest.mark.slow
+def test_gpu_only_without_a_gpu_leaves_validate_out_and_holds_nothing_for_it(tmp_path):
+    """``validate --gpu-only`` refuses a machine without a GPU, and the CPU's figures are not this run's: gpu-run
+    says so before planning and holds back only the packing (the tests are off)."""
+    repo = _project(tmp_path)
+    out = tmp_path / "plan"
+    text = _gpu_run(tmp_path, repo, "--gpu-only", "--bench", "TinyOp", "--budget-s", "60", "--plan-only", "--out",
+                    str(out), validate=True)  # fmt: skip
+    assert "--gpu-only without a CUDA GPU: validate has no figure of this run to check; left out" in text
+    assert json.loads((out / "plan.json").read_text())["reserve_s"] == pytest.approx(gpurun.PACK_S)
 
 
 @pytest.mark.slow

@@ -189,6 +189,10 @@ def execute(args: argparse.Namespace) -> int:
             print(f"described machine: {gpus} GPU(s), {costs.cores} cores", flush=True)
     else:
         costs = probe_costs(python, run.repo, None if args.plan_only else machine)
+    if args.gpu_only and args.validate and not costs.gpus:  # validate --gpu-only would refuse: no GPU figure here
+        args.validate = False
+        print("gpu-run: --gpu-only without a CUDA GPU: validate has no figure of this run to check; left out",
+              flush=True)  # fmt: skip
     from devbench.records import expected
 
     known = expected.model(costs.gpu_model)  # a model searched before: its short search is what the plan prices
