@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -247,8 +248,21 @@ def test_gpu_only_without_a_gpu_leaves_validate_out_and_holds_nothing_for_it(tmp
     out = tmp_path / "plan"
     text = _gpu_run(tmp_path, repo, "--gpu-only", "--bench", "TinyOp", "--budget-s", "60", "--plan-only", "--out",
                     str(out), validate=True)  # fmt: skip
-    assert "--gpu-only without a CUDA GPU: validate has no figure of this run to check; left out" in text
+    assert "validate left out: --gpu-only without a CUDA GPU: no figure of this run to check" in text
     assert json.loads((out / "plan.json").read_text())["reserve_s"] == pytest.approx(gpurun.PACK_S)
+
+
+def test_validate_is_left_out_where_it_would_check_nothing_the_run_measures():
+    from devbench.gpu.costs import validates_nothing
+    from devbench.records import spec
+
+    cpu, gpu = spec.VALIDATED_CPU[0].selector, spec.VALIDATED_GPU[0].selector
+    assert validates_nothing(False, 1, lambda s: True) is None
+    assert validates_nothing(True, 0, lambda s: True).startswith("--gpu-only without a CUDA GPU")
+    assert validates_nothing(False, 0, lambda s: s == gpu) == "none of the figures it checks is in this run's selection"
+    assert validates_nothing(True, 1, lambda s: s == cpu) == "none of the figures it checks is in this run's selection"
+    assert validates_nothing(True, 1, lambda s: s == gpu) is None
+    assert validates_nothing(False, 0, lambda s: s == cpu) is None
 
 
 @pytest.mark.slow
@@ -610,18 +624,31 @@ def test_costs_from_another_machines_plan_json_price_a_plan_here(tmp_path):
 
     assert held_s(h200) == (h200.tests_s, h200.validate_s)
     # --gpu-only validates the GPU's 8 figures of its 13: its log, from before validate timed each figure, gives
-    # each figure it measured an equal share; a log that times them gives each its own
+    # each figure it measured an equal share; a log that times them gives each its own, and the stage's start
     assert {"matmul float32 n=256 cpu", "vs plain torch.mm (sustained)"} <= {label for label, _ in h200.validate_each}
     assert len(h200.validate_each) == 13 and held_s(h200, gpu_only=True)[1] == pytest.approx(88.8 * 8 / 13)
+    from devbench.records import spec
+
+    cpu, gpu = [p.label for p in spec.VALIDATED_CPU], [p.label for p in spec.VALIDATED_GPU] + [spec.VALIDATED_PLAIN_MM]
     timed = tmp_path / "timed"
     timed.mkdir()
-    (timed / "plan.json").write_text('{"costs": {"launch_s": 0.01, "cuda_context_s": 0.3, "asv_call_s": 7, "gpus": 1},'
-                                     ' "stages": [{"stage": "validate", "actual_s": 60.0, "rc": 0}]}')  # fmt: skip
-    (timed / "validate.txt").write_text("  measuring matmul float32 n=256 cpu ... 20.5 s\n"
-                                        "  measuring host copy 1 MiB ... 4.5 s\n"
-                                        "  measuring pinned h2d 256 MiB ... 30.0 s\nfigure  unit\n")  # fmt: skip
-    assert held_s(costs_from(timed / "plan.json"), gpu_only=True)[1] == pytest.approx(60.0 - 20.5 - 4.5)
-    assert held_s(costs_from(timed / "plan.json"))[1] == pytest.approx(60.0)
+    record = {"costs": {"launch_s": 0.01, "cuda_context_s": 0.3, "asv_call_s": 7, "gpus": 1},
+              "stages": [{"stage": "validate", "actual_s": 70.0, "rc": 0}]}  # fmt: skip
+    (timed / "plan.json").write_text(json.dumps(record))
+    # a warning torch prints while a figure is measured lands on the progress line; the seconds have their own
+    (timed / "validate.txt").write_text("".join(f"  measuring {label} ...W1128 a warning\n  measured {label} in "
+                                                f"{2.0 if label in cpu else 6.0} s\n" for label in cpu + gpu)
+                                        + "figure  unit\n")  # fmt: skip
+    full = costs_from(timed / "plan.json")
+    assert held_s(full)[1] == pytest.approx(70.0) and held_s(full, gpu_only=True)[1] == pytest.approx(70.0 - 5 * 2.0)
+    # a run recorded with --gpu-only prices a whole validate's CPU figures at the mean of what it measured
+    (timed / "validate.txt").write_text("".join(f"  measured {label} in 6.0 s\n" for label in gpu))
+    record["stages"][0]["actual_s"] = 50.0
+    (timed / "plan.json").write_text(json.dumps(record))
+    only = costs_from(timed / "plan.json")
+    assert held_s(only, gpu_only=True)[1] == pytest.approx(50.0) and held_s(only)[1] == pytest.approx(50.0 + 5 * 6.0)
+    no_gpu = dataclasses.replace(only, gpus=0)  # a CPU machine validates the CPU's 5 figures
+    assert held_s(no_gpu)[1] == pytest.approx(2.0 + 5 * 6.0)
     cut = tmp_path / "cut.json"  # a stage that did not end is no measure of what it takes
     cut.write_text('{"costs": {"launch_s": 0.01, "cuda_context_s": 0.3, "asv_call_s": 7, "gpus": 1}, '
                    '"stages": [{"stage": "validate", "actual_s": 4.0, "rc": 124}]}')  # fmt: skip

@@ -126,6 +126,12 @@ def test_a_gpu_product_is_checked_against_float64_on_the_gpu(monkeypatch):
     monkeypatch.setattr(torch, "mm", lambda a, b, out=None: real_mm(a, b, out=out).mul_(1.05))
     with pytest.raises(AssertionError, match="n=512 bfloat16 on cuda.*relative error"):
         mm.check()
+    monkeypatch.setattr(torch, "mm", real_mm)
+    back = []
+    real_cpu = torch.Tensor.cpu
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda t, *a, **k: back.append(tuple(t.shape)) or real_cpu(t, *a, **k))
+    mm.check()
+    assert back and all(rows <= matmul.CHECK_ROWS for rows, _ in back)  # the sampled rows, never B
 
 
 @pytest.mark.parametrize("block_s, warm_ups, kept", [(0.0, 0, True), (float("inf"), 1, False)])

@@ -218,6 +218,7 @@ def test_gpu_only_measures_the_gpu_figures_alone_and_logs_what_each_took(monkeyp
     each = validate_each(log, 99.0)
     assert [label for label, _ in each] == [c.label.strip() for c in every if c.needs_gpu]
     assert all(0.0 <= s < 99.0 / len(each) for _, s in each)  # its own seconds, not a share of the stage's
+    assert V.checks(gpu=True)[-1].label.strip() == spec.VALIDATED_PLAIN_MM  # the label gpu-run prices it by
 
 
 def test_gpu_only_without_a_gpu_is_refused(monkeypatch, capsys, empty_vm_results):

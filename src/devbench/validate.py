@@ -73,7 +73,7 @@ def checks(gpu: bool) -> list[Check]:
     if gpu:
         out += [Check(p.label, p.figure, dict(p.values), True) for p in spec.VALIDATED_GPU]
         bf16 = next(p for p in spec.VALIDATED_GPU if p.values.get("dtype") == "bfloat16")
-        out.append(Check("  vs plain torch.mm (sustained)", spec.MATMUL_TFLOPS, dict(bf16.values), True, "plain_mm"))
+        out.append(Check(f"  {spec.VALIDATED_PLAIN_MM}", spec.MATMUL_TFLOPS, dict(bf16.values), True, "plain_mm"))
     return out
 
 
@@ -313,11 +313,12 @@ def run(args: argparse.Namespace) -> int:
         for c in wanted:
             if c.label not in figures:
                 continue
-            print(f"  measuring {c.label} ...", end="", file=sys.stderr, flush=True)
+            print(f"  measuring {c.label} ...", file=sys.stderr, flush=True)
             started = time.perf_counter()
             now = measure(c, args.min_run_time, args.rounds)
-            # its seconds end the line: gpu-run prices a later run's validate of a subset from them
-            print(f" {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+            # a line of its own (torch may warn while it measures): gpu-run prices a later validate from these
+            print(f"  measured {c.label.strip()} in {time.perf_counter() - started:.1f} s", file=sys.stderr,
+                  flush=True)  # fmt: skip
             value, commit = figures[c.label]
             rows.append(Row(c.label, c.unit, value, now.timer, now.events, commit, now.method, now.held))
     print(format_table(rows, args.tolerance))

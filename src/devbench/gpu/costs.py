@@ -17,8 +17,8 @@ from devbench.gpu import plan as P
 
 #: seconds held back after the benchmarks for the CUDA tests and validate where no recorded run says (measured:
 #: the CUDA tests 24 s on an H200, validate 89 s there, its bf16 n=8192 products against torch.mm among its
-#: figures; reports/gpu/h200). Each stage then runs under whatever is left, so a reserve only decides how much of
-#: the budget the benchmarks may plan for.
+#: figures; reports/gpu/h200: validate's 13 figures there, a share of it for fewer). Each stage then runs under
+#: whatever is left, so a reserve only decides how much of the budget the benchmarks may plan for.
 TESTS_S = 30.0
 VALIDATE_S = 90.0
 
@@ -326,41 +326,60 @@ def _imprecise_in(data, names: set[str], value_at, min_samples: int, rel: float)
     return out
 
 
-#: a line of validate's log: a figure it measured, and since it times them, the seconds that took
-_MEASURED = re.compile(r"^\s*measuring (?P<label>.+?) \.\.\.(?: (?P<s>\d+(?:\.\d+)?) s)?\s*$")
+#: validate's line for a figure it measured, with the seconds that took; a log from before it timed them has only
+#: the progress line it prints first (where torch may append a warning)
+_MEASURED = re.compile(r"^\s*measured (?P<label>.+) in (?P<s>\d+(?:\.\d+)?) s\s*$")
+_MEASURING = re.compile(r"^\s*measuring (?P<label>.+?) \.\.\.")
 
 
 def validate_each(log: Path, total_s: float) -> tuple[tuple[str, float], ...]:
     """``(label, seconds)`` of each figure a recorded validate measured (``log``: its output, ``total_s``: what its
-    stage took): each line's own seconds where every line has them, else an equal share of ``total_s`` each (a
-    log from before validate timed its figures). Empty where there is no log."""
+    stage took): the seconds it gives each, else (an older log) an equal share of ``total_s`` each. Empty where
+    there is no log."""
     try:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
         return ()
-    found = [m for m in map(_MEASURED.match, lines) if m]
-    if not found:
-        return ()
-    if all(m["s"] for m in found):
-        return tuple((m["label"].strip(), float(m["s"])) for m in found)
-    return tuple((m["label"].strip(), total_s / len(found)) for m in found)
+    timed = [m for m in map(_MEASURED.match, lines) if m]
+    if timed:
+        return tuple((m["label"].strip(), float(m["s"])) for m in timed)
+    started = [m["label"].strip() for m in map(_MEASURING.match, lines) if m]
+    return tuple((label, total_s / len(started)) for label in started)
 
 
 def held_s(costs: P.Costs, gpu_only: bool = False) -> tuple[float, float]:
-    """Seconds held back for the CUDA tests and validate: what a recorded run took, else the defaults. With
-    ``gpu_only`` validate measures its GPU figures alone (``validate --gpu-only``): less the seconds the recorded
-    one spent on the others, else its share of them."""
-    tests, validate = costs.tests_s or TESTS_S, costs.validate_s or VALIDATE_S
-    if not gpu_only:
-        return tests, validate
+    """Seconds held back for the CUDA tests and validate: what a recorded run took, else the defaults. Validate is
+    priced by the figures this run's validate measures (the CPU's, and on a GPU the GPU's; ``gpu_only``: the GPU's
+    alone, ``validate --gpu-only``): each at what the recorded validate gave it (a figure it did not measure, at the
+    mean of those it did), plus its start (the stage's seconds beyond its figures'); without a record, the
+    default's share."""
+    from devbench.records.spec import VALIDATED_CPU, VALIDATED_GPU, VALIDATED_PLAIN_MM
+
+    tests = costs.tests_s or TESTS_S
+    labels = [] if gpu_only else [p.label for p in VALIDATED_CPU]
+    if costs.gpus:
+        labels += [*(p.label for p in VALIDATED_GPU), VALIDATED_PLAIN_MM]
+    each = dict(costs.validate_each)
+    if not each:  # the default, or a record without its log, is a GPU machine's whole validate
+        return tests, (costs.validate_s or VALIDATE_S) * len(labels) / (len(VALIDATED_CPU) + len(VALIDATED_GPU) + 1)
+    start = max(0.0, costs.validate_s - sum(each.values()))
+    mean = sum(each.values()) / len(each)
+    return tests, start + sum(each.get(label, mean) for label in labels)
+
+
+def validates_nothing(gpu_only: bool, gpus: int, selected) -> str | None:
+    """Why a run's validate would check nothing the run measures, else None: ``validate --gpu-only`` on a machine
+    without a GPU, or none of the figures it checks (``spec.VALIDATED_CPU``, on a GPU ``VALIDATED_GPU``; with
+    ``gpu_only`` those alone) among the selectors the run ``selected`` (its ``--bench``): it would compare older
+    runs' figures."""
     from devbench.records.spec import VALIDATED_CPU, VALIDATED_GPU
 
-    others = {p.label for p in VALIDATED_CPU}
-    each = dict(costs.validate_each)
-    if each:
-        return tests, max(0.0, validate - sum(s for label, s in each.items() if label in others))
-    every = len(VALIDATED_CPU) + len(VALIDATED_GPU) + 1  # and the GPU's bf16 product against a plain torch.mm
-    return tests, validate * (every - len(others)) / every
+    if gpu_only and not gpus:
+        return "--gpu-only without a CUDA GPU: no figure of this run to check"
+    reads = [*(() if gpu_only else VALIDATED_CPU), *(VALIDATED_GPU if gpus else ())]
+    if not any(selected(p.selector) for p in reads):
+        return "none of the figures it checks is in this run's selection"
+    return None
 
 
 def sum_reserves(args: argparse.Namespace, costs: P.Costs) -> float:

@@ -51,6 +51,7 @@ from devbench.gpu.costs import (
     seed,
     stage_margin,
     sum_reserves,
+    validates_nothing,
 )
 from devbench.gpu.gpuargs import SWEEP, check
 from devbench.gpu.gpuhealth import print_health
@@ -189,10 +190,6 @@ def execute(args: argparse.Namespace) -> int:
             print(f"described machine: {gpus} GPU(s), {costs.cores} cores", flush=True)
     else:
         costs = probe_costs(python, run.repo, None if args.plan_only else machine)
-    if args.gpu_only and args.validate and not costs.gpus:  # validate --gpu-only would refuse: no GPU figure here
-        args.validate = False
-        print("gpu-run: --gpu-only without a CUDA GPU: validate has no figure of this run to check; left out",
-              flush=True)  # fmt: skip
     from devbench.records import expected
 
     known = expected.model(costs.gpu_model)  # a model searched before: its short search is what the plan prices
@@ -209,17 +206,23 @@ def execute(args: argparse.Namespace) -> int:
         print(f"precision from {args.precision_from}: {len(costs.imprecise)} figure(s) it holds wider than 0.5% "
               "are priced at their cap", flush=True)  # fmt: skip
     only = re.compile(args.bench) if args.bench else None
+    from devbench.records import spec
+
+    # --gpu-only: the points that need a GPU, and the records of the machine (the run record names what ran)
+    gpu_points = P.gpu_points(listing) | spec.RECORDS if args.gpu_only else None
+
+    def selected(s: str) -> bool:
+        return (only is None or only.search(s) is not None) and (gpu_points is None or s in gpu_points)
+
+    if args.validate and (why := validates_nothing(args.gpu_only, costs.gpus, selected)):
+        args.validate = False
+        print(f"gpu-run: validate left out: {why}", flush=True)
     # held back for the CUDA tests, validate and the packing; at most half of a short budget, so that the
     # benchmarks always get the other half (the tests and validate then run under what is left)
     reserve = min(PACK_S + sum_reserves(args, costs), max(PACK_S, run.left() / 2))
-    from devbench.records import spec
-
     # what validate and the health lines read is never dropped; a twin (the same evidence in other units) goes first
     keep = frozenset(p.selector for p in spec.kept_points())
-    # --gpu-only: the points that need a GPU, and the records of the machine (the run record names what ran)
-    gpu_points = P.gpu_points(listing) | spec.RECORDS if args.gpu_only else None
-    plan = P.make_plan(listing, lambda s: (only is None or only.search(s) is not None)
-                       and (gpu_points is None or s in gpu_points), costs,
+    plan = P.make_plan(listing, selected, costs,
                        run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
                        sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
     sources = prices_sources(run.repo, costs.gpu_model, args.costs_from)

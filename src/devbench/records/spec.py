@@ -276,6 +276,9 @@ VALIDATED_CPU: tuple[Point, ...] = (
       for nbytes in (MiB, 64 * MiB)),
 )  # fmt: skip
 
+#: ``devbench validate``'s row of the bf16 product of ``VALIDATED_GPU`` timed again as a plain ``torch.mm`` loop
+VALIDATED_PLAIN_MM = "vs plain torch.mm (sustained)"
+
 #: The GPU figures ``devbench validate`` cross-checks.
 VALIDATED_GPU: tuple[Point, ...] = (
     *(Point(MATMUL_TFLOPS, {"device": "cuda", "dtype": "float32", "n": n}, f"matmul float32 n={n} cuda")
@@ -289,6 +292,6 @@ VALIDATED_GPU: tuple[Point, ...] = (
 def kept_points() -> tuple[Point, ...]:
     """The points a time-boxed run never drops (``devbench.gpu.plan``): what validate and the health lines read."""
     seen: dict[str, Point] = {}
-    for p in (*(p for p, _ in HEALTH_POINTS), *VALIDATED_GPU):
+    for p in (*(p for p, _ in HEALTH_POINTS), *VALIDATED_GPU, *VALIDATED_CPU):
         seen.setdefault(p.selector, p)
     return tuple(seen.values())
