@@ -88,7 +88,7 @@ def test_the_budget_drops_tier_1_first_in_turns_and_never_a_whole_family():
     full = P.make_plan(listing, _all, ONE_GPU, budget_s=1000, reserve_s=0)
     tier0 = full.estimate_s(0)
     # room for tier 0 and one more point: one of tier 1 is kept, the rest dropped, every family keeps points
-    one_more = max(p.estimate_s for p in full.kept(1)) + NO_GPU.asv_call_s
+    one_more = max(p.estimate_s for p in full.kept(1)) + NO_GPU.stage_call_s
     plan = P.make_plan(listing, _all, ONE_GPU, budget_s=tier0 + one_more + 0.01, reserve_s=0)
     assert all(p.state == "run" for p in plan.points if p.tier == 0 and p.state != "skip")
     assert len(plan.kept(1)) == 1 and plan.dropped()
@@ -272,6 +272,9 @@ def test_the_run_measures_exactly_the_planned_points_and_packs_them(tmp_path):
     text = _gpu_run(tmp_path, repo, "--bench", "TinyOp|SameDeviceMove", "--budget-s", "300", "--out", str(out))
     assert "== asv headline: exit 0" in text and "packed into" in text
     assert "recorded machine 'cpu-box' for asv:" in text  # by the probe, before the plan
+    # asv took the listing's discovery of the suite rather than import it once more; the file went with the run
+    assert "Discovered benchmarks: devbench gpu-run's listing of this folder" in text
+    assert not (out / gpurun.DISCOVERY_NAME).exists()
     assert json.loads((tmp_path / ".asv-machine.json").read_text())["cpu-box"]["gpu_count"] == "0"
     states = _states(out)
     kept = {k for k, s in states.items() if s == "run"}
@@ -918,3 +921,41 @@ def test_gpu_only_selects_the_points_that_need_a_gpu():
     assert "bench_m.Mat.track_tflops('cuda', 8192)" in chosen and "bench_p.Peer.track_gbps('0->1', 1)" in chosen
     assert "bench_m.Mat.track_tflops('cpu', 8192)" not in chosen and "bench_p.Info.track_count" not in chosen
     assert len(chosen) == 3 + 3 + 2  # Mat's two figures at three sizes on cuda, Peer's two sizes
+
+
+def test_asv_takes_the_listings_discovery_of_its_own_folder_only(tmp_path, monkeypatch):
+    """``devbench.gpu.asvrun`` hands asv the discovery gpu-run's listing wrote, where it lists the folder asv would
+    discover (asv's own ``_disc_benchmarks``, whose signature is checked here); else asv discovers as always."""
+    import inspect
+    from types import SimpleNamespace
+
+    from asv import benchmarks as B
+
+    from devbench.compare.worker import ASV_DISCOVERY_ENV, write_discovery
+    from devbench.gpu import asvrun
+
+    assert list(inspect.signature(B.Benchmarks._disc_benchmarks).parameters) == [
+        "conf", "repo", "environments", "commit_hashes", "check"]  # fmt: skip
+    asked = []
+    monkeypatch.setattr(B.Benchmarks, "_disc_benchmarks",
+                        classmethod(lambda cls, *a: asked.append(a) or ["asv's own"]))  # fmt: skip
+    monkeypatch.setattr(B.Benchmarks, "_devbench_discovered", False, raising=False)
+    suite = tmp_path / "listed_suite"  # a package name no other test imports
+    suite.mkdir()
+    (suite / "__init__.py").write_text("")
+    (suite / "bench_x.py").write_text("class X:\n    params = [1, 2]\n\n    def time_x(self, n):\n        pass\n")
+    listing = tmp_path / "discovery.json"
+    write_discovery(str(suite), str(listing))
+    monkeypatch.setenv(ASV_DISCOVERY_ENV, str(listing))
+    asvrun.discovered_once()
+    got = B.Benchmarks._disc_benchmarks(SimpleNamespace(benchmark_dir=str(suite)), None, [], ["abc"], False)
+    assert [b["name"] for b in got] == ["bench_x.X.time_x"] and got[0]["params"] == [["1", "2"]] and not asked
+    other = tmp_path / "other"
+    assert B.Benchmarks._disc_benchmarks(SimpleNamespace(benchmark_dir=str(other)), None, [], ["abc"], False) == [
+        "asv's own"]  # fmt: skip
+    assert B.Benchmarks._disc_benchmarks(SimpleNamespace(benchmark_dir=str(suite)), None, [], ["abc"], True) == [
+        "asv's own"]  # asv check imports the suite itself  # fmt: skip
+    listing.write_text("{half a file")
+    assert B.Benchmarks._disc_benchmarks(SimpleNamespace(benchmark_dir=str(suite)), None, [], ["abc"], False) == [
+        "asv's own"]  # fmt: skip
+    assert len(asked) == 3

@@ -33,7 +33,7 @@ def test_a_swept_gpu_point_is_a_fork_its_workload_built_once_and_one_measuring_p
     assert not any(p.swept for p in cpu)  # the CPU's points keep their processes
     # two workloads (n=64, n=1024), each built once for its two figures, and one measuring process
     cpu_s = sum(p.estimate_s for p in cpu)
-    expected_s = COSTS.asv_call_s + COSTS.sweep_start_s + 2 * P.SETUP_S + 4 * (COSTS.launch_s + figure) + cpu_s
+    expected_s = COSTS.stage_call_s + COSTS.sweep_start_s + 2 * P.SETUP_S + 4 * (COSTS.launch_s + figure) + cpu_s
     assert plan.estimate_s() == pytest.approx(expected_s)
     assert COSTS.sweep_start_s == pytest.approx((6.0 - P.ASV_START_S) / 2 + 0.3 + 0.8)  # no asv of its own
     # without a GPU no measuring process is priced
@@ -52,7 +52,7 @@ def test_the_stages_before_the_tests_share_one_measuring_process_and_a_held_one_
     figure = P.SIZING_S + precision.MIN_SAMPLES * 0.1
     points_s = 2 * P.SETUP_S + 4 * (COSTS.launch_s + figure)
     # two asv calls, one measuring process start (gpu-run holds it over both: sweep.held)
-    assert plan.estimate_s() == pytest.approx(2 * COSTS.asv_call_s + COSTS.sweep_start_s + points_s)
+    assert plan.estimate_s() == pytest.approx(2 * COSTS.stage_call_s + COSTS.sweep_start_s + points_s)
     rest = [p for p in plan.kept() if P.stage_of(p) == "rest"]
     alone = plan.estimate_s(points=rest, group=lambda p: "rest")
     plan.sweep_up = True  # the headline stage started it and it is held: the rest pays none
@@ -113,8 +113,8 @@ def test_a_point_that_reads_its_setup_caches_sweep_is_priced_no_cuda_context_and
     assert by["bench_c.Coll.track_busbw"].check is None and by["bench_c.Other.track_x"].check is not None
     alone = plan.estimate_s(points=[by["bench_c.Coll.track_busbw"]])
     assert plan.estimate_s(points=list(by.values())) == pytest.approx(
-        alone + plan.estimate_s(points=[by["bench_c.Other.track_x"]]) - costs.asv_call_s)
-    assert alone == pytest.approx(costs.asv_call_s + COSTS.launch_s)  # no check priced
+        alone + plan.estimate_s(points=[by["bench_c.Other.track_x"]]) - costs.stage_call_s)
+    assert alone == pytest.approx(costs.stage_call_s + COSTS.launch_s)  # no check priced
 
 
 def test_with_the_cpu_switched_onto_the_measuring_process_its_points_are_priced_as_a_gpus():

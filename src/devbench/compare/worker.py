@@ -264,6 +264,25 @@ def _environment() -> dict:
 #: set in this worker for the benchmarks it runs (``devbench.engine.suite.TURNS_ENV``): a set-up's figure is asked
 #: turn after turn here, with no asv clock counting from the set-up
 TURNS_ENV = "DEVBENCH_TURNS"
+#: a file where this worker also writes asv's own discovery of the suite (what ``asv run`` would import the suite
+#: once more to find): ``devbench gpu-run`` hands it to each asv stage (``devbench.gpu.asvrun``)
+ASV_DISCOVERY_ENV = "DEVBENCH_ASV_DISCOVERY"
+
+
+def write_discovery(benchmark_dir: str, path: str) -> None:
+    """asv_runner's listing of the suite (``asv run``'s discovery output, the suite already imported here), with the
+    folder it lists, written whole at ``path``."""
+    import io
+
+    from asv_runner.discovery import list_benchmarks
+
+    listing = io.StringIO()
+    list_benchmarks(os.path.abspath(benchmark_dir), listing)
+    record = {"benchmark_dir": os.path.abspath(benchmark_dir), "benchmarks": json.loads(listing.getvalue())}
+    part = f"{path}.part"
+    with open(part, "w", encoding="utf-8") as fp:
+        json.dump(record, fp)
+    os.replace(part, path)
 
 
 def main(benchmark_dir: str, reply_fd: int, keep_dir: str | None = None) -> int:
@@ -273,6 +292,8 @@ def main(benchmark_dir: str, reply_fd: int, keep_dir: str | None = None) -> int:
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(benchmark_dir)))
     benchmarks = {b.name: b for b in disc_benchmarks(os.path.abspath(benchmark_dir))}
+    if os.environ.get(ASV_DISCOVERY_ENV):
+        write_discovery(benchmark_dir, os.environ[ASV_DISCOVERY_ENV])
     _reply(reply_fd, {"benchmarks": [_describe(b) for b in benchmarks.values()], "pid": os.getpid(),
                       "cuda_devices": _cuda_devices(), "environment": _environment()})  # fmt: skip
     requests = iter(sys.stdin.readline, "")

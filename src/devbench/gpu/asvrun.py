@@ -12,6 +12,11 @@ two things and nothing else:
 * ``Results.add_result``, which asv calls as each benchmark ends, saves at once: what asv has
   printed ``ok`` for is on disk before the next benchmark starts.
 
+And where ``DEVBENCH_ASV_DISCOVERY`` names the discovery ``devbench gpu-run``'s listing wrote of the same
+benchmark folder (``devbench.compare.worker.write_discovery``: asv_runner's own, in the same Python), asv takes it
+instead of importing the suite once more in a process of its own to discover it (a torch import and the suite's
+modules: about 4 s on a GPU image). Any other folder, or no such file, and asv discovers as always.
+
 The save uses asv's own results API (``load_data`` before the run tells where the results go;
 ``save`` writes the same file asv would), so what ends on disk is what asv itself would write.
 A dry run, where asv never loads earlier results, saves nothing, as asv's own.
@@ -19,6 +24,7 @@ A dry run, where asv never loads earlier results, saves nothing, as asv's own.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -63,8 +69,37 @@ def save_as_it_goes() -> None:
     R.Results._devbench_patched = True
 
 
+def discovered_once() -> None:
+    """Patch asv's discovery to take the one ``DEVBENCH_ASV_DISCOVERY`` names, where it lists the same folder."""
+    from asv import benchmarks as B
+    from asv.console import log
+
+    from devbench.compare.worker import ASV_DISCOVERY_ENV
+
+    path = os.environ.get(ASV_DISCOVERY_ENV)
+    if not path or getattr(B.Benchmarks, "_devbench_discovered", False):
+        return
+    discover = B.Benchmarks._disc_benchmarks.__func__
+
+    def listed(cls, conf, repo, environments, commit_hashes, check):
+        try:
+            with open(path, encoding="utf-8") as fp:
+                record = json.load(fp)
+        except (OSError, ValueError):
+            record = {}
+        if not check and isinstance(record, dict) and isinstance(record.get("benchmarks"), list) \
+                and record.get("benchmark_dir") == os.path.abspath(conf.benchmark_dir):  # fmt: skip
+            log.info("Discovered benchmarks: devbench gpu-run's listing of this folder")
+            return record["benchmarks"]
+        return discover(cls, conf, repo, environments, commit_hashes, check)
+
+    B.Benchmarks._disc_benchmarks = classmethod(listed)
+    B.Benchmarks._devbench_discovered = True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     save_as_it_goes()
+    discovered_once()
     from asv.main import main as asv_main
 
     sys.argv = ["asv", *(sys.argv[1:] if argv is None else argv)]

@@ -21,6 +21,7 @@ and what the earlier stages made is packed whatever a later one does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from devbench.compare.session import CHECKED_ENV  # devbench.engine.prepare.CHECKED_ENV, torch-free
+from devbench.compare.worker import ASV_DISCOVERY_ENV
 from devbench.engine import sweep
 from devbench.gpu import plan as P
 from devbench.gpu.costs import (
@@ -81,11 +83,14 @@ class Stopped(Exception):
         self.code = code
 
 
-def list_benchmarks(repo: Path, python: str, log: Any) -> dict[str, dict[str, Any]]:
-    """The suite's benchmarks as asv_runner discovers them (``devbench.compare.worker``'s listing)."""
+def list_benchmarks(repo: Path, python: str, log: Any, discovery: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The suite's benchmarks as asv_runner discovers them (``devbench.compare.worker``'s listing); with
+    ``discovery``, asv's own discovery of them written there too, for the asv stages (``devbench.gpu.asvrun``)."""
     from devbench.compare.session import Worker
+    from devbench.compare.worker import ASV_DISCOVERY_ENV
 
-    worker = Worker("plan", python, repo, log, dict(os.environ), timeout_s=300.0)
+    env = {**os.environ, **({ASV_DISCOVERY_ENV: str(discovery)} if discovery else {})}
+    worker = Worker("plan", python, repo, log, env, timeout_s=300.0)
     try:
         return worker.start().benchmarks
     finally:
@@ -104,6 +109,10 @@ def _sha(repo: Path) -> str:
     return out.stdout.strip()
 
 
+#: asv's discovery of the suite in a run's output folder while it runs (``Run.discovery``)
+DISCOVERY_NAME = ".asv-discovery.json"
+
+
 class Run:
     """One ``gpu-run``: its options, its clock and the record of its stages."""
 
@@ -116,6 +125,8 @@ class Run:
         self.stages: list[dict[str, Any]] = []
         self.stage_started = time.time()
         self.checked: str | None = None  # the run's folder of checked workloads (prepare.check_once)
+        #: asv's discovery of the suite, written by the run's listing: each asv stage takes it (``gpu.asvrun``)
+        self.discovery = None if getattr(args, "plan_only", False) else self.out / DISCOVERY_NAME
         self.holder: sweep.Holder | None = None  # owns the measuring process of the stages before the tests
         #: why no stage starts any more: processes of a stage outlived SIGKILL (stuck in a driver call, their GPU
         #: held); what ran beside them would not be measured alone, and a world on their GPU could hang
@@ -195,7 +206,7 @@ def execute(args: argparse.Namespace) -> int:
     known = expected.model(costs.gpu_model)  # a model searched before: its short search is what the plan prices
     costs = dataclasses.replace(costs, model_searched=bool(known and known.best_shapes))
     with open(run.out / "listing.log", "w") as log:
-        listing = list_benchmarks(run.repo, python, log)
+        listing = list_benchmarks(run.repo, python, log, run.discovery)
     (run.out / "listing.log").unlink()
     if args.precision_from:  # the figures that machine's run could not bring within 0.5%: priced at their cap
         try:
@@ -295,6 +306,8 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
            sweep.MODE_ENV: sweep.mode(SWEEP), STAGE_END_ENV: f"{time.time() + limit_s:.1f}"}  # fmt: skip
     if run.checked:
         env[CHECKED_ENV] = run.checked
+    if run.discovery is not None and run.discovery.is_file():  # asv's discovery, made by the listing: not again
+        env[ASV_DISCOVERY_ENV] = str(run.discovery)
     if run.holder is not None and uses_nccl(points):
         # NCCL's rank 0 would share cuda:0 with the measuring process the earlier stages held, its context and
         # cached memory (on a GPU in EXCLUSIVE_PROCESS mode the rank gets no context at all): it goes first
@@ -479,3 +492,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, before)
+        if not args.plan_only:
+            with contextlib.suppress(OSError):
+                (Path(args.out) / DISCOVERY_NAME).unlink(missing_ok=True)

@@ -4,43 +4,34 @@
 of every selected benchmark becomes a ``Point`` with an estimate of its seconds, and ``choose``
 keeps points in priority order until the budget is spent. Nothing here imports torch or asv.
 
-Priority. A benchmark class may declare its headline points as ``headline = [{param: [values]}, ...]``:
-a combination whose value of each parameter named in one entry is listed there is a headline point
-(tier 0); the others are tier 1. A class with no ``headline`` has only headline points. Tier 0 runs first, in
-one asv call; tier 1 after it, re-planned with what tier 0 really cost. Points are dropped from
-the end of tier 1 first, taking each benchmark's points in turn, so that every family keeps as
-many as it can; a benchmark's first point is never dropped, so no family goes silently.
+Priority. A class may declare its headline points, ``headline = [{param: [values]}, ...]`` (tier 0; the rest tier 1;
+a class without one has only headline points). Tier 0 runs first, in one asv call; tier 1 after it, re-planned
+with what tier 0 cost. Points are dropped from the end of tier 1 first, each benchmark's in turn; a benchmark's
+first point is never dropped, so no family goes silently.
 
 Estimate of one point, per round (``rounds``, 1 unless asked, as ``asv run -a rounds=R``):
 
-* launch: the fork of asv's forkserver and, for a GPU point, a CUDA context (``Costs.launch_s``,
-  measured on the machine before the plan is made), but for a point that only reads what its class's
-  ``setup_cache`` measured (``figures_in_setup_cache``: the NCCL worlds' sweep);
+* launch: the fork of asv's forkserver (``Costs.launch_s``) and, for a GPU point, a CUDA context, but for a point
+  that reads what its class's ``setup_cache`` measured (``figures_in_setup_cache``: the NCCL worlds' sweep);
 * set-up: the class's ``plan_setup_s``, else ``SETUP_S``, plus for a GPU point ``Costs.gpu_setup_s``
   (cuBLAS's start-up and a float64-checked product at a large size, timed by the probe on the machine);
-* samples: a ``time_`` benchmark samples for at most ``min(repeat[2], repeat[1] * sample_time)``
-  seconds (asv's rule, ``warmup_time`` before it); a ``track_`` one takes the class's ``plan_s``,
-  else ``TRACK_S`` (the engine's 11 blocks of 0.1 s, and its sizing).
+* samples: a ``time_`` benchmark at most ``min(repeat[2], repeat[1] * sample_time)`` s (asv's rule, after its
+  ``warmup_time``); a ``track_`` one its class's ``plan_s``, else ``TRACK_S`` (11 blocks of 0.1 s, and sizing).
 
 A GPU point of a swept class (``swept``: ``devbench.engine.sweep``) is a fork that asks the run's measuring process:
-no CUDA context and no set-up of its own. Its workload is built once per stage, priced as a set-up unit shared
-by the figures of that workload (``SETUP_S``, or the class's ``plan_setup_s``: cuBLAS has started); its
-figure samples ``swept_sample_s`` (8 blocks of its ``sample_time`` where precise, else its cap). One measuring
-process serves the consecutive stages before the tests (gpu-run holds it: ``devbench.engine.sweep.held``), and the
-fill stage after them starts its own: each is priced ``Costs.sweep_start_s`` once (an interpreter importing the
-suite, a CUDA context and cuBLAS's start); a re-plan while one is up (``Plan.sweep_up``) prices none.
+no CUDA context or set-up of its own. Its workload is built once per stage, a unit its figures share (``SETUP_S``,
+or ``plan_setup_s``); its figure samples ``swept_sample_s`` (8 blocks of its ``sample_time`` where precise, else
+its cap). One measuring process serves the stages before the tests (``devbench.engine.sweep.held``), a fill starts
+its own: each priced ``Costs.sweep_start_s`` once; a re-plan while one is up (``Plan.sweep_up``) prices none.
 
-A point that matches one of the class's ``skips`` (a skip that depends only on params, raised by the
-``@suite.instrumented`` before set-up: ``suite.declared_skip``) is not run or priced either. A point that needs more
-GPUs or cores than the machine has (``gpus_needed``: a ``'cuda'`` value, the
-class's ``plan_gpus``, or its ``plan_needs``) is not run: asv would fork a process only to skip it. A
-``setup_cache`` (``plan_cache_s``) counts once per benchmark module and tier, or, where it is declared
-as ``{"per": [param, ...], "s": seconds or {value of the first param: seconds}}``, once per distinct
-combination of those params among the tier's kept points (a search per device and dtype, a world per
-backend and size); a search the probe found in this user's cache (``Costs.cached_searches``) is priced as a
-read, and a CPU search at what the probe expects it to take on this host (``Costs.expected_searches``), at most
-its bound. Each asv call adds ``Costs.asv_call_s`` (asv imports the suite twice: discovery
-and its forkserver).
+A point that matches one of the class's ``skips`` (``suite.declared_skip``), or needs more GPUs or cores than the
+machine has (``gpus_needed``: a ``'cuda'`` value, ``plan_gpus``, ``plan_needs``), is not run or priced. A
+``setup_cache`` (``plan_cache_s``) counts once per benchmark module and tier, or, declared as ``{"per": [param,
+...], "s": seconds or {value of the first param: seconds}}``, once per combination of those params among the
+tier's kept points (a search per device and dtype, a world per backend and size); a search in this user's cache
+(``Costs.cached_searches``) is priced as a read, a CPU search at what the probe expects (``expected_searches``).
+Each asv call adds ``Costs.stage_call_s``: asv's start and its forkserver's import of the suite (its discovery is
+gpu-run's listing, ``devbench.gpu.asvrun``).
 """
 
 from __future__ import annotations
@@ -67,8 +58,8 @@ from devbench.gpu.declared import (  # noqa: F401 - the plan's names for what a 
     swept_sample_s,
 )
 
-#: what asv costs to start beside importing the suite twice (its command, environment and result files): an asv
-#: call is priced this plus two imports of the suite (``Costs.asv_call_s``, measured by gpu-run's probe)
+#: what asv costs to start beside importing the suite (its command, environment and result files): ``asv_call_s``
+#: is this plus two imports of the suite, its discovery's and its forkserver's (measured by gpu-run's probe)
 ASV_START_S = 2.0
 
 
@@ -78,7 +69,7 @@ class Costs:
 
     launch_s: float  # fork of asv's forkserver
     cuda_context_s: float  # first CUDA call of a process (0 without CUDA)
-    asv_call_s: float  # one asv run: start, discovery, forkserver's import of the suite
+    asv_call_s: float  # one plain asv run: start, discovery, forkserver's import of the suite
     gpus: int  # CUDA devices visible (0: none, or a CPU-only torch)
     gpu_setup_s: float = 0.0  # a GPU point's set-up beyond SETUP_S: cuBLAS start-up and a warm product, probed
     cores: int = 0  # CPU cores (0: not known, no point is skipped for want of cores)
@@ -110,10 +101,19 @@ class Costs:
     validate_each: tuple[tuple[str, float], ...] = ()
 
     @property
+    def import_s(self) -> float:
+        """An interpreter importing the suite: one of the two imports ``asv_call_s`` holds beside asv's own start."""
+        return max(0.0, self.asv_call_s - ASV_START_S) / 2
+
+    @property
+    def stage_call_s(self) -> float:
+        """One asv call of a gpu-run stage: ``asv_call_s`` but its discovery's import (gpu-run's listing serves)."""
+        return self.asv_call_s - self.import_s
+
+    @property
     def sweep_start_s(self) -> float:
-        """A measuring process's start: an interpreter importing the suite (one of the two imports an asv call is
-        priced, without asv's own start), its CUDA context and a GPU set-up's cuBLAS start."""
-        return max(0.0, self.asv_call_s - ASV_START_S) / 2 + self.cuda_context_s + self.gpu_setup_s
+        """A measuring process's start: an import of the suite, its CUDA context and a GPU set-up's cuBLAS start."""
+        return self.import_s + self.cuda_context_s + self.gpu_setup_s
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Costs:
@@ -241,7 +241,7 @@ class Plan:
         for g in sorted({group(p) for p in chosen}, key=_stage_order):
             kept = [p for p in chosen if group(p) == g]
             modules = {p.benchmark.split(".", 1)[0] for p in kept}
-            fixed = self.costs.asv_call_s + sum(self.cache_s.get(m, 0.0) for m in modules)
+            fixed = self.costs.stage_call_s + sum(self.cache_s.get(m, 0.0) for m in modules)
             if any(p.swept for p in kept) and not started:  # one measuring process for the stages (sweep.held)
                 fixed += self.costs.sweep_start_s
                 started = True
@@ -449,7 +449,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
 
     def cost(p: Point) -> float:
         g, module = group(p), p.benchmark.split(".", 1)[0]
-        fixed = 0.0 if g in calls else plan.costs.asv_call_s
+        fixed = 0.0 if g in calls else plan.costs.stage_call_s
         fixed += 0.0 if (module, g) in caches else plan.cache_s.get(module, 0.0)
         fixed += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
         fixed += p.unit_share_s if (p.unit, p.values, g) not in units else 0.0  # its row, once per stage

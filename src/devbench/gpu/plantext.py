@@ -31,7 +31,7 @@ def format_plan(plan: Plan) -> str:
         + (f", its CUDA context {c.cuda_context_s:.2f} s ({c.gpus} GPU(s)), a GPU set-up {c.gpu_setup_s:.2f} s"
            + (f", a workload's check {c.gpu_check_s:.2f} s (once per run)" if c.gpu_check_s else "")
            if c.gpus else ", no CUDA device")
-        + f", an asv call {c.asv_call_s:.1f} s"
+        + f", an asv call {c.stage_call_s:.1f} s"
         + ("; the CPU's searches here: " + ", ".join(f"{k.split(':', 1)[-1]} {v:.0f} s" for k, v in c.expected_searches)
            if c.expected_searches else ""),
         "",
