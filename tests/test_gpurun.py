@@ -208,8 +208,9 @@ def _project(tmp: Path) -> Path:
     return repo
 
 
-def _gpu_run(tmp_path, repo, *argv, validate=False):
-    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+def _gpu_run(tmp_path, repo, *argv, validate=False, tmpdir=None):
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1",
+           **({"TMPDIR": str(tmpdir)} if tmpdir else {})}  # fmt: skip
     cmd = [sys.executable, "-m", "devbench.cli", "gpu-run", "--repo", str(repo), "--machine", "cpu-box",
            "--no-tests", *([] if validate else ["--no-validate"]), *argv]  # fmt: skip
     done = run_group(cmd, timeout=300, cwd=repo, env=env)
@@ -253,28 +254,35 @@ def test_gpu_only_without_a_gpu_leaves_validate_out_and_holds_nothing_for_it(tmp
 
 
 def test_validate_is_left_out_where_it_would_check_nothing_the_run_measures():
-    from devbench.gpu.costs import validates_nothing
+    """gpu-run's validate checks the figures its run selects (its --bench, passed on): none, and it is left out."""
+    from devbench.gpu.costs import validate_labels, validates_nothing
     from devbench.records import spec
 
-    cpu, gpu = spec.VALIDATED_CPU[0].selector, spec.VALIDATED_GPU[0].selector
-    assert validates_nothing(False, 1, lambda s: True) is None
-    assert validates_nothing(True, 0, lambda s: True).startswith("--gpu-only without a CUDA GPU")
-    assert validates_nothing(False, 0, lambda s: s == gpu) == "none of the figures it checks is in this run's selection"
-    assert validates_nothing(True, 1, lambda s: s == cpu) == "none of the figures it checks is in this run's selection"
-    assert validates_nothing(True, 1, lambda s: s == gpu) is None
-    assert validates_nothing(False, 0, lambda s: s == cpu) is None
+    assert validates_nothing(False, 1, None) is None
+    assert validates_nothing(True, 0, None).startswith("--gpu-only without a CUDA GPU")
+    nothing = "none of the figures it checks is in this run's selection"
+    assert validates_nothing(False, 0, "cuda") == nothing and validates_nothing(True, 1, "'cpu'") == nothing
+    assert validates_nothing(True, 1, "cuda") is None and validates_nothing(False, 0, "MatmulSquare") is None
+    # a partial selection: those figures alone, the plain torch.mm row with the bf16 product it times again
+    assert validate_labels(1, bench="DeviceCopy") == [p.label for p in (*spec.VALIDATED_CPU, *spec.VALIDATED_GPU)
+                                                      if "DeviceCopy" in p.selector]  # fmt: skip
+    assert validate_labels(1, bench="bfloat16") == [spec.VALIDATED_PLAIN_OF.label, spec.VALIDATED_PLAIN_MM]
+    assert len(validate_labels(1)) == 13 and len(validate_labels(0)) == 5 and len(validate_labels(1, True)) == 8
 
 
 @pytest.mark.slow
 def test_the_run_measures_exactly_the_planned_points_and_packs_them(tmp_path):
     repo = _project(tmp_path)
     out = tmp_path / "out"
-    text = _gpu_run(tmp_path, repo, "--bench", "TinyOp|SameDeviceMove", "--budget-s", "300", "--out", str(out))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    text = _gpu_run(tmp_path, repo, "--bench", "TinyOp|SameDeviceMove", "--budget-s", "300", "--out", str(out),
+                    tmpdir=scratch)  # fmt: skip
     assert "== asv headline: exit 0" in text and "packed into" in text
     assert "recorded machine 'cpu-box' for asv:" in text  # by the probe, before the plan
     # asv took the listing's discovery of the suite rather than import it once more; the file went with the run
     assert "Discovered benchmarks: devbench gpu-run's listing of this folder" in text
-    assert not (out / gpurun.DISCOVERY_NAME).exists()
+    assert not list(scratch.glob("devbench-discovery-*"))
     assert json.loads((tmp_path / ".asv-machine.json").read_text())["cpu-box"]["gpu_count"] == "0"
     states = _states(out)
     kept = {k for k, s in states.items() if s == "run"}
@@ -924,38 +932,51 @@ def test_gpu_only_selects_the_points_that_need_a_gpu():
 
 
 def test_asv_takes_the_listings_discovery_of_its_own_folder_only(tmp_path, monkeypatch):
-    """``devbench.gpu.asvrun`` hands asv the discovery gpu-run's listing wrote, where it lists the folder asv would
-    discover (asv's own ``_disc_benchmarks``, whose signature is checked here); else asv discovers as always."""
+    """``devbench.gpu.asvrun`` hands asv the discovery gpu-run's listing wrote (asv_runner's own, equal to what asv's
+    real ``_disc_benchmarks`` finds in an ``existing`` environment), where it lists the folder asv would discover,
+    with the devbench asv imports; else asv discovers as always, and says why."""
     import inspect
     from types import SimpleNamespace
 
     from asv import benchmarks as B
+    from asv import environment
 
-    from devbench.compare.worker import ASV_DISCOVERY_ENV, write_discovery
+    from devbench.compare.worker import ASV_DISCOVERY_ENV
     from devbench.gpu import asvrun
 
     assert list(inspect.signature(B.Benchmarks._disc_benchmarks).parameters) == [
         "conf", "repo", "environments", "commit_hashes", "check"]  # fmt: skip
-    asked = []
-    monkeypatch.setattr(B.Benchmarks, "_disc_benchmarks",
-                        classmethod(lambda cls, *a: asked.append(a) or ["asv's own"]))  # fmt: skip
-    monkeypatch.setattr(B.Benchmarks, "_devbench_discovered", False, raising=False)
     suite = tmp_path / "listed_suite"  # a package name no other test imports
     suite.mkdir()
     (suite / "__init__.py").write_text("")
     (suite / "bench_x.py").write_text("class X:\n    params = [1, 2]\n\n    def time_x(self, n):\n        pass\n")
     listing = tmp_path / "discovery.json"
-    write_discovery(str(suite), str(listing))
+    src = str(ROOT / "src")
+    subprocess.run([sys.executable, "-c", "import sys; from devbench.compare.worker import write_discovery; "
+                    "write_discovery(sys.argv[1], sys.argv[2])", "listed_suite", str(listing)], cwd=tmp_path,
+                   env={**os.environ, "PYTHONPATH": src}, check=True)  # fmt: skip
+    record = json.loads(listing.read_text())
+    from asv.config import Config
+
+    conf = Config()  # asv's defaults; the suite's folder and where environments go
+    conf.benchmark_dir, conf.env_dir, conf.repo = "listed_suite", str(tmp_path / "env"), str(tmp_path)
+    conf.branches = []  # the commit given is the one tried
+    monkeypatch.chdir(tmp_path)  # asv's benchmark_dir is relative to its config's folder
+    env = environment.ExistingEnvironment(conf, sys.executable, {}, {})
+    assert record["benchmarks"] == B.Benchmarks._disc_benchmarks(conf, None, [env], ["abc"], False)  # asv's own
+    asked = []
+    monkeypatch.setattr(B.Benchmarks, "_disc_benchmarks",
+                        classmethod(lambda cls, *a: asked.append(a) or ["asv's own"]))  # fmt: skip
+    monkeypatch.setattr(B.Benchmarks, "_devbench_discovered", False, raising=False)
     monkeypatch.setenv(ASV_DISCOVERY_ENV, str(listing))
     asvrun.discovered_once()
-    got = B.Benchmarks._disc_benchmarks(SimpleNamespace(benchmark_dir=str(suite)), None, [], ["abc"], False)
-    assert [b["name"] for b in got] == ["bench_x.X.time_x"] and got[0]["params"] == [["1", "2"]] and not asked
-    other = tmp_path / "other"
-    assert B.Benchmarks._disc_benchmarks(SimpleNamespace(benchmark_dir=str(other)), None, [], ["abc"], False) == [
-        "asv's own"]  # fmt: skip
-    assert B.Benchmarks._disc_benchmarks(SimpleNamespace(benchmark_dir=str(suite)), None, [], ["abc"], True) == [
-        "asv's own"]  # asv check imports the suite itself  # fmt: skip
+    here = SimpleNamespace(benchmark_dir="listed_suite")
+    assert B.Benchmarks._disc_benchmarks(here, None, [], ["abc"], False) == record["benchmarks"] and not asked
+    other = SimpleNamespace(benchmark_dir="other")
+    assert B.Benchmarks._disc_benchmarks(other, None, [], ["abc"], False) == ["asv's own"]
+    assert B.Benchmarks._disc_benchmarks(here, None, [], ["abc"], True) == ["asv's own"]  # asv check imports itself
+    listing.write_text(json.dumps({**record, "devbench": "/elsewhere/devbench/__init__.py"}))
+    assert B.Benchmarks._disc_benchmarks(here, None, [], ["abc"], False) == ["asv's own"]
     listing.write_text("{half a file")
-    assert B.Benchmarks._disc_benchmarks(SimpleNamespace(benchmark_dir=str(suite)), None, [], ["abc"], False) == [
-        "asv's own"]  # fmt: skip
-    assert len(asked) == 3
+    assert B.Benchmarks._disc_benchmarks(here, None, [], ["abc"], False) == ["asv's own"]
+    assert len(asked) == 4

@@ -226,3 +226,23 @@ def test_gpu_only_without_a_gpu_is_refused(monkeypatch, capsys, empty_vm_results
     monkeypatch.setattr("devbench.report.load.load_results", lambda *a, **k: None)
     assert V.main(["--results", empty_vm_results, "--machine", "vm", "--gpu-only"]) == V.EXIT_NO_RESULTS
     assert "--gpu-only, but torch sees no CUDA GPU here" in capsys.readouterr().err
+
+
+def test_bench_checks_the_figures_it_selects_alone_and_names_a_bad_pattern(monkeypatch, capsys):
+    """gpu-run passes its --bench: validate then checks the figures that run selected, none it left out."""
+    monkeypatch.setattr("devbench.engine.devices.num_gpus", lambda: 0)
+    measured = []
+    monkeypatch.setattr(V, "measure", lambda check, min_run_time, rounds: measured.append(check.label)
+                        or V.Measured(timer=10.0, method=10.0, events=math.nan))  # fmt: skip
+
+    class Loaded:
+        frame = _frame([{"benchmark": c.benchmark, "params": c.params, "value": 10.0} for c in V.checks(gpu=False)])
+
+    monkeypatch.setattr("devbench.report.load.load_results", lambda *a, **k: Loaded())
+    assert V.main(["--machine", "vm", "--bench", r"DeviceCopy\.track_gbps_copied\('cpu', 1048576\)"]) == V.EXIT_OK
+    assert measured == ["host copy 1 MiB"]
+    assert V.main(["--machine", "vm", "--bench", "("]) == V.EXIT_NO_RESULTS
+    assert "--bench '(' is not a regular expression" in capsys.readouterr().err
+    assert V.main(["--machine", "vm", "--bench", "cuda"]) == V.EXIT_NO_RESULTS
+    assert "--bench 'cuda' selects none of the figures it checks" in capsys.readouterr().err
+    assert measured == ["host copy 1 MiB"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import sys
 import time
@@ -65,6 +66,11 @@ class Check:
     def unit(self) -> str:
         return self.figure.unit
 
+    @property
+    def selector(self) -> str:
+        """asv's name of the point (``--bench`` matches it)."""
+        return spec.Point(self.figure, dict(self.values)).selector
+
 
 def checks(gpu: bool) -> list[Check]:
     """The subset for a machine with or without a GPU; the GPU figures are ``spec.VALIDATED_GPU``, which
@@ -72,8 +78,8 @@ def checks(gpu: bool) -> list[Check]:
     out = [Check(p.label, p.figure, dict(p.values)) for p in spec.VALIDATED_CPU]
     if gpu:
         out += [Check(p.label, p.figure, dict(p.values), True) for p in spec.VALIDATED_GPU]
-        bf16 = next(p for p in spec.VALIDATED_GPU if p.values.get("dtype") == "bfloat16")
-        out.append(Check(f"  {spec.VALIDATED_PLAIN_MM}", spec.MATMUL_TFLOPS, dict(bf16.values), True, "plain_mm"))
+        bf16 = spec.VALIDATED_PLAIN_OF
+        out.append(Check(f"  {spec.VALIDATED_PLAIN_MM}", bf16.figure, dict(bf16.values), True, "plain_mm"))
     return out
 
 
@@ -265,6 +271,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--gpu-only", action="store_true",
                    help="only the figures measured on a GPU (what `devbench gpu-run --gpu-only` ran)")
+    p.add_argument("--bench", metavar="REGEX",
+                   help="only the figures whose asv name(params) this regular expression matches, as asv's --bench")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -276,6 +284,12 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds < 1 or args.min_run_time <= 0:
         print("devbench validate: error: --rounds must be >= 1 and --min-run-time > 0, got "
               f"{args.rounds} and {args.min_run_time}", file=sys.stderr)  # fmt: skip
+        return EXIT_NO_RESULTS
+    try:
+        only = re.compile(args.bench) if args.bench else None
+    except re.error as exc:
+        print(f"devbench validate: error: --bench {args.bench!r} is not a regular expression: {exc}",
+              file=sys.stderr)  # fmt: skip
         return EXIT_NO_RESULTS
     from devbench.records.files import default_machine
 
@@ -294,7 +308,12 @@ def run(args: argparse.Namespace) -> int:
     if args.gpu_only and not num_gpus():
         print("devbench validate: error: --gpu-only, but torch sees no CUDA GPU here", file=sys.stderr)
         return EXIT_NO_RESULTS
-    wanted = [c for c in checks(gpu=num_gpus() > 0) if c.needs_gpu or not args.gpu_only]
+    wanted = [c for c in checks(gpu=num_gpus() > 0) if (c.needs_gpu or not args.gpu_only)
+              and (only is None or only.search(c.selector))]  # fmt: skip
+    if not wanted:
+        print(f"devbench validate: error: --bench {args.bench!r} selects none of the figures it checks",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_NO_RESULTS
     figures = suite_figures(loaded.frame, machine, wanted)
     missing = [c.label for c in wanted if c.label not in figures]
     if not figures:

@@ -28,6 +28,7 @@ argument names (stdout is the benchmarks' own, sent to stderr with the rest of t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -271,18 +272,28 @@ ASV_DISCOVERY_ENV = "DEVBENCH_ASV_DISCOVERY"
 
 def write_discovery(benchmark_dir: str, path: str) -> None:
     """asv_runner's listing of the suite (``asv run``'s discovery output, the suite already imported here), with the
-    folder it lists, written whole at ``path``."""
+    folder it lists and the devbench package the suite imported (its params come from there), written whole at
+    ``path``."""
     import io
 
     from asv_runner.discovery import list_benchmarks
 
     listing = io.StringIO()
     list_benchmarks(os.path.abspath(benchmark_dir), listing)
-    record = {"benchmark_dir": os.path.abspath(benchmark_dir), "benchmarks": json.loads(listing.getvalue())}
-    part = f"{path}.part"
-    with open(part, "w", encoding="utf-8") as fp:
-        json.dump(record, fp)
-    os.replace(part, path)
+    import importlib.util
+
+    package = importlib.util.find_spec("devbench")  # the one the suite imported, else the one it would
+    record = {"benchmark_dir": os.path.abspath(benchmark_dir), "benchmarks": json.loads(listing.getvalue()),
+              "devbench": os.path.realpath(package.origin) if package and package.origin else None}  # fmt: skip
+    fd, part = tempfile.mkstemp(prefix=".discovery-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fp:
+            json.dump(record, fp)
+        os.replace(part, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
 
 
 def main(benchmark_dir: str, reply_fd: int, keep_dir: str | None = None) -> int:

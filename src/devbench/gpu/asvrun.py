@@ -82,19 +82,36 @@ def discovered_once() -> None:
     discover = B.Benchmarks._disc_benchmarks.__func__
 
     def listed(cls, conf, repo, environments, commit_hashes, check):
+        if check:  # asv check imports the suite itself
+            return discover(cls, conf, repo, environments, commit_hashes, check)
         try:
             with open(path, encoding="utf-8") as fp:
                 record = json.load(fp)
-        except (OSError, ValueError):
-            record = {}
-        if not check and isinstance(record, dict) and isinstance(record.get("benchmarks"), list) \
-                and record.get("benchmark_dir") == os.path.abspath(conf.benchmark_dir):  # fmt: skip
+        except (OSError, ValueError) as exc:
+            record, why = {}, f"cannot read it ({exc})"
+        else:
+            why = _mismatch(record, conf.benchmark_dir)
+        if not why:
             log.info("Discovered benchmarks: devbench gpu-run's listing of this folder")
             return record["benchmarks"]
+        log.warning(f"gpu-run's listing of the suite not taken: {why}; discovering it again")
         return discover(cls, conf, repo, environments, commit_hashes, check)
 
     B.Benchmarks._disc_benchmarks = classmethod(listed)
     B.Benchmarks._devbench_discovered = True
+
+
+def _mismatch(record: object, benchmark_dir: str) -> str | None:
+    """Why a discovery record does not stand for asv's own discovery of ``benchmark_dir`` here, else None."""
+    import devbench
+
+    if not isinstance(record, dict) or not isinstance(record.get("benchmarks"), list):
+        return "it holds no list of benchmarks"
+    if record.get("benchmark_dir") != os.path.abspath(benchmark_dir):
+        return f"it lists {record.get('benchmark_dir')}, not {os.path.abspath(benchmark_dir)}"
+    if record.get("devbench") != os.path.realpath(devbench.__file__):
+        return f"its suite imported devbench from {record.get('devbench')}, asv's from {devbench.__file__}"
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -347,43 +347,47 @@ def validate_each(log: Path, total_s: float) -> tuple[tuple[str, float], ...]:
     return tuple((label, total_s / len(started)) for label in started)
 
 
-def held_s(costs: P.Costs, gpu_only: bool = False) -> tuple[float, float]:
+def validate_labels(gpus: int, gpu_only: bool = False, bench: str | None = None) -> list[str]:
+    """The figures a run's validate measures, by their labels: the CPU's (unless ``gpu_only``) and, on a GPU, the
+    GPU's and the bf16 product again as a plain ``torch.mm``; those ``bench`` (the run's ``--bench``) selects."""
+    from devbench.records import spec
+
+    only = re.compile(bench) if bench else None
+    points = [p for p in spec.validated(bool(gpus), gpu_only) if only is None or only.search(p.selector)]
+    return [p.label for p in points] + ([spec.VALIDATED_PLAIN_MM] if spec.VALIDATED_PLAIN_OF in points else [])
+
+
+def held_s(costs: P.Costs, gpu_only: bool = False, bench: str | None = None) -> tuple[float, float]:
     """Seconds held back for the CUDA tests and validate: what a recorded run took, else the defaults. Validate is
-    priced by the figures this run's validate measures (the CPU's, and on a GPU the GPU's; ``gpu_only``: the GPU's
-    alone, ``validate --gpu-only``): each at what the recorded validate gave it (a figure it did not measure, at the
-    mean of those it did), plus its start (the stage's seconds beyond its figures'); without a record, the
-    default's share."""
-    from devbench.records.spec import VALIDATED_CPU, VALIDATED_GPU, VALIDATED_PLAIN_MM
+    priced by the figures it measures (``validate_labels``): each at what the recorded validate gave it (one it did
+    not measure, at the mean of those it did), plus its start (the stage's seconds beyond its figures'); without a
+    record, the default's share."""
+    from devbench.records import spec
 
     tests = costs.tests_s or TESTS_S
-    labels = [] if gpu_only else [p.label for p in VALIDATED_CPU]
-    if costs.gpus:
-        labels += [*(p.label for p in VALIDATED_GPU), VALIDATED_PLAIN_MM]
+    labels = validate_labels(costs.gpus, gpu_only, bench)
     each = dict(costs.validate_each)
     if not each:  # the default, or a record without its log, is a GPU machine's whole validate
-        return tests, (costs.validate_s or VALIDATE_S) * len(labels) / (len(VALIDATED_CPU) + len(VALIDATED_GPU) + 1)
+        every = len(spec.VALIDATED_CPU) + len(spec.VALIDATED_GPU) + 1
+        return tests, (costs.validate_s or VALIDATE_S) * len(labels) / every
     start = max(0.0, costs.validate_s - sum(each.values()))
     mean = sum(each.values()) / len(each)
     return tests, start + sum(each.get(label, mean) for label in labels)
 
 
-def validates_nothing(gpu_only: bool, gpus: int, selected) -> str | None:
+def validates_nothing(gpu_only: bool, gpus: int, bench: str | None) -> str | None:
     """Why a run's validate would check nothing the run measures, else None: ``validate --gpu-only`` on a machine
-    without a GPU, or none of the figures it checks (``spec.VALIDATED_CPU``, on a GPU ``VALIDATED_GPU``; with
-    ``gpu_only`` those alone) among the selectors the run ``selected`` (its ``--bench``): it would compare older
-    runs' figures."""
-    from devbench.records.spec import VALIDATED_CPU, VALIDATED_GPU
-
+    without a GPU, or none of the figures it checks among those the run's ``bench`` selects (it would compare older
+    runs' figures). gpu-run passes validate its ``--bench``, so a run that selects some checks those alone."""
     if gpu_only and not gpus:
         return "--gpu-only without a CUDA GPU: no figure of this run to check"
-    reads = [*(() if gpu_only else VALIDATED_CPU), *(VALIDATED_GPU if gpus else ())]
-    if not any(selected(p.selector) for p in reads):
+    if not validate_labels(gpus, gpu_only, bench):
         return "none of the figures it checks is in this run's selection"
     return None
 
 
 def sum_reserves(args: argparse.Namespace, costs: P.Costs) -> float:
-    tests, validate = held_s(costs, args.gpu_only)
+    tests, validate = held_s(costs, args.gpu_only, args.bench)
     return (tests if args.tests else 0.0) + (validate if args.validate else 0.0)
 
 

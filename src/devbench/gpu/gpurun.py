@@ -21,7 +21,6 @@ and what the earlier stages made is packed whatever a later one does.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import re
@@ -109,8 +108,8 @@ def _sha(repo: Path) -> str:
     return out.stdout.strip()
 
 
-#: asv's discovery of the suite in a run's output folder while it runs (``Run.discovery``)
-DISCOVERY_NAME = ".asv-discovery.json"
+#: asv's discovery of the suite, in a folder of the run's own while it runs (``Run.discovery``)
+DISCOVERY_NAME = "asv-discovery.json"
 
 
 class Run:
@@ -125,8 +124,7 @@ class Run:
         self.stages: list[dict[str, Any]] = []
         self.stage_started = time.time()
         self.checked: str | None = None  # the run's folder of checked workloads (prepare.check_once)
-        #: asv's discovery of the suite, written by the run's listing: each asv stage takes it (``gpu.asvrun``)
-        self.discovery = None if getattr(args, "plan_only", False) else self.out / DISCOVERY_NAME
+        self.discovery: Path | None = None  # asv's discovery, made by the listing, for each stage (gpu.asvrun)
         self.holder: sweep.Holder | None = None  # owns the measuring process of the stages before the tests
         #: why no stage starts any more: processes of a stage outlived SIGKILL (stuck in a driver call, their GPU
         #: held); what ran beside them would not be measured alone, and a world on their GPU could hang
@@ -186,8 +184,12 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
             "--bench", regex]  # fmt: skip
 
 
-def execute(args: argparse.Namespace) -> int:
+def execute(args: argparse.Namespace, made: list[Path] | None = None) -> int:
+    """The run (``run`` checks its options); ``made`` gets its scratch folders, which ``run`` removes at its end."""
     run = Run(args)
+    if not args.plan_only:
+        run.discovery = Path(tempfile.mkdtemp(prefix="devbench-discovery-")) / DISCOVERY_NAME
+        (made if made is not None else []).append(run.discovery.parent)
     run.out.mkdir(parents=True, exist_ok=True)
     python = args.python
     sha = _sha(run.repo)
@@ -225,14 +227,14 @@ def execute(args: argparse.Namespace) -> int:
     def selected(s: str) -> bool:
         return (only is None or only.search(s) is not None) and (gpu_points is None or s in gpu_points)
 
-    if args.validate and (why := validates_nothing(args.gpu_only, costs.gpus, selected)):
+    if args.validate and (why := validates_nothing(args.gpu_only, costs.gpus, args.bench)):
         args.validate = False
         print(f"gpu-run: validate left out: {why}", flush=True)
     # held back for the CUDA tests, validate and the packing; at most half of a short budget, so that the
     # benchmarks always get the other half (the tests and validate then run under what is left)
     reserve = min(PACK_S + sum_reserves(args, costs), max(PACK_S, run.left() / 2))
     # what validate and the health lines read is never dropped; a twin (the same evidence in other units) goes first
-    keep = frozenset(p.selector for p in spec.kept_points())
+    keep = frozenset(p.selector for p in spec.kept_points(args.validate, bool(costs.gpus), args.gpu_only))
     plan = P.make_plan(listing, selected, costs,
                        run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
                        sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
@@ -391,7 +393,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         failed = _asv_stages(run, plan, summary, reserve, python, machine, sha, running, takes, done)
         run.release()  # before the tests and validate, which then have the GPU to themselves
     run.holder, plan.sweep_up = None, False
-    tests_s, validate_s = held_s(plan.costs, args.gpu_only)
+    tests_s, validate_s = held_s(plan.costs, args.gpu_only, args.bench)
     if args.tests and (run.repo / "tests").is_dir():
         code = run.stage("cuda tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"],
                          run.left() - PACK_S - (validate_s if args.validate else 0), tests_s,
@@ -399,7 +401,8 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         failed |= code not in (0, 5)  # 5: no test selected (none needs CUDA in this tree)
         summary.save()
     if args.validate:
-        only = ["--gpu-only"] if args.gpu_only else []  # the CPU's figures were not measured by this run
+        # the figures of this run alone: the CPU's were not measured with --gpu-only, nor those --bench leaves out
+        only = [*(["--gpu-only"] if args.gpu_only else []), *(["--bench", args.bench] if args.bench else [])]
         code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine, *only],
                          run.left() - PACK_S, validate_s, log_path=run.out / "validate.txt")  # fmt: skip
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
@@ -479,8 +482,9 @@ def run(args: argparse.Namespace) -> int:
         raise Stopped(143)
 
     before = signal.signal(signal.SIGTERM, terminated)
+    listed: list[Path] = []
     try:
-        return execute(args)
+        return execute(args, listed)
     except KeyboardInterrupt:
         print("devbench gpu-run: interrupted; what finished is in the output folder", file=sys.stderr)
         return 130
@@ -492,6 +496,5 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, before)
-        if not args.plan_only:
-            with contextlib.suppress(OSError):
-                (Path(args.out) / DISCOVERY_NAME).unlink(missing_ok=True)
+        for folder in listed:  # the discovery's folder, made by Run
+            shutil.rmtree(folder, ignore_errors=True)

@@ -289,9 +289,19 @@ VALIDATED_GPU: tuple[Point, ...] = (
 )  # fmt: skip
 
 
-def kept_points() -> tuple[Point, ...]:
-    """The points a time-boxed run never drops (``devbench.gpu.plan``): what validate and the health lines read."""
+#: the product of ``VALIDATED_GPU`` that validate times again as a plain ``torch.mm`` loop (``VALIDATED_PLAIN_MM``)
+VALIDATED_PLAIN_OF: Point = next(p for p in VALIDATED_GPU if p.values.get("dtype") == "bfloat16")
+
+
+def validated(gpus: bool, gpu_only: bool = False) -> tuple[Point, ...]:
+    """The points ``devbench validate`` reads on a machine with or without a GPU (``gpu_only``: the GPU's alone)."""
+    return (*(() if gpu_only else VALIDATED_CPU), *(VALIDATED_GPU if gpus else ()))
+
+
+def kept_points(validating: bool = True, gpus: bool = True, gpu_only: bool = False) -> tuple[Point, ...]:
+    """The points a time-boxed run never drops (``devbench.gpu.plan``): what the health lines read, and what its
+    validate reads where it runs one (``validated``)."""
     seen: dict[str, Point] = {}
-    for p in (*(p for p, _ in HEALTH_POINTS), *VALIDATED_GPU, *VALIDATED_CPU):
+    for p in (*(p for p, _ in HEALTH_POINTS), *(validated(gpus, gpu_only) if validating else ())):
         seen.setdefault(p.selector, p)
     return tuple(seen.values())
