@@ -1,18 +1,23 @@
 """Each figure's 99% interval in two asv result files of the same suite, before and after a change of method.
 
-    python scripts/research/intervals.py BEFORE.json AFTER.json
+    python scripts/research/intervals.py BEFORE.json AFTER.json [--values REGEX]
 
 Pairs every figure of BEFORE with AFTER's (a ``time_`` figure with the ``track_`` figure that took its place,
 ``RENAMED``), leaves out the collectives (their sweep is not what changed), and prints, for the host-clock
 figures and for the others, the median half-width of asv's 99% interval over the median, how many are within
-0.5%, 1% and 5%, and the median number of samples; then the same per benchmark. Reads the JSON as asv wrote
-it; imports neither asv nor torch.
+0.5%, 1% and 5%, and the median number of samples; then the same per benchmark. With ``--values``, each figure
+whose ``name(params)`` the regular expression matches, its value and interval in both files and their ratio,
+and the range of the ratios (two GPU runs of one model: ``--values GPU_SAME`` names the pinned copies, device
+copies and products of n >= 4,096 that should agree within 3%). Reads the JSON as asv wrote it; imports neither
+asv nor torch.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 import statistics
 import sys
 
@@ -24,8 +29,15 @@ RENAMED = {"time_matmul": "track_time", "time_copy": "track_time", "time_loop": 
            "time_sequential": "track_sequential_time"}  # fmt: skip
 
 
-def load(path: str) -> dict[tuple[str, int], tuple[float, int | None]]:
-    """(benchmark, combination) -> (half of asv's 99% interval over the median, samples)."""
+#: the figures two healthy GPUs of one model should give within 3% (``--values``): pinned host<->device copies,
+#: device copies, and GPU products of n >= 4,096
+GPU_SAME = (r"HostDevice\.track_gbps\('(h2d|d2h)', 'pinned'|DeviceCopy\.track_gbps_copied\('cuda'"
+            r"|MatmulSquare\.track_tflops\('cuda', '\w+', (4096|8192)\)")
+
+
+def figures(path: str) -> dict[tuple[str, int], tuple[str, float, float | None, int | None]]:
+    """(benchmark, combination) -> (its params as asv names them, value, half of asv's 99% interval over the
+    value, samples), for every figure with a value."""
     data = json.load(open(path))
     cols = data["result_columns"]
     out = {}
@@ -35,11 +47,41 @@ def load(path: str) -> dict[tuple[str, int], tuple[float, int | None]]:
         lo = r.get("stats_ci_99_a") or [None] * len(values)
         hi = r.get("stats_ci_99_b") or [None] * len(values)
         reps = r.get("stats_repeat") or [None] * len(values)
+        combos = list(itertools.product(*r["params"])) if r.get("params") else [()]
         for i, v in enumerate(values):
-            if v is None or (isinstance(v, float) and math.isnan(v)) or v == 0 or lo[i] is None or hi[i] is None:
+            if v is None or (isinstance(v, float) and math.isnan(v)) or v == 0:
                 continue
-            out[(name, i)] = ((hi[i] - lo[i]) / 2 / abs(v), reps[i])
+            width = (hi[i] - lo[i]) / 2 / abs(v) if lo[i] is not None and hi[i] is not None else None
+            out[(name, i)] = (", ".join(combos[i]) if i < len(combos) else "", v, width, reps[i])
     return out
+
+
+def load(path: str) -> dict[tuple[str, int], tuple[float, int | None]]:
+    """(benchmark, combination) -> (half of asv's 99% interval over the median, samples)."""
+    return {k: (w, n) for k, (_, _, w, n) in figures(path).items() if w is not None}
+
+
+def values(before_path: str, after_path: str, pattern: str) -> None:
+    """Each figure both files hold whose ``name(params)`` ``pattern`` matches: its value and interval in each, and
+    AFTER over BEFORE; then the range of those ratios and the figures more than 3% apart."""
+    before, after = figures(before_path), figures(after_path)
+    rows = []
+    for key, (params, v0, w0, _) in sorted(before.items()):
+        if key not in after or not re.search(pattern, f"{key[0]}({params})"):
+            continue
+        _, v1, w1, _ = after[key]
+        rows.append((key[0], params, v0, w0, v1, w1, v1 / v0))
+    if not rows:
+        print(f"no figure of both files matches {pattern!r}")
+        return
+    def pct(w): return f"+-{w:.1%}" if w is not None else "(no interval)"  # noqa: E704
+    for name, params, v0, w0, v1, w1, ratio in rows:
+        print(f"{name.split('.', 1)[1]:40s} {params:45s} {v0:10.4g} {pct(w0):>13s} {v1:10.4g} {pct(w1):>13s}  "
+              f"{ratio:.3f}")  # fmt: skip
+    ratios = [r[-1] for r in rows]
+    apart = [f"{r[0].split('.', 1)[1]}({r[1]})" for r in rows if abs(r[-1] - 1) > 0.03]
+    print(f"\n{len(rows)} figures: AFTER / BEFORE {min(ratios):.3f}-{max(ratios):.3f}; "
+          f"{len(apart)} more than 3% apart{': ' + '; '.join(apart) if apart else ''}")  # fmt: skip
 
 
 def renamed(name: str) -> str:
@@ -76,6 +118,10 @@ def main(before_path: str, after_path: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python scripts/research/intervals.py BEFORE.json AFTER.json")
-    main(sys.argv[1], sys.argv[2])
+    args = sys.argv[1:]
+    if len(args) not in (2, 4) or (len(args) == 4 and args[2] != "--values"):
+        sys.exit("usage: python scripts/research/intervals.py BEFORE.json AFTER.json [--values REGEX]")
+    if len(args) == 4:
+        values(args[0], args[1], GPU_SAME if args[3] == "GPU_SAME" else args[3])
+    else:
+        main(args[0], args[1])
