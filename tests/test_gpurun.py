@@ -748,9 +748,9 @@ def test_a_figure_another_machines_run_held_wider_than_its_precision_is_priced_a
 
     from devbench.engine import precision
     from devbench.gpu import plan as P
-    from devbench.gpu.costs import imprecise_from
     from devbench.gpu.gpuargs import add_arguments
     from devbench.gpu.gpuargs import check as _check
+    from devbench.gpu.recorded import imprecise_from
 
     name = "bench_transfer.HostDevice"
     wide = imprecise_from(ROOT / "reports" / "asv-results" / "h200", {f"{name}.track_time", f"{name}.track_gbps"})

@@ -284,7 +284,7 @@ def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_
     import io
     import tarfile
 
-    from devbench.gpu.costs import recorded_from, seed
+    from devbench.gpu.recorded import recorded_from, seed
 
     (tmp_path / "plan.json").write_text("{}")
     assert recorded_from(tmp_path / "plan.json") == ({}, {})  # no journal: nothing recorded
@@ -339,7 +339,7 @@ def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_
 def test_a_plan_is_priced_from_this_machines_journal_over_a_committed_run_of_its_gpu_model(tmp_path):
     import json
 
-    from devbench.gpu.costs import prices_sources, recorded
+    from devbench.gpu.recorded import prices_sources, recorded
 
     given = tmp_path / "elsewhere" / "plan.json"
     assert prices_sources(tmp_path, "NVIDIA H200", str(given)) == [(given, False)]  # --costs-from alone
@@ -376,7 +376,7 @@ def test_a_plan_is_priced_from_this_machines_journal_over_a_committed_run_of_its
 def test_a_committed_run_prices_the_figure_that_counts_a_gpu_points_blocks_though_the_plan_leaves_it_out(tmp_path):
     """Another host's record prices the GPU points alone, and with them the figures that count their blocks: the
     plan holding only the figure whose blocks another sampled is priced what the sampling took."""
-    from devbench.gpu.costs import recorded, seed
+    from devbench.gpu.recorded import recorded, seed
 
     journal = tmp_path / "journal.jsonl"
     _journal(journal, [{"figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.0},
@@ -391,7 +391,7 @@ def test_a_committed_run_prices_the_figure_that_counts_a_gpu_points_blocks_thoug
 
 
 def test_the_newest_line_of_a_journal_dates_it_and_a_line_without_a_time_is_passed_over(tmp_path):
-    from devbench.gpu.costs import _newest
+    from devbench.gpu.recorded import _newest
 
     journal = tmp_path / "journal.jsonl"
     journal.write_text("")
@@ -403,7 +403,7 @@ def test_the_newest_line_of_a_journal_dates_it_and_a_line_without_a_time_is_pass
 def test_figures_share_blocks_only_where_spec_says_they_do():
     """HostDevice's time counts its GB/s' blocks at blocking copies alone: a non-blocking GB/s is priced its own
     sampling, not the larger of its and the time's."""
-    from devbench.gpu.costs import seed
+    from devbench.gpu.recorded import seed
 
     grid = ([["cuda"], ["blocking", "non_blocking"]], ["device", "mode"])
     listing = {f"bench_c.Copy.{m}": _bench(f"bench_c.Copy.{m}", *grid, swept=True, sample_time=0.1)

@@ -243,6 +243,7 @@ FORBIDDEN_IMPORTS = [
     # no tool drives it
     ("devbench.gpu.plan", "devbench"),
     ("devbench.gpu.declared", "devbench"),
+    ("devbench.gpu.pricing", "devbench"),
     ("devbench.compare", "devbench.gpu.gpurun"),
     ("devbench.report", "devbench.gpu.gpurun"),
 ]
@@ -250,9 +251,10 @@ FORBIDDEN_IMPORTS = [
 
 #: (module, dependency) pairs a rule above would forbid and that are allowed: the plan prices figures by the
 #: stop rule's own numbers (``devbench.engine.precision``: arithmetic, importing nothing of devbench) and reads
-#: what a class declares through ``devbench.gpu.declared`` (arithmetic too)
+#: what a class declares through ``devbench.gpu.declared`` (arithmetic too) with a machine's ``devbench.gpu.pricing``
 ALLOWED_IMPORTS = {("devbench.gpu.plan", "devbench.engine.precision"), ("devbench.gpu.plan", "devbench.gpu.declared"),
-                   ("devbench.gpu.declared", "devbench.engine.precision")}  # fmt: skip
+                   ("devbench.gpu.declared", "devbench.engine.precision"),
+                   ("devbench.gpu.plan", "devbench.gpu.pricing")}  # fmt: skip
 
 
 def _under(module: str, prefix: str) -> bool:

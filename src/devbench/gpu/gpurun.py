@@ -44,12 +44,8 @@ from devbench.gpu.costs import (
     _scale,
     costs_from,
     held_s,
-    imprecise_from,
-    prices_sources,
     probe_costs,
-    recorded,
     refit_margin,
-    seed,
     stage_margin,
     sum_reserves,
     validates_nothing,
@@ -58,7 +54,8 @@ from devbench.gpu.gpuargs import SWEEP, check
 from devbench.gpu.gpuhealth import print_health
 from devbench.gpu.gpupack import Summary, _smi, builds_since, durations_since, print_capped, valued_since, write_plan
 from devbench.gpu.plantext import format_plan
-from devbench.gpu.sessions import _group_run
+from devbench.gpu.recorded import imprecise_from, prices_sources, recorded, seed
+from devbench.gpu.sessions import DISCOVERY_NAME, MIN_STAGE_S, STUCK_RC, Run, Stopped  # noqa: F401 - gpu-run's
 from devbench.records.files import STAGE_END_ENV
 
 #: seconds held back for the packing after the last stage
@@ -67,21 +64,8 @@ PACK_S = 5.0
 HEALTH_S = 5.0
 #: ``devbench.workloads.achievable.SEARCH_ENV`` (that module imports torch): "fresh" makes every search again
 SEARCH_ENV = "DEVBENCH_SEARCH"
-#: a stage given less than this is not started: asv alone takes seconds to start
-MIN_STAGE_S = 10.0
 #: fill stages at most: each takes back what still fits in the time the one before left
 FILLS = 3
-#: a stage's exit when it was not started: a process of an earlier stage is stuck (``Run.stuck``)
-STUCK_RC = 125
-
-class Stopped(Exception):
-    """Ctrl-C or SIGTERM: the exit code says which."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
-
-
 def list_benchmarks(repo: Path, python: str, log: Any, discovery: Path | None = None) -> dict[str, dict[str, Any]]:
     """The suite's benchmarks as asv_runner discovers them (``devbench.compare.worker``'s listing); with
     ``discovery``, asv's own discovery of them written there too, for the asv stages (``devbench.gpu.asvrun``)."""
@@ -106,73 +90,6 @@ def _sha(repo: Path) -> str:
     if out.returncode != 0:
         raise RuntimeError(f"{repo} is not a git checkout (asv reads the commit and its date from git)")
     return out.stdout.strip()
-
-
-#: asv's discovery of the suite, in a folder of the run's own while it runs (``Run.discovery``)
-DISCOVERY_NAME = "asv-discovery.json"
-
-
-class Run:
-    """One ``gpu-run``: its options, its clock and the record of its stages."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.repo = Path(args.repo).resolve()
-        self.out = Path(args.out).resolve()
-        self.start = time.monotonic()
-        self.started_at = time.time()
-        self.stages: list[dict[str, Any]] = []
-        self.stage_started = time.time()
-        self.checked: str | None = None  # the run's folder of checked workloads (prepare.check_once)
-        self.discovery: Path | None = None  # asv's discovery, made by the listing, for each stage (gpu.asvrun)
-        self.holder: sweep.Holder | None = None  # owns the measuring process of the stages before the tests
-        #: why no stage starts any more: processes of a stage outlived SIGKILL (stuck in a driver call, their GPU
-        #: held); what ran beside them would not be measured alone, and a world on their GPU could hang
-        self.stuck: str | None = None
-
-    def left(self) -> float:
-        return self.args.budget_s - (time.monotonic() - self.start)
-
-    def release(self) -> None:
-        """Let the held measuring process go; one that does not end (stuck in a driver call) stops the run."""
-        if self.holder is not None and self.holder.release():
-            self.stuck = "the measuring process of the earlier stages did not end (stuck in a driver call?)"
-            print(f"gpu-run: warning: {self.stuck}", flush=True)
-
-    def stage(self, name: str, cmd: list[str], limit_s: float, estimate_s: float, log_path: Path | None = None,
-              env: dict[str, str] | None = None) -> int:  # fmt: skip
-        print(f"== {name}: expected {estimate_s:.0f} s, limit {max(0.0, limit_s):.0f} s "
-              f"({max(0.0, self.left()):.0f} s of the budget left)", flush=True)  # fmt: skip
-        if self.stuck:
-            print(f"== {name}: not started: {self.stuck}", flush=True)
-            self.stages.append({"stage": name, "estimate_s": estimate_s, "actual_s": 0.0, "rc": None,
-                                "note": f"not started: {self.stuck}"})  # fmt: skip
-            return STUCK_RC
-        if limit_s < MIN_STAGE_S:
-            print(f"== {name}: skipped, out of time", flush=True)
-            self.stages.append({"stage": name, "estimate_s": estimate_s, "actual_s": 0.0, "rc": None,
-                                "note": "skipped: out of time"})  # fmt: skip
-            return 124
-        self.stage_started = time.time()
-        with open(log_path, "w") if log_path else open(os.devnull, "w") as sink:
-            log = sink if log_path else None
-            try:
-                code, took, stuck = _group_run(cmd, limit_s, log, cwd=self.repo, env=env)
-            except BaseException:
-                took = round(time.time() - self.stage_started, 1)
-                self.stages.append({"stage": name, "estimate_s": round(estimate_s, 1), "rc": None,
-                                    "actual_s": took, "note": "stopped"})  # fmt: skip
-                raise
-        if log_path:
-            sys.stdout.write(log_path.read_text()[-4000:])
-        if stuck:
-            self.stuck = (f"{len(stuck)} process(es) of stage {name!r} outlived SIGKILL ({', '.join(map(str, stuck))}) "
-                          "and hold what they held, a GPU too")  # fmt: skip
-        note = "stopped at its time limit" if code == 124 else ""
-        print(f"== {name}: exit {code} in {took:.1f} s (expected {estimate_s:.0f} s) {note}".rstrip(), flush=True)
-        self.stages.append({"stage": name, "estimate_s": round(estimate_s, 1), "actual_s": round(took, 1), "rc": code,
-                            "note": note})  # fmt: skip
-        return code
 
 
 def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""Processes run as one session: a stage of ``devbench gpu-run`` started, limited in time, and ended whole.
+"""The stages of ``devbench gpu-run``: the run's clock and record of its stages (``Run``), and each stage's
+processes run as one session, started, limited in time, and ended whole.
 
 asv starts its forkserver, each benchmark's process and each ``setup_cache`` in process groups of their own,
 but they stay in the session a stage opened (as ``scripts/group.sh`` does for ``make test``): ending every
@@ -7,12 +8,16 @@ process of the session ends all of them.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
+from devbench.engine import sweep
 from devbench.engine.owners import alive, process_state
 
 
@@ -105,3 +110,83 @@ def _say_stuck(left: list[int]) -> list[int]:
         print(f"gpu-run: warning: {len(left)} process(es) of the stage outlived SIGKILL: {', '.join(states)}; a GPU "
               "one holds stays held (nvidia-smi names them)", flush=True)
     return left
+
+
+#: a stage given less than this is not started: asv alone takes seconds to start
+MIN_STAGE_S = 10.0
+#: a stage's exit when it was not started: a process of an earlier stage is stuck (``Run.stuck``)
+STUCK_RC = 125
+
+class Stopped(Exception):
+    """Ctrl-C or SIGTERM: the exit code says which."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+#: asv's discovery of the suite, in a folder of the run's own while it runs (``Run.discovery``)
+DISCOVERY_NAME = "asv-discovery.json"
+
+
+class Run:
+    """One ``gpu-run``: its options, its clock and the record of its stages."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.repo = Path(args.repo).resolve()
+        self.out = Path(args.out).resolve()
+        self.start = time.monotonic()
+        self.started_at = time.time()
+        self.stages: list[dict[str, Any]] = []
+        self.stage_started = time.time()
+        self.checked: str | None = None  # the run's folder of checked workloads (prepare.check_once)
+        self.discovery: Path | None = None  # asv's discovery, made by the listing, for each stage (gpu.asvrun)
+        self.holder: sweep.Holder | None = None  # owns the measuring process of the stages before the tests
+        #: why no stage starts any more: processes of a stage outlived SIGKILL (stuck in a driver call, their GPU
+        #: held); what ran beside them would not be measured alone, and a world on their GPU could hang
+        self.stuck: str | None = None
+
+    def left(self) -> float:
+        return self.args.budget_s - (time.monotonic() - self.start)
+
+    def release(self) -> None:
+        """Let the held measuring process go; one that does not end (stuck in a driver call) stops the run."""
+        if self.holder is not None and self.holder.release():
+            self.stuck = "the measuring process of the earlier stages did not end (stuck in a driver call?)"
+            print(f"gpu-run: warning: {self.stuck}", flush=True)
+
+    def stage(self, name: str, cmd: list[str], limit_s: float, estimate_s: float, log_path: Path | None = None,
+              env: dict[str, str] | None = None) -> int:  # fmt: skip
+        print(f"== {name}: expected {estimate_s:.0f} s, limit {max(0.0, limit_s):.0f} s "
+              f"({max(0.0, self.left()):.0f} s of the budget left)", flush=True)  # fmt: skip
+        if self.stuck:
+            print(f"== {name}: not started: {self.stuck}", flush=True)
+            self.stages.append({"stage": name, "estimate_s": estimate_s, "actual_s": 0.0, "rc": None,
+                                "note": f"not started: {self.stuck}"})  # fmt: skip
+            return STUCK_RC
+        if limit_s < MIN_STAGE_S:
+            print(f"== {name}: skipped, out of time", flush=True)
+            self.stages.append({"stage": name, "estimate_s": estimate_s, "actual_s": 0.0, "rc": None,
+                                "note": "skipped: out of time"})  # fmt: skip
+            return 124
+        self.stage_started = time.time()
+        with open(log_path, "w") if log_path else open(os.devnull, "w") as sink:
+            log = sink if log_path else None
+            try:
+                code, took, stuck = _group_run(cmd, limit_s, log, cwd=self.repo, env=env)
+            except BaseException:
+                took = round(time.time() - self.stage_started, 1)
+                self.stages.append({"stage": name, "estimate_s": round(estimate_s, 1), "rc": None,
+                                    "actual_s": took, "note": "stopped"})  # fmt: skip
+                raise
+        if log_path:
+            sys.stdout.write(log_path.read_text()[-4000:])
+        if stuck:
+            self.stuck = (f"{len(stuck)} process(es) of stage {name!r} outlived SIGKILL ({', '.join(map(str, stuck))}) "
+                          "and hold what they held, a GPU too")  # fmt: skip
+        note = "stopped at its time limit" if code == 124 else ""
+        print(f"== {name}: exit {code} in {took:.1f} s (expected {estimate_s:.0f} s) {note}".rstrip(), flush=True)
+        self.stages.append({"stage": name, "estimate_s": round(estimate_s, 1), "actual_s": round(took, 1), "rc": code,
+                            "note": note})  # fmt: skip
+        return code
