@@ -12,22 +12,19 @@ from pathlib import Path
 
 import torch
 
+from devbench.engine.copyblocks import block_gbps, clocked
 from devbench.engine.devices import move, num_gpus, synchronize
 from devbench.engine.lanes import Lanes
 from devbench.engine.measure import (
     COPY_BLOCK_S,
     calls_for,
-    measure,
-    measure_clocks,
     median_block,
-    plan_blocks,
     randn,
     warm_up,
 )
 from devbench.engine.suite import (
     DEVICES,
     Benchmark,
-    host_clock_cap,
     once,
     ready,
     require_device,
@@ -36,7 +33,7 @@ from devbench.engine.suite import (
     waited,
     with_samples,
 )
-from devbench.records.spec import GiB, MiB, gbps
+from devbench.records.spec import GiB, MiB
 from devbench.workloads.matmul import Matmul
 from devbench.workloads.peers import PEERS_DIR, PeerPath, pair_topology, peer_matrix, peer_path, write_peer_records
 from devbench.workloads.smallcopies import HIDDEN, SMALL_KINDS, ManySmall, check_hidden_copy, hidden_copy
@@ -60,14 +57,8 @@ BLOCK_S = COPY_BLOCK_S
 
 
 def _block_gbps(copy: Copy, scale: float = 1.0) -> tuple[list[float], int]:
-    """GB/s of bytes copied (times ``scale``) in every block of back-to-back copies, and the copies per block.
-
-    On a GPU, copies shorter than ``HOLD_BELOW_S`` are timed with the stream held
-    (``devbench.engine.measure.plan_blocks``), unless the host waits for them (pageable or blocking).
-    """
-    dev = copy.timing_device
-    plan = plan_blocks(copy, dev, target_s=BLOCK_S, may_hold=not copy.host_waits)
-    return [scale * gbps(copy.nbytes, t) for t in measure(copy, dev, plan).per_call], plan.calls
+    """GB/s of bytes copied (times ``scale``) in every block of back-to-back copies (``copyblocks.block_gbps``)."""
+    return block_gbps(copy, BLOCK_S, scale)
 
 
 def _waited(copy: Copy) -> dict:
@@ -76,19 +67,8 @@ def _waited(copy: Copy) -> dict:
 
 
 def _clocked(bench: Benchmark, figure: str) -> dict:
-    """``bench.copy``'s ``figure``, "time" (seconds per copy on the host's clock) or "gbps" (GB/s on the device's),
-    both read from one set of blocks of copies back to back (``measure_clocks``): for a copy whose call returns
-    with it done (``Copy.returns_done``) the waited figure's loop and the GB/s figure's are the same calls."""
-    copy, dev = bench.copy, bench.copy.timing_device
-
-    def take() -> tuple:
-        calls = plan_blocks(copy, dev, target_s=BLOCK_S, may_hold=False).calls
-        with host_clock_cap(dev):
-            host, on_device = measure_clocks(copy, dev, calls)
-        return host.per_call, [gbps(copy.nbytes, t) for t in on_device.per_call], calls
-
-    seconds, rates, calls = shared(bench, figure, take)
-    return with_samples(seconds if figure == "time" else rates, calls)
+    """``bench.copy``'s "time" or "gbps" from one set of blocks (``copyblocks.clocked``)."""
+    return clocked(bench, figure, BLOCK_S)
 
 
 def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:

@@ -40,7 +40,8 @@ from pathlib import Path
 LOCK = Path("benchmarks") / "work-lock.json"
 #: the work and the engine, relative to the repository root
 WATCHED = ("src/devbench/workloads/*.py", "src/devbench/engine/measure.py", "src/devbench/engine/blocks.py",
-           "src/devbench/engine/bursts.py", "src/devbench/engine/precision.py", "src/devbench/engine/lanes.py")
+           "src/devbench/engine/bursts.py", "src/devbench/engine/precision.py", "src/devbench/engine/lanes.py",
+           "src/devbench/engine/copyblocks.py")
 BENCHMARKS = "benchmarks/bench_*.py"
 PACKAGE = "devbench"
 ABOUT = (
