@@ -178,11 +178,11 @@ def test_a_swept_class_has_only_track_figures():
 def test_a_classs_cpu_points_keep_their_processes_on_a_gpu_host(monkeypatch):
     """``auto``: only the points that use a GPU ask the measuring process; a class that says which of its points
     need GPUs by param value (``plan_gpus``) keeps the others in their own processes."""
-    from devbench.engine import suite
+    from devbench.engine import swept
 
     monkeypatch.setenv(sweep.MODE_ENV, "auto")
     monkeypatch.delenv(sweep.SERVER_ENV, raising=False)
-    monkeypatch.setattr(suite, "no_cuda_reason", lambda: None)  # as on a GPU host
+    monkeypatch.setattr(swept, "no_cuda_reason", lambda: None)  # as on a GPU host
 
     class Par:
         param_names = ["mode", "n"]
@@ -191,10 +191,10 @@ def test_a_classs_cpu_points_keep_their_processes_on_a_gpu_host(monkeypatch):
     class Dev:
         param_names = ["device", "n"]
 
-    assert suite._on_sweep(Par(), ("streams", 1024)) and not suite._on_sweep(Par(), ("cpu_threads", 1024))
-    assert suite._on_sweep(Dev(), ("cuda", 64)) and not suite._on_sweep(Dev(), ("cpu", 64))
-    monkeypatch.setattr(suite, "no_cuda_reason", lambda: "no CUDA")
-    assert not suite._on_sweep(Dev(), ("cuda", 64))  # the point skips in its own process, with the reason
+    assert swept._on_sweep(Par(), ("streams", 1024)) and not swept._on_sweep(Par(), ("cpu_threads", 1024))
+    assert swept._on_sweep(Dev(), ("cuda", 64)) and not swept._on_sweep(Dev(), ("cpu", 64))
+    monkeypatch.setattr(swept, "no_cuda_reason", lambda: "no CUDA")
+    assert not swept._on_sweep(Dev(), ("cuda", 64))  # the point skips in its own process, with the reason
 
 
 CACHED = """
@@ -276,10 +276,10 @@ def test_letting_a_workload_go_gives_the_gpus_cached_memory_back_and_tf32_as_it_
 def test_each_request_waits_only_what_is_left_of_its_points_asv_timeout(monkeypatch):
     """asv's timeout counts from the point's start: a figure asked after a long build may wait only the rest, so
     the measuring process's watchdog ends a hung figure before asv kills the point, not a build's time later."""
-    from devbench.engine import suite
+    from devbench.engine import swept
 
     asked, now = [], [100.0]
-    monkeypatch.setattr(suite.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(swept.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(sweep, "ask", lambda request, timeout_s: asked.append(timeout_s) or {"ok": True})
 
     class Point:
@@ -287,21 +287,21 @@ def test_each_request_waits_only_what_is_left_of_its_points_asv_timeout(monkeypa
         param_names = ["n"]
 
     bench = Point()
-    suite._ask(bench, "prepare", "bench_x.Point", (1,))
+    swept._ask(bench, "prepare", "bench_x.Point", (1,))
     now[0] += 45.0  # the build took 45 s
-    suite._ask(bench, "measure", "bench_x.Point.track_a", (1,))
+    swept._ask(bench, "measure", "bench_x.Point.track_a", (1,))
     now[0] += 30.0  # a compare's next turn on the same set-up: a call of its own, its whole timeout
-    suite._ask(bench, "measure", "bench_x.Point.track_a", (1,))
-    suite._ask(bench, "prepare", "bench_x.Point", (1,))
+    swept._ask(bench, "measure", "bench_x.Point.track_a", (1,))
+    swept._ask(bench, "prepare", "bench_x.Point", (1,))
     now[0] += 70.0
-    suite._ask(bench, "measure", "bench_x.Point.track_a", (1,))
+    swept._ask(bench, "measure", "bench_x.Point.track_a", (1,))
     assert asked == [60.0, 15.0, 60.0, 60.0, 1.0]  # never less than a second: the process says why it ended
     # devbench compare's worker: no asv clock counts from its set-up, and its first turn may come much later
     from devbench.compare import worker
 
     monkeypatch.setenv(worker.TURNS_ENV, "1")
-    assert worker.TURNS_ENV == suite.TURNS_ENV
-    suite._ask(bench, "prepare", "bench_x.Point", (1,))
+    assert worker.TURNS_ENV == swept.TURNS_ENV
+    swept._ask(bench, "prepare", "bench_x.Point", (1,))
     now[0] += 70.0
-    suite._ask(bench, "measure", "bench_x.Point.track_a", (1,))
+    swept._ask(bench, "measure", "bench_x.Point.track_a", (1,))
     assert asked[-1] == 60.0

@@ -262,7 +262,7 @@ def _environment() -> dict:
     return out
 
 
-#: set in this worker for the benchmarks it runs (``devbench.engine.suite.TURNS_ENV``): a set-up's figure is asked
+#: set in this worker for the benchmarks it runs (``devbench.engine.swept.TURNS_ENV``): a set-up's figure is asked
 #: turn after turn here, with no asv clock counting from the set-up
 TURNS_ENV = "DEVBENCH_TURNS"
 #: a file where this worker also writes asv's own discovery of the suite (what ``asv run`` would import the suite

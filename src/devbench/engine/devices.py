@@ -56,6 +56,15 @@ def num_gpus() -> int:
     return torch.cuda.device_count()
 
 
+def no_cuda_reason() -> str | None:
+    """Why CUDA cannot be used here, or ``None`` when a GPU is visible."""
+    if not torch.backends.cuda.is_built():
+        return f"no CUDA: torch {torch.__version__} is a CPU-only build"
+    if num_gpus() == 0:
+        return "no CUDA GPU visible to this process"
+    return None
+
+
 def initialise_cuda() -> bool:
     """Initialise CUDA in this process where there is a GPU (a training loop has, by its first step); True if so.
 

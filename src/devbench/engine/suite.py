@@ -10,42 +10,39 @@ Benchmarks import these so that the rules of docs/design.md live in one place:
   the GPUs' NVML state recorded around each benchmark that uses CUDA (``devbench.records.gpustate``).
 
 Timing, inputs and threads are ``devbench.engine.measure``'s (no asv there, so workloads can
-use it). Nothing here touches CUDA at import time (rule 2).
+use it); a swept class's points are routed by ``devbench.engine.swept``. Nothing here touches CUDA at import time
+(rule 2).
 """
 
 from __future__ import annotations
 
-import base64
 import functools
 import gc
 import hashlib
 import inspect
 import math
-import os
-import pickle
 import sys
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
 from devbench.engine import sweep
-from devbench.engine.devices import num_gpus
-from devbench.engine.gpuwatch import _record_gpu_state, _short, _start_sampler, _stop_sampler, cpu_point
+from devbench.engine.devices import no_cuda_reason, num_gpus  # noqa: F401 - the suite's name for it
+from devbench.engine.gpuwatch import _record_gpu_state, _start_sampler, _stop_sampler
 from devbench.engine.prepare import CHECKED_ENV, check_once, forget_built, once, ready  # noqa: F401 - the suite's names
 from devbench.engine.sweep import SELECT_ENV, figures_of, selected  # noqa: F401 - the suite's names for them
+from devbench.engine.swept import (  # noqa: F401 - the suite's names for them
+    BENCHMARK_PREFIXES,
+    TURNS_ENV,
+    _ask,
+    _on_sweep,
+    _own,
+    declared_skip,
+    route,
+)
 
 DEVICES: list[str] = ["cpu", "cuda"]
-
-
-def no_cuda_reason() -> str | None:
-    """Why CUDA cannot be used here, or ``None`` when a GPU is visible."""
-    if not torch.backends.cuda.is_built():
-        return f"no CUDA: torch {torch.__version__} is a CPU-only build"
-    if num_gpus() == 0:
-        return "no CUDA GPU visible to this process"
-    return None
 
 
 def require_device(name: str, index: int = 0) -> torch.device:
@@ -175,21 +172,6 @@ def host_clock_cap(device: torch.device):
     return precision.capped((seconds, blocks))
 
 
-def declared_skip(bench: object, args: tuple) -> str | None:
-    """The reason of the first of the class's ``skips`` entries that the point ``args`` matches, or None.
-
-    ``skips = [{"where": {param: [values]}, "reason": "..."}]``: points that never run, whatever the machine
-    (a GPU-only mode on the CPU, a size the CPU curve stops before). ``@instrumented`` raises the reason before
-    ``setup`` runs, and ``devbench.gpu.plan`` reads the same entries, so a planned run does not price them."""
-    names = list(getattr(bench, "param_names", []))
-    values = args[len(args) - len(names) :] if names else ()
-    for entry in getattr(bench, "skips", ()) or ():
-        where = entry["where"]
-        if all(name in names and values[names.index(name)] in wanted for name, wanted in where.items()):
-            return entry["reason"]
-    return None
-
-
 def _after_setup(setup: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(setup)
     def wrapped(self, *args):
@@ -234,10 +216,6 @@ def _before_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
 
     wrapped.devbench_gpu_state = True
     return wrapped
-
-
-#: asv_runner's benchmark kinds, by the prefix of the method's name
-BENCHMARK_PREFIXES = ("time_", "timeraw_", "track_", "mem_", "peakmem_")
 
 
 def _source(func: Callable) -> str:
@@ -347,7 +325,7 @@ def instrumented(cls: type) -> type:
         return cls
     records_gpu_state(cls)
     if getattr(cls, "swept", False):
-        _sweep(cls)
+        route(cls)
     if "work_version" in cls.__dict__:
         _work_versions(cls, cls.__dict__["work_version"])
     cls._devbench_instrumented = True
@@ -375,108 +353,3 @@ def records_gpu_state(cls: type) -> type:
     if setup_cache is not None and not getattr(setup_cache, "devbench_gpu_state", False):
         cls.setup_cache = _pinned_cache(setup_cache)
     return cls
-
-
-# --- Swept classes: a GPU point asks the measuring process (devbench.engine.sweep) -----------------------------
-
-
-def _on_sweep(bench: object, args: tuple) -> bool:
-    """Whether this point is measured by the measuring process (``devbench.engine.sweep``'s modes)."""
-    if sweep.in_server():
-        return False
-    mode = sweep.mode()
-    if mode != "auto":
-        return mode == "all"
-    return not cpu_point(bench, args) and no_cuda_reason() is None
-
-
-#: set by devbench compare's worker (``compare.worker.TURNS_ENV``): a set-up's figure is asked turn after turn, and no
-#: asv clock counts from the set-up
-TURNS_ENV = "DEVBENCH_TURNS"
-
-
-def _ask(bench: object, op: str, name: str, args: tuple) -> dict:
-    module = type(bench).__module__
-    file = getattr(sys.modules.get(module), "__file__", None)
-    request = {"op": op, "name": name, "module": module, "file": file, "params": list(args)}
-    # asv hands a set-up cache's result first (where it is not None): sent pickled
-    if callable(getattr(bench, "setup_cache", None)) and len(args) == len(getattr(bench, "param_names", ())) + 1:
-        request["params"] = list(args[1:])
-        request["cache"] = base64.b64encode(pickle.dumps(args[0])).decode("ascii")
-    # asv's timeout counts from the point's start, its set-up included: the figure asked after a set-up may take
-    # what is left of it (its watchdog in the measuring process then ends a hung figure before asv kills the point,
-    # not a build's time later); a figure asked again on the same set-up (a compare's turns) has the whole of it
-    timeout = float(getattr(bench, "timeout", 300.0))
-    if op == "prepare" and not os.environ.get(TURNS_ENV):
-        bench._devbench_prepared = time.monotonic()
-    elif op == "measure" and "_devbench_prepared" in bench.__dict__:
-        timeout -= time.monotonic() - bench.__dict__.pop("_devbench_prepared")
-    reply = sweep.ask(request, timeout_s=max(1.0, timeout))
-    if "skip" in reply:
-        raise NotImplementedError(reply["skip"])
-    if "error" in reply:
-        raise sweep.MeasuringError(f"{reply['error']} (in the measuring process)\n{reply.get('traceback', '')}")
-    return reply
-
-
-def _own(method: Callable[..., object]) -> Callable[..., object]:
-    """An inherited benchmark method as a method of the inheriting class (its source, asv's, is the parent's)."""
-
-    @functools.wraps(method)
-    def own(self, *args):
-        return method(self, *args)
-
-    return own
-
-
-def _swept_setup(setup: Callable[..., None]) -> Callable[..., None]:
-    @functools.wraps(setup)
-    def wrapped(self, *args):
-        self._devbench_asks = _on_sweep(self, args)
-        if not self._devbench_asks:
-            return setup(self, *args)
-        reason = declared_skip(self, args)
-        if reason:
-            raise NotImplementedError(reason)
-        _ask(self, "prepare", _short(type(self)), args)
-
-    wrapped.devbench_swept = True
-    return wrapped
-
-
-def _swept_teardown(teardown: Callable[..., None]) -> Callable[..., None]:
-    @functools.wraps(teardown)
-    def wrapped(self, *args):
-        if not getattr(self, "_devbench_asks", False):  # the measuring process tears its own workloads down
-            teardown(self, *args)
-
-    wrapped.devbench_swept = True
-    return wrapped
-
-
-def _swept_figure(method: Callable[..., object]) -> Callable[..., object]:
-    @functools.wraps(method)
-    def wrapped(self, *args):
-        if getattr(self, "_devbench_asks", False):
-            return _ask(self, "measure", f"{_short(type(self))}.{method.__name__}", args)["result"]
-        from devbench.engine import precision
-
-        with precision.capped(getattr(self, "sample_cap", None)):
-            return method(self, *args)
-
-    wrapped.devbench_swept = True
-    return wrapped
-
-
-def _sweep(cls: type) -> None:
-    """Route a swept class's points through the measuring process where ``_on_sweep`` says so."""
-    bad = [n for n in dir(cls) if n.startswith(BENCHMARK_PREFIXES) and not n.startswith("track_")]
-    if bad:
-        raise TypeError(f"{cls.__name__} is swept: its figures are track_ figures (a time_ figure is asv's clock "
-                        f"in the asking process), not {bad}")  # fmt: skip
-    # its own and its inherited set-up, tear-down and figures, each routed once (a swept parent's already are)
-    for name in ("setup", "teardown", *figures_of(cls)):
-        method = getattr(cls, name)
-        if not getattr(method, "devbench_swept", False):
-            wrap = {"setup": _swept_setup, "teardown": _swept_teardown}.get(name, _swept_figure)
-            setattr(cls, name, wrap(method))

@@ -125,7 +125,7 @@ def cache_units(bench: dict[str, Any], values: tuple[str, ...], searched: bool =
 
 
 def declared_skip(bench: dict[str, Any], values: tuple[str, ...]) -> str | None:
-    """The reason of the class's first ``skips`` entry the point matches (as ``suite.declared_skip``), or None."""
+    """The reason of the class's first ``skips`` entry the point matches (``swept.declared_skip``), or None."""
     for entry in bench.get("skips", []) or []:
         if _matches(bench, values, entry.get("where", {}), "skips"):
             return str(entry.get("reason", "skipped"))

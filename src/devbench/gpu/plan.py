@@ -24,7 +24,7 @@ or ``plan_setup_s``); its figure samples ``swept_sample_s`` (8 blocks of its ``s
 its cap). One measuring process serves the stages before the tests (``devbench.engine.sweep.held``), a fill starts
 its own: each priced ``Costs.sweep_start_s`` once; a re-plan while one is up (``Plan.sweep_up``) prices none.
 
-A point that matches one of the class's ``skips`` (``suite.declared_skip``), or needs more GPUs or cores than the
+A point that matches one of the class's ``skips`` (``engine.swept.declared_skip``), or needs more GPUs or cores than the
 machine has (``gpus_needed``: a ``'cuda'`` value, ``plan_gpus``, ``plan_needs``), is not run or priced. A
 ``setup_cache`` (``plan_cache_s``) counts once per benchmark module and tier, or, declared as ``{"per": [param,
 ...], "s": seconds or {value of the first param: seconds}}``, once per combination of those params among the
