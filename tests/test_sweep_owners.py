@@ -320,3 +320,33 @@ def test_a_process_whose_main_thread_ended_while_another_runs_is_alive(tmp_path)
         proc.kill()
         proc.wait()
     assert not alive(proc.pid)
+
+
+def test_the_sockets_folder_is_short_enough_for_a_socket_whatever_tmpdir(tmp_path, monkeypatch):
+    """A Unix socket's path holds at most 107 bytes: under a long TMPDIR (a test's, a job scheduler's) the sockets
+    go to /tmp, where a measuring process can bind them; a short TMPDIR is used as it is."""
+    import socket
+    import tempfile
+
+    from devbench.engine import owners, sweep
+
+    long = tmp_path / ("d" * 60) / ("e" * 40)
+    long.mkdir(parents=True)
+    short = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))  # /tmp/sXXXXXXXX
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(long))
+    folder = owners.sockets()
+    assert folder.parent == Path("/tmp")
+    path = sweep._address(9999999)
+    assert path.parent == folder and len(str(path).encode()) <= owners.SOCKET_PATH_MAX
+    folder.mkdir(mode=0o700, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))  # the longest name the folder holds binds
+    finally:
+        listener.close()
+        path.unlink(missing_ok=True)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(short))
+    try:
+        assert owners.sockets().parent == short
+    finally:
+        short.rmdir()

@@ -27,9 +27,22 @@ def asking_owner() -> int:
     return int(value) if value.isdigit() and alive(int(value)) else os.getppid()
 
 
+#: bytes a Unix socket's path may hold (Linux's ``sun_path`` less its closing NUL)
+SOCKET_PATH_MAX = 107
+#: the longest socket name in the folder (``sweep._address``: an owner's pid of 7 digits, 10 hex digits)
+_LONGEST_NAME = len("m9999999-0123456789.sock")
+
+
 def sockets() -> Path:
-    """The folder of the measuring processes' sockets (short: a Unix socket's path is at most 107 bytes)."""
-    return Path(tempfile.gettempdir()) / f"devbench-sweep-{os.getuid()}"
+    """The folder of the measuring processes' sockets: in the temporary folder where a socket's path there fits in
+    ``SOCKET_PATH_MAX`` bytes, else in ``/tmp`` (a long ``TMPDIR``: a test's, a job scheduler's); the same for every
+    process of one environment."""
+    folder = f"devbench-sweep-{os.getuid()}"
+    for base in (tempfile.gettempdir(), "/tmp"):
+        fits = len(os.fsencode(os.path.join(base, folder))) + 1 + _LONGEST_NAME <= SOCKET_PATH_MAX
+        if fits and os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK):
+            return Path(base) / folder
+    return Path(tempfile.gettempdir()) / folder  # no short folder: binding the socket says why
 
 
 class Holder:
