@@ -330,6 +330,8 @@ def test_the_sockets_folder_is_short_enough_for_a_socket_whatever_tmpdir(tmp_pat
 
     from devbench.engine import owners, sweep
 
+    if not os.access("/tmp", os.W_OK | os.X_OK):
+        pytest.skip("/tmp is not writable here: the sockets stay in the temporary folder")
     long = tmp_path / ("d" * 60) / ("e" * 40)
     long.mkdir(parents=True)
     short = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))  # /tmp/sXXXXXXXX

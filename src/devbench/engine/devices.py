@@ -28,6 +28,7 @@ __all__ = [
     "describe",
     "gpu",
     "move",
+    "no_cuda_reason",
     "num_gpus",
     "synchronize",
     "try_all_gpus",

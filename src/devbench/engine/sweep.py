@@ -47,7 +47,7 @@ from devbench.engine.owners import (  # noqa: F401 - sweep's names
     sockets,
 )
 
-#: where the measuring processes keep their sockets, logs and journal (gpu-run sets one per run)
+#: where the measuring processes keep their logs and journal (gpu-run sets one per run; sockets: ``owners.sockets``)
 DIR_ENV = "DEVBENCH_SWEEP_DIR"
 #: ``auto`` (default: a swept class's GPU points), ``all`` (every point of a swept class, the CPU's too: the
 #: tests' switch), ``off`` (every point in its own process, as asv alone runs it)

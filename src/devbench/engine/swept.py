@@ -38,7 +38,6 @@ def declared_skip(bench: object, args: tuple) -> str | None:
     return None
 
 
-
 def _on_sweep(bench: object, args: tuple) -> bool:
     """Whether this point is measured by the measuring process (``devbench.engine.sweep``'s modes)."""
     if sweep.in_server():

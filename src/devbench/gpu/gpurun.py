@@ -66,6 +66,8 @@ HEALTH_S = 5.0
 SEARCH_ENV = "DEVBENCH_SEARCH"
 #: fill stages at most: each takes back what still fits in the time the one before left
 FILLS = 3
+
+
 def list_benchmarks(repo: Path, python: str, log: Any, discovery: Path | None = None) -> dict[str, dict[str, Any]]:
     """The suite's benchmarks as asv_runner discovers them (``devbench.compare.worker``'s listing); with
     ``discovery``, asv's own discovery of them written there too, for the asv stages (``devbench.gpu.asvrun``)."""
