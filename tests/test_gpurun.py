@@ -631,7 +631,7 @@ def test_costs_from_another_machines_plan_json_price_a_plan_here(tmp_path):
     # what its CUDA tests and validate took is held back for them, not the defaults (validate ended with DRIFT: the
     # CPU's products had moved since the asv run; it ran to its end all the same)
     assert (h200.tests_s, h200.validate_s) == (pytest.approx(23.5), pytest.approx(88.8))
-    from devbench.gpu.costs import TESTS_S, VALIDATE_S, held_s
+    from devbench.gpu.costs import TESTS_S, VALIDATE_CPU_EACH_S, VALIDATE_GPU_EACH_S, held_s
 
     assert held_s(h200) == (h200.tests_s, h200.validate_s)
     # --gpu-only validates the GPU's 8 figures of its 13: its log, from before validate timed each figure, gives
@@ -663,7 +663,10 @@ def test_costs_from_another_machines_plan_json_price_a_plan_here(tmp_path):
     cut = tmp_path / "cut.json"  # a stage that did not end is no measure of what it takes
     cut.write_text('{"costs": {"launch_s": 0.01, "cuda_context_s": 0.3, "asv_call_s": 7, "gpus": 1}, '
                    '"stages": [{"stage": "validate", "actual_s": 4.0, "rc": 124}]}')  # fmt: skip
-    assert held_s(costs_from(cut)) == (TESTS_S, VALIDATE_S)
+    # no record: each figure at its kind's default (the VM's CPU figures, the H200's GPU ones)
+    assert held_s(costs_from(cut)) == (TESTS_S, pytest.approx(5 * VALIDATE_CPU_EACH_S + 8 * VALIDATE_GPU_EACH_S))
+    assert held_s(costs_from(cut), gpu_only=True)[1] == pytest.approx(8 * VALIDATE_GPU_EACH_S)
+    assert held_s(dataclasses.replace(costs_from(cut), gpus=0))[1] == pytest.approx(5 * VALIDATE_CPU_EACH_S)
     bad = tmp_path / "plan.json"
     bad.write_text('{"costs": {"gpus": 1}}')
     with pytest.raises(ValueError, match="lacks"):

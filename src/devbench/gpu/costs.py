@@ -12,12 +12,15 @@ from pathlib import Path
 
 from devbench.gpu import plan as P
 
-#: seconds held back after the benchmarks for the CUDA tests and validate where no recorded run says (measured:
-#: the CUDA tests 24 s on an H200, validate 89 s there, its bf16 n=8192 products against torch.mm among its
-#: figures; reports/gpu/h200: validate's 13 figures there, a share of it for fewer). Each stage then runs under
-#: whatever is left, so a reserve only decides how much of the budget the benchmarks may plan for.
+#: seconds held back after the benchmarks for the CUDA tests where no recorded run says (the CUDA tests took 24 s on
+#: an H200: reports/gpu/h200). Each stage then runs under whatever is left, so a reserve only decides how much of
+#: the budget the benchmarks may plan for.
 TESTS_S = 30.0
-VALIDATE_S = 90.0
+#: seconds held back for each figure validate measures where no recorded run says: a CPU figure as the 2-vCPU VM took
+#: them (10-16 s each, 66 s for its five: reports/gpu/device-rehearsal, run 13), a GPU figure as the H200 took its
+#: 13 (89 s, validate's start and its five CPU figures among them: reports/gpu/h200)
+VALIDATE_CPU_EACH_S = 14.0
+VALIDATE_GPU_EACH_S = 7.0
 
 #: ``devbench validate``'s exit when the method agrees with the reference but the recorded figure drifted
 VALIDATE_DRIFT = 3
@@ -154,16 +157,18 @@ def validate_labels(gpus: int, gpu_only: bool = False, bench: str | None = None)
 def held_s(costs: P.Costs, gpu_only: bool = False, bench: str | None = None) -> tuple[float, float]:
     """Seconds held back for the CUDA tests and validate: what a recorded run took, else the defaults. Validate is
     priced by the figures it measures (``validate_labels``): each at what the recorded validate gave it (one it did
-    not measure, at the mean of those it did), plus its start (the stage's seconds beyond its figures'); without a
-    record, the default's share."""
+    not measure, at the mean of those it did), plus its start (the stage's seconds beyond its figures'); a record
+    without its log, a share of its whole; no record, each figure at its kind's default."""
     from devbench.records import spec
 
     tests = costs.tests_s or TESTS_S
     labels = validate_labels(costs.gpus, gpu_only, bench)
     each = dict(costs.validate_each)
-    if not each:  # the default, or a record without its log, is a GPU machine's whole validate
-        every = len(spec.VALIDATED_CPU) + len(spec.VALIDATED_GPU) + 1
-        return tests, (costs.validate_s or VALIDATE_S) * len(labels) / every
+    if not each and costs.validate_s:  # a record without its log: a GPU machine's whole validate
+        return tests, costs.validate_s * len(labels) / (len(spec.VALIDATED_CPU) + len(spec.VALIDATED_GPU) + 1)
+    if not each:
+        cpu = {p.label for p in spec.VALIDATED_CPU}
+        return tests, sum(VALIDATE_CPU_EACH_S if label in cpu else VALIDATE_GPU_EACH_S for label in labels)
     start = max(0.0, costs.validate_s - sum(each.values()))
     mean = sum(each.values()) / len(each)
     return tests, start + sum(each.get(label, mean) for label in labels)
