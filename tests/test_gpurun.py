@@ -983,3 +983,26 @@ def test_asv_takes_the_listings_discovery_of_its_own_folder_only(tmp_path, monke
     listing.write_text("{half a file")
     assert B.Benchmarks._disc_benchmarks(here, None, [], ["abc"], False) == ["asv's own"]
     assert len(asked) == 4
+
+
+def test_an_existing_interpreters_run_does_not_warn_of_the_matrix_it_never_uses(monkeypatch):
+    """asv's real environment listing warns of each matrix environment it cannot make ("No executable found for
+    python 2.1" here, "3.11" on the GPU image); under ``devbench.gpu.asvrun`` a run of existing interpreters alone
+    lists them quietly, and a run that asks for a matrix environment still hears why it cannot have it."""
+    from asv import environment as E
+    from asv.config import Config
+    from asv.console import log
+
+    from devbench.gpu import asvrun
+
+    monkeypatch.setattr(E, "get_environments", E.get_environments)  # undone after the test, as the flag
+    monkeypatch.setattr(E, "_devbench_quiet", False, raising=False)
+    conf = Config()
+    conf.pythons, conf.environment_type, conf.matrix = ["2.1"], "virtualenv", {}
+    said = []
+    monkeypatch.setattr(log, "warning", lambda message, *a, **k: said.append(message))
+    asvrun.quiet_matrix()
+    envs = list(E.get_environments(conf, [f"existing:{sys.executable}"]))
+    assert [type(e).__name__ for e in envs] == ["ExistingEnvironment"] and said == []
+    assert list(E.get_environments(conf, ["virtualenv:2.1"])) == []
+    assert said and all("2.1" in m for m in said)

@@ -17,6 +17,9 @@ benchmark folder (``devbench.compare.worker.write_discovery``: asv_runner's own,
 instead of importing the suite once more in a process of its own to discover it (a torch import and the suite's
 modules: about 4 s on a GPU image). Any other folder, or no such file, and asv discovers as always.
 
+And where every environment asked for is an existing interpreter (gpu-run's ``-E existing:PYTHON``), asv lists its
+configuration's other environments without warning of those it cannot make.
+
 The save uses asv's own results API (``load_data`` before the run tells where the results go;
 ``save`` writes the same file asv would), so what ends on disk is what asv itself would write.
 A dry run, where asv never loads earlier results, saves nothing, as asv's own.
@@ -114,9 +117,31 @@ def _mismatch(record: object, benchmark_dir: str) -> str | None:
     return None
 
 
+def quiet_matrix() -> None:
+    """Patch asv's listing of environments quiet where every one asked for is an existing interpreter.
+
+    asv lists every environment of the configuration's matrix to match ``-E`` by name, and warns of each it cannot
+    make: on a GPU image whose Python is not the one ``asv.conf.json`` names, "No executable found for python 3.11"
+    at every stage, for environments an ``existing:PYTHON`` run never uses."""
+    from asv import environment as E
+
+    if getattr(E, "_devbench_quiet", False):
+        return
+    listing = E.get_environments
+
+    def quiet(conf, env_specifiers, verbose=True):
+        if env_specifiers and all(str(spec).startswith("existing:") for spec in env_specifiers):
+            verbose = False
+        return listing(conf, env_specifiers, verbose=verbose)
+
+    E.get_environments = quiet
+    E._devbench_quiet = True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     save_as_it_goes()
     discovered_once()
+    quiet_matrix()
     from asv.main import main as asv_main
 
     sys.argv = ["asv", *(sys.argv[1:] if argv is None else argv)]
