@@ -372,6 +372,39 @@ def test_host_device_copies_on_a_gpu(direction, memory, non_blocking):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_a_copys_check_brings_every_set_back_through_one_buffer_and_catches_a_set_not_copied(direction, monkeypatch):
+    """An h2d copy's destinations come back to the host through one pinned buffer (the opposite path to the one
+    checked), a d2h copy's to the GPU; a set the copy left alone is named."""
+    c = T.host_device_copy(direction, T.MiB, CUDA, "pinned")
+    assert c.sets > 1
+    made = []
+    real_back = T._back_buffer
+    monkeypatch.setattr(T, "_back_buffer", lambda like, sets: made.append(real_back(like, sets)) or made[-1])
+    c.check()
+    assert len(made) == 1 and made[0].device == c.src_device and made[0].is_pinned() is (direction == "h2d")
+    real_call, skipped = T.Copy.__call__, []
+
+    def leaves_set_1(self):
+        if self._next == 1 and not skipped:
+            skipped.append(1)
+            self._next = 2 % self.sets
+            return self.dsts[1]
+        return real_call(self)
+
+    monkeypatch.setattr(T.Copy, "__call__", leaves_set_1)
+    with pytest.raises(AssertionError, match="set 1: destination differs from source"):
+        c.check()
+
+
+def test_a_copys_check_buffer_is_like_its_source_and_pageable_without_cuda():
+    like = torch.zeros(64, dtype=torch.uint8)
+    back = T._back_buffer(like, sets=4)
+    assert back.shape == like.shape and back.dtype == like.dtype and back.device == like.device
+    assert not back.is_pinned() or torch.cuda.is_available()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
 @pytest.mark.parametrize("memory", T.MEMORY)
 def test_a_blocking_copy_returns_with_its_copy_done_on_a_gpu(direction, memory):
     """What HostDevice's one set of blocks on two clocks rests on (``Copy.returns_done``): a blocking copy has
