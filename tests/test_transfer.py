@@ -382,6 +382,7 @@ def test_a_copys_check_brings_every_set_back_through_one_buffer_and_catches_a_se
     monkeypatch.setattr(T, "_back_buffer", lambda like, sets: made.append(real_back(like, sets)) or made[-1])
     c.check()
     assert len(made) == 1 and made[0].device == c.src_device and made[0].is_pinned() is (direction == "h2d")
+    assert not real_back(torch.zeros(8, dtype=torch.uint8), sets=1).is_pinned()  # one set: as .to() gave it
     real_call, skipped = T.Copy.__call__, []
 
     def leaves_set_1(self):
@@ -396,11 +397,12 @@ def test_a_copys_check_brings_every_set_back_through_one_buffer_and_catches_a_se
         c.check()
 
 
-def test_a_copys_check_buffer_is_like_its_source_and_pageable_without_cuda():
+def test_a_copys_check_buffer_is_like_its_source_and_pageable_without_cuda(monkeypatch):
     like = torch.zeros(64, dtype=torch.uint8)
+    monkeypatch.setattr(T, "pinned_reason", lambda: "no CUDA here")  # as on a CPU-only build
     back = T._back_buffer(like, sets=4)
     assert back.shape == like.shape and back.dtype == like.dtype and back.device == like.device
-    assert not back.is_pinned() or torch.cuda.is_available()
+    assert not back.is_pinned()
 
 
 @pytest.mark.cuda
