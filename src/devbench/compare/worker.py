@@ -274,14 +274,13 @@ def write_discovery(benchmark_dir: str, path: str) -> None:
     """asv_runner's listing of the suite (``asv run``'s discovery output, the suite already imported here), with the
     folder it lists and the devbench package the suite imported (its params come from there), written whole at
     ``path``."""
+    import importlib.util
     import io
 
     from asv_runner.discovery import list_benchmarks
 
     listing = io.StringIO()
     list_benchmarks(os.path.abspath(benchmark_dir), listing)
-    import importlib.util
-
     package = importlib.util.find_spec("devbench")  # the one the suite imported, else the one it would
     record = {"benchmark_dir": os.path.abspath(benchmark_dir), "benchmarks": json.loads(listing.getvalue()),
               "devbench": os.path.realpath(package.origin) if package and package.origin else None}  # fmt: skip

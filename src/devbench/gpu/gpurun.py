@@ -72,7 +72,6 @@ def list_benchmarks(repo: Path, python: str, log: Any, discovery: Path | None = 
     """The suite's benchmarks as asv_runner discovers them (``devbench.compare.worker``'s listing); with
     ``discovery``, asv's own discovery of them written there too, for the asv stages (``devbench.gpu.asvrun``)."""
     from devbench.compare.session import Worker
-    from devbench.compare.worker import ASV_DISCOVERY_ENV
 
     env = {**os.environ, **({ASV_DISCOVERY_ENV: str(discovery)} if discovery else {})}
     worker = Worker("plan", python, repo, log, env, timeout_s=300.0)
@@ -103,12 +102,12 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
             "--bench", regex]  # fmt: skip
 
 
-def execute(args: argparse.Namespace, made: list[Path] | None = None) -> int:
+def execute(args: argparse.Namespace, made: list[Path]) -> int:
     """The run (``run`` checks its options); ``made`` gets its scratch folders, which ``run`` removes at its end."""
     run = Run(args)
     if not args.plan_only:
         run.discovery = Path(tempfile.mkdtemp(prefix="devbench-discovery-")) / DISCOVERY_NAME
-        (made if made is not None else []).append(run.discovery.parent)
+        made.append(run.discovery.parent)
     run.out.mkdir(parents=True, exist_ok=True)
     python = args.python
     sha = _sha(run.repo)
