@@ -318,13 +318,16 @@ def test_another_machines_journal_prices_the_figures_and_builds_it_recorded(tmp_
     twin = by["bench_m.Mat.track_tflops('cuda', 64)"]
     declared = big.estimate_s - costs.launch_s
     twin_alone = twin.alone_s
-    assert seed(plan, figures, builds, shared) == (1, 1)  # points priced from their own record (the twin: its partner)
+    # points priced from their own record (the twin: its partner); both workloads: n=1024 from its nearest, n=64
+    assert seed(plan, figures, builds, shared) == (1, 2)
     assert small.estimate_s == pytest.approx(costs.launch_s + 0.2)  # the slowest of its group, the twin's 0.0
     assert twin.estimate_s == pytest.approx(costs.launch_s)  # sampled by its partner where both run
     ratio = 0.2 / declared  # what the recorded point took over its estimate: the unrecorded one scaled alike
     assert big.estimate_s == pytest.approx(costs.launch_s + declared * max(ratio, 0.25))
     assert twin.alone_s == pytest.approx(twin_alone * max(ratio, 0.25))
-    assert (small.built_s, small.check) == (2.5, None) and big.check is not None  # its check inside its build
+    assert (small.built_s, small.check) == (2.5, None)  # its check inside its build
+    # the other size, from the nearest recorded build of its class on its kind of device, grown with its size
+    assert (big.built_s, big.check, big.built_known) == (pytest.approx(2.5 * 1024 / 64), None, True)
     assert by["bench_m.Mat.track_time('cpu', 64)"].estimate_s == pytest.approx(
         P.make_plan(_swept(), lambda s: True, costs, 1000, 0).points[0].estimate_s)  # not swept: as declared
     # the plan holds the figure that reads the shared blocks, not the one the record sampled them for: priced as
@@ -418,3 +421,95 @@ def test_figures_share_blocks_only_where_spec_says_they_do():
     assert by["bench_c.Copy.track_gbps('cuda', 'blocking')"].estimate_s == pytest.approx(COSTS.launch_s + 2.0)
     assert by["bench_c.Copy.track_gbps('cuda', 'non_blocking')"].estimate_s == pytest.approx(COSTS.launch_s + 0.5)
     assert by["bench_c.Copy.track_time('cuda', 'non_blocking')"].estimate_s == pytest.approx(COSTS.launch_s + 2.0)
+
+
+def test_an_unrecorded_build_is_priced_from_its_classs_nearest_recorded_one():
+    """Of the recorded builds of its class on its kind of device: those at its sizes or larger, nearest in sizes, then
+    in words; where all are smaller, the nearest grown with the size; nothing where the record built nothing of the
+    class there."""
+    from devbench.gpu.recorded import _nearest
+
+    builds = {("built", "bench_t.Copy", "'h2d'", "'pinned'", "4096"): 0.08,
+              ("built", "bench_t.Copy", "'h2d'", "'pinned'", "268435456"): 0.34,
+              ("built", "bench_t.Copy", "'d2h'", "'pinned'", "268435456"): 0.04,
+              ("built", "bench_t.Mat", "'cuda'", "'float32'", "4096"): 0.5,
+              ("built", "bench_t.Mat", "'cuda'", "'float16'", "8192"): 2.6,
+              ("built", "bench_t.Mat", "'cpu'", "'float32'", "1024"): 0.03}  # fmt: skip
+    assert _nearest(("built", "bench_t.Copy", "'d2h'", "'pinned'", "4096"), builds) == pytest.approx(0.08)
+    assert _nearest(("built", "bench_t.Copy", "'d2h'", "'pinned'", "16384"), builds) == pytest.approx(0.04)
+    assert _nearest(("built", "bench_t.Copy", "'d2h'", "'pinned'", "1073741824"), builds) == pytest.approx(0.16)
+    assert _nearest(("built", "bench_t.Mat", "'cuda'", "'float16'", "4096"), builds) == pytest.approx(0.5)
+    assert _nearest(("built", "bench_t.Mat", "'cuda'", "'tf32'", "1024"), builds) == pytest.approx(0.5)
+    assert _nearest(("built", "bench_t.Mat", "'cuda'", "'float32'", "6000"), builds) == pytest.approx(2.6)
+    assert _nearest(("built", "bench_t.Mat", "'cpu'", "'tf32'", "4096"), builds) == pytest.approx(0.12)
+    assert _nearest(("built", "bench_t.Other", "'cuda'", "64"), builds) is None
+
+
+def test_a_re_plan_keeps_a_recorded_builds_price_and_learns_the_others_from_this_run():
+    """A workload priced from a recorded build keeps that price when a stage journals slower builds of its class (a
+    3 s product at n=8192 said nothing of one at n=64); one priced by declaration takes the class's slowest."""
+    plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
+    known, declared = sorted({p.built: p for p in plan.points if p.built}.values(), key=lambda p: p.values)
+    known.built_s, known.built_known = 0.05, True
+    plan.builds["bench_m.Mat"] = [3.0]
+    assert plan.built_s(known) == pytest.approx(0.05) and plan.built_s(declared) == pytest.approx(3.0)
+
+
+def test_a_set_up_cache_priced_per_unit_pays_asvs_process_for_it_once_a_call_and_a_cuda_context_for_a_gpu():
+    """asv runs ``setup_cache`` in a fresh interpreter in every call that runs one of the class's points: an import of
+    the suite once per stage, whatever the units, and a CUDA context where it searches on the GPU; a world's set-up
+    cache (its ranks are processes of their own) makes none."""
+    grid = ([["cpu", "cuda"], ["float32", "bfloat16"]], ["device", "dtype"])
+    search = _bench("bench_a.Ach.track_tflops", *grid, setup_cache="bench_a:9", swept=True, plan_s=0.5,
+                    plan_cache_s={"per": ["device", "dtype"], "s": {"cpu": 30.0, "cuda": 20.0}})  # fmt: skip
+    world = _bench("bench_c.Coll.track_busbw", [["nccl"], [2]], ["backend", "world"], setup_cache="bench_c:5",
+                   plan_s=0.0, plan_setup_s=0.0, figures_in_setup_cache=True,
+                   plan_cache_s={"per": ["backend", "world"], "s": {"nccl": 15.0}})  # fmt: skip
+    plan = P.make_plan({b["name"]: b for b in (search, world)}, lambda s: True, COSTS, budget_s=1000, reserve_s=0)
+    assert plan.cache_s == {"bench_a": pytest.approx(COSTS.import_s), "bench_c": pytest.approx(COSTS.import_s)}
+    assert plan.cache_gpu == {"bench_a"}
+    by = {p.selector: p for p in plan.points}
+    gpu = [by["bench_a.Ach.track_tflops('cuda', 'float32')"], by["bench_a.Ach.track_tflops('cuda', 'bfloat16')"]]
+    cpu = [by["bench_a.Ach.track_tflops('cpu', 'float32')"]]
+    alone = plan.estimate_s(points=gpu, group=lambda p: "s")
+    fixed = COSTS.stage_call_s + COSTS.import_s + COSTS.cuda_context_s + COSTS.sweep_start_s + 2 * 20.0
+    assert alone == pytest.approx(fixed + sum(plan.built_s(p) + p.estimate_s for p in gpu))
+    on_cpu = plan.estimate_s(points=cpu, group=lambda p: "s")
+    assert on_cpu == pytest.approx(COSTS.stage_call_s + COSTS.import_s + 30.0 + cpu[0].estimate_s)
+    reader = by["bench_c.Coll.track_busbw('nccl', 2)"]
+    assert plan.estimate_s(points=[reader], group=lambda p: "s") == pytest.approx(
+        COSTS.stage_call_s + COSTS.import_s + 15.0 + reader.estimate_s)  # no CUDA context of its own
+    # fit prices what estimate_s does: every point fits in what they cost together, and not in a hair less
+    every = [p for p in plan.points if p.state != "skip"]
+    whole = plan.estimate_s(points=every, group=lambda p: "s")
+    P.fit(plan, whole, group=lambda p: "s")
+    assert len(plan.kept()) == len(every)
+    P.fit(plan, whole - 0.01, group=lambda p: "s")
+    assert len(plan.kept()) < len(every)
+
+
+def test_a_gpu_search_is_priced_at_what_the_recorded_search_of_its_model_and_dtype_took(tmp_path):
+    """``achievable.jsonl`` beside a committed run's plan.json: the newest search of each dtype on that GPU model,
+    its finalists included; a search of another model, or the CPU's, prices nothing; a read stays a read."""
+    import json
+
+    from devbench.gpu.recorded import searches_from, seed_searches
+
+    rows = [{"time": 1.0, "device": "cuda:0", "dtype": "bfloat16", "seconds": 9.0, "made": {"device": "NVIDIA H200"}},
+            {"time": 2.0, "device": "cuda:0", "dtype": "bfloat16", "seconds": 2.35, "made": {"device": "NVIDIA H200"}},
+            {"time": 3.0, "device": "cuda:0", "dtype": "float32", "seconds": 3.0, "made": {"device": "NVIDIA H100"}},
+            {"time": 4.0, "device": "cpu", "dtype": "float32", "seconds": 8.5, "made": {"device": "NVIDIA H200"}}]
+    (tmp_path / "plan.json").write_text("{}")
+    (tmp_path / "achievable.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "torn")
+    searches = searches_from([(tmp_path / "plan.json", True)], "NVIDIA H200")
+    assert searches == {"bfloat16": 2.35}
+    grid = ([["cpu", "cuda"], ["float32", "bfloat16"]], ["device", "dtype"])
+    search = _bench("bench_a.Ach.track_tflops", *grid, setup_cache="bench_a:9", swept=True, plan_s=0.5,
+                    plan_cache_s={"per": ["device", "dtype"], "s": {"cpu": 30.0, "cuda": 46.5}, "known_s": 11.5})
+    listing = {search["name"]: search}
+    costs = dataclasses.replace(COSTS, model_searched=True)
+    plan = P.make_plan(listing, lambda s: True, costs, budget_s=1000, reserve_s=0)
+    assert seed_searches(plan, listing, searches) == 1
+    unit = {p.values[:2]: p.unit_s for p in plan.points}
+    assert unit == {("'cuda'", "'bfloat16'"): 2.35, ("'cuda'", "'float32'"): 11.5,
+                    ("'cpu'", "'bfloat16'"): 30.0, ("'cpu'", "'float32'"): 30.0}

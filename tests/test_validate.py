@@ -129,7 +129,7 @@ def test_validate_runs_end_to_end_on_recorded_results(monkeypatch, capsys, recor
     c = next(c for c in V.checks(gpu=False) if c.label == "host copy 1 MiB")
     monkeypatch.setattr(V, "checks", lambda gpu: [c])
     monkeypatch.setattr("devbench.engine.devices.num_gpus", lambda: 0)
-    monkeypatch.setattr(V, "measure", lambda check, min_run_time, rounds: measured)
+    monkeypatch.setattr(V, "measure", lambda check, min_run_time, rounds, tolerance=None: measured)
 
     class Loaded:
         frame = _frame([{"benchmark": c.benchmark, "params": c.params, "value": recorded}])
@@ -199,9 +199,9 @@ def test_gpu_only_measures_the_gpu_figures_alone_and_logs_what_each_took(monkeyp
     monkeypatch.setattr("devbench.engine.devices.num_gpus", lambda: 1)
     measured = []
 
-    def measure(check, min_run_time, rounds):
+    def measure(check, min_run_time, rounds, tolerance=None):
         measured.append(check.label)
-        return V.Measured(timer=10.0, method=10.0, events=10.0)
+        return V.Measured(timer=10.0, method=10.0, events=10.0, rounds=3)
 
     monkeypatch.setattr(V, "measure", measure)
     clock = iter(range(0, 1000, 3))  # each figure "takes" 3 s on validate's clock: no live timing here
@@ -234,7 +234,7 @@ def test_bench_checks_the_figures_it_selects_alone_and_names_a_bad_pattern(monke
     """gpu-run passes its --bench: validate then checks the figures that run selected, none it left out."""
     monkeypatch.setattr("devbench.engine.devices.num_gpus", lambda: 0)
     measured = []
-    monkeypatch.setattr(V, "measure", lambda check, min_run_time, rounds: measured.append(check.label)
+    monkeypatch.setattr(V, "measure", lambda check, min_run_time, rounds, tolerance=None: measured.append(check.label)
                         or V.Measured(timer=10.0, method=10.0, events=math.nan))  # fmt: skip
 
     class Loaded:
@@ -248,3 +248,40 @@ def test_bench_checks_the_figures_it_selects_alone_and_names_a_bad_pattern(monke
     assert V.main(["--machine", "vm", "--bench", "cuda"]) == V.EXIT_NO_RESULTS
     assert "--bench 'cuda' selects none of the figures it checks" in capsys.readouterr().err
     assert measured == ["host copy 1 MiB"]
+
+
+def test_rounds_settle_once_three_agree_within_a_quarter_of_the_tolerance():
+    """``settled``: three rounds at least, each figure's per-round values within a quarter of the tolerance."""
+    steady = [(10.0, 10.1, math.nan), (10.1, 10.0, math.nan), (10.05, 10.2, math.nan)]
+    assert not V.settled(steady[:2], 0.10)  # two rounds can be one quiet stretch
+    assert V.settled(steady, 0.10)  # 1-2% ranges, under 2.5%; the CPU's missing events column is left out
+    assert not V.settled(steady, 0.05)  # the method's 2% range is over a quarter of 5%
+    assert not V.settled([*steady[:2], (11.0, 10.1, math.nan)], 0.10)  # Timer moved 10% in one round
+    assert not V.settled([(10.0, 10.0, 5.0), (10.0, 10.0, 5.0), (10.0, 10.0, 6.0)], 0.10)  # the events' column too
+
+
+@pytest.mark.parametrize(("spread", "rounds"), [(0.0, 3), (0.2, 7)])
+def test_a_figure_stops_alternating_when_its_rounds_agree_and_not_before(monkeypatch, spread, rounds):
+    """Each round's Timer and method figures are read as they come: steady ones stop after three rounds, ones that
+    move by 20% every other round (a busy host) alternate to the last round."""
+    import itertools
+
+    from devbench.engine import measure as engine
+
+    c = next(c for c in V.checks(gpu=False) if c.label == "host copy 1 MiB")
+    monkeypatch.setattr(V, "_workload", lambda check: ((lambda: None), engine.torch.device("cpu"), 1.0))
+    slow, slow_method = (itertools.cycle([1.0, 1.0 + spread]) for _ in range(2))
+
+    class Timed:
+        def __init__(self):
+            self.times = [next(slow)] * 3
+
+    monkeypatch.setattr(V, "_timer", lambda fn, min_run_time: Timed())
+    monkeypatch.setattr(engine, "warm_up", lambda fn, device: None)
+    monkeypatch.setattr(engine, "plan_blocks", lambda *a, **k: engine.BlockPlan(1))
+    calls = []
+    monkeypatch.setattr(engine, "measure", lambda fn, device, plan=None, blocks=None, **k: calls.append(1)
+                        or engine.Measurement((next(slow_method),) * (blocks or 1), 1))  # fmt: skip
+    now = V.measure(c, min_run_time=0.01, rounds=7, tolerance=0.10)
+    assert now.rounds == rounds and len(calls) == rounds
+    assert V.measure(c, min_run_time=0.01, rounds=7).rounds == 7  # no tolerance: every round, as before

@@ -200,23 +200,50 @@ def _timer(fn: Callable[[], object], min_run_time: float):
 
 @dataclass(frozen=True)
 class Measured:
-    """Figures measured now, in the check's unit (see ``measure``)."""
+    """Figures measured now, in the check's unit (see ``measure``), and the rounds that gave them."""
 
     timer: float
     method: float
     events: float
     held: bool = False
+    rounds: int = 0
 
 
-def measure(c: Check, min_run_time: float = 0.2, rounds: int = 7) -> Measured:
-    """Timer, the suite's method and (on a GPU) a plain CUDA-event loop, alternating for ``rounds`` rounds.
+#: the fewest alternating rounds after which a figure may stop: two rounds that agree can be one quiet stretch
+MIN_ROUNDS = 3
+#: the rounds have settled when each figure's per-round values lie within this share of the tolerance (their range
+#: over their median): more rounds in the same conditions then move no ratio by more than a fraction of what the
+#: verdict resolves
+SETTLED_SHARE = 0.25
+
+
+def settled(per_round: Sequence[Sequence[float]], tolerance: float) -> bool:
+    """Whether the rounds so far settle every figure: at least ``MIN_ROUNDS``, and in each column (Timer's, the
+    method's and, on a GPU, the events' figure of each round; NaN columns left out) a range within
+    ``SETTLED_SHARE`` of the tolerance, relative to its median. Derived from the verdict's own scale, not from a
+    host's noise: a noisy host keeps alternating to the last round, a steady GPU stops at the third."""
+    if len(per_round) < MIN_ROUNDS:
+        return False
+    for column in zip(*per_round, strict=True):
+        values = [v for v in column if math.isfinite(v)]
+        if not values:
+            continue
+        mid = statistics.median(values)
+        if mid <= 0 or (max(values) - min(values)) / mid > SETTLED_SHARE * tolerance:
+            return False
+    return True
+
+
+def measure(c: Check, min_run_time: float = 0.2, rounds: int = 7, tolerance: float | None = None) -> Measured:
+    """Timer, the suite's method and (on a GPU) a plain CUDA-event loop, alternating for at most ``rounds`` rounds.
 
     Each round runs one ``blocked_autorange`` of ``min_run_time`` seconds, then
     ``ceil(11 / rounds)`` of the suite's blocks (``devbench.engine.measure``: ``calls_for`` sizes a
     block to ``MATMUL_BLOCK_S`` of products or ``COPY_BLOCK_S`` of copies), then 5 blocks of
     50 calls between CUDA events. Alternating puts reference and method in the same
     stretches of time, so a host that changes speed moves both. Each figure is the median
-    over all its blocks (Timer's: ``Measurement.times``).
+    over all its blocks (Timer's: ``Measurement.times``). With a ``tolerance``, the rounds stop once they
+    have ``settled`` every figure (at least ``MIN_ROUNDS``).
     """
     from devbench.engine import measure as engine
     from devbench.workloads.matmul import tf32
@@ -228,18 +255,23 @@ def measure(c: Check, min_run_time: float = 0.2, rounds: int = 7) -> Measured:
     per_round = -(-engine.SAMPLES // rounds)
     timer: list[float] = []
     method = events = None
+    seen: list[tuple[float, float, float]] = []  # each round's Timer, method and events figure (rates)
     with tf32(getattr(fn, "allow_tf32", False)):
         engine.warm_up(fn, device)
         plan = engine.plan_blocks(fn, device, target_s=block_s, may_hold=not getattr(fn, "host_waits", False))
         for _ in range(rounds):
-            timer += _timer(fn, min_run_time).times  # per-call seconds of every Timer block
+            times = _timer(fn, min_run_time).times  # per-call seconds of every Timer block
+            timer += times
             m = engine.measure(fn, device, plan, blocks=per_round)
             method = m if method is None else method + m
-            if device.type == "cuda":
-                e = engine.measure(fn, device, calls=50, blocks=5)
+            e = engine.measure(fn, device, calls=50, blocks=5) if device.type == "cuda" else None
+            if e is not None:
                 events = e if events is None else events + e
+            seen.append((work / statistics.median(times), m.rate(work), e.rate(work) if e is not None else math.nan))
+            if tolerance is not None and settled(seen, tolerance):
+                break
     events_rate = events.rate(work) if events else math.nan
-    return Measured(work / statistics.median(timer), method.rate(work), events_rate, plan.hold)
+    return Measured(work / statistics.median(timer), method.rate(work), events_rate, plan.hold, len(seen))
 
 
 # --- Command line ---------------------------------------------------------------------------------------
@@ -267,7 +299,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--min-run-time", type=float, default=0.2, help="seconds of Timer measurement per round (default: 0.2)"
     )
     p.add_argument(
-        "--rounds", type=int, default=7, help="alternating rounds of reference and method per figure (default: 7)"
+        "--rounds", type=int, default=7,
+        help=f"at most this many alternating rounds of reference and method per figure; fewer once {MIN_ROUNDS} "
+        f"rounds agree within {SETTLED_SHARE:.0%} of the tolerance (default: 7)"
     )
     p.add_argument("--gpu-only", action="store_true",
                    help="only the figures measured on a GPU (what `devbench gpu-run --gpu-only` ran)")
@@ -325,7 +359,8 @@ def run(args: argparse.Namespace) -> int:
         f"Comparing the suite's latest results on machine {machine!r} with torch.utils.benchmark.Timer "
         f"(blocked_autorange, {threads} threads{', and CUDA events' if num_gpus() else ''}) measured now, "
         f"on the same workloads; 'method' is the suite's own timing method run now, alternating with the "
-        f"Timer over {args.rounds} round(s). Ratios are figure / Timer.\n"
+        f"Timer over at most {args.rounds} round(s), fewer once {MIN_ROUNDS} agree within "
+        f"{SETTLED_SHARE:.0%} of the tolerance. Ratios are figure / Timer.\n"
     )
     rows = []
     with threads_pinned(threads):  # as the benchmarks pin them; the caller's count comes back after
@@ -334,10 +369,10 @@ def run(args: argparse.Namespace) -> int:
                 continue
             print(f"  measuring {c.label} ...", file=sys.stderr, flush=True)
             started = time.perf_counter()
-            now = measure(c, args.min_run_time, args.rounds)
+            now = measure(c, args.min_run_time, args.rounds, tolerance=args.tolerance)
             # a line of its own (torch may warn while it measures): gpu-run prices a later validate from these
-            print(f"  measured {c.label.strip()} in {time.perf_counter() - started:.1f} s", file=sys.stderr,
-                  flush=True)  # fmt: skip
+            print(f"  measured {c.label.strip()} in {time.perf_counter() - started:.1f} s "
+                  f"({now.rounds} of {args.rounds} rounds)", file=sys.stderr, flush=True)  # fmt: skip
             value, commit = figures[c.label]
             rows.append(Row(c.label, c.unit, value, now.timer, now.events, commit, now.method, now.held))
     print(format_table(rows, args.tolerance))

@@ -125,7 +125,7 @@ def costs_from(path: Path) -> P.Costs:
 
 #: validate's line for a figure it measured, with the seconds that took; a log from before it timed them has only
 #: the progress line it prints first (where torch may append a warning)
-_MEASURED = re.compile(r"^\s*measured (?P<label>.+) in (?P<s>\d+(?:\.\d+)?) s\s*$")
+_MEASURED = re.compile(r"^\s*measured (?P<label>.+) in (?P<s>\d+(?:\.\d+)?) s(?: \(\d+ of \d+ rounds\))?\s*$")
 _MEASURING = re.compile(r"^\s*measuring (?P<label>.+?) \.\.\.")
 
 

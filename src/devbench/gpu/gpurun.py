@@ -54,7 +54,7 @@ from devbench.gpu.gpuargs import SWEEP, check
 from devbench.gpu.gpuhealth import print_health
 from devbench.gpu.gpupack import Summary, _smi, builds_since, durations_since, print_capped, valued_since, write_plan
 from devbench.gpu.plantext import format_plan
-from devbench.gpu.recorded import imprecise_from, prices_sources, recorded, seed
+from devbench.gpu.recorded import imprecise_from, prices_sources, recorded, searches_from, seed, seed_searches
 from devbench.gpu.sessions import DISCOVERY_NAME, MIN_STAGE_S, STUCK_RC, Run, Stopped  # noqa: F401 - gpu-run's
 from devbench.records.files import STAGE_END_ENV
 
@@ -159,11 +159,14 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
     sources = prices_sources(run.repo, costs.gpu_model, args.costs_from)
     if sources:  # what a measuring process took for each figure and build it made: priced so
         figures, builds = seed(plan, *recorded(plan, sources, spec.SAME_BLOCKS), spec.SAME_BLOCKS)
+        searches = seed_searches(plan, listing, searches_from(sources, costs.gpu_model))
         P.fit(plan, run.left() - reserve)
         if figures or builds:
             print(f"recorded by the measuring process of {' and '.join(str(p) for p, _ in sources)}: {figures} "
                   f"figure(s) priced at their own sampling, {builds} workload(s) at their own build and check; the "
                   "other points of their classes scaled alike", flush=True)  # fmt: skip
+        if searches:
+            print(f"{searches} search(es) priced at what the recorded search of {costs.gpu_model} took", flush=True)
     plan.first_estimate_s = plan.estimate_s()
     print(format_plan(plan), flush=True)
     write_plan(run, plan)

@@ -85,6 +85,9 @@ class Point:
     #: the workload a swept point's measuring process builds once for its figures (priced once per stage)
     built: tuple[str, ...] | None = None
     built_s: float = 0.0
+    #: ``built_s`` is what a recorded run's build of this workload (or of its class's nearest) took, its check
+    #: inside: kept when a re-plan learns this run's builds (``Plan.built_s``)
+    built_known: bool = False
     late: bool = False  # runs in the last asv stage (the class's ``plan_last``): a long search, worlds that may hang
     twin: bool = False  # repeats a kept figure's evidence (``spec.TWINS``): first to go within its tier
     keep: bool = False  # read by validate or the health lines (``spec.kept_points``): never dropped
@@ -114,6 +117,9 @@ class Plan:
     costs: Costs
     rounds: int
     cache_s: dict[str, float] = field(default_factory=dict)  # module -> setup_cache s, paid once per asv call
+    #: modules whose set-up cache makes a CUDA context where it serves a GPU point (a search on the GPU; not a
+    #: world's, whose ranks are processes of their own): once per asv call that keeps such a point
+    cache_gpu: set[str] = field(default_factory=set)
     first_estimate_s: float = 0.0  # the estimate of the first plan (what it printed)
     #: benchmark -> what its points really cost over their estimate in the stages so far (asv's own durations)
     scales: dict[str, float] = field(default_factory=dict)
@@ -127,12 +133,15 @@ class Plan:
     learned: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def built_s(self, p: Point, scale: float = 1.0) -> float:
-        """What building ``p``'s workload in the measuring process costs: the slowest of this run's builds of its
-        class so far, else its declared set-up times ``scale``. Not their mean: a class's builds differ by size
+        """What building ``p``'s workload in the measuring process costs: what a recorded run took for it (its own
+        build, else its class's nearest: ``recorded.seed``), else the slowest of this run's builds of its class so
+        far, else its declared set-up times ``scale``. Not their mean: a class's builds differ by size
         (CPU DeviceCopy on the VM: 0.04 s at 4 KiB, 3.9 s at 4 MiB), and a re-planned stage, packed close to its
         limit, cuts points when a build is priced short; one that ends early leaves its time to the fill."""
         if p.built is None:
             return 0.0
+        if p.built_known:  # a recorded build of this workload or its nearest: a run's slowest says less of it
+            return p.built_s
         seen = self.builds.get(p.built[1])
         return max(seen) if seen else p.built_s * scale
 
@@ -163,6 +172,7 @@ class Plan:
             kept = [p for p in chosen if group(p) == g]
             modules = {p.benchmark.split(".", 1)[0] for p in kept}
             fixed = self.costs.stage_call_s + sum(self.cache_s.get(m, 0.0) for m in modules)
+            fixed += self.costs.cuda_context_s * len({m for p in kept if (m := _cache_gpu(self, p))})
             if any(p.swept for p in kept) and not started:  # one measuring process for the stages (sweep.held)
                 fixed += self.costs.sweep_start_s
                 started = True
@@ -319,6 +329,12 @@ def gpu_points(listing: dict[str, dict[str, Any]]) -> frozenset[str]:
                      if needs(bench, tuple(v))[0] >= 1)  # fmt: skip
 
 
+def _cache_gpu(plan: Plan, p: Point) -> str | None:
+    """The module whose set-up cache makes a CUDA context for ``p`` (a GPU unit of a ``Plan.cache_gpu`` module)."""
+    module = p.benchmark.split(".", 1)[0]
+    return module if p.unit is not None and p.gpus and module in plan.cache_gpu else None
+
+
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
               rounds: int = 1, keep: frozenset[str] = frozenset(),
               twins: frozenset[str] = frozenset(), sweep_cpu: bool = False,
@@ -328,10 +344,13 @@ def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budg
     plan = Plan(points(listing, pattern_ok, costs, rounds, keep, twins, sweep_cpu, same_blocks), budget_s, reserve_s,
                 costs, rounds)  # fmt: skip
     for name, bench in listing.items():
-        once = bench.get("plan_cache_s")
+        once, module = bench.get("plan_cache_s"), name.split(".", 1)[0]
         if isinstance(once, int | float) and once and bench.get("setup_cache"):
-            module = name.split(".", 1)[0]
             plan.cache_s[module] = max(plan.cache_s.get(module, 0.0), float(bench["plan_cache_s"]))
+        elif isinstance(once, dict) and bench.get("setup_cache"):  # priced per unit: asv's process for it apart
+            plan.cache_s[module] = max(plan.cache_s.get(module, 0.0), costs.import_s)
+            if not bench.get("figures_in_setup_cache"):
+                plan.cache_gpu.add(module)
     fit(plan, budget_s - reserve_s)
     return plan
 
@@ -372,6 +391,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         g, module = group(p), p.benchmark.split(".", 1)[0]
         fixed = 0.0 if g in calls else plan.costs.stage_call_s
         fixed += 0.0 if (module, g) in caches else plan.cache_s.get(module, 0.0)
+        fixed += plan.costs.cuda_context_s if _cache_gpu(plan, p) and (module, g, "cuda") not in caches else 0.0
         fixed += p.unit_s if p.unit is not None and (p.unit, g) not in units else 0.0
         fixed += p.unit_share_s if (p.unit, p.values, g) not in units else 0.0  # its row, once per stage
         built = plan.built_s(p, scale) if p.built is not None and (p.built, g) not in units else 0.0
@@ -391,6 +411,8 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
             alone.setdefault(g, []).append(p)
         calls.add(g)
         caches.add((p.benchmark.split(".", 1)[0], g))
+        if _cache_gpu(plan, p):
+            caches.add((p.benchmark.split(".", 1)[0], g, "cuda"))
         if p.unit is not None:
             units.add((p.unit, g))
             units.add((p.unit, p.values, g))

@@ -165,10 +165,93 @@ def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], 
             else:  # sampled by its partner where both run; alone, as its class's recorded points say
                 p.alone_s *= ratio
             priced += recorded_s is not None
-            if p.built in builds:
-                p.built_s, p.check = builds[p.built], None
+            nearest = builds.get(p.built) if p.built is not None else None
+            if p.built is not None and nearest is None:
+                nearest = _nearest(p.built, builds)
+            if nearest is not None:  # the record's build checked the workload: no check of its own
+                p.built_s, p.check, p.built_known = nearest, None, True
                 built.add(p.built)
     return priced, len(built)
+
+
+def _nearest(key: tuple[str, ...], builds: dict[tuple[str, ...], float]) -> float | None:
+    """What a recorded build of ``key``'s class takes for ``key``: of the builds on the same kind of device (a
+    ``'cuda'`` value in both or neither), those at sizes no smaller than ``key``'s where there are any (a build's cost
+    moves with its size, not in proportion: a copy rotates over fewer sets as it grows), the nearest in sizes (their
+    ratio), then the fewest params differing in text, the slowest of equals; where every recorded build is smaller,
+    the nearest grown by the largest ratio of ``key``'s sizes to its. None where the record built nothing of the
+    class there."""
+    import math
+
+    def numbers(values: tuple[str, ...]) -> list[float | None]:
+        out: list[float | None] = []
+        for v in values:
+            try:
+                out.append(float(v))
+            except ValueError:
+                out.append(None)
+        return out
+
+    mine = numbers(key[2:])
+
+    def gap(other: tuple[str, ...]) -> tuple[float, int]:
+        ratio, words = 0.0, 0
+        for a, b, x, y in zip(key[2:], other[2:], mine, numbers(other[2:]), strict=True):
+            if x is None or y is None:
+                words += a != b
+            else:
+                ratio += abs(math.log(x / y)) if x > 0 and y > 0 else float(x != y)
+        return ratio, words
+
+    def covers(other: tuple[str, ...]) -> bool:
+        return all(x is None or y is None or y >= x for x, y in zip(mine, numbers(other[2:]), strict=True))
+
+    cuda = "'cuda'" in key
+    same = [k for k in builds if k[:2] == key[:2] and len(k) == len(key) and ("'cuda'" in k) == cuda]
+    if not same:
+        return None
+    pool = [k for k in same if covers(k)] or same
+    best = min(gap(k) for k in pool)
+    seconds, near = max((builds[k], k) for k in pool if gap(k) == best)
+    grow = [x / y for x, y in zip(mine, numbers(near[2:]), strict=True) if x is not None and y and x > y]
+    return seconds * max(grow, default=1.0)
+
+
+def searches_from(sources: list[tuple[Path, bool]], model: str) -> dict[str, float]:
+    """``dtype`` -> the seconds the newest search on a GPU of ``model`` took, bound and finalists included, from the
+    achievable searches recorded beside each source's plan.json (``achievable.jsonl``, as a run packs them): what a
+    search of that model and dtype is priced (``seed_searches``)."""
+    out: dict[str, tuple[float, float]] = {}
+    for path, _ in sources:
+        records = path.with_name("achievable.jsonl")
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            for line in records.read_text().splitlines():
+                with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+                    rec = json.loads(line)
+                    made = rec.get("made") or {}
+                    if not str(rec["device"]).startswith("cuda") or made.get("device") != model:
+                        continue
+                    when, seconds = float(rec.get("time", 0.0)), float(rec["seconds"])
+                    if seconds >= 0 and when >= out.get(rec["dtype"], (-1.0, 0.0))[0]:
+                        out[str(rec["dtype"])] = (when, seconds)
+    return {dtype: seconds for dtype, (_, seconds) in out.items()}
+
+
+def seed_searches(plan: P.Plan, listing: dict[str, dict[str, Any]], searches: dict[str, float]) -> int:
+    """Price each GPU search unit (a class whose ``plan_cache_s`` gives a known model's ``known_s``, per device and
+    dtype) at what a recorded search of the model and dtype took (``searches_from``), where that is less than its
+    bound; a unit the user's cache holds stays a read. Returns the units priced so."""
+    priced = set()
+    for p in plan.points:
+        declared = (listing.get(p.benchmark) or {}).get("plan_cache_s")
+        if p.unit is None or not isinstance(declared, dict) or "known_s" not in declared:
+            continue
+        where = dict(zip(declared.get("per", []), p.unit[1:], strict=False))
+        dtype = str(where.get("dtype", "")).strip("'")
+        if where.get("device") == "'cuda'" and dtype in searches and searches[dtype] < p.unit_s:
+            p.unit_s = searches[dtype]
+            priced.add(p.unit)
+    return len(priced)
 
 
 def imprecise_from(results: Path, names: set[str]) -> tuple[str, ...]:

@@ -58,6 +58,8 @@ MEMORY_SHARE = 0.5
 FINALISTS = 3
 FINAL_BLOCK_S = 0.1
 FINAL_BLOCKS = 5
+#: what the finalists add to a search's budget where a product is far shorter than a block (a GPU's)
+FINALS_S = FINALISTS * FINAL_BLOCKS * FINAL_BLOCK_S
 
 
 Shape = tuple[int, int, int]
