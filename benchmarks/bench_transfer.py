@@ -34,7 +34,7 @@ from devbench.engine.suite import (
     with_samples,
 )
 from devbench.records.spec import GiB, MiB
-from devbench.workloads.matmul import Matmul
+from devbench.workloads.matmul import Matmul, tf32
 from devbench.workloads.peers import PEERS_DIR, PeerPath, pair_topology, peer_matrix, peer_path, write_peer_records
 from devbench.workloads.smallcopies import HIDDEN, SMALL_KINDS, ManySmall, check_hidden_copy, hidden_copy
 from devbench.workloads.transfer import (
@@ -419,16 +419,20 @@ class CopyComputeOverlap(Benchmark):
         mm = Matmul(2048, "float32", self.device)
         mm.check()
         warm_up(self.copy, self.device)
-        warm_up(mm, self.device)
-        per_copy = median_block(self.copy, self.device, 4)
-        per_mm = median_block(mm, self.device, 4)
-        self.compute = RepeatedWork(mm, max(1, round(per_copy / per_mm)))
-        self.lanes = Lanes([self.device, self.device])  # two streams, made once
-        overlap(self.lanes, self.copy, self.compute)  # streams, events and cuBLAS on the lane streams warm
+        with tf32(False):  # float32 as its check's, whatever TF32 this process was left at
+            warm_up(mm, self.device)
+            per_copy = median_block(self.copy, self.device, 4)
+            per_mm = median_block(mm, self.device, 4)
+            self.compute = RepeatedWork(mm, max(1, round(per_copy / per_mm)))
+            self.lanes = Lanes([self.device, self.device])  # two streams, made once
+            overlap(self.lanes, self.copy, self.compute)  # streams, events and cuBLAS on the lane streams warm
 
     def _samples(self, field, scale=1.0):
-        runs = shared(self, field, lambda: [overlap(self.lanes, self.copy, self.compute, self.calls)
-                                             for _ in range(5)])  # fmt: skip
+        def runs_float32():
+            with tf32(False):
+                return [overlap(self.lanes, self.copy, self.compute, self.calls) for _ in range(5)]
+
+        runs = shared(self, field, runs_float32)
         return with_samples((scale * getattr(r, field) for r in runs), self.calls)
 
     def track_overlap(self, device):

@@ -7,6 +7,7 @@ switch that lets ``make test`` run the path a GPU takes."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -269,8 +270,10 @@ def test_letting_a_workload_go_gives_the_gpus_cached_memory_back_and_tf32_as_it_
         measuring.Server(tmp_path / "journal.jsonl")._evict()
         assert emptied == ["device", "host"]
         assert torch.backends.cuda.matmul.allow_tf32 == at_start  # later float32 figures are float32 again
+        assert gc.get_freeze_count() > 0  # what outlives every workload is passed over by the next collection
     finally:
         torch.backends.cuda.matmul.allow_tf32 = at_start
+        gc.unfreeze()
 
 
 def test_each_request_waits_only_what_is_left_of_its_points_asv_timeout(monkeypatch):
@@ -305,3 +308,60 @@ def test_each_request_waits_only_what_is_left_of_its_points_asv_timeout(monkeypa
     now[0] += 70.0
     swept._ask(bench, "measure", "bench_x.Point.track_a", (1,))
     assert asked[-1] == 60.0
+
+
+def test_an_error_that_leaves_the_cuda_context_broken_ends_the_process_whatever_it_says(monkeypatch):
+    """A cuDNN or NCCL error, or one wrapped in a message without 'CUDA', is fatal where a synchronize then raises:
+    no later figure is measured in a context that cannot be trusted; a plain error in a working context is not."""
+    import sys
+    import types
+
+    class Cuda:
+        initialized, broken = True, True
+
+        def is_initialized(self):
+            return self.initialized
+
+        def synchronize(self):
+            if self.broken:
+                raise RuntimeError("an illegal memory access was encountered")
+
+    cuda = Cuda()
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    try:
+        raise RuntimeError("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED")
+    except RuntimeError as exc:
+        assert measuring._failed(exc)["fatal"] is True
+    cuda.broken = False
+    try:
+        raise ValueError("a shape the workload refuses")
+    except ValueError as exc:
+        assert measuring._failed(exc)["fatal"] is False
+    cuda.initialized, cuda.broken = False, True  # no context of its own: nothing to break
+    assert measuring._context_lost() is False
+
+
+def test_a_build_after_a_failed_release_is_asked_again_of_a_fresh_process(monkeypatch, tmp_path):
+    """Letting a workload go raises where an earlier figure broke the context: the next build is not made there; its
+    point is told to ask again, and asks once more (a fresh process then measures it)."""
+    from devbench.engine import swept
+
+    def release():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(measuring, "_EVICTED", [release])
+    monkeypatch.setattr(measuring, "_context_lost", lambda: True)
+    server = measuring.Server(tmp_path / "journal.jsonl")
+    server.bench, server.held = object(), ("bench_fake.Fake", ("cpu", 1), None)
+    reply = server._build({"module": "bench_fake", "file": None}, "bench_fake.Fake", ("cpu", 2))
+    assert reply["retry"] and reply["fatal"] and server.fatal and "asked again" in reply["error"]
+
+    asked = []
+    replies = iter([reply, {"result": 4.0}])
+    monkeypatch.setattr(sweep, "ask", lambda request, timeout_s: asked.append(request) or next(replies))
+
+    class Point:
+        timeout = 60.0
+
+    assert swept._ask(Point(), "measure", "bench_fake.Fake.track_a", ("cpu", 2))["result"] == 4.0
+    assert len(asked) == 2

@@ -126,6 +126,22 @@ def test_copy_check_catches_a_wrong_copy(monkeypatch):
         c.check()
 
 
+def test_a_copy_turned_over_buffers_a_failed_check_cleared_is_not_checked_zeros_against_zeros(monkeypatch):
+    """A check clears its destinations first; where they are another copy's sources (the turned copies of one memory
+    and size share their buffers) and its copy moved nothing, they stay cleared: the next copy turned over them must
+    fail for want of its pattern, not compare zeros with zeros and pass."""
+    base = T.Copy(4096, CPU, CPU, sets=2)
+    base.check()
+    back = base.turned(reverse=True, non_blocking=False)
+    with monkeypatch.context() as m:
+        m.setattr(T.Copy, "__call__", lambda self: None)  # a copy that moves nothing
+        with pytest.raises(AssertionError, match="differs"):
+            back.check()  # its destinations, the base's sources, are left cleared
+    again = base.turned(reverse=False, non_blocking=False)
+    with pytest.raises(AssertionError, match="set 0: its source holds only zeros"):
+        again.check()
+
+
 def test_copy_rejects_bad_input():
     with pytest.raises(ValueError, match="nbytes"):
         T.Copy(0, CPU, CPU)

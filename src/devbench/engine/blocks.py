@@ -105,19 +105,24 @@ class HeldAttempt:
 FIRST_SPIN_S = 2e-3
 
 
-def hold_until_queued(attempt: Callable[[float], HeldAttempt], calls: int, first_spin_s: float = FIRST_SPIN_S) -> float:
+def hold_until_queued(attempt: Callable[[float], HeldAttempt], calls: int, first_spin_s: float = FIRST_SPIN_S,
+                      spins: dict | None = None, key: object = None) -> float:  # fmt: skip
     """Seconds of the block, from ``attempt(spin_s)`` tried with longer spins until the hold held.
 
     A hold holds when the spin kernel was still running after the last call was queued
     (its end event not yet reached). Otherwise the GPU caught up with the host and the
     block timed dispatch: the spin is made twice as long as both the last spin and the
     queueing seen, and the block is timed again. Raises ``RuntimeError`` after
-    ``HOLD_ATTEMPTS`` tries (a host so slow or busy that no spin outlasts it).
+    ``HOLD_ATTEMPTS`` tries (a host so slow or busy that no spin outlasts it). ``spins``: the spin that held
+    for each ``key`` (a device and a block's calls), where the next block of that kind starts: a block that did
+    not hold ran whole for nothing (256 calls take the host 2-4 ms to queue, past the first spin's 2 ms).
     """
-    spin = first_spin_s
+    spin = spins.get(key, first_spin_s) if spins is not None else first_spin_s
     for _ in range(HOLD_ATTEMPTS):
         got = attempt(spin)
         if got.held:
+            if spins is not None:
+                spins[key] = spin
             return got.seconds
         spin = 2 * max(spin, got.queued_s)
     raise RuntimeError(
@@ -127,6 +132,8 @@ def hold_until_queued(attempt: Callable[[float], HeldAttempt], calls: int, first
 
 #: a device's spin-kernel cycles per second, measured once per process
 _SPIN_CYCLES_PER_S: dict[torch.device, float] = {}
+#: (device, calls) -> the spin that last held a block of that many calls there (``hold_until_queued``)
+_HELD_SPINS: dict[tuple[torch.device, int], float] = {}
 
 
 def _spin_cycles_per_s(device: torch.device) -> float:
@@ -166,4 +173,4 @@ def _held_block(
             end.synchronize()
             return HeldAttempt(held, queued_s, start.elapsed_time(end) / 1e3)
 
-    return BlockTiming(hold_until_queued(attempt, calls), calls)
+    return BlockTiming(hold_until_queued(attempt, calls, spins=_HELD_SPINS, key=(device, calls)), calls)

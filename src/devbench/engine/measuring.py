@@ -54,6 +54,7 @@ class Server:
         self.bench: object | None = None
         self.waiting: dict[tuple, dict] = {}  # (figure, params, set-up cache) -> reply, served once
         self.fatal = False  # a CUDA error: this process ends after its reply
+        self.lost = ""  # what an eviction's hook raised (a context an earlier figure broke shows here first)
 
     def _note(self, **record) -> None:
         with open(self.journal, "a") as out:
@@ -83,13 +84,22 @@ class Server:
         self.bench = self.held = None
         self.lead = ()
         for hook in _EVICTED:
-            hook()
+            try:
+                hook()
+            except Exception as exc:  # noqa: BLE001 - a context an earlier figure broke: the next build says so
+                self.lost = self.lost or f"{type(exc).__name__}: {exc}"
 
     def _build(self, request: dict, cls_name: str, params: tuple) -> dict:
         cache = request.get("cache")  # the class's setup_cache result, which asv hands its points first
         if self.held == (cls_name, params, cache):
             return {"ok": True}
         self._evict()
+        if self.lost and _context_lost():  # nothing of this point ran: a fresh process measures it
+            self.fatal = True
+            return {"error": f"this measuring process's CUDA context failed while it let the last workload go "
+                             f"({self.lost}): {cls_name}{params} is asked again of a fresh one", "fatal": True,
+                    "retry": True}  # fmt: skip
+        self.lost = ""
         bench = _benchmark_class(request["module"], request.get("file"), cls_name.rsplit(".", 1)[-1])()
         lead = (pickle.loads(base64.b64decode(cache)),) if cache is not None else ()
         t0 = time.monotonic()
@@ -197,9 +207,23 @@ def _benchmark_class(module: str, file: str | None, name: str) -> type:
 
 
 def _failed(exc: BaseException) -> dict:
+    """A failed point's reply; ``fatal`` (this process ends after it) where the error names CUDA or the process's
+    CUDA context no longer works (a cuDNN, NCCL or wrapped error says nothing of CUDA)."""
     text = f"{type(exc).__name__}: {exc}"
     fatal = "CUDA" in text or "cuda" in type(exc).__module__ or type(exc).__name__ == "AcceleratorError"
-    return {"error": text, "traceback": traceback.format_exc()[-4000:], "fatal": fatal}
+    return {"error": text, "traceback": traceback.format_exc()[-4000:], "fatal": fatal or _context_lost()}
+
+
+def _context_lost() -> bool:
+    """Whether this process made a CUDA context that no longer works: a synchronize raises (a sticky error)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return False
+    try:
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - any failure here means the context cannot be trusted
+        return True
+    return False
 
 
 @contextlib.contextmanager

@@ -86,6 +86,9 @@ def _return_memory() -> None:
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = _TF32_AT_START
     if torch.cuda.is_initialized():
         gc.collect()  # tensors held in reference cycles too
+        # what survives that with no workload held (torch, the suite, their caches) lives as long as the process:
+        # frozen, the next collection passes over it (a full one took 40-60 ms with torch loaded, before each build)
+        gc.freeze()
         torch.cuda.empty_cache()
         # pinned host buffers go back to torch's host caching allocator, which keeps them locked (a block is reused
         # only for its own size class): across the copy sizes gigabytes of host memory, and what the host has

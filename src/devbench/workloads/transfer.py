@@ -262,7 +262,15 @@ class Copy:
 
     def check(self) -> None:
         """Copy every pair once and compare byte for byte, each destination brought back to its source's device
-        first (over the opposite path, not the one checked); first clear the destinations."""
+        first (over the opposite path, not the one checked); first clear the destinations. A source that holds
+        only zeros fails first: the seeded pattern never does, and a copy turned over buffers that a failed check
+        of another copy left cleared would compare zeros with zeros (``turned``)."""
+        for i, s in enumerate(self.srcs):
+            if not bool(s.any()):
+                raise AssertionError(
+                    f"copy of {size_label(self.nbytes)} {self.src_device} -> {self.dst_device}, set {i}: its source "
+                    "holds only zeros, not the seeded pattern (buffers a failed check left cleared): nothing to check"
+                )
         for d in self.dsts:
             d.zero_()
         for _ in range(self.sets):
