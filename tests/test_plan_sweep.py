@@ -513,3 +513,60 @@ def test_a_gpu_search_is_priced_at_what_the_recorded_search_of_its_model_and_dty
     unit = {p.values[:2]: p.unit_s for p in plan.points}
     assert unit == {("'cuda'", "'bfloat16'"): 2.35, ("'cuda'", "'float32'"): 11.5,
                     ("'cpu'", "'bfloat16'"): 30.0, ("'cpu'", "'float32'"): 30.0}
+
+
+def test_each_build_but_a_turn_of_one_is_priced_the_recorded_gap_before_builds(tmp_path):
+    """Between one record and the next build's start the measuring process took the next request and let the last
+    workload go (0.13 s on the H200): each build of its own pays the median of that; a point set up over an earlier
+    point's build (``built_by``) pays none; a gap across stages (the process waiting for asv) says nothing."""
+    import json
+
+    from devbench.gpu.recorded import build_gap, seed
+
+    rows = [{"pid": 1, "t": 10.0, "built": "bench_h.Copy", "params": ["h2d", 64], "seconds": 1.0},
+            {"pid": 1, "t": 10.5, "figure": "bench_h.Copy.track_gbps", "params": ["h2d", 64], "seconds": 0.4},
+            {"pid": 1, "t": 11.6, "built": "bench_h.Copy", "params": ["h2d", 128], "seconds": 1.0},  # gap 0.1
+            {"pid": 1, "t": 11.7, "beside": "bench_h.Copy", "params": ["d2h", 128], "seconds": 0.05},
+            {"pid": 2, "t": 12.0, "built": "bench_h.Copy", "params": ["h2d", 256], "seconds": 1.0},  # its first
+            {"pid": 1, "t": 12.2, "built": "bench_h.Copy", "params": ["d2h", 64], "seconds": 0.2},  # gap 0.3
+            {"pid": 1, "t": 500.0, "built": "bench_h.Copy", "params": ["d2h", 256], "seconds": 0.2}]  # a stage apart
+    (tmp_path / "plan.json").write_text("{}")
+    (tmp_path / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert build_gap([(tmp_path / "plan.json", True)]) == pytest.approx(0.2)
+    assert build_gap([(tmp_path / "elsewhere" / "plan.json", True)]) == 0.0
+
+    bench = _bench("bench_h.Copy.track_gbps", [["h2d", "d2h"], [64, 128]], ["direction", "nbytes"], swept=True,
+                   plan_gpus=1, sample_time=0.05, built_by=["nbytes"])  # fmt: skip
+    plan = P.make_plan({bench["name"]: bench}, lambda s: True, COSTS, budget_s=1000, reserve_s=0)
+    turns = {p.values: p.turn for p in plan.points}
+    assert turns == {("'h2d'", "64"): False, ("'h2d'", "128"): False, ("'d2h'", "64"): True, ("'d2h'", "128"): True}
+    seed(plan, {}, {}, None, gap_s=0.2)
+    assert {p.values: p.built_s for p in plan.points} == pytest.approx(
+        {("'h2d'", "64"): P.SETUP_S + 0.2, ("'h2d'", "128"): P.SETUP_S + 0.2,
+         ("'d2h'", "64"): P.SETUP_S, ("'d2h'", "128"): P.SETUP_S})  # fmt: skip
+
+
+def test_a_measuring_processs_start_is_not_learned_as_the_first_familys_sampling(tmp_path):
+    """The first point of a stage waits for the measuring process to start (to listen, then to import its class):
+    its asv duration holds that, which the plan prices apart (``sweep_start_s``); what the family's sampling is
+    learned from leaves it out, as it leaves out the builds."""
+    import json
+
+    from devbench.gpu.costs import _learn
+    from devbench.gpu.gpupack import builds_since, starts_since
+
+    rows = [{"pid": 7, "t": 99.0, "started": "measuring process", "seconds": 9.0},  # an earlier stage's
+            {"pid": 8, "t": 101.0, "started": "measuring process", "seconds": 1.5},
+            {"pid": 8, "t": 104.0, "built": "bench_m.Mat", "params": ["cuda", 64], "seconds": 1.0},  # began at 103
+            {"pid": 8, "t": 105.0, "figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.8}]
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert starts_since(journal, since=100.0) == {"bench_m.Mat": pytest.approx(1.5 + 2.0)}
+    assert builds_since(journal, since=100.0) == {"bench_m.Mat": [1.0]}  # a start is no build
+
+    plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
+    ran = [p for p in plan.kept() if p.values == ("'cuda'", "64")]
+    sampling = sum(p.estimate_s for p in ran)
+    took = {"bench_m.Mat.track_time": 1.0 + 3.5 + sampling, "bench_m.Mat.track_tflops": 0.0}
+    _learn(plan, ran, took, builds_since(journal, 100.0), starts_since(journal, 100.0))
+    assert plan.scales["bench_m.Mat.track_time"] == pytest.approx(1.0)

@@ -39,6 +39,9 @@ def test_a_workload_is_built_once_for_all_its_figures_and_each_figure_served_onc
     # every point was served by one measuring process, not by the points themselves
     pids = {line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}
     assert len(pids) == 1 and str(os.getpid()) not in pids
+    # its journal opens with how long it took to start, apart from its builds (gpu-run learns without it)
+    journal = [json.loads(line) for line in (suite_dir / "sweep" / "journal.jsonl").read_text().splitlines()]
+    assert journal[0]["started"] and journal[0]["seconds"] > 0 and "built" in journal[1]
 
 
 def test_skips_come_back_as_skips_and_the_declared_ones_never_ask(suite_dir):

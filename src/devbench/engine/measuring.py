@@ -247,10 +247,12 @@ def _drop_draws() -> None:
         measure.drop_draws()
 
 
-def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = IDLE_S) -> None:
+def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = IDLE_S,
+          spawned: float | None = None) -> None:  # fmt: skip
     """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one (not under a holder, which
     bounds its life: a stage's search can keep it waiting longer), or a CUDA error; each build and figure appended
-    to ``journal`` (default: beside the socket)."""
+    to ``journal`` (default: beside the socket), and first, where ``spawned`` says when its asker started it (seconds
+    since the epoch), the seconds it took to listen (gpu-run learns a family's cost without them)."""
     if os.environ.get(OWNER_ENV) == str(owner):
         idle_s = float("inf")
     server = Server(journal or path.parent / "journal.jsonl")
@@ -260,6 +262,8 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
     path.with_suffix(".pid").write_text(pid_line())  # a holder waits on this process, not on its socket
     listener.listen(4)
     listener.settimeout(1.0)
+    if spawned is not None:
+        server._note(started="measuring process", seconds=round(max(0.0, time.time() - spawned), 4))
     last = time.monotonic()
     threading.Thread(target=_end_with, args=(owner, path, ours), daemon=True).start()
 
@@ -328,10 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, type=Path)
     parser.add_argument("--owner", required=True, type=int, help="the process whose end ends this one")
     parser.add_argument("--journal", type=Path, help="where each build and figure is recorded (JSON lines)")
+    parser.add_argument("--spawned", type=float, help="when the asker started it (seconds since the epoch)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stop ends it cleanly: its socket goes
     try:
-        serve(args.socket, args.owner, args.journal)
+        serve(args.socket, args.owner, args.journal, spawned=args.spawned)
     except KeyboardInterrupt:  # the run's Ctrl-C or its end reaches this process's group too
         return 130
     return 0

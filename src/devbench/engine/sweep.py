@@ -199,7 +199,7 @@ def _start(path: Path, owner: int) -> socket.socket:
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())}  # fmt: skip
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "devbench.engine.measuring", "--socket", str(path),
-                                 "--owner", str(owner),
+                                 "--owner", str(owner), "--spawned", repr(time.time()),
                                  "--journal", str(folder() / "journal.jsonl")],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, close_fds=True,
                                 start_new_session=os.environ.get(OWNER_ENV) == str(owner),  # outlives the call

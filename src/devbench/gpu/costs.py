@@ -249,13 +249,15 @@ def _scale(plan_estimates: list[tuple[float, float]], plan: P.Plan | None = None
 
 
 def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | None],
-           builds: dict[str, list[float]] | None = None) -> None:  # fmt: skip
+           builds: dict[str, list[float]] | None = None, starts: dict[str, float] | None = None) -> None:  # fmt: skip
     """Each benchmark of a stage: asv's duration of its points over their estimate, into ``plan.scales``. A swept
     class is learned whole: its first figure asked carries the builds and its twins' sampling in asv's duration,
     and the twins read what was measured for them (``devbench.engine.sweep``). ``builds``: class -> the seconds
     the measuring process's journal gave each of its builds in the stage, into ``plan.builds`` (what later builds
-    are priced) and out of asv's duration (what the sampling is learned from)."""
-    builds = builds or {}
+    are priced) and out of asv's duration (what the sampling is learned from); ``starts``: class -> what a measuring
+    process took to start before its first build, which that class's first point waited for (``gpupack.starts_since``):
+    out of its duration too (the start is priced apart, ``Costs.sweep_start_s``)."""
+    builds, starts = builds or {}, starts or {}
     for name, seconds in builds.items():
         plan.builds.setdefault(name, []).extend(seconds)
     planned: dict[str, float] = {}
@@ -271,7 +273,8 @@ def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | Non
         members.setdefault(key, set()).add(p.benchmark)
     for key, names in members.items():
         seen = [durations.get(n) for n in names]
-        took[key] = None if any(d is None for d in seen) else max(0.0, sum(seen) - sum(builds.get(key, ())))
+        spent = sum(builds.get(key, ())) + starts.get(key, 0.0)
+        took[key] = None if any(d is None for d in seen) else max(0.0, sum(seen) - spent)
     for key, estimate in planned.items():
         if took[key] is not None and estimate > 0:
             plan.learned[key] = (estimate, took[key])

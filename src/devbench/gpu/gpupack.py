@@ -69,6 +69,30 @@ def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
     return out
 
 
+def starts_since(journal: Path, since: float) -> dict[str, float]:
+    """Class ("module.Class") -> the seconds the measuring processes started at or after ``since`` took before their
+    first build began (to listen, then to take the first request and import its class), by the class of that build:
+    its first point's asv duration holds them, which are not what its figures cost."""
+    if not journal.exists():
+        return {}
+    out: dict[str, float] = {}
+    started: dict[object, tuple[float, float]] = {}  # pid -> (when it listened, seconds to listen)
+    for line in journal.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            t, seconds, pid = float(row["t"]), float(row["seconds"]), row.get("pid")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+        if row.get("started") and t >= since:
+            started[pid] = (t, seconds)
+            continue
+        cls = row.get("built") or row.get("beside") or str(row.get("figure") or "").rsplit(".", 1)[0]
+        if cls and pid in started:
+            listened, took = started.pop(pid)
+            out[cls] = out.get(cls, 0.0) + took + max(0.0, t - seconds - listened)
+    return out
+
+
 def valued_since(results: Path, sha: str, since: float, points: list[Point]) -> set[str]:
     """The selectors of ``points`` whose benchmark asv started at or after ``since`` and saved a figure for (not
     skipped, failed or cut): what a stage measured, read from the results asv saved."""

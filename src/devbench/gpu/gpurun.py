@@ -52,9 +52,26 @@ from devbench.gpu.costs import (
 )
 from devbench.gpu.gpuargs import SWEEP, check
 from devbench.gpu.gpuhealth import print_health
-from devbench.gpu.gpupack import Summary, _smi, builds_since, durations_since, print_capped, valued_since, write_plan
+from devbench.gpu.gpupack import (
+    Summary,
+    _smi,
+    builds_since,
+    durations_since,
+    print_capped,
+    starts_since,
+    valued_since,
+    write_plan,
+)
 from devbench.gpu.plantext import format_plan
-from devbench.gpu.recorded import imprecise_from, prices_sources, recorded, searches_from, seed, seed_searches
+from devbench.gpu.recorded import (
+    build_gap,
+    imprecise_from,
+    prices_sources,
+    recorded,
+    searches_from,
+    seed,
+    seed_searches,
+)
 from devbench.gpu.sessions import DISCOVERY_NAME, MIN_STAGE_S, STUCK_RC, Run, Stopped  # noqa: F401 - gpu-run's
 from devbench.records.files import STAGE_END_ENV
 
@@ -158,7 +175,7 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
                        sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
     sources = prices_sources(run.repo, costs.gpu_model, args.costs_from)
     if sources:  # what a measuring process took for each figure and build it made: priced so
-        figures, builds = seed(plan, *recorded(plan, sources, spec.SAME_BLOCKS), spec.SAME_BLOCKS)
+        figures, builds = seed(plan, *recorded(plan, sources, spec.SAME_BLOCKS), spec.SAME_BLOCKS, build_gap(sources))
         searches = seed_searches(plan, listing, searches_from(sources, costs.gpu_model))
         P.fit(plan, run.left() - reserve)
         if figures or builds:
@@ -262,8 +279,9 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     if os.environ.get(SEARCH_ENV) != "fresh":  # a search whose figures came back is in the user's cache now
         valued = valued_since(results, sha, run.stage_started, points)
         P.made(plan, [p for p in points if p.selector in valued])
+    journal = run.repo / ".asv" / "sweep" / "journal.jsonl"
     _learn(plan, points, durations_since(results, sha, run.stage_started),
-           builds_since(run.repo / ".asv" / "sweep" / "journal.jsonl", run.stage_started))
+           builds_since(journal, run.stage_started), starts_since(journal, run.stage_started))
     summary.save()
     return code, raw, took
 

@@ -99,6 +99,9 @@ class Point:
     #: figure does not run in its stage's measuring process (then it measures the blocks itself)
     partner: str | None = None
     alone_s: float = 0.0
+    #: its workload is set up over another's build (its class's ``built_by`` params match an earlier point's): the
+    #: measuring process turns that build for it, with no release of the last workload before it
+    turn: bool = False
 
     @property
     def selector(self) -> str:
@@ -270,6 +273,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
                 point.built = ("built", name.rsplit(".", 1)[0], *values)
                 point.built_s = float(bench.get("plan_setup_s", SETUP_S))
+                point.turn = _turned(bench, product, values)
                 wide = {point.selector} | {f"{f}({', '.join(values)})" if values else f for f, where in
                                            shares.get(name, ()) if _matches(bench, values, where, "SAME_BLOCKS")}
                 sampling = swept_sample_s(bench, gpu=bool(need), precise=not wide & imprecise, values=values)
@@ -293,6 +297,17 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             out.append(point)
     _share_units(out, listing)
     return out
+
+
+def _turned(bench: dict[str, Any], product: list[tuple[str, ...]], values: tuple[str, ...]) -> bool:
+    """Whether the point at ``values`` is set up over an earlier point's build: its class names the params its build
+    depends on (``built_by``) and an earlier combination (asv's order) has the same values of them."""
+    by = [n for n in bench.get("built_by", []) or [] if n in bench.get("param_names", [])]
+    if not by:
+        return False
+    at = [list(bench["param_names"]).index(n) for n in by]
+    first = next(v for v in product if all(v[i] == values[i] for i in at))
+    return tuple(first) != values
 
 
 def _share_units(points: list[Point], listing: dict[str, dict[str, Any]]) -> None:

@@ -63,19 +63,8 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
     does not; one turned for another point, ``built_by``, what turning it took). Nothing where none holds a
     journal."""
     import math
-    import tarfile
 
-    lines: list[str] = []
-    beside = plan_json if plan_json.suffix == ".jsonl" else plan_json.with_name("journal.jsonl")
-    packed = plan_json.with_name("results.tgz")
-    with contextlib.suppress(OSError, tarfile.TarError, KeyError, UnicodeDecodeError):
-        if beside.is_file():
-            lines = beside.read_text().splitlines()
-        elif packed.is_file():
-            with tarfile.open(packed) as tar:
-                member = next((m for m in tar.getmembers() if m.name.endswith("sweep/journal.jsonl")), None)
-                got = tar.extractfile(member) if member is not None else None
-                lines = got.read().decode().splitlines() if got is not None else []
+    lines = _journal_lines(plan_json)
     figures: dict[str, float] = {}
     builds: dict[tuple[str, ...], float] = {}
     for line in lines:
@@ -93,6 +82,45 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
             key = ("built", rec.get("built") or rec["beside"], *values)
             builds[key] = max(seconds, builds.get(key, 0.0))
     return figures, builds
+
+
+def _journal_lines(plan_json: Path) -> list[str]:
+    """The lines of the measuring process's journal of a recorded run (``recorded_from``'s sources); none where
+    there is none."""
+    import tarfile
+
+    beside = plan_json if plan_json.suffix == ".jsonl" else plan_json.with_name("journal.jsonl")
+    packed = plan_json.with_name("results.tgz")
+    with contextlib.suppress(OSError, tarfile.TarError, KeyError, UnicodeDecodeError):
+        if beside.is_file():
+            return beside.read_text().splitlines()
+        if packed.is_file():
+            with tarfile.open(packed) as tar:
+                member = next((m for m in tar.getmembers() if m.name.endswith("sweep/journal.jsonl")), None)
+                got = tar.extractfile(member) if member is not None else None
+                return got.read().decode().splitlines() if got is not None else []
+    return []
+
+
+def build_gap(sources: list[tuple[Path, bool]]) -> float:
+    """The median seconds a recorded measuring process spent between one record and the next build's start (the
+    next point's request, the last workload's tear-down and release, the class made): what each build, not a
+    turn of one (``built_by``), costs beyond its own seconds. 0 where no source records a build after another."""
+    import statistics
+
+    gaps: list[float] = []
+    for path, _ in sources:
+        last: dict[object, float] = {}  # pid -> when its last record ended
+        for line in _journal_lines(path):
+            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+                rec = json.loads(line)
+                end, pid = float(rec["t"]), rec.get("pid")
+                if isinstance(rec.get("built"), str) and pid in last:
+                    gaps.append(end - float(rec["seconds"]) - last[pid])
+                if not rec.get("started"):  # a start's first build waits for its class's import: not a gap
+                    last[pid] = end
+    gaps = [g for g in gaps if 0 <= g < 60]  # a stage between: the process waited for asv, not for the build
+    return statistics.median(gaps) if gaps else 0.0
 
 
 def _partners(same_blocks: dict[str, Any] | None) -> dict[str, list[tuple[str, dict]]]:
@@ -131,13 +159,14 @@ def recorded(plan: P.Plan, sources: list[tuple[Path, bool]], same_blocks: dict[s
 
 
 def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], float],
-         same_blocks: dict[str, Any] | None = None) -> tuple[int, int]:  # fmt: skip
+         same_blocks: dict[str, Any] | None = None, gap_s: float = 0.0) -> tuple[int, int]:  # fmt: skip
     """Price ``plan``'s swept points with what a recorded run of the same suite took (``recorded``): a figure it
     measured, its sampling; the other points of its class on the same kind of device, their estimate times what
     the recorded ones took over theirs (within ``SCALE_RANGE``); a workload it built, its build, whose check it then
     pays no more. Figures that count one set of blocks (``same_blocks``: ``spec.SAME_BLOCKS``) were sampled for
     whichever was asked first: the one that samples them here is priced what the slowest of its group took,
-    whether or not the plan holds the others. Returns the points and the workloads priced from the record; fit
+    whether or not the plan holds the others. Each build of its own (not a turn, ``Point.turn``) adds ``gap_s``, what
+    the process spends before one (``build_gap``). Returns the points and the workloads priced from the record; fit
     the plan again after."""
     partners = _partners(same_blocks)
     groups: dict[tuple[str, bool], list[tuple[P.Point, float]]] = {}
@@ -171,6 +200,8 @@ def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], 
             if nearest is not None:  # the record's build checked the workload: no check of its own
                 p.built_s, p.check, p.built_known = nearest, None, True
                 built.add(p.built)
+            if p.built is not None and not p.turn:  # what the process spends before a build of its own
+                p.built_s += gap_s
     return priced, len(built)
 
 
