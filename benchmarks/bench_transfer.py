@@ -72,7 +72,9 @@ def _clocked(bench: Benchmark, figure: str) -> dict:
 
 
 def _require_fit(copy_sets: int, nbytes: int, *devices: torch.device) -> None:
-    reason = copies_fit_reason(copy_sets, nbytes, *devices)
+    """Skip where ``copy_sets`` buffers of ``nbytes`` on each device, and the one a copy between two devices brings
+    each destination back into for its check (``transfer._back_buffer``), would not fit."""
+    reason = copies_fit_reason(copy_sets + (len(set(devices)) > 1), nbytes, *devices)
     if reason:
         raise NotImplementedError(reason)
 

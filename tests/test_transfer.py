@@ -723,3 +723,15 @@ def test_a_turned_copy_shares_the_buffers_and_copies_the_pattern_back():
     same = base.turned(False, non_blocking=False)
     assert same.srcs is base.srcs and same.dsts is base.dsts
     same.check()
+
+
+def test_a_copy_between_two_devices_asks_room_for_the_buffer_its_check_brings_data_back_into(monkeypatch):
+    """A 256 MiB copy rotates over one set: its check's buffer doubles what the source's side holds, and a GPU
+    without room for it must skip the point, not fail it (and end the measuring process) out of memory."""
+    import benchmarks.bench_transfer as bt
+
+    asked = []
+    monkeypatch.setattr(bt, "copies_fit_reason", lambda sets, nbytes, *devices: asked.append(sets) or None)
+    bt._require_fit(1, 256 * 2**20, CPU, torch.device("cuda", 0))
+    bt._require_fit(2, 256 * 2**20, torch.device("cuda", 0))  # one device: the check compares in place
+    assert asked == [2, 2]
