@@ -570,3 +570,22 @@ def test_a_measuring_processs_start_is_not_learned_as_the_first_familys_sampling
     took = {"bench_m.Mat.track_time": 1.0 + 3.5 + sampling, "bench_m.Mat.track_tflops": 0.0}
     _learn(plan, ran, took, builds_since(journal, 100.0), starts_since(journal, 100.0))
     assert plan.scales["bench_m.Mat.track_time"] == pytest.approx(1.0)
+
+
+def test_a_kept_figures_workload_keeps_its_other_figures_before_other_points():
+    """A figure validate reads is kept whatever it costs; its workload's other figure costs its sampling alone
+    beside it and is kept next, before another family's point that comes earlier in priority: left for a later
+    stage, it would build the workload again (the H200's ParallelMatmul n=8192 pair: built twice, 9.4 and 11 s)."""
+    listing = _swept()
+    other = _bench("bench_a.Cheap.track_x", [["cuda"], [1, 2, 3]], ["device", "k"], swept=True, sample_time=0.1)
+    listing[other["name"]] = other
+    keep = frozenset({"bench_m.Mat.track_tflops('cuda', 1024)"})
+    every = P.make_plan(listing, lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0, keep=keep)
+    by = {p.selector: p for p in every.points}
+    lead, sibling = by["bench_m.Mat.track_tflops('cuda', 1024)"], by["bench_m.Mat.track_time('cuda', 1024)"]
+    cheap = [p for p in every.points if p.benchmark == "bench_a.Cheap.track_x"]
+    assert lead.built == sibling.built
+    # room for the kept figure, its sibling's sampling and one more point of anything
+    room = every.estimate_s(points=[lead, sibling, cheap[0], by["bench_m.Mat.track_tflops('cuda', 64)"]])
+    P.fit(every, room)
+    assert lead.state == sibling.state == "run"

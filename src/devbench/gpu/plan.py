@@ -386,7 +386,9 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
     elsewhere: a family is never dropped whole; so is every point validate and the health lines read
     (``Point.keep``). ``group(point)``
     names the asv stage a kept point will run in (default ``stage_of``): each adds one asv call and its
-    set-up caches; a workload already checked by a point that ran is not checked again.
+    set-up caches; a workload already checked by a point that ran is not checked again. Once a point is kept,
+    the other figures of its workload (not a twin) are kept next where they fit: in its stage they cost their
+    sampling alone, and one left for a later stage would build the workload again.
     """
     group = group or stage_of
     candidates = _order([p for p in plan.points if p.tier in tiers and p.state in ("run", "dropped") and not p.done])
@@ -441,18 +443,36 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
         p.state, p.reason = "run", ""
         return added
 
+    siblings: dict[tuple[str, ...], list[Point]] = {}  # a workload -> its figures (a twin keeps its own turn)
+    for p in candidates:
+        if p.built is not None and not p.twin:
+            siblings.setdefault(p.built, []).append(p)
+
+    def finish(p: Point) -> float:
+        """The other figures of ``p``'s workload, kept now where they fit: built in ``p``'s stage, each costs its
+        sampling alone there, and one left for a later stage would build the workload again."""
+        added = 0.0
+        for q in siblings.get(p.built, ()) if p.built is not None else ():
+            if q.state != "run" and group(q) == group(p) and total + added + (more := cost(q)) <= seconds + 1e-9:
+                added += more
+                take(q)
+        return added
+
     firsts: dict[str, Point] = {}
     for p in candidates:
         if p.benchmark not in elsewhere:
             firsts.setdefault(p.benchmark, p)
-    for p in candidates:
-        if p.keep or firsts.get(p.benchmark) is p:
-            total += take(p)
+    forced = [p for p in candidates if p.keep or firsts.get(p.benchmark) is p]
+    for p in forced:
+        total += take(p)
+    for p in forced:
+        total += finish(p)
     for p in candidates:
         if p.state == "run":
             continue
         added = cost(p)
         if total + added <= seconds + 1e-9:  # sums in another order round apart
             total += take(p)
+            total += finish(p)
 
 
