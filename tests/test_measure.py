@@ -221,12 +221,25 @@ def test_hold_retries_with_longer_spins_until_the_spin_outlasts_the_queueing():
 
     assert B.hold_until_queued(attempt, calls=100, first_spin_s=0.002) == 0.004
     assert tried == [0.002, 0.020]  # doubled past what the queueing took, then held
-    # the spin that held starts the next block of its kind: no block runs whole for nothing once one held
+    # twice what the held block's queueing took starts the next block of its kind: none runs whole for nothing
     tried.clear()
     spins = {}
     for _ in range(3):
         B.hold_until_queued(attempt, calls=100, first_spin_s=0.002, spins=spins, key=("cuda:0", 100))
     assert tried == [0.002, 0.020, 0.020, 0.020] and spins == {("cuda:0", 100): 0.020}
+    # one slow queueing (the host busy for 80 ms) lengthens that block's spin, not every later one's
+    queueing = iter([0.080] * 3 + [0.003] * 9)
+
+    def busy_once(spin):
+        tried.append(spin)
+        queued = next(queueing)
+        return B.HeldAttempt(held=spin > queued, queued_s=queued, seconds=0.004)
+
+    tried.clear()
+    spins = {}
+    for _ in range(4):
+        B.hold_until_queued(busy_once, calls=100, first_spin_s=0.002, spins=spins, key=("cuda:0", 100))
+    assert tried == [0.002, 0.16, 0.16, 0.16, 0.006] and spins == {("cuda:0", 100): 0.006}
 
 
 def test_hold_gives_up_with_a_reason_when_no_spin_outlasts_the_host():

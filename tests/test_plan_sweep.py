@@ -540,6 +540,9 @@ def test_each_build_but_a_turn_of_one_is_priced_the_recorded_gap_before_builds(t
     plan = P.make_plan({bench["name"]: bench}, lambda s: True, COSTS, budget_s=1000, reserve_s=0)
     turns = {p.values: p.turn for p in plan.points}
     assert turns == {("'h2d'", "64"): False, ("'h2d'", "128"): False, ("'d2h'", "64"): True, ("'d2h'", "128"): True}
+    # a run that selects one direction builds each of its points' buffers itself: none is a turn
+    alone = P.make_plan({bench["name"]: bench}, lambda s: "d2h" in s, COSTS, budget_s=1000, reserve_s=0)
+    assert [p.turn for p in alone.points] == [False, False]
     seed(plan, {}, {}, None, gap_s=0.2)
     assert {p.values: p.built_s for p in plan.points} == pytest.approx(
         {("'h2d'", "64"): P.SETUP_S + 0.2, ("'h2d'", "128"): P.SETUP_S + 0.2,
@@ -555,14 +558,20 @@ def test_a_measuring_processs_start_is_not_learned_as_the_first_familys_sampling
     from devbench.gpu.costs import _learn
     from devbench.gpu.gpupack import builds_since, starts_since
 
-    rows = [{"pid": 7, "t": 99.0, "started": "measuring process", "seconds": 9.0},  # an earlier stage's
-            {"pid": 8, "t": 101.0, "started": "measuring process", "seconds": 1.5},
-            {"pid": 8, "t": 104.0, "built": "bench_m.Mat", "params": ["cuda", 64], "seconds": 1.0},  # began at 103
+    rows = [{"pid": 7, "t": 99.0, "started": "bench_m.Mat", "seconds": 9.0},  # an earlier stage's
+            {"pid": 8, "t": 103.0, "started": "bench_m.Mat", "seconds": 3.5},  # its first build began at 103
+            {"pid": 8, "t": 104.0, "built": "bench_m.Mat", "params": ["cuda", 64], "seconds": 1.0},
             {"pid": 8, "t": 105.0, "figure": "bench_m.Mat.track_time", "params": ["cuda", 64], "seconds": 0.8}]
     journal = tmp_path / "journal.jsonl"
     journal.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert starts_since(journal, since=100.0) == {"bench_m.Mat": pytest.approx(1.5 + 2.0)}
-    assert builds_since(journal, since=100.0) == {"bench_m.Mat": [1.0]}  # a start is no build
+    assert starts_since(journal, since=100.0) == {"bench_m.Mat": pytest.approx(3.5)}
+    assert builds_since(journal, since=100.0) == {"bench_m.Mat": [1.0]}  # a start is no build, nor a gap
+    # a later build of the stage carries what the process spent before it (the release of the last workload):
+    # asv's duration holds it, and the plan prices it with the build (``recorded.build_gap``)
+    later = tmp_path / "later.jsonl"
+    later.write_text(journal.read_text() + json.dumps(
+        {"pid": 8, "t": 106.3, "built": "bench_m.Mat", "params": ["cuda", 1024], "seconds": 1.0}) + "\n")
+    assert builds_since(later, since=100.0) == {"bench_m.Mat": [1.0, pytest.approx(1.3)]}
 
     plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
     ran = [p for p in plan.kept() if p.values == ("'cuda'", "64")]

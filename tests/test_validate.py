@@ -285,3 +285,26 @@ def test_a_figure_stops_alternating_when_its_rounds_agree_and_not_before(monkeyp
     now = V.measure(c, min_run_time=0.01, rounds=7, tolerance=0.10)
     assert now.rounds == rounds and len(calls) == rounds
     assert V.measure(c, min_run_time=0.01, rounds=7).rounds == 7  # no tolerance: every round, as before
+
+
+def test_help_explains_the_rounds_and_exits_cleanly(capsys):
+    """argparse formats help with %: a share written into it must come out as text, not end the command."""
+    with pytest.raises(SystemExit) as done:
+        V.main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "fewer once 3 rounds agree within 25% of the tolerance" in " ".join(out.split())
+
+
+def test_every_commands_help_prints_and_exits_cleanly(capsys):
+    """``devbench COMMAND --help`` for each command: a help text that argparse cannot format ends with a traceback
+    where a user asked how to run it."""
+    from devbench import cli
+
+    commands = ["info", "machine", *cli.HELP]
+    assert {"report", "validate", "compare", "gpu-run"} <= set(commands)
+    for command in commands:
+        with pytest.raises(SystemExit) as done:
+            cli.main([command, "--help"])
+        assert done.value.code == 0, command
+        assert f"devbench {command}" in capsys.readouterr().out

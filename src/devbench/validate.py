@@ -301,7 +301,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rounds", type=int, default=7,
         help=f"at most this many alternating rounds of reference and method per figure; fewer once {MIN_ROUNDS} "
-        f"rounds agree within {SETTLED_SHARE:.0%} of the tolerance (default: 7)"
+        f"rounds agree within {SETTLED_SHARE:.0%}% of the tolerance (default: 7)"
     )
     p.add_argument("--gpu-only", action="store_true",
                    help="only the figures measured on a GPU (what `devbench gpu-run --gpu-only` ran)")

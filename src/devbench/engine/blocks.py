@@ -113,16 +113,17 @@ def hold_until_queued(attempt: Callable[[float], HeldAttempt], calls: int, first
     (its end event not yet reached). Otherwise the GPU caught up with the host and the
     block timed dispatch: the spin is made twice as long as both the last spin and the
     queueing seen, and the block is timed again. Raises ``RuntimeError`` after
-    ``HOLD_ATTEMPTS`` tries (a host so slow or busy that no spin outlasts it). ``spins``: the spin that held
-    for each ``key`` (a device and a block's calls), where the next block of that kind starts: a block that did
-    not hold ran whole for nothing (256 calls take the host 2-4 ms to queue, past the first spin's 2 ms).
+    ``HOLD_ATTEMPTS`` tries (a host so slow or busy that no spin outlasts it). ``spins``: for each ``key`` (a
+    device and a block's calls), twice what the last held block's queueing took (at least ``first_spin_s``), where
+    the next block of that kind starts: a block that did not hold ran whole for nothing (256 calls take the host
+    2-4 ms to queue, past the first spin's 2 ms), and one slow queueing does not lengthen every later spin.
     """
     spin = spins.get(key, first_spin_s) if spins is not None else first_spin_s
     for _ in range(HOLD_ATTEMPTS):
         got = attempt(spin)
         if got.held:
-            if spins is not None:
-                spins[key] = spin
+            if spins is not None:  # what this block's queueing asked, not the spin: a hiccup's long spin goes
+                spins[key] = max(first_spin_s, 2 * got.queued_s)
             return got.seconds
         spin = 2 * max(spin, got.queued_s)
     raise RuntimeError(

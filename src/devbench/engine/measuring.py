@@ -48,8 +48,9 @@ class Server:
     held: tuple | None = None  # (name of the class, params, its set-up cache) of the built workload
     ahead: tuple | None = None  # (class, params) of the figure just asked, whose build other points may share
 
-    def __init__(self, journal: Path):
+    def __init__(self, journal: Path, spawned: float | None = None):
         self.journal = journal
+        self.spawned = spawned  # when its asker started it (seconds since the epoch): journaled at its first build
         self.held = None
         self.bench: object | None = None
         self.waiting: dict[tuple, dict] = {}  # (figure, params, set-up cache) -> reply, served once
@@ -101,6 +102,9 @@ class Server:
                     "retry": True}  # fmt: skip
         self.lost = ""
         bench = _benchmark_class(request["module"], request.get("file"), cls_name.rsplit(".", 1)[-1])()
+        if self.spawned is not None:  # what the first point waited for before its build began: the start
+            self._note(started=cls_name, seconds=round(max(0.0, time.time() - self.spawned), 4))
+            self.spawned = None
         lead = (pickle.loads(base64.b64decode(cache)),) if cache is not None else ()
         t0 = time.monotonic()
         try:
@@ -252,18 +256,17 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
     """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one (not under a holder, which
     bounds its life: a stage's search can keep it waiting longer), or a CUDA error; each build and figure appended
     to ``journal`` (default: beside the socket), and first, where ``spawned`` says when its asker started it (seconds
-    since the epoch), the seconds it took to listen (gpu-run learns a family's cost without them)."""
+    since the epoch), the seconds until its first build began, by that build's class (gpu-run learns a family's cost
+    without them)."""
     if os.environ.get(OWNER_ENV) == str(owner):
         idle_s = float("inf")
-    server = Server(journal or path.parent / "journal.jsonl")
+    server = Server(journal or path.parent / "journal.jsonl", spawned)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     ours = os.stat(path).st_ino
     path.with_suffix(".pid").write_text(pid_line())  # a holder waits on this process, not on its socket
     listener.listen(4)
     listener.settimeout(1.0)
-    if spawned is not None:
-        server._note(started="measuring process", seconds=round(max(0.0, time.time() - spawned), 4))
     last = time.monotonic()
     threading.Thread(target=_end_with, args=(owner, path, ours), daemon=True).start()
 

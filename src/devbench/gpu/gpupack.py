@@ -53,43 +53,46 @@ def durations_since(results: Path, sha: str, since: float) -> dict[str, float | 
 
 def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
     """Class ("module.Class") -> the seconds of each set-up the measuring processes journalled at or after ``since``
-    (seconds since the epoch; a record is written when it ends): each build, and each point set up over another's
-    build, so that their mean priced once per point adds up to what they took."""
+    (seconds since the epoch; a record is written when it ends): each build with what the process spent before it
+    since its last record of the stage (the next request, the last workload's release), and each point set up over
+    another's build, so that their mean priced once per point adds up to what they took."""
     if not journal.exists():
         return {}
     out: dict[str, list[float]] = {}
+    last: dict[object, float] = {}  # pid -> when its last record of this stage ended
     for line in journal.read_text().splitlines():
         try:
             row = json.loads(line)
-        except ValueError:
+            t, seconds = float(row.get("t", 0)), float(row["seconds"])
+        except (ValueError, TypeError, KeyError, AttributeError):
             continue  # a line cut by a kill
+        pid = row.get("pid")
+        if row.get("started"):
+            last.pop(pid, None)  # its first build waited for the start, which ``starts_since`` reads
+            continue
         cls = row.get("built") or row.get("beside")  # a point set up over another's build (``built_by``) too
-        if cls and row.get("t", 0) >= since and isinstance(row.get("seconds"), int | float):
-            out.setdefault(cls, []).append(float(row["seconds"]))
+        if cls and t >= since:
+            before = t - seconds - last[pid] if row.get("built") and pid in last else 0.0
+            out.setdefault(cls, []).append(seconds + (before if 0.0 <= before < 60.0 else 0.0))
+        if t >= since:
+            last[pid] = t
     return out
 
 
 def starts_since(journal: Path, since: float) -> dict[str, float]:
     """Class ("module.Class") -> the seconds the measuring processes started at or after ``since`` took before their
-    first build began (to listen, then to take the first request and import its class), by the class of that build:
-    its first point's asv duration holds them, which are not what its figures cost."""
+    first build began (journaled by that build's class): its first point's asv duration holds them, which are not
+    what its figures cost."""
     if not journal.exists():
         return {}
     out: dict[str, float] = {}
-    started: dict[object, tuple[float, float]] = {}  # pid -> (when it listened, seconds to listen)
     for line in journal.read_text().splitlines():
         try:
             row = json.loads(line)
-            t, seconds, pid = float(row["t"]), float(row["seconds"]), row.get("pid")
+            if isinstance(row.get("started"), str) and float(row["t"]) >= since:
+                out[row["started"]] = out.get(row["started"], 0.0) + float(row["seconds"])
         except (ValueError, TypeError, KeyError, AttributeError):
             continue
-        if row.get("started") and t >= since:
-            started[pid] = (t, seconds)
-            continue
-        cls = row.get("built") or row.get("beside") or str(row.get("figure") or "").rsplit(".", 1)[0]
-        if cls and pid in started:
-            listened, took = started.pop(pid)
-            out[cls] = out.get(cls, 0.0) + took + max(0.0, t - seconds - listened)
     return out
 
 

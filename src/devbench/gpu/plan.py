@@ -99,8 +99,8 @@ class Point:
     #: figure does not run in its stage's measuring process (then it measures the blocks itself)
     partner: str | None = None
     alone_s: float = 0.0
-    #: its workload is set up over another's build (its class's ``built_by`` params match an earlier point's): the
-    #: measuring process turns that build for it, with no release of the last workload before it
+    #: its workload is set up over another's build (its class's ``built_by`` params match an earlier selected point's):
+    #: the measuring process turns that build for it, with no release of the last workload before it
     turn: bool = False
 
     @property
@@ -235,6 +235,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
         bench = listing[name]
         product = list(itertools.product(*bench["params"])) if bench["params"] else [()]
         ranks = [0, 0]
+        turned: set[tuple[str, ...] | None] = set()  # the build groups (``built_by``) a point of it builds already
         for idx, values in enumerate(product):
             values = tuple(values)
             tier = 0 if is_headline(bench, values) else 1
@@ -273,7 +274,9 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.swept = True  # cuBLAS's start and the CUDA context: once per measuring process
                 point.built = ("built", name.rsplit(".", 1)[0], *values)
                 point.built_s = float(bench.get("plan_setup_s", SETUP_S))
-                point.turn = _turned(bench, product, values)
+                group = _build_group(bench, values)  # the first selected point of a group builds, the rest turn
+                point.turn = group is not None and group in turned
+                turned.add(group)
                 wide = {point.selector} | {f"{f}({', '.join(values)})" if values else f for f, where in
                                            shares.get(name, ()) if _matches(bench, values, where, "SAME_BLOCKS")}
                 sampling = swept_sample_s(bench, gpu=bool(need), precise=not wide & imprecise, values=values)
@@ -299,15 +302,12 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
     return out
 
 
-def _turned(bench: dict[str, Any], product: list[tuple[str, ...]], values: tuple[str, ...]) -> bool:
-    """Whether the point at ``values`` is set up over an earlier point's build: its class names the params its build
-    depends on (``built_by``) and an earlier combination (asv's order) has the same values of them."""
-    by = [n for n in bench.get("built_by", []) or [] if n in bench.get("param_names", [])]
-    if not by:
-        return False
-    at = [list(bench["param_names"]).index(n) for n in by]
-    first = next(v for v in product if all(v[i] == values[i] for i in at))
-    return tuple(first) != values
+def _build_group(bench: dict[str, Any], values: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The values of the params the class's build depends on (``built_by``), which points of one group share; None
+    where it names none."""
+    names = list(bench.get("param_names", []))
+    by = [n for n in bench.get("built_by", []) or [] if n in names]
+    return tuple(values[names.index(n)] for n in by) if by else None
 
 
 def _share_units(points: list[Point], listing: dict[str, dict[str, Any]]) -> None:

@@ -115,10 +115,12 @@ def build_gap(sources: list[tuple[Path, bool]]) -> float:
             with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
                 rec = json.loads(line)
                 end, pid = float(rec["t"]), rec.get("pid")
+                if rec.get("started"):  # a start's first build waited for its class's import: not a gap
+                    last.pop(pid, None)
+                    continue
                 if isinstance(rec.get("built"), str) and pid in last:
                     gaps.append(end - float(rec["seconds"]) - last[pid])
-                if not rec.get("started"):  # a start's first build waits for its class's import: not a gap
-                    last[pid] = end
+                last[pid] = end
     gaps = [g for g in gaps if 0 <= g < 60]  # a stage between: the process waited for asv, not for the build
     return statistics.median(gaps) if gaps else 0.0
 
