@@ -215,7 +215,7 @@ def _gpu_run(tmp_path, repo, *argv, validate=False, tmpdir=None):
            "--no-tests", *([] if validate else ["--no-validate"]), *argv]  # fmt: skip
     done = run_group(cmd, timeout=300, cwd=repo, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+    return done.stdout + done.stderr
 
 
 def _states(out: Path) -> dict[tuple[str, str], str]:
@@ -229,6 +229,7 @@ def test_a_budget_too_short_keeps_each_benchmarks_first_point_and_names_the_rest
     out = tmp_path / "plan"
     text = _gpu_run(tmp_path, repo, "--bench", "LogNorms|TinyOp", "--budget-s", "1", "--plan-only", "--out", str(out))
     assert "plan: " in text and "no CUDA device" in text and "dropped by the budget" in text
+    assert "warning: the points never dropped" in text and "raise --budget-s or narrow --bench" in text
     assert "recorded machine" not in text and not (tmp_path / ".asv-machine.json").exists()  # a plan records none
     states = _states(out)
     kept = [k for k, s in states.items() if s == "run"]
@@ -276,8 +277,12 @@ def test_the_run_measures_exactly_the_planned_points_and_packs_them(tmp_path):
     out = tmp_path / "out"
     scratch = tmp_path / "tmp"
     scratch.mkdir()
+    out.mkdir()
+    (out / "tests.txt").write_text("an earlier run's\n")  # this run leaves the tests out: none of its own
+    (out / "notes.md").write_text("the user's\n")
     text = _gpu_run(tmp_path, repo, "--bench", "TinyOp|SameDeviceMove", "--budget-s", "300", "--out", str(out),
                     tmpdir=scratch)  # fmt: skip
+    assert not (out / "tests.txt").exists() and (out / "notes.md").exists()  # nothing of an earlier run read as its
     assert "== asv headline: exit 0" in text and "packed into" in text
     assert "recorded machine 'cpu-box' for asv:" in text  # by the probe, before the plan
     # asv took the listing's discovery of the suite rather than import it once more; the file went with the run
@@ -314,6 +319,9 @@ def test_the_run_measures_exactly_the_planned_points_and_packs_them(tmp_path):
         (["--bench", "("], "is not a regular expression"),
         (["--repo", "/no/such/repo"], "no asv.conf.json there"),
         (["--machine", "a b"], "use letters, digits"),
+        (["--out", str(ROOT / "README.md")], "a file is in the way, not a folder"),
+        (["--plan-only", "--costs-from", str(ROOT / "README.md")], "cannot read it as JSON"),
+        (["--plan-only", "--bench", "no_such_benchmark_zz"], "selects no benchmark of the suite"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(argv, message, capsys):

@@ -219,6 +219,15 @@ def test_old_format_files_name_asv_update(results, tmp_path, capsys):
     assert "older asv format; run `asv update`" in err and "selection" not in err
 
 
+def test_machine_records_without_results_say_how_asv_saves_them(results, tmp_path, capsys):
+    """``asv run`` without a commit to record under measures and saves no result file: the report says so and how,
+    not that results fail a selection no one made."""
+    _result_file(results).unlink()
+    assert _report(results, tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "holds no asv result file" in err and "--set-commit-hash" in err and "selection" not in err
+
+
 def test_truncated_file_is_named(results, tmp_path, capsys):
     path = _result_file(results)
     path.write_text(path.read_text()[:100])

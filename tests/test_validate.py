@@ -308,3 +308,22 @@ def test_every_commands_help_prints_and_exits_cleanly(capsys):
             cli.main([command, "--help"])
         assert done.value.code == 0, command
         assert f"devbench {command}" in capsys.readouterr().out
+
+
+def test_another_hosts_results_are_named_so_and_their_drift_is_not_blamed_on_a_busy_run(monkeypatch, capsys):
+    """``--machine h200`` on the VM compares the H200's figures with the VM's now: a warning says so first, and a
+    DRIFT says the hosts differ, not that the machine ran at another speed during the asv run."""
+    c = next(c for c in V.checks(gpu=False) if c.label == "host copy 1 MiB")
+    monkeypatch.setattr(V, "checks", lambda gpu: [c])
+    monkeypatch.setattr("devbench.engine.devices.num_gpus", lambda: 0)
+    monkeypatch.setattr(V, "measure", lambda *a, **k: V.Measured(timer=12.0, method=12.1, events=math.nan))
+    monkeypatch.setattr("devbench.records.files.this_hosts_machines", lambda: {"vm"})
+
+    class Loaded:
+        frame = _frame([{"benchmark": c.benchmark, "params": c.params, "value": 37.0, "machine": "h200"}])
+
+    monkeypatch.setattr("devbench.report.load.load_results", lambda *a, **k: Loaded())
+    assert V.main(["--machine", "h200"]) == V.EXIT_DRIFT
+    got = capsys.readouterr()
+    assert "'h200' is not this host's asv machine (vm)" in got.err
+    assert "'h200' is another host" in got.out and "ran at another speed" not in got.out

@@ -325,9 +325,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"devbench validate: error: --bench {args.bench!r} is not a regular expression: {exc}",
               file=sys.stderr)  # fmt: skip
         return EXIT_NO_RESULTS
-    from devbench.records.files import default_machine
+    from devbench.records.files import default_machine, this_hosts_machines
 
     machine = args.machine or default_machine()
+    here = this_hosts_machines()
+    foreign = machine not in here
+    if foreign:
+        print(f"devbench validate: warning: {machine!r} is not this host's asv machine ({', '.join(sorted(here))}): "
+              "its results are compared with what this host measures now, so a DRIFT says the hosts differ",
+              file=sys.stderr)  # fmt: skip
     try:
         loaded = load_results(args.results, machines=[machine], benchmarks=r"^bench_(matmul|transfer)\.")
     except ReportError as exc:
@@ -384,7 +390,11 @@ def run(args: argparse.Namespace) -> int:
     if off:
         print(f"\n{len(off)} figure(s) OFF: the suite's method is more than {args.tolerance:.0%} from the reference "
               f"measured beside it: {', '.join(off)}")  # fmt: skip
-    if drift:
+    if drift and foreign:
+        print(f"\n{len(drift)} figure(s) DRIFT: the method agrees with the reference now, the recorded figure is "
+              f"more than {args.tolerance:.0%} off: {', '.join(drift)}. {machine!r} is another host: run validate "
+              "there to check its figures.")  # fmt: skip
+    elif drift:
         print(f"\n{len(drift)} figure(s) DRIFT: the method agrees with the reference now, the recorded figure is "
               f"more than {args.tolerance:.0%} off: {', '.join(drift)}. The machine ran at another speed during "
               "the asv run; re-run on a quiet machine (scripts/research/host_noise.py tells whether it is "

@@ -76,10 +76,22 @@ def check(args: argparse.Namespace) -> str | None:
         return "--costs-from prices a plan for another machine: use it with --plan-only"
     if (args.gpus is not None or args.cores is not None) and not args.costs_from:
         return "--gpus and --cores describe another machine: use them with --costs-from and --plan-only"
-    if args.gpus is not None and args.gpus < 0 or args.cores is not None and args.cores < 1:
-        return f"--gpus must be >= 0 and --cores >= 1, got {args.gpus} and {args.cores}"
+    if args.gpus is not None and args.gpus < 0:
+        return f"--gpus must be >= 0, got {args.gpus}"
+    if args.cores is not None and args.cores < 1:
+        return f"--cores must be >= 1, got {args.cores}"
     if args.costs_from and not Path(args.costs_from).is_file():
         return f"--costs-from {args.costs_from}: no such file"
+    if args.costs_from:
+        from devbench.gpu.costs import costs_from
+
+        try:
+            costs_from(Path(args.costs_from))
+        except (OSError, ValueError) as exc:  # its message names the option and the file
+            return str(exc)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir() or any(p.exists() and not p.is_dir() for p in out.parents):
+        return f"--out {args.out}: a file is in the way, not a folder"
     if args.precision_from and not args.costs_from:
         return "--precision-from reads the results of the machine --costs-from prices: use them together"
     if args.precision_from and not Path(args.precision_from).is_dir():

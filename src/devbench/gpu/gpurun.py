@@ -119,6 +119,10 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
             "--bench", regex]  # fmt: skip
 
 
+#: what a run writes into its --out folder (removed there first: an earlier run's would read as this one's)
+OUTPUTS = ("plan.json", "results.tgz", "smi-before.txt", "smi-after.txt", "tests.txt", "validate.txt")
+
+
 def execute(args: argparse.Namespace, made: list[Path]) -> int:
     """The run (``run`` checks its options); ``made`` gets its scratch folders, which ``run`` removes at its end."""
     run = Run(args)
@@ -126,6 +130,9 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
         run.discovery = Path(tempfile.mkdtemp(prefix="devbench-discovery-")) / DISCOVERY_NAME
         made.append(run.discovery.parent)
     run.out.mkdir(parents=True, exist_ok=True)
+    if not args.plan_only:  # an earlier run's files in the folder would read as this run's
+        for name in OUTPUTS:
+            (run.out / name).unlink(missing_ok=True)
     python = args.python
     sha = _sha(run.repo)
     machine = args.machine
@@ -184,10 +191,20 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
                   "other points of their classes scaled alike", flush=True)  # fmt: skip
         if searches:
             print(f"{searches} search(es) priced at what the recorded search of {costs.gpu_model} took", flush=True)
+    if not plan.points:
+        print(f"devbench gpu-run: --bench {args.bench!r} selects no benchmark of the suite"
+              + (" that needs a GPU (--gpu-only)" if args.gpu_only else ""), file=sys.stderr)  # fmt: skip
+        return 2
     plan.first_estimate_s = plan.estimate_s()
     print(format_plan(plan), flush=True)
     write_plan(run, plan)
+    if plan.first_estimate_s > run.left() - reserve:  # what is never dropped does not fit: it will be cut
+        print(f"devbench gpu-run: warning: the points never dropped (each family's first, and what validate and the "
+              f"health lines read) are expected to take {plan.first_estimate_s:.0f} s, more than the "
+              f"{max(0.0, run.left() - reserve):.0f} s this budget leaves them: the last stages will be cut; "
+              "raise --budget-s or narrow --bench", file=sys.stderr)  # fmt: skip
     if args.plan_only:
+        print(f"plan written to {run.out / 'plan.json'}", flush=True)
         return 0
     summary = Summary(run, plan, machine, sha)
     running: list[P.Point] = []

@@ -182,6 +182,20 @@ def stage_left_s() -> float | None:
         return None
 
 
+def this_hosts_machines() -> set[str]:
+    """The asv machine names that stand for this host: ``DEVBENCH_MACHINE``, the entries of ~/.asv-machine.json and
+    the hostname."""
+    names = {platform.node()}
+    named = os.environ.get(MACHINE_ENV, "").strip()
+    if named:
+        names.add(named)
+    try:
+        names |= {k for k in json.loads((Path.home() / ".asv-machine.json").read_text()) if k != "version"}
+    except (OSError, ValueError, TypeError):
+        pass
+    return names
+
+
 def default_machine() -> str:
     """asv's machine name for this host: ``DEVBENCH_MACHINE``, else the single entry of ~/.asv-machine.json,
     else the hostname."""

@@ -280,6 +280,13 @@ def _nothing_read(loaded, args: argparse.Namespace) -> None:
     if skipped:
         raise ReportError(f"nothing to report: none of the {len(skipped)} result file(s) in {args.results} could be "
                           f"read (first: {skipped[0].path}: {skipped[0].message})")  # fmt: skip
+    from devbench.report.load import _result_files
+
+    root = Path(args.results)
+    if not any(next(iter(_result_files(folder)), None) for folder in root.iterdir() if folder.is_dir()):
+        raise ReportError(f"nothing to report: {args.results} holds no asv result file, only machine records (asv "
+                          "saves results only where it knows the commit it measured: `asv run --set-commit-hash "
+                          "$(git rev-parse HEAD)`, as `make bench` runs it)")  # fmt: skip
 
 
 def _select(frame, args: argparse.Namespace):
