@@ -318,3 +318,20 @@ def test_two_processes_read_the_same_table_as_one(results, monkeypatch):
     pd.testing.assert_frame_equal(one.frame, two.frame)
     assert [str(p) for p in one.problems] == [str(p) for p in two.problems]
     assert (two.frame["status"] == "invalid").any()
+
+
+def test_a_subfolder_of_the_project_is_named_with_the_folder_to_run_from(tmp_path, monkeypatch, capsys):
+    """Run from a subfolder, the default .asv/results is not there: the error names the project above it."""
+    import argparse
+
+    from devbench.gpu.gpuargs import add_arguments, check
+    from devbench.report.cli import main
+
+    (tmp_path / "asv.conf.json").write_text("{}")
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "src" / "pkg")
+    assert main([]) == 2
+    assert f"this is a subfolder of the project {tmp_path}: run there" in capsys.readouterr().err
+    gpu = argparse.ArgumentParser()
+    add_arguments(gpu)
+    assert f"(the project is {tmp_path}: run there)" in check(gpu.parse_args([]))

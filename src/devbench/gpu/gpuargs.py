@@ -71,7 +71,11 @@ def check(args: argparse.Namespace) -> str | None:
         except re.error as exc:
             return f"--bench {args.bench!r} is not a regular expression: {exc}"
     if not (Path(args.repo) / "asv.conf.json").is_file():
-        return f"--repo {args.repo}: no asv.conf.json there"
+        from devbench.records.files import project_above
+
+        above = project_above(Path(args.repo))
+        hint = f" (the project is {above}: run there)" if above else ""
+        return f"--repo {args.repo}: no asv.conf.json there{hint}"
     if args.costs_from and not args.plan_only:
         return "--costs-from prices a plan for another machine: use it with --plan-only"
     if (args.gpus is not None or args.cores is not None) and not args.costs_from:

@@ -182,6 +182,15 @@ def stage_left_s() -> float | None:
         return None
 
 
+def project_above(folder: Path | None = None) -> Path | None:
+    """The nearest folder above ``folder`` (default: the current one) that holds an asv.conf.json, where ``folder``
+    itself holds none: the project a user in one of its subfolders means."""
+    here = (folder or Path.cwd()).resolve()
+    if (here / "asv.conf.json").is_file():
+        return None
+    return next((p for p in here.parents if (p / "asv.conf.json").is_file()), None)
+
+
 def this_hosts_machines() -> set[str]:
     """The asv machine names that stand for this host: ``DEVBENCH_MACHINE``, the entries of ~/.asv-machine.json and
     the hostname."""

@@ -71,7 +71,12 @@ def _machine_dirs(results_dir: Path) -> list[Path]:
 def check_results_dir(results_dir: Path) -> list[Path]:
     """The machine folders of an asv results directory, or ``ReportError`` saying what is wrong."""
     if not results_dir.exists():
-        raise ReportError(f"results directory {results_dir} does not exist (run `asv run` first, or pass --results)")
+        from devbench.records.files import project_above
+
+        above = project_above() if not results_dir.is_absolute() else None
+        where = f"; this is a subfolder of the project {above}: run there" if above else ""
+        raise ReportError(f"results directory {results_dir} does not exist (run `asv run` first, or pass "
+                          f"--results{where})")  # fmt: skip
     if not results_dir.is_dir():
         raise ReportError(f"{results_dir} is not a directory")
     machines = _machine_dirs(results_dir)
