@@ -314,7 +314,8 @@ def test_the_run_measures_exactly_the_planned_points_and_packs_them(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--budget-s", "0"], "--budget-s must be > 0"),
+        (["--budget-s", "0"], "--budget-s must be a number of seconds > 0"),
+        (["--budget-s", "inf"], "--budget-s must be a number of seconds > 0"),
         (["--rounds", "0"], "--rounds must be >= 1"),
         (["--bench", "("], "is not a regular expression"),
         (["--repo", "/no/such/repo"], "no asv.conf.json there"),

@@ -112,13 +112,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sub.add_parser(name, help=HELP[name])
         return False
 
-    p = sub.add_parser("info", help="show this machine's CPU, torch build, CUDA, driver and GPUs")
+    p = sub.add_parser("info", help="show this machine's CPU, torch build, CUDA, driver and GPUs",
+                       description="What this machine is, as the suite records it with every run: its CPU and "
+                       "threads, the torch build and its CUDA, the driver, and each GPU (name, UUID, memory, PCIe "
+                       "link as trained and at most, NVLink peers), read with torch and NVML, changing "
+                       "nothing.")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the full record as JSON")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser(
         "machine",
         help="run `asv machine --yes` and add GPU name/count, CUDA and driver to the entry",
+        description="Record this host for asv (`asv machine --yes`, in ~/.asv-machine.json) with the GPU fields "
+        "asv does not know: the GPU's name and count, CUDA and the driver, so results of different GPUs never "
+        "share a machine name. Run it once per host before `asv run` (make bench runs it).",
     )
     p.add_argument("--machine", help="machine name (default: hostname, as asv does)")
     p.add_argument("--config", help="asv config file (default: asv.conf.json)")

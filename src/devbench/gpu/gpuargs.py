@@ -61,8 +61,8 @@ def check(args: argparse.Namespace) -> str | None:
         sweep.mode(SWEEP)
     except ValueError as exc:
         return str(exc)
-    if not args.budget_s > 0:
-        return f"--budget-s must be > 0, got {args.budget_s}"
+    if not 0 < args.budget_s < float("inf"):
+        return f"--budget-s must be a number of seconds > 0, got {args.budget_s}"
     if args.rounds < 1:
         return f"--rounds must be >= 1, got {args.rounds}"
     if args.bench:

@@ -158,6 +158,13 @@ def _check_options(args: argparse.Namespace, formats: list[str], known: Sequence
         raise ReportError(f"--commits must be >= 1, got {args.commits}")
     if args.collectives and not Path(args.collectives).is_dir():
         raise ReportError(f"--collectives {args.collectives}: no such directory")
+    if args.since:  # before the results load: a bad date is named before what the load prints
+        import pandas as pd
+
+        try:
+            pd.Timestamp(args.since, tz="UTC")
+        except ValueError:
+            raise ReportError(f"--since {args.since!r} is not a date (YYYY-MM-DD)") from None
 
 
 def _hide_paths(loaded) -> None:
