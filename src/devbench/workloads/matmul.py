@@ -88,7 +88,10 @@ class Matmul:
 
     Square (n x n times n x n) unless ``m`` and ``k`` are given: then an (m x k) times
     (k x n) product. Calling it computes the next product in rotation, so consecutive
-    calls never reuse the operands the caches just held.
+    calls do not reuse the last call's operands. Where the sets together fit in a cache
+    (float32 up to n=1,024 in an H100's or H200's 50 MB L2, or a CPU's L3), every call's
+    operands are in it: the figure there is a product from cache, as in cuBLAS's and
+    mamf-finder's loops over one pair.
     """
 
     n: int
