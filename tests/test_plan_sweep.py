@@ -503,6 +503,19 @@ def test_a_gpu_search_is_priced_at_what_the_recorded_search_of_its_model_and_dty
     (tmp_path / "achievable.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "torn")
     searches = searches_from([(tmp_path / "plan.json", True)], "NVIDIA H200")
     assert searches == {"bfloat16": 2.35}
+    # a run's folder as gpu-run packs it: the searches inside its results.tgz
+    import io
+    import tarfile
+
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    (packed / "plan.json").write_text("{}")
+    with tarfile.open(packed / "results.tgz", "w:gz") as tar:
+        data = (tmp_path / "achievable.jsonl").read_bytes()
+        info = tarfile.TarInfo(".asv/achievable/h200.jsonl")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    assert searches_from([(packed / "plan.json", True)], "NVIDIA H200") == {"bfloat16": 2.35}
     grid = ([["cpu", "cuda"], ["float32", "bfloat16"]], ["device", "dtype"])
     search = _bench("bench_a.Ach.track_tflops", *grid, setup_cache="bench_a:9", swept=True, plan_s=0.5,
                     plan_cache_s={"per": ["device", "dtype"], "s": {"cpu": 30.0, "cuda": 46.5}, "known_s": 11.5})

@@ -252,22 +252,39 @@ def _nearest(key: tuple[str, ...], builds: dict[tuple[str, ...], float]) -> floa
 
 def searches_from(sources: list[tuple[Path, bool]], model: str) -> dict[str, float]:
     """``dtype`` -> the seconds the newest search on a GPU of ``model`` took, bound and finalists included, from the
-    achievable searches recorded beside each source's plan.json (``achievable.jsonl``, as a run packs them): what a
-    search of that model and dtype is priced (``seed_searches``)."""
+    achievable searches recorded with each source's plan.json (``_search_lines``): what a search of that model and
+    dtype is priced (``seed_searches``)."""
     out: dict[str, tuple[float, float]] = {}
-    for path, _ in sources:
-        records = path.with_name("achievable.jsonl")
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            for line in records.read_text().splitlines():
-                with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
-                    rec = json.loads(line)
-                    made = rec.get("made") or {}
-                    if not str(rec["device"]).startswith("cuda") or made.get("device") != model:
-                        continue
-                    when, seconds = float(rec.get("time", 0.0)), float(rec["seconds"])
-                    if seconds >= 0 and when >= out.get(rec["dtype"], (-1.0, 0.0))[0]:
-                        out[str(rec["dtype"])] = (when, seconds)
+    for line in (line for path, _ in sources for line in _search_lines(path)):
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+            rec = json.loads(line)
+            made = rec.get("made") or {}
+            if not str(rec["device"]).startswith("cuda") or made.get("device") != model:
+                continue
+            when, seconds = float(rec.get("time", 0.0)), float(rec["seconds"])
+            if seconds >= 0 and when >= out.get(rec["dtype"], (-1.0, 0.0))[0]:
+                out[str(rec["dtype"])] = (when, seconds)
     return {dtype: seconds for dtype, (_, seconds) in out.items()}
+
+
+def _search_lines(plan_json: Path) -> list[str]:
+    """The achievable searches recorded beside a run's plan.json (``achievable.jsonl``), else packed in its
+    results.tgz (``.asv/achievable/*.jsonl``, as gpu-run packs them); none where neither holds any."""
+    import tarfile
+
+    beside = plan_json.with_name("achievable.jsonl")
+    packed = plan_json.with_name("results.tgz")
+    lines: list[str] = []
+    with contextlib.suppress(OSError, tarfile.TarError, KeyError, UnicodeDecodeError):
+        if beside.is_file():
+            return beside.read_text().splitlines()
+        if packed.is_file():
+            with tarfile.open(packed) as tar:
+                for member in tar.getmembers():
+                    if "/achievable/" in f"/{member.name}" and member.name.endswith(".jsonl"):
+                        got = tar.extractfile(member)
+                        lines += got.read().decode().splitlines() if got is not None else []
+    return lines
 
 
 def seed_searches(plan: P.Plan, listing: dict[str, dict[str, Any]], searches: dict[str, float]) -> int:
