@@ -447,12 +447,16 @@ def test_an_unrecorded_build_is_priced_from_its_classs_nearest_recorded_one():
 
 def test_a_re_plan_keeps_a_recorded_builds_price_and_learns_the_others_from_this_run():
     """A workload priced from a recorded build keeps that price when a stage journals slower builds of its class (a
-    3 s product at n=8192 said nothing of one at n=64); one priced by declaration takes the class's slowest."""
+    3 s product at n=8192 said nothing of one at n=64), and takes the class's slowest where the record is slower
+    still; one priced by declaration takes the class's slowest."""
     plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
     known, declared = sorted({p.built: p for p in plan.points if p.built}.values(), key=lambda p: p.values)
     known.built_s, known.built_known = 0.05, True
     plan.builds["bench_m.Mat"] = [3.0]
     assert plan.built_s(known) == pytest.approx(0.05) and plan.built_s(declared) == pytest.approx(3.0)
+    # a record slower than anything this run has built of the class (an older state of the code or host): the run
+    known.built_s = 12.0
+    assert plan.built_s(known) == pytest.approx(3.0)
 
 
 def test_a_set_up_cache_priced_per_unit_pays_asvs_process_for_it_once_a_call_and_a_cuda_context_for_a_gpu():
@@ -502,7 +506,7 @@ def test_a_gpu_search_is_priced_at_what_the_recorded_search_of_its_model_and_dty
     (tmp_path / "plan.json").write_text("{}")
     (tmp_path / "achievable.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "torn")
     searches = searches_from([(tmp_path / "plan.json", True)], "NVIDIA H200")
-    assert searches == {"bfloat16": 2.35}
+    assert searches == {("cuda", "bfloat16"): 2.35}  # another host's CPU search says nothing of this one
     # a run's folder as gpu-run packs it: the searches inside its results.tgz
     import io
     import tarfile
@@ -515,7 +519,7 @@ def test_a_gpu_search_is_priced_at_what_the_recorded_search_of_its_model_and_dty
         info = tarfile.TarInfo(".asv/achievable/h200.jsonl")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    assert searches_from([(packed / "plan.json", True)], "NVIDIA H200") == {"bfloat16": 2.35}
+    assert searches_from([(packed / "plan.json", True)], "NVIDIA H200") == {("cuda", "bfloat16"): 2.35}
     grid = ([["cpu", "cuda"], ["float32", "bfloat16"]], ["device", "dtype"])
     search = _bench("bench_a.Ach.track_tflops", *grid, setup_cache="bench_a:9", swept=True, plan_s=0.5,
                     plan_cache_s={"per": ["device", "dtype"], "s": {"cpu": 30.0, "cuda": 46.5}, "known_s": 11.5})
@@ -526,6 +530,24 @@ def test_a_gpu_search_is_priced_at_what_the_recorded_search_of_its_model_and_dty
     unit = {p.values[:2]: p.unit_s for p in plan.points}
     assert unit == {("'cuda'", "'bfloat16'"): 2.35, ("'cuda'", "'float32'"): 11.5,
                     ("'cpu'", "'bfloat16'"): 30.0, ("'cpu'", "'float32'"): 30.0}
+    # this host's own journal: its project's searches price its CPU's, in place of the probe's expectation (within
+    # the bound), where they are this host's (the machine's name) and the user's cache does not hold them
+    sweep_dir, found = tmp_path / "own" / ".asv" / "sweep", tmp_path / "own" / ".asv" / "achievable"
+    sweep_dir.mkdir(parents=True)
+    found.mkdir()
+    (sweep_dir / "journal.jsonl").write_text("")
+    own = [{"time": 5.0, "machine": "vm", "device": "cpu", "dtype": "float32", "seconds": 12.0},
+           {"time": 6.0, "machine": "vm", "device": "cpu", "dtype": "bfloat16", "seconds": 3.0},
+           {"time": 7.0, "machine": "other", "device": "cpu", "dtype": "float32", "seconds": 1.0}]
+    (found / "vm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in own))
+    mine = searches_from([(sweep_dir / "journal.jsonl", False)], "NVIDIA H200", "vm")
+    assert mine == {("cpu", "float32"): 12.0, ("cpu", "bfloat16"): 3.0}
+    cached = dataclasses.replace(costs, cached_searches=("cpu:bfloat16",))
+    again = P.make_plan(listing, lambda s: True, cached, budget_s=1000, reserve_s=0)
+    read = {p.values[:2]: p.unit_s for p in again.points}[("'cpu'", "'bfloat16'")]
+    assert seed_searches(again, listing, mine) == 1
+    unit = {p.values[:2]: p.unit_s for p in again.points}
+    assert unit[("'cpu'", "'float32'")] == 12.0 and unit[("'cpu'", "'bfloat16'")] == read  # a read stays a read
 
 
 def test_each_build_but_a_turn_of_one_is_priced_the_recorded_gap_before_builds(tmp_path):

@@ -183,14 +183,14 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
     sources = prices_sources(run.repo, costs.gpu_model, args.costs_from)
     if sources:  # what a measuring process took for each figure and build it made: priced so
         figures, builds = seed(plan, *recorded(plan, sources, spec.SAME_BLOCKS), spec.SAME_BLOCKS, build_gap(sources))
-        searches = seed_searches(plan, listing, searches_from(sources, costs.gpu_model))
+        searches = seed_searches(plan, listing, searches_from(sources, costs.gpu_model, machine))
         P.fit(plan, run.left() - reserve)
         if figures or builds:
             print(f"recorded by the measuring process of {' and '.join(str(p) for p, _ in sources)}: {figures} "
                   f"figure(s) priced at their own sampling, {builds} workload(s) at their own build and check; the "
                   "other points of their classes scaled alike", flush=True)  # fmt: skip
         if searches:
-            print(f"{searches} search(es) priced at what the recorded search of {costs.gpu_model} took", flush=True)
+            print(f"{searches} search(es) priced at what a recorded search of its device and dtype took", flush=True)
     if not plan.points:
         print(f"devbench gpu-run: --bench {args.bench!r} selects no benchmark of the suite"
               + (" that needs a GPU (--gpu-only)" if args.gpu_only else ""), file=sys.stderr)  # fmt: skip

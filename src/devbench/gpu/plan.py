@@ -137,15 +137,17 @@ class Plan:
 
     def built_s(self, p: Point, scale: float = 1.0) -> float:
         """What building ``p``'s workload in the measuring process costs: what a recorded run took for it (its own
-        build, else its class's nearest: ``recorded.seed``), else the slowest of this run's builds of its class so
-        far, else its declared set-up times ``scale``. Not their mean: a class's builds differ by size
-        (CPU DeviceCopy on the VM: 0.04 s at 4 KiB, 3.9 s at 4 MiB), and a re-planned stage, packed close to its
-        limit, cuts points when a build is priced short; one that ends early leaves its time to the fill."""
+        build, else its class's nearest: ``recorded.seed``), but no more than the slowest of this run's builds of its
+        class so far (a record from an older state of the code or the host can be far slower: a CPU copy's 12 s
+        build that took 1.3 s in the next run); else that slowest; else its declared set-up times ``scale``. The
+        slowest, not their mean: a class's builds differ by size (CPU DeviceCopy on the VM: 0.04 s at 4 KiB, 3.9 s at
+        4 MiB), and a re-planned stage, packed close to its limit, cuts points when a build is priced short; one that
+        ends early leaves its time to the fill."""
         if p.built is None:
             return 0.0
-        if p.built_known:  # a recorded build of this workload or its nearest: a run's slowest says less of it
-            return p.built_s
         seen = self.builds.get(p.built[1])
+        if p.built_known:  # a recorded build of this workload or its nearest, at most this run's slowest of its class
+            return min(p.built_s, max(seen)) if seen else p.built_s
         return max(seen) if seen else p.built_s * scale
 
     def point_s(self, p: Point, scale: float = 1.0, beside: set[str] | frozenset[str] = frozenset()) -> float:

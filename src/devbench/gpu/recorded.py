@@ -250,30 +250,36 @@ def _nearest(key: tuple[str, ...], builds: dict[tuple[str, ...], float]) -> floa
     return seconds * max(grow, default=1.0)
 
 
-def searches_from(sources: list[tuple[Path, bool]], model: str) -> dict[str, float]:
-    """``dtype`` -> the seconds the newest search on a GPU of ``model`` took, bound and finalists included, from the
-    achievable searches recorded with each source's plan.json (``_search_lines``): what a search of that model and
-    dtype is priced (``seed_searches``)."""
-    out: dict[str, tuple[float, float]] = {}
-    for line in (line for path, _ in sources for line in _search_lines(path)):
-        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
-            rec = json.loads(line)
-            made = rec.get("made") or {}
-            if not str(rec["device"]).startswith("cuda") or made.get("device") != model:
-                continue
-            when, seconds = float(rec.get("time", 0.0)), float(rec["seconds"])
-            if seconds >= 0 and when >= out.get(rec["dtype"], (-1.0, 0.0))[0]:
-                out[str(rec["dtype"])] = (when, seconds)
-    return {dtype: seconds for dtype, (_, seconds) in out.items()}
+def searches_from(sources: list[tuple[Path, bool]], model: str, machine: str | None = None,
+                  ) -> dict[tuple[str, str], float]:  # fmt: skip
+    """``(device type, dtype)`` -> the seconds the newest search took, bound and finalists included, from the
+    achievable searches recorded with each source (``_search_lines``): on a GPU of ``model`` (any host's), and on
+    the CPU of ``machine`` (this host's own runs alone: another host's CPU says nothing of this one). What a search
+    is priced (``seed_searches``)."""
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for path, foreign in sources:
+        for line in _search_lines(path):
+            with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+                rec = json.loads(line)
+                device = str(rec["device"]).split(":")[0]
+                if device == "cuda" and (rec.get("made") or {}).get("device") != model:
+                    continue
+                if device == "cpu" and (foreign or machine is None or rec.get("machine") != machine):
+                    continue
+                key, when, seconds = (device, str(rec["dtype"])), float(rec.get("time", 0.0)), float(rec["seconds"])
+                if device in ("cuda", "cpu") and seconds >= 0 and when >= out.get(key, (-1.0, 0.0))[0]:
+                    out[key] = (when, seconds)
+    return {key: seconds for key, (_, seconds) in out.items()}
 
 
-def _search_lines(plan_json: Path) -> list[str]:
-    """The achievable searches recorded beside a run's plan.json (``achievable.jsonl``), else packed in its
-    results.tgz (``.asv/achievable/*.jsonl``, as gpu-run packs them); none where neither holds any."""
+def _search_lines(source: Path) -> list[str]:
+    """The achievable searches recorded with a run: beside its plan.json (``achievable.jsonl``), else packed in its
+    results.tgz (``.asv/achievable/*.jsonl``, as gpu-run packs them); for this machine's own journal
+    (``.asv/sweep/journal.jsonl``), the project's ``.asv/achievable/*.jsonl``. None where none holds any."""
     import tarfile
 
-    beside = plan_json.with_name("achievable.jsonl")
-    packed = plan_json.with_name("results.tgz")
+    beside = source.with_name("achievable.jsonl")
+    packed = source.with_name("results.tgz")
     lines: list[str] = []
     with contextlib.suppress(OSError, tarfile.TarError, KeyError, UnicodeDecodeError):
         if beside.is_file():
@@ -284,22 +290,32 @@ def _search_lines(plan_json: Path) -> list[str]:
                     if "/achievable/" in f"/{member.name}" and member.name.endswith(".jsonl"):
                         got = tar.extractfile(member)
                         lines += got.read().decode().splitlines() if got is not None else []
+            return lines
+        if source.name == "journal.jsonl" and source.parent.name == "sweep":
+            for path in sorted((source.parent.parent / "achievable").glob("*.jsonl")):
+                lines += path.read_text().splitlines()
     return lines
 
 
-def seed_searches(plan: P.Plan, listing: dict[str, dict[str, Any]], searches: dict[str, float]) -> int:
-    """Price each GPU search unit (a class whose ``plan_cache_s`` gives a known model's ``known_s``, per device and
-    dtype) at what a recorded search of the model and dtype took (``searches_from``), where that is less than its
-    bound; a unit the user's cache holds stays a read. Returns the units priced so."""
+def seed_searches(plan: P.Plan, listing: dict[str, dict[str, Any]], searches: dict[tuple[str, str], float]) -> int:
+    """Price each search unit (a class whose ``plan_cache_s`` gives a known model's ``known_s``, per device and
+    dtype) at what a recorded search of its device and dtype took (``searches_from``), within its bound: on the GPU
+    where that is less than it is priced (a known model's short search), on the CPU in place of the probe's
+    expectation (this host's own last search). A unit the user's cache holds stays a read. Returns the units
+    priced so."""
     priced = set()
     for p in plan.points:
         declared = (listing.get(p.benchmark) or {}).get("plan_cache_s")
         if p.unit is None or not isinstance(declared, dict) or "known_s" not in declared:
             continue
         where = dict(zip(declared.get("per", []), p.unit[1:], strict=False))
-        dtype = str(where.get("dtype", "")).strip("'")
-        if where.get("device") == "'cuda'" and dtype in searches and searches[dtype] < p.unit_s:
-            p.unit_s = searches[dtype]
+        device, dtype = str(where.get("device", "")).strip("'"), str(where.get("dtype", "")).strip("'")
+        recorded = searches.get((device, dtype))
+        if recorded is None or f"{device}:{dtype}" in plan.costs.cached_searches:
+            continue
+        bound = declared.get("s", {}).get(device) if isinstance(declared.get("s"), dict) else declared.get("s")
+        if device == "cuda" and recorded < p.unit_s or device == "cpu" and bound is not None:
+            p.unit_s = recorded if device == "cuda" else min(float(bound), recorded)
             priced.add(p.unit)
     return len(priced)
 
