@@ -323,6 +323,7 @@ def test_the_run_measures_exactly_the_planned_points_and_packs_them(tmp_path):
         (["--out", str(ROOT / "README.md")], "a file is in the way, not a folder"),
         (["--plan-only", "--costs-from", str(ROOT / "README.md")], "cannot read it as JSON"),
         (["--plan-only", "--bench", "no_such_benchmark_zz"], "selects no benchmark of the suite"),
+        (["--plan-only", "--costs-from", str(ROOT / "tests" / "fake_nvml.py")], "cannot read it as JSON"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(argv, message, capsys):
@@ -1015,3 +1016,15 @@ def test_an_existing_interpreters_run_does_not_warn_of_the_matrix_it_never_uses(
     assert [type(e).__name__ for e in envs] == ["ExistingEnvironment"] and said == []
     assert list(E.get_environments(conf, ["virtualenv:2.1"])) == []
     assert said and all("2.1" in m for m in said)
+
+
+def test_a_recorded_plan_with_stages_of_another_shape_prices_no_tests_rather_than_failing(tmp_path):
+    """``--costs-from`` of a plan.json whose ``stages`` is not a list (hand-edited, another tool's): its costs are
+    read, and no recorded stage is held back, instead of a traceback."""
+    from devbench.gpu.costs import costs_from
+
+    record = json.loads((ROOT / "reports" / "gpu" / "h200" / "plan.json").read_text())
+    record["stages"] = 5
+    (tmp_path / "plan.json").write_text(json.dumps(record))
+    costs = costs_from(tmp_path / "plan.json")
+    assert costs.gpu_model == "NVIDIA H200" and costs.tests_s == 0.0 and costs.validate_s == 0.0

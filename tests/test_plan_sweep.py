@@ -447,16 +447,23 @@ def test_an_unrecorded_build_is_priced_from_its_classs_nearest_recorded_one():
 
 def test_a_re_plan_keeps_a_recorded_builds_price_and_learns_the_others_from_this_run():
     """A workload priced from a recorded build keeps that price when a stage journals slower builds of its class (a
-    3 s product at n=8192 said nothing of one at n=64), and takes the class's slowest where the record is slower
-    still; one priced by declaration takes the class's slowest."""
+    3 s product at n=8192 said nothing of one at n=64), scaled as this run's builds ran against their records; one
+    priced by declaration takes the class's slowest."""
     plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
     known, declared = sorted({p.built: p for p in plan.points if p.built}.values(), key=lambda p: p.values)
     known.built_s, known.built_known = 0.05, True
     plan.builds["bench_m.Mat"] = [3.0]
     assert plan.built_s(known) == pytest.approx(0.05) and plan.built_s(declared) == pytest.approx(3.0)
-    # a record slower than anything this run has built of the class (an older state of the code or host): the run
-    known.built_s = 12.0
-    assert plan.built_s(known) == pytest.approx(3.0)
+    # the class's records scaled as this run's builds of recorded workloads ran against theirs (a record of older
+    # code or a busier day), never one size's build for another's price; within 0.25-4x
+    small, large = (dataclasses.replace(known, built=("built", "bench_m.Mat", "'cuda'", n)) for n in ("16", "8192"))
+    small.built_s, large.built_s = 0.04, 3.9
+    plan.points += [small, large]
+    plan.built_now[small.built] = 0.02  # the small one built in half its recorded time
+    assert plan.built_s(large) == pytest.approx(3.9 * 0.5) and plan.build_ratio("bench_m.Mat") == pytest.approx(0.5)
+    plan.built_now[small.built] = 1.0
+    assert plan.built_s(large) == pytest.approx(3.9 * 4.0)
+    assert plan.build_ratio("bench_other.X") == 1.0  # no build of it this run
 
 
 def test_a_set_up_cache_priced_per_unit_pays_asvs_process_for_it_once_a_call_and_a_cuda_context_for_a_gpu():
@@ -499,10 +506,15 @@ def test_a_gpu_search_is_priced_at_what_the_recorded_search_of_its_model_and_dty
 
     from devbench.gpu.recorded import searches_from, seed_searches
 
-    rows = [{"time": 1.0, "device": "cuda:0", "dtype": "bfloat16", "seconds": 9.0, "made": {"device": "NVIDIA H200"}},
-            {"time": 2.0, "device": "cuda:0", "dtype": "bfloat16", "seconds": 2.35, "made": {"device": "NVIDIA H200"}},
-            {"time": 3.0, "device": "cuda:0", "dtype": "float32", "seconds": 3.0, "made": {"device": "NVIDIA H100"}},
-            {"time": 4.0, "device": "cpu", "dtype": "float32", "seconds": 8.5, "made": {"device": "NVIDIA H200"}}]
+    def made(when, device="NVIDIA H200", **more):
+        return {"made": {"device": device, "when": f"2026-11-28T0{when}:00:00Z", **more}}
+
+    rows = [{"device": "cuda:0", "dtype": "bfloat16", "seconds": 9.0, **made(1)},
+            {"device": "cuda:0", "dtype": "bfloat16", "seconds": 2.35, **made(2)},
+            {"device": "cuda:0", "dtype": "bfloat16", "seconds": 9.0, "cached": True, **made(1)},  # a read, later
+            {"device": "cuda:0", "dtype": "bfloat16", "seconds": 0.5, **made(3, quick=True)},  # make test's
+            {"device": "cuda:0", "dtype": "float32", "seconds": 3.0, **made(3, "NVIDIA H100")},
+            {"device": "cpu", "dtype": "float32", "seconds": 8.5, **made(4, machine="h200")}]
     (tmp_path / "plan.json").write_text("{}")
     (tmp_path / "achievable.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "torn")
     searches = searches_from([(tmp_path / "plan.json", True)], "NVIDIA H200")
@@ -536,12 +548,13 @@ def test_a_gpu_search_is_priced_at_what_the_recorded_search_of_its_model_and_dty
     sweep_dir.mkdir(parents=True)
     found.mkdir()
     (sweep_dir / "journal.jsonl").write_text("")
-    own = [{"time": 5.0, "machine": "vm", "device": "cpu", "dtype": "float32", "seconds": 12.0},
-           {"time": 6.0, "machine": "vm", "device": "cpu", "dtype": "bfloat16", "seconds": 3.0},
-           {"time": 7.0, "machine": "other", "device": "cpu", "dtype": "float32", "seconds": 1.0}]
+    own = [{"device": "cpu", "dtype": "float32", "seconds": 12.0, **made(5, "cpu", machine="vm", threads=2)},
+           {"device": "cpu", "dtype": "bfloat16", "seconds": 3.0, **made(6, "cpu", machine="vm", threads=2)},
+           {"device": "cpu", "dtype": "float32", "seconds": 47.0, **made(7, "cpu", machine="vm", threads=1)},
+           {"device": "cpu", "dtype": "float32", "seconds": 1.0, **made(8, "cpu", machine="other", threads=2)}]
     (found / "vm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in own))
-    mine = searches_from([(sweep_dir / "journal.jsonl", False)], "NVIDIA H200", "vm")
-    assert mine == {("cpu", "float32"): 12.0, ("cpu", "bfloat16"): 3.0}
+    mine = searches_from([(sweep_dir / "journal.jsonl", False)], "NVIDIA H200", "vm", threads=2)
+    assert mine == {("cpu", "float32"): 12.0, ("cpu", "bfloat16"): 3.0}  # not one thread's, not another host's
     cached = dataclasses.replace(costs, cached_searches=("cpu:bfloat16",))
     again = P.make_plan(listing, lambda s: True, cached, budget_s=1000, reserve_s=0)
     read = {p.values[:2]: p.unit_s for p in again.points}[("'cpu'", "'bfloat16'")]
@@ -607,6 +620,10 @@ def test_a_measuring_processs_start_is_not_learned_as_the_first_familys_sampling
     later.write_text(journal.read_text() + json.dumps(
         {"pid": 8, "t": 106.3, "built": "bench_m.Mat", "params": ["cuda", 1024], "seconds": 1.0}) + "\n")
     assert builds_since(later, since=100.0) == {"bench_m.Mat": [1.0, pytest.approx(1.3)]}
+    from devbench.gpu.gpupack import builds_by_key_since
+
+    assert builds_by_key_since(later, since=100.0) == {("built", "bench_m.Mat", "'cuda'", "64"): 1.0,
+                                                       ("built", "bench_m.Mat", "'cuda'", "1024"): pytest.approx(1.3)}
 
     plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
     ran = [p for p in plan.kept() if p.values == ("'cuda'", "64")]

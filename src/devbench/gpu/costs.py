@@ -111,7 +111,8 @@ def costs_from(path: Path) -> P.Costs:
     if not isinstance(costs, dict):
         raise ValueError(f"--costs-from {path}: no 'costs' in it (a gpu-run plan.json has them)")
     # what its CUDA tests and validate took, where they ran to the end: held back for them instead of the defaults
-    took = {s.get("stage"): s.get("actual_s") for s in record.get("stages") or [] if isinstance(s, dict)
+    stages = record.get("stages") if isinstance(record.get("stages"), list) else []
+    took = {s.get("stage"): s.get("actual_s") for s in stages if isinstance(s, dict)
             and s.get("rc") in (0, 5, VALIDATE_DRIFT) and isinstance(s.get("actual_s"), int | float)}  # fmt: skip
     validate_s = took.get("validate", 0.0)
     each = validate_each(path.parent / "validate.txt", validate_s) if validate_s else ()

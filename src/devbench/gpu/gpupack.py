@@ -56,14 +56,30 @@ def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
     (seconds since the epoch; a record is written when it ends): each build with what the process spent before it
     since its last record of the stage (the next request, the last workload's release), and each point set up over
     another's build, so that their mean priced once per point adds up to what they took."""
-    if not journal.exists():
-        return {}
     out: dict[str, list[float]] = {}
+    for key, seconds in _builds(journal, since):
+        out.setdefault(key[1], []).append(seconds)
+    return out
+
+
+def builds_by_key_since(journal: Path, since: float) -> dict[tuple[str, ...], float]:
+    """``builds_since`` by workload (``Point.built``: its class and params, as asv names them), the slowest of each."""
+    out: dict[tuple[str, ...], float] = {}
+    for key, seconds in _builds(journal, since):
+        out[key] = max(seconds, out.get(key, 0.0))
+    return out
+
+
+def _builds(journal: Path, since: float) -> list[tuple[tuple[str, ...], float]]:
+    if not journal.exists():
+        return []
+    out: list[tuple[tuple[str, ...], float]] = []
     last: dict[object, float] = {}  # pid -> when its last record of this stage ended
     for line in journal.read_text().splitlines():
         try:
             row = json.loads(line)
             t, seconds = float(row.get("t", 0)), float(row["seconds"])
+            values = tuple(repr(v) for v in row.get("params", ()))
         except (ValueError, TypeError, KeyError, AttributeError):
             continue  # a line cut by a kill
         pid = row.get("pid")
@@ -71,9 +87,9 @@ def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
             last.pop(pid, None)  # its first build waited for the start, which ``starts_since`` reads
             continue
         cls = row.get("built") or row.get("beside")  # a point set up over another's build (``built_by``) too
-        if cls and t >= since:
+        if isinstance(cls, str) and t >= since:
             before = t - seconds - last[pid] if row.get("built") and pid in last else 0.0
-            out.setdefault(cls, []).append(seconds + (before if 0.0 <= before < 60.0 else 0.0))
+            out.append((("built", cls, *values), seconds + (before if 0.0 <= before < 60.0 else 0.0)))
         if t >= since:
             last[pid] = t
     return out

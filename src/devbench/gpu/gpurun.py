@@ -55,6 +55,7 @@ from devbench.gpu.gpuhealth import print_health
 from devbench.gpu.gpupack import (
     Summary,
     _smi,
+    builds_by_key_since,
     builds_since,
     durations_since,
     print_capped,
@@ -119,6 +120,14 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
             "--bench", regex]  # fmt: skip
 
 
+def _threads() -> int:
+    """The CPU threads the suite's processes pin here (``measure.default_threads``, without importing torch)."""
+    named = os.environ.get("DEVBENCH_THREADS", "")
+    if named.isdigit():
+        return int(named)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 #: what a run writes into its --out folder (removed there first: an earlier run's would read as this one's)
 OUTPUTS = ("plan.json", "results.tgz", "smi-before.txt", "smi-after.txt", "tests.txt", "validate.txt")
 
@@ -130,9 +139,6 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
         run.discovery = Path(tempfile.mkdtemp(prefix="devbench-discovery-")) / DISCOVERY_NAME
         made.append(run.discovery.parent)
     run.out.mkdir(parents=True, exist_ok=True)
-    if not args.plan_only:  # an earlier run's files in the folder would read as this run's
-        for name in OUTPUTS:
-            (run.out / name).unlink(missing_ok=True)
     python = args.python
     sha = _sha(run.repo)
     machine = args.machine
@@ -183,7 +189,7 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
     sources = prices_sources(run.repo, costs.gpu_model, args.costs_from)
     if sources:  # what a measuring process took for each figure and build it made: priced so
         figures, builds = seed(plan, *recorded(plan, sources, spec.SAME_BLOCKS), spec.SAME_BLOCKS, build_gap(sources))
-        searches = seed_searches(plan, listing, searches_from(sources, costs.gpu_model, machine))
+        searches = seed_searches(plan, listing, searches_from(sources, costs.gpu_model, machine, _threads()))
         P.fit(plan, run.left() - reserve)
         if figures or builds:
             print(f"recorded by the measuring process of {' and '.join(str(p) for p, _ in sources)}: {figures} "
@@ -197,6 +203,9 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
         return 2
     plan.first_estimate_s = plan.estimate_s()
     print(format_plan(plan), flush=True)
+    if not args.plan_only:  # an earlier run's files in the folder would read as this run's
+        for name in OUTPUTS:
+            (run.out / name).unlink(missing_ok=True)
     write_plan(run, plan)
     if plan.first_estimate_s > run.left() - reserve:  # what is never dropped does not fit: it will be cut
         print(f"devbench gpu-run: warning: the points never dropped (each family's first, and what validate and the "
@@ -299,6 +308,7 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     journal = run.repo / ".asv" / "sweep" / "journal.jsonl"
     _learn(plan, points, durations_since(results, sha, run.stage_started),
            builds_since(journal, run.stage_started), starts_since(journal, run.stage_started))
+    plan.built_now.update(builds_by_key_since(journal, run.stage_started))
     summary.save()
     return code, raw, took
 

@@ -134,21 +134,33 @@ class Plan:
     builds: dict[str, list[float]] = field(default_factory=dict)
     #: family -> (its estimate, what asv's durations say it took, its builds apart) in the stages so far
     learned: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: ``Point.built`` -> what this run's stages took to build it (the journal): a class's recorded prices are
+    #: scaled by what its builds took here over their record (``built_s``)
+    built_now: dict[tuple[str, ...], float] = field(default_factory=dict)
 
     def built_s(self, p: Point, scale: float = 1.0) -> float:
         """What building ``p``'s workload in the measuring process costs: what a recorded run took for it (its own
-        build, else its class's nearest: ``recorded.seed``), but no more than the slowest of this run's builds of its
-        class so far (a record from an older state of the code or the host can be far slower: a CPU copy's 12 s
-        build that took 1.3 s in the next run); else that slowest; else its declared set-up times ``scale``. The
-        slowest, not their mean: a class's builds differ by size (CPU DeviceCopy on the VM: 0.04 s at 4 KiB, 3.9 s at
-        4 MiB), and a re-planned stage, packed close to its limit, cuts points when a build is priced short; one that
-        ends early leaves its time to the fill."""
+        build, else its class's nearest: ``recorded.seed``), scaled as this run's builds of its class ran against
+        their record (``build_ratio``: a record of older code can be far slower, a CPU copy's 12 s build took 1.3 s
+        in the next run); else the slowest of this run's builds of its class so far; else its declared set-up times
+        ``scale``. The slowest, not their mean: a class's builds differ by size (CPU DeviceCopy on the VM: 0.04 s
+        at 4 KiB, 3.9 s at 4 MiB), and a re-planned stage, packed close to its limit, cuts points when a build is
+        priced short; one that ends early leaves its time to the fill."""
         if p.built is None:
             return 0.0
+        if p.built_known:  # a recorded build of this workload or its nearest, as this run's builds ran against theirs
+            return p.built_s * self.build_ratio(p.built[1])
         seen = self.builds.get(p.built[1])
-        if p.built_known:  # a recorded build of this workload or its nearest, at most this run's slowest of its class
-            return min(p.built_s, max(seen)) if seen else p.built_s
         return max(seen) if seen else p.built_s * scale
+
+    def build_ratio(self, cls: str) -> float:
+        """What this run's builds of class ``cls`` took over the recorded prices of the same workloads (within
+        0.25-4x), 1 where it built none that a record prices: a record of older code or a busier day is scaled as a
+        whole, where one size's build says nothing of another's price."""
+        recorded = {p.built: p.built_s for p in self.points if p.built_known and p.built and p.built[1] == cls}
+        pairs = [(took, recorded[key]) for key, took in self.built_now.items() if key in recorded]
+        now, then = sum(t for t, _ in pairs), sum(r for _, r in pairs)
+        return min(4.0, max(0.25, now / then)) if pairs and then > 0 and now > 0 else 1.0
 
     def point_s(self, p: Point, scale: float = 1.0, beside: set[str] | frozenset[str] = frozenset()) -> float:
         """``p``'s estimate, times what its benchmark really cost so far, else times ``scale``; a figure counted

@@ -59,14 +59,16 @@ def _newest(journal: Path) -> float:
 def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ...], float]]:
     """What a measuring process journaled: a ``journal.jsonl`` itself, or the one beside a gpu-run's plan.json, else
     in the results.tgz beside it: the seconds each figure's sampling took, by selector (the newest), and each
-    workload's build, by ``Point.built`` (the slowest: a first build checks the workload, a later one in the same run
-    does not; one turned for another point, ``built_by``, what turning it took). Nothing where none holds a
+    workload's build, by ``Point.built``, in the newest process that built it (its slowest there: a first build
+    checks the workload, a later one does not; an older run's, of older code or a busier day, is not kept; one turned
+    for another point, ``built_by``, what turning it took). Nothing where none holds a
     journal."""
     import math
 
     lines = _journal_lines(plan_json)
     figures: dict[str, float] = {}
     builds: dict[tuple[str, ...], float] = {}
+    by: dict[tuple[str, ...], object] = {}  # a build -> the process whose builds of it count: the newest's
     for line in lines:
         try:
             rec = json.loads(line)
@@ -80,7 +82,9 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
             figures[f"{rec['figure']}({', '.join(values)})" if values else rec["figure"]] = seconds
         elif isinstance(rec.get("built") or rec.get("beside"), str):  # a build, or one turned for another point
             key = ("built", rec.get("built") or rec["beside"], *values)
-            builds[key] = max(seconds, builds.get(key, 0.0))
+            pid = rec.get("pid")
+            builds[key] = max(seconds, builds.get(key, 0.0)) if by.get(key, pid) == pid else seconds
+            by[key] = pid
     return figures, builds
 
 
@@ -251,23 +255,31 @@ def _nearest(key: tuple[str, ...], builds: dict[tuple[str, ...], float]) -> floa
 
 
 def searches_from(sources: list[tuple[Path, bool]], model: str, machine: str | None = None,
-                  ) -> dict[tuple[str, str], float]:  # fmt: skip
+                  threads: int | None = None) -> dict[tuple[str, str], float]:  # fmt: skip
     """``(device type, dtype)`` -> the seconds the newest search took, bound and finalists included, from the
     achievable searches recorded with each source (``_search_lines``): on a GPU of ``model`` (any host's), and on
-    the CPU of ``machine`` (this host's own runs alone: another host's CPU says nothing of this one). What a search
-    is priced (``seed_searches``)."""
-    out: dict[tuple[str, str], tuple[float, float]] = {}
+    the CPU of this host (``machine`` or another of its names, ``this_hosts_machines``; its own records alone:
+    another host's CPU says nothing of this one) with ``threads`` CPU threads. A search made, not a read of the cache
+    (whose record repeats an older search's seconds), and not a quick one (``make test``'s, one thread beside other
+    work). What a search is priced (``seed_searches``)."""
+    from devbench.records.files import this_hosts_machines
+
+    here = this_hosts_machines() | ({machine} if machine else set())
+    out: dict[tuple[str, str], tuple[str, float]] = {}
     for path, foreign in sources:
         for line in _search_lines(path):
             with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
                 rec = json.loads(line)
-                device = str(rec["device"]).split(":")[0]
-                if device == "cuda" and (rec.get("made") or {}).get("device") != model:
+                made, device = rec.get("made") or {}, str(rec["device"]).split(":")[0]
+                if rec.get("cached") or made.get("quick"):
                     continue
-                if device == "cpu" and (foreign or machine is None or rec.get("machine") != machine):
+                if device == "cuda" and made.get("device") != model:
                     continue
-                key, when, seconds = (device, str(rec["dtype"])), float(rec.get("time", 0.0)), float(rec["seconds"])
-                if device in ("cuda", "cpu") and seconds >= 0 and when >= out.get(key, (-1.0, 0.0))[0]:
+                if device == "cpu" and (foreign or made.get("machine", rec.get("machine")) not in here
+                                        or threads is not None and made.get("threads") != threads):  # fmt: skip
+                    continue
+                key, when, seconds = (device, str(rec["dtype"])), str(made.get("when", "")), float(rec["seconds"])
+                if device in ("cuda", "cpu") and seconds >= 0 and when >= out.get(key, ("", 0.0))[0]:
                     out[key] = (when, seconds)
     return {key: seconds for key, (_, seconds) in out.items()}
 

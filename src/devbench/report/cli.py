@@ -162,9 +162,11 @@ def _check_options(args: argparse.Namespace, formats: list[str], known: Sequence
         import pandas as pd
 
         try:
-            pd.Timestamp(args.since, tz="UTC")
+            day = pd.Timestamp(args.since, tz="UTC")
         except ValueError:
-            raise ReportError(f"--since {args.since!r} is not a date (YYYY-MM-DD)") from None
+            day = None
+        if day is None or pd.isna(day):
+            raise ReportError(f"--since {args.since!r} is not a date (YYYY-MM-DD)")
 
 
 def _hide_paths(loaded) -> None:
