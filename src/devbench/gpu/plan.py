@@ -1,8 +1,9 @@
 """What a time-boxed run of the suite measures, what it expects that to cost, and what it leaves out.
 
 ``devbench gpu-run`` (``devbench.gpu.gpurun``) plans with this before it starts asv: every combination
-of every selected benchmark becomes a ``Point`` with an estimate of its seconds, and ``choose``
-keeps points in priority order until the budget is spent. Nothing here imports torch or asv.
+of every selected benchmark becomes a ``Point`` with an estimate of its seconds (``devbench.gpu.priced``: the points
+and what a set of them is expected to take), and ``fit`` keeps points in priority order until the budget is spent.
+Nothing here imports torch or asv.
 
 Priority. A class may declare its headline points, ``headline = [{param: [values]}, ...]`` (tier 0; the rest tier 1;
 a class without one has only headline points). Tier 0 runs first, in one asv call; tier 1 after it, re-planned
@@ -28,8 +29,10 @@ A point that matches one of the class's ``skips`` (``engine.swept.declared_skip`
 machine has (``gpus_needed``: a ``'cuda'`` value, ``plan_gpus``, ``plan_needs``), is not run or priced. A
 ``setup_cache`` (``plan_cache_s``) counts once per benchmark module and tier, or, declared as ``{"per": [param,
 ...], "s": seconds or {value of the first param: seconds}}``, once per combination of those params among the
-tier's kept points (a search per device and dtype, a world per backend and size); a search in this user's cache
-(``Costs.cached_searches``) is priced as a read, a CPU search at what the probe expects (``expected_searches``).
+tier's kept points (a search per device and dtype, a world per backend and size), asv's process for it once per
+call apart; a search in this user's cache (``Costs.cached_searches``) is priced as a read, a CPU search at what the
+probe expects (``expected_searches``) or what this host's last one took, a GPU's at its model's recorded one
+(``recorded.seed_searches``).
 Each asv call adds ``Costs.stage_call_s``: asv's start and its forkserver's import of the suite (its discovery is
 gpu-run's listing, ``devbench.gpu.asvrun``).
 """
@@ -38,7 +41,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from devbench.gpu.declared import (  # noqa: F401 - the plan's names for what a class declares
@@ -57,158 +59,15 @@ from devbench.gpu.declared import (  # noqa: F401 - the plan's names for what a 
     sample_s,
     swept_sample_s,
 )
+from devbench.gpu.priced import (  # noqa: F401 - the plan's names for its points
+    STAGES,
+    Plan,
+    Point,
+    _cache_gpu,
+    _stage_order,
+    stage_of,
+)
 from devbench.gpu.pricing import ASV_START_S, Costs, searches_of  # noqa: F401 - the plan's names for its costs
-
-
-@dataclass
-class Point:
-    """One combination of one benchmark, as asv's ``--bench`` names it."""
-
-    benchmark: str
-    idx: int
-    values: tuple[str, ...]
-    names: tuple[str, ...]
-    tier: int
-    rank: int  # its place among its benchmark's points of the same tier
-    estimate_s: float
-    state: str = "run"  # run, skip (cannot run here), dropped (over the budget), cut (a stop ended it unrun)
-    reason: str = ""
-    unit: tuple[str, ...] | None = None  # its set-up cache unit where the class prices one per combination
-    unit_s: float = 0.0
-    #: what its row (its values) adds to its unit for being kept: the unit's share that grows with what it measures
-    #: (a world's sweep times only the rows a run reads: ``plan_cache_s``' ``by_points``), over the unit's rows;
-    #: the figures of one row (a world's time, algbw and busbw) pay it once
-    unit_share_s: float = 0.0
-    #: what its unit costs once an earlier stage has made it, where the class keeps what it made across asv calls
-    #: (``plan_cache_s``' ``cached_s``: an achievable search lands in the user's cache): ``made``
-    unit_read_s: float | None = None
-    #: the workload a swept point's measuring process builds once for its figures (priced once per stage)
-    built: tuple[str, ...] | None = None
-    built_s: float = 0.0
-    #: ``built_s`` is what a recorded run's build of this workload (or of its class's nearest) took, its check
-    #: inside: kept when a re-plan learns this run's builds (``Plan.built_s``)
-    built_known: bool = False
-    late: bool = False  # runs in the last asv stage (the class's ``plan_last``): a long search, worlds that may hang
-    twin: bool = False  # repeats a kept figure's evidence (``spec.TWINS``): first to go within its tier
-    keep: bool = False  # read by validate or the health lines (``spec.kept_points``): never dropped
-    check: tuple[str, ...] | None = None  # the workload a GPU point checks once per run (its class and values)
-    gpus: int = 0  # the GPUs it needs (``needs``)
-    done: bool = False  # an asv stage has run it (measured, failed or cut)
-    swept: bool = False  # asks the stage's measuring process (a swept class's GPU point)
-    #: the figure whose blocks it counts another way (``spec.SAME_BLOCKS``), and what it samples where that
-    #: figure does not run in its stage's measuring process (then it measures the blocks itself)
-    partner: str | None = None
-    alone_s: float = 0.0
-    #: its workload is set up over another's build (its class's ``built_by`` params match an earlier selected point's):
-    #: the measuring process turns that build for it, with no release of the last workload before it
-    turn: bool = False
-
-    @property
-    def selector(self) -> str:
-        return f"{self.benchmark}({', '.join(self.values)})" if self.values else self.benchmark
-
-    @property
-    def label(self) -> str:
-        return ", ".join(f"{k}={v.strip(chr(39))}" for k, v in zip(self.names, self.values, strict=True))
-
-
-@dataclass
-class Plan:
-    points: list[Point]
-    budget_s: float
-    reserve_s: float  # held back for what runs after the benchmarks (tests, validate, packing)
-    costs: Costs
-    rounds: int
-    cache_s: dict[str, float] = field(default_factory=dict)  # module -> setup_cache s, paid once per asv call
-    #: modules whose set-up cache makes a CUDA context where it serves a GPU point (a search on the GPU; not a
-    #: world's, whose ranks are processes of their own): once per asv call that keeps such a point
-    cache_gpu: set[str] = field(default_factory=set)
-    first_estimate_s: float = 0.0  # the estimate of the first plan (what it printed)
-    #: benchmark -> what its points really cost over their estimate in the stages so far (asv's own durations)
-    scales: dict[str, float] = field(default_factory=dict)
-    #: whether a measuring process is up and held for the stages still to come (``devbench.engine.sweep.held``):
-    #: they pay no start of their own
-    sweep_up: bool = False
-    #: class ("module.Class") -> the seconds each build of its workloads took in this run's stages (the measuring
-    #: process's journal): a swept workload not yet built is priced the slowest, not its declared set-up
-    builds: dict[str, list[float]] = field(default_factory=dict)
-    #: family -> (its estimate, what asv's durations say it took, its builds apart) in the stages so far
-    learned: dict[str, tuple[float, float]] = field(default_factory=dict)
-    #: ``Point.built`` -> what this run's stages took to build it (the journal): a class's recorded prices are
-    #: scaled by what its builds took here over their record (``built_s``)
-    built_now: dict[tuple[str, ...], float] = field(default_factory=dict)
-
-    def built_s(self, p: Point, scale: float = 1.0) -> float:
-        """What building ``p``'s workload in the measuring process costs: what a recorded run took for it (its own
-        build, else its class's nearest: ``recorded.seed``), scaled as this run's builds of its class ran against
-        their record (``build_ratio``: a record of older code can be far slower, a CPU copy's 12 s build took 1.3 s
-        in the next run); else the slowest of this run's builds of its class so far; else its declared set-up times
-        ``scale``. The slowest, not their mean: a class's builds differ by size (CPU DeviceCopy on the VM: 0.04 s
-        at 4 KiB, 3.9 s at 4 MiB), and a re-planned stage, packed close to its limit, cuts points when a build is
-        priced short; one that ends early leaves its time to the fill."""
-        if p.built is None:
-            return 0.0
-        if p.built_known:  # a recorded build of this workload or its nearest, as this run's builds ran against theirs
-            return p.built_s * self.build_ratio(p.built[1])
-        seen = self.builds.get(p.built[1])
-        return max(seen) if seen else p.built_s * scale
-
-    def build_ratio(self, cls: str) -> float:
-        """What this run's builds of class ``cls`` took over the recorded prices of the same workloads (within
-        0.25-4x), 1 where it built none that a record prices: a record of older code or a busier day is scaled as a
-        whole, where one size's build says nothing of another's price."""
-        recorded = {p.built: p.built_s for p in self.points if p.built_known and p.built and p.built[1] == cls}
-        pairs = [(took, recorded[key]) for key, took in self.built_now.items() if key in recorded]
-        now, then = sum(t for t, _ in pairs), sum(r for _, r in pairs)
-        return min(4.0, max(0.25, now / then)) if pairs and then > 0 and now > 0 else 1.0
-
-    def point_s(self, p: Point, scale: float = 1.0, beside: set[str] | frozenset[str] = frozenset()) -> float:
-        """``p``'s estimate, times what its benchmark really cost so far, else times ``scale``; a figure counted
-        from another's blocks pays its own sampling where that figure is not among ``beside`` (its stage's)."""
-        alone = p.alone_s if p.partner is not None and p.partner not in beside else 0.0
-        return (p.estimate_s + alone) * self.scales.get(p.benchmark, scale)
-
-    def kept(self, tier: int | None = None) -> list[Point]:
-        return [p for p in self.points if p.state == "run" and (tier is None or p.tier == tier)]
-
-    def dropped(self) -> list[Point]:
-        return [p for p in self.points if p.state == "dropped"]
-
-    def estimate_s(self, tier: int | None = None, points: list[Point] | None = None, group=None,
-                   scale: float = 1.0) -> float:  # fmt: skip
-        """Seconds the kept points of ``tier`` (every tier: None), or ``points``, are expected to take: one asv
-        call per stage they run in (``group``, default ``stage_of``), its set-up caches, and each workload's
-        check once (none already checked by a point that ran). Each point costs ``point_s``; the asv calls,
-        caches and checks times ``scale``."""
-        chosen = points if points is not None else self.kept(tier)
-        group = group or stage_of
-        checked = {p.check for p in self.points if p.done and p.check is not None} if points is not None else set()
-        total = 0.0
-        started = self.sweep_up
-        for g in sorted({group(p) for p in chosen}, key=_stage_order):
-            kept = [p for p in chosen if group(p) == g]
-            modules = {p.benchmark.split(".", 1)[0] for p in kept}
-            fixed = self.costs.stage_call_s + sum(self.cache_s.get(m, 0.0) for m in modules)
-            fixed += self.costs.cuda_context_s * len({m for p in kept if (m := _cache_gpu(self, p))})
-            if any(p.swept for p in kept) and not started:  # one measuring process for the stages (sweep.held)
-                fixed += self.costs.sweep_start_s
-                started = True
-            fixed += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
-            fixed += sum(dict(((p.unit, p.values), p.unit_share_s) for p in kept if p.unit_share_s).values())
-            built = sum(dict((p.built, self.built_s(p, scale)) for p in kept if p.built is not None).values())
-            beside = {p.selector for p in kept}
-            total += fixed * scale + built + sum(self.point_s(p, scale, beside) for p in kept)
-        checks = {p.check for p in chosen if p.check is not None} - checked
-        return total + len(checks) * self.costs.gpu_check_s * scale
-
-
-#: the asv stages of a run, in order: the headline points, the rest, then the late ones (``plan_last``)
-STAGES = ("headline", "rest", "last")
-
-
-def _stage_order(g: str) -> tuple[int, str]:
-    return (STAGES.index(g) if g in STAGES else len(STAGES), g)
-
 
 #: why the late stage's points were left to the fill
 WAITS_FOR_FILL = "left to the fill stage: the last stage would not end in the time before the tests"
@@ -223,11 +82,6 @@ def defer_late(plan: Plan, kept: list[Point], name: str, room_s: float, scale: f
     for p in kept:
         p.state, p.reason = "dropped", WAITS_FOR_FILL
     return []
-
-
-def stage_of(p: Point) -> str:
-    """The asv stage a point runs in when the first plan keeps it."""
-    return "last" if p.late else "headline" if p.tier == 0 else "rest"
 
 
 def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int,
@@ -356,12 +210,6 @@ def gpu_points(listing: dict[str, dict[str, Any]]) -> frozenset[str]:
     return frozenset(Point(name, 0, tuple(v), (), 0, 0, 0.0).selector for name, bench in listing.items()
                      for v in (itertools.product(*bench["params"]) if bench["params"] else [()])
                      if needs(bench, tuple(v))[0] >= 1)  # fmt: skip
-
-
-def _cache_gpu(plan: Plan, p: Point) -> str | None:
-    """The module whose set-up cache makes a CUDA context for ``p`` (a GPU unit of a ``Plan.cache_gpu`` module)."""
-    module = p.benchmark.split(".", 1)[0]
-    return module if p.unit is not None and p.gpus and module in plan.cache_gpu else None
 
 
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
