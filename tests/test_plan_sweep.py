@@ -456,14 +456,17 @@ def test_a_re_plan_keeps_a_recorded_builds_price_and_learns_the_others_from_this
     assert plan.built_s(known) == pytest.approx(0.05) and plan.built_s(declared) == pytest.approx(3.0)
     # the class's records scaled as this run's builds of recorded workloads ran against theirs (a record of older
     # code or a busier day), never one size's build for another's price; within 0.25-4x
-    small, large = (dataclasses.replace(known, built=("built", "bench_m.Mat", "'cuda'", n)) for n in ("16", "8192"))
-    small.built_s, large.built_s = 0.04, 3.9
-    plan.points += [small, large]
+    small, large, guessed = (dataclasses.replace(known, built=("built", "bench_m.Mat", "'cuda'", n))
+                             for n in ("16", "8192", "32"))  # fmt: skip
+    small.built_s, large.built_s, guessed.built_s = 0.17, 4.03, 0.17  # each with the 0.13 s gap before a build
+    small.built_own, large.built_own = 0.04, 3.9  # the record's own builds; the third priced from its neighbour's
+    plan.points += [small, large, guessed]
     plan.built_now[small.built] = 0.02  # the small one built in half its recorded time
-    assert plan.built_s(large) == pytest.approx(3.9 * 0.5) and plan.build_ratio("bench_m.Mat") == pytest.approx(0.5)
+    assert plan.build_ratio("bench_m.Mat") == pytest.approx(0.5) and plan.built_s(large) == pytest.approx(4.03 * 0.5)
     plan.built_now[small.built] = 1.0
-    assert plan.built_s(large) == pytest.approx(3.9 * 4.0)
-    assert plan.build_ratio("bench_other.X") == 1.0  # no build of it this run
+    assert plan.built_s(large) == pytest.approx(4.03 * 4.0)
+    plan.built_now = {guessed.built: 9.0}  # a guessed price says nothing of this run's speed
+    assert plan.build_ratio("bench_m.Mat") == 1.0 and plan.build_ratio("bench_other.X") == 1.0
 
 
 def test_a_set_up_cache_priced_per_unit_pays_asvs_process_for_it_once_a_call_and_a_cuda_context_for_a_gpu():
@@ -622,8 +625,9 @@ def test_a_measuring_processs_start_is_not_learned_as_the_first_familys_sampling
     assert builds_since(later, since=100.0) == {"bench_m.Mat": [1.0, pytest.approx(1.3)]}
     from devbench.gpu.gpupack import builds_by_key_since
 
+    # by workload, each build's own seconds: what the ratio to its record reads (a gap can hold other work)
     assert builds_by_key_since(later, since=100.0) == {("built", "bench_m.Mat", "'cuda'", "64"): 1.0,
-                                                       ("built", "bench_m.Mat", "'cuda'", "1024"): pytest.approx(1.3)}
+                                                       ("built", "bench_m.Mat", "'cuda'", "1024"): 1.0}
 
     plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
     ran = [p for p in plan.kept() if p.values == ("'cuda'", "64")]
@@ -650,3 +654,23 @@ def test_a_kept_figures_workload_keeps_its_other_figures_before_other_points():
     room = every.estimate_s(points=[lead, sibling, cheap[0], by["bench_m.Mat.track_tflops('cuda', 64)"]])
     P.fit(every, room)
     assert lead.state == sibling.state == "run"
+
+
+def test_a_journal_prices_each_workload_from_the_newest_process_that_built_it(tmp_path):
+    """An older run's builds (older code, a busier day) do not price this one's: each workload's builds of the newest
+    process that built it count (its slowest there: the first checks), a process told apart by its start where its
+    pid comes back in a later run."""
+    import json
+
+    from devbench.gpu.recorded import recorded_from
+
+    rows = [{"pid": 7, "t": 1.0, "started": "bench_m.Mat", "seconds": 1.0},
+            {"pid": 7, "t": 2.0, "built": "bench_m.Mat", "params": ["cpu", 64], "seconds": 12.3},
+            {"pid": 8, "t": 3.0, "built": "bench_m.Mat", "params": ["cpu", 128], "seconds": 5.0},
+            {"pid": 7, "t": 90.0, "started": "bench_m.Mat", "seconds": 1.0},  # the same pid, a later run
+            {"pid": 7, "t": 91.0, "built": "bench_m.Mat", "params": ["cpu", 64], "seconds": 1.3},
+            {"pid": 7, "t": 92.0, "built": "bench_m.Mat", "params": ["cpu", 64], "seconds": 0.2},  # unchecked
+            {"pid": 9, "t": 93.0, "built": "bench_m.Mat", "params": ["cpu", 128], "seconds": 0.9}]
+    (tmp_path / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _, builds = recorded_from(tmp_path / "journal.jsonl")
+    assert builds == {("built", "bench_m.Mat", "'cpu'", "64"): 1.3, ("built", "bench_m.Mat", "'cpu'", "128"): 0.9}

@@ -53,27 +53,35 @@ def durations_since(results: Path, sha: str, since: float) -> dict[str, float | 
 
 def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
     """Class ("module.Class") -> the seconds of each set-up the measuring processes journalled at or after ``since``
-    (seconds since the epoch; a record is written when it ends): each build with what the process spent before it
-    since its last record of the stage (the next request, the last workload's release), and each point set up over
-    another's build, so that their mean priced once per point adds up to what they took."""
+    (seconds since the epoch; a record is written when it ends): each build with the median of what the processes
+    spent before a build in the stage (the next request, the last workload's release; a single gap can hold other
+    benchmarks' processes too), and each point set up over another's build, so that their mean priced once per point
+    adds up to what they took."""
+    rows = _builds(journal, since)
+    gaps = sorted(gap for _, _, gap in rows if gap is not None)
+    gap = gaps[len(gaps) // 2] if gaps else 0.0
     out: dict[str, list[float]] = {}
-    for key, seconds in _builds(journal, since):
-        out.setdefault(key[1], []).append(seconds)
+    for key, seconds, before in rows:
+        out.setdefault(key[1], []).append(seconds + (gap if before is not None else 0.0))
     return out
 
 
 def builds_by_key_since(journal: Path, since: float) -> dict[tuple[str, ...], float]:
-    """``builds_since`` by workload (``Point.built``: its class and params, as asv names them), the slowest of each."""
+    """The seconds of each set-up the measuring processes journalled at or after ``since`` by workload
+    (``Point.built``: its class and params, as asv names them), its own alone (the slowest of each)."""
     out: dict[tuple[str, ...], float] = {}
-    for key, seconds in _builds(journal, since):
+    for key, seconds, _ in _builds(journal, since):
         out[key] = max(seconds, out.get(key, 0.0))
     return out
 
 
-def _builds(journal: Path, since: float) -> list[tuple[tuple[str, ...], float]]:
+def _builds(journal: Path, since: float) -> list[tuple[tuple[str, ...], float, float | None]]:
+    """Each set-up at or after ``since``: its workload, its seconds, and for a build (not a point set up over
+    another's) the seconds its process spent since its last record of the stage (None for the first, and for a
+    set-up over another's build)."""
     if not journal.exists():
         return []
-    out: list[tuple[tuple[str, ...], float]] = []
+    out: list[tuple[tuple[str, ...], float, float | None]] = []
     last: dict[object, float] = {}  # pid -> when its last record of this stage ended
     for line in journal.read_text().splitlines():
         try:
@@ -88,8 +96,9 @@ def _builds(journal: Path, since: float) -> list[tuple[tuple[str, ...], float]]:
             continue
         cls = row.get("built") or row.get("beside")  # a point set up over another's build (``built_by``) too
         if isinstance(cls, str) and t >= since:
-            before = t - seconds - last[pid] if row.get("built") and pid in last else 0.0
-            out.append((("built", cls, *values), seconds + (before if 0.0 <= before < 60.0 else 0.0)))
+            before = t - seconds - last[pid] if row.get("built") and pid in last else None
+            out.append((("built", cls, *values), seconds, before if before is not None and 0.0 <= before < 60.0
+                        else None))  # fmt: skip
         if t >= since:
             last[pid] = t
     return out

@@ -21,6 +21,7 @@ and what the earlier stages made is packed whatever a later one does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
@@ -122,9 +123,9 @@ def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> li
 
 def _threads() -> int:
     """The CPU threads the suite's processes pin here (``measure.default_threads``, without importing torch)."""
-    named = os.environ.get("DEVBENCH_THREADS", "")
-    if named.isdigit():
-        return int(named)
+    with contextlib.suppress(ValueError):
+        if int(os.environ.get("DEVBENCH_THREADS", "")) > 0:
+            return int(os.environ["DEVBENCH_THREADS"])
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -189,7 +190,8 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
     sources = prices_sources(run.repo, costs.gpu_model, args.costs_from)
     if sources:  # what a measuring process took for each figure and build it made: priced so
         figures, builds = seed(plan, *recorded(plan, sources, spec.SAME_BLOCKS), spec.SAME_BLOCKS, build_gap(sources))
-        searches = seed_searches(plan, listing, searches_from(sources, costs.gpu_model, machine, _threads()))
+        threads = None if args.costs_from else _threads()  # a described machine's CPU: its records' own threads
+        searches = seed_searches(plan, listing, searches_from(sources, costs.gpu_model, machine, threads))
         P.fit(plan, run.left() - reserve)
         if figures or builds:
             print(f"recorded by the measuring process of {' and '.join(str(p) for p, _ in sources)}: {figures} "

@@ -39,6 +39,9 @@ class Point:
     #: ``built_s`` is what a recorded run's build of this workload (or of its class's nearest) took, its check
     #: inside: kept when a re-plan learns this run's builds (``Plan.built_s``)
     built_known: bool = False
+    #: what the record's own build of this workload took (its seconds alone, no gap; None where it is priced from
+    #: another workload's): what this run's build of it is held against (``Plan.build_ratio``)
+    built_own: float | None = None
     late: bool = False  # runs in the last asv stage (the class's ``plan_last``): a long search, worlds that may hang
     twin: bool = False  # repeats a kept figure's evidence (``spec.TWINS``): first to go within its tier
     keep: bool = False  # read by validate or the health lines (``spec.kept_points``): never dropped
@@ -85,8 +88,8 @@ class Plan:
     builds: dict[str, list[float]] = field(default_factory=dict)
     #: family -> (its estimate, what asv's durations say it took, its builds apart) in the stages so far
     learned: dict[str, tuple[float, float]] = field(default_factory=dict)
-    #: ``Point.built`` -> what this run's stages took to build it (the journal): a class's recorded prices are
-    #: scaled by what its builds took here over their record (``built_s``)
+    #: ``Point.built`` -> what this run's stages took to build it, its seconds alone (the journal): a class's
+    #: recorded prices are scaled by what its builds took here over their record (``built_s``)
     built_now: dict[tuple[str, ...], float] = field(default_factory=dict)
 
     def built_s(self, p: Point, scale: float = 1.0) -> float:
@@ -105,10 +108,12 @@ class Plan:
         return max(seen) if seen else p.built_s * scale
 
     def build_ratio(self, cls: str) -> float:
-        """What this run's builds of class ``cls`` took over the recorded prices of the same workloads (within
-        0.25-4x), 1 where it built none that a record prices: a record of older code or a busier day is scaled as a
-        whole, where one size's build says nothing of another's price."""
-        recorded = {p.built: p.built_s for p in self.points if p.built_known and p.built and p.built[1] == cls}
+        """What this run's builds of class ``cls`` took over the record's own builds of the same workloads, their
+        seconds alone (within 0.25-4x; not a price guessed from a neighbour's build), 1 where it built none the record
+        built: a record of older code or a busier day is scaled as a whole, where one size's build says nothing of
+        another's price."""
+        recorded = {p.built: p.built_own for p in self.points
+                    if p.built_own is not None and p.built and p.built[1] == cls}  # fmt: skip
         pairs = [(took, recorded[key]) for key, took in self.built_now.items() if key in recorded]
         now, then = sum(t for t, _ in pairs), sum(r for _, r in pairs)
         return min(4.0, max(0.25, now / then)) if pairs and then > 0 and now > 0 else 1.0

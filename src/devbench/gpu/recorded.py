@@ -69,9 +69,12 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
     figures: dict[str, float] = {}
     builds: dict[tuple[str, ...], float] = {}
     by: dict[tuple[str, ...], object] = {}  # a build -> the process whose builds of it count: the newest's
+    starts: dict[object, int] = {}  # pid -> the processes of that pid started so far (a pid comes back in another run)
     for line in lines:
         try:
             rec = json.loads(line)
+            if rec.get("started"):
+                starts[rec.get("pid")] = starts.get(rec.get("pid"), 0) + 1
             values = tuple(repr(v) for v in rec.get("params", ()))
             seconds = float(rec["seconds"])
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
@@ -82,9 +85,9 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
             figures[f"{rec['figure']}({', '.join(values)})" if values else rec["figure"]] = seconds
         elif isinstance(rec.get("built") or rec.get("beside"), str):  # a build, or one turned for another point
             key = ("built", rec.get("built") or rec["beside"], *values)
-            pid = rec.get("pid")
-            builds[key] = max(seconds, builds.get(key, 0.0)) if by.get(key, pid) == pid else seconds
-            by[key] = pid
+            proc = (rec.get("pid"), starts.get(rec.get("pid"), 0))
+            builds[key] = max(seconds, builds.get(key, 0.0)) if by.get(key, proc) == proc else seconds
+            by[key] = proc
     return figures, builds
 
 
@@ -205,6 +208,7 @@ def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], 
                 nearest = _nearest(p.built, builds)
             if nearest is not None:  # the record's build checked the workload: no check of its own
                 p.built_s, p.check, p.built_known = nearest, None, True
+                p.built_own = builds.get(p.built) if p.built is not None else None
                 built.add(p.built)
             if p.built is not None and not p.turn:  # what the process spends before a build of its own
                 p.built_s += gap_s
