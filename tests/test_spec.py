@@ -105,6 +105,7 @@ LAYERS = [
     ("devbench.records.spec", ["torch", "asv", "pandas"]),
     ("devbench.records.verdict", ["torch", "asv", "pandas", "numpy"]),
     ("devbench.gpu.plan", ["torch", "asv", "asv_runner", "pandas"]),
+    ("devbench.gpu.priced", ["torch", "asv", "asv_runner", "pandas"]),
     ("devbench.gpu.gpurun", ["torch", "asv", "asv_runner", "pandas", "devbench.report"]),  # it runs them, in processes
     # the coordinator never imports the benchmarks, torch or the report; the worker only asv_runner, when run
     ("devbench.compare.cli", ["torch", "asv", "asv_runner", "devbench.report", "benchmarks"]),
@@ -242,6 +243,7 @@ FORBIDDEN_IMPORTS = [
     # the plan is pure arithmetic (and the stop rule's, which is arithmetic too); gpu-run drives the tools and
     # no tool drives it
     ("devbench.gpu.plan", "devbench"),
+    ("devbench.gpu.priced", "devbench"),
     ("devbench.gpu.declared", "devbench"),
     ("devbench.gpu.pricing", "devbench"),
     ("devbench.compare", "devbench.gpu.gpurun"),
@@ -251,10 +253,12 @@ FORBIDDEN_IMPORTS = [
 
 #: (module, dependency) pairs a rule above would forbid and that are allowed: the plan prices figures by the
 #: stop rule's own numbers (``devbench.engine.precision``: arithmetic, importing nothing of devbench) and reads
-#: what a class declares through ``devbench.gpu.declared`` (arithmetic too) with a machine's ``devbench.gpu.pricing``
+#: what a class declares through ``devbench.gpu.declared`` (arithmetic too) with a machine's ``devbench.gpu.pricing``;
+#: its points and their prices are ``devbench.gpu.priced`` (arithmetic on a machine's pricing)
 ALLOWED_IMPORTS = {("devbench.gpu.plan", "devbench.engine.precision"), ("devbench.gpu.plan", "devbench.gpu.declared"),
                    ("devbench.gpu.declared", "devbench.engine.precision"),
-                   ("devbench.gpu.plan", "devbench.gpu.pricing")}  # fmt: skip
+                   ("devbench.gpu.plan", "devbench.gpu.pricing"), ("devbench.gpu.plan", "devbench.gpu.priced"),
+                   ("devbench.gpu.priced", "devbench.gpu.pricing")}  # fmt: skip
 
 
 def _under(module: str, prefix: str) -> bool:
