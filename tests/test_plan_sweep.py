@@ -424,10 +424,10 @@ def test_figures_share_blocks_only_where_spec_says_they_do():
 
 
 def test_an_unrecorded_build_is_priced_from_its_classs_nearest_recorded_one():
-    """Of the recorded builds of its class on its kind of device: those at its sizes or larger, nearest in sizes, then
-    in words; where all are smaller, the nearest grown with the size; nothing where the record built nothing of the
-    class there."""
-    from devbench.gpu.recorded import _nearest
+    """Of the builds of its class on its kind of device: the nearest at its sizes or larger and the nearest at its
+    sizes or smaller (grown with the size), the dearer; nearest in sizes, then in words; nothing where none of the
+    class was built there."""
+    from devbench.gpu.priced import nearest_build as _nearest
 
     builds = {("built", "bench_t.Copy", "'h2d'", "'pinned'", "4096"): 0.08,
               ("built", "bench_t.Copy", "'h2d'", "'pinned'", "268435456"): 0.34,
@@ -436,7 +436,8 @@ def test_an_unrecorded_build_is_priced_from_its_classs_nearest_recorded_one():
               ("built", "bench_t.Mat", "'cuda'", "'float16'", "8192"): 2.6,
               ("built", "bench_t.Mat", "'cpu'", "'float32'", "1024"): 0.03}  # fmt: skip
     assert _nearest(("built", "bench_t.Copy", "'d2h'", "'pinned'", "4096"), builds) == pytest.approx(0.08)
-    assert _nearest(("built", "bench_t.Copy", "'d2h'", "'pinned'", "16384"), builds) == pytest.approx(0.04)
+    # between a 4 KiB build and 256 MiB ones: the dearer of the two sides (the smaller grown with the size)
+    assert _nearest(("built", "bench_t.Copy", "'d2h'", "'pinned'", "16384"), builds) == pytest.approx(0.32)
     assert _nearest(("built", "bench_t.Copy", "'d2h'", "'pinned'", "1073741824"), builds) == pytest.approx(0.16)
     assert _nearest(("built", "bench_t.Mat", "'cuda'", "'float16'", "4096"), builds) == pytest.approx(0.5)
     assert _nearest(("built", "bench_t.Mat", "'cuda'", "'tf32'", "1024"), builds) == pytest.approx(0.5)
@@ -467,6 +468,12 @@ def test_a_re_plan_keeps_a_recorded_builds_price_and_learns_the_others_from_this
     assert plan.built_s(large) == pytest.approx(4.03 * 4.0)
     plan.built_now = {guessed.built: 9.0}  # a guessed price says nothing of this run's speed
     assert plan.build_ratio("bench_m.Mat") == 1.0 and plan.build_ratio("bench_other.X") == 1.0
+    # a workload no record prices: this run's build of its class nearest it in size, with the run's gap before a
+    # build, not the class's slowest (a 3 s n=8192 build for an n=64 one); none of its class built yet: the slowest
+    plan.built_now, plan.gap_now = {("built", "bench_m.Mat", "'cuda'", "1024"): 0.06}, 0.1
+    assert plan.built_s(declared) == pytest.approx(0.06 + 0.1)
+    plan.built_now = {}
+    assert plan.built_s(declared) == pytest.approx(3.0)
 
 
 def test_a_set_up_cache_priced_per_unit_pays_asvs_process_for_it_once_a_call_and_a_cuda_context_for_a_gpu():

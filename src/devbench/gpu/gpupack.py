@@ -58,12 +58,18 @@ def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
     benchmarks' processes too), and each point set up over another's build, so that their mean priced once per point
     adds up to what they took."""
     rows = _builds(journal, since)
-    gaps = sorted(gap for _, _, gap in rows if gap is not None)
-    gap = gaps[len(gaps) // 2] if gaps else 0.0
+    gap = gap_since(journal, since, rows)
     out: dict[str, list[float]] = {}
     for key, seconds, before in rows:
         out.setdefault(key[1], []).append(seconds + (gap if before is not None else 0.0))
     return out
+
+
+def gap_since(journal: Path, since: float, rows: list | None = None) -> float:
+    """The median seconds the measuring processes spent before a build at or after ``since`` (since their last record:
+    the next request, the last workload's release); 0 where no build followed another record."""
+    gaps = sorted(gap for _, _, gap in (rows if rows is not None else _builds(journal, since)) if gap is not None)
+    return gaps[len(gaps) // 2] if gaps else 0.0
 
 
 def builds_by_key_since(journal: Path, since: float) -> dict[tuple[str, ...], float]:

@@ -59,6 +59,7 @@ from devbench.gpu.gpupack import (
     builds_by_key_since,
     builds_since,
     durations_since,
+    gap_since,
     print_capped,
     starts_since,
     valued_since,
@@ -311,6 +312,7 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     _learn(plan, points, durations_since(results, sha, run.stage_started),
            builds_since(journal, run.stage_started), starts_since(journal, run.stage_started))
     plan.built_now.update(builds_by_key_since(journal, run.stage_started))
+    plan.gap_now = gap_since(journal, run.stage_started) or plan.gap_now
     summary.save()
     return code, raw, took
 

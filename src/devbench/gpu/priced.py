@@ -91,19 +91,26 @@ class Plan:
     #: ``Point.built`` -> what this run's stages took to build it, its seconds alone (the journal): a class's
     #: recorded prices are scaled by what its builds took here over their record (``built_s``)
     built_now: dict[tuple[str, ...], float] = field(default_factory=dict)
+    #: the median seconds this run's measuring processes spent before a build (the next request, the release of the
+    #: last workload): what a build priced from ``built_now`` pays beside its own seconds
+    gap_now: float = 0.0
 
     def built_s(self, p: Point, scale: float = 1.0) -> float:
         """What building ``p``'s workload in the measuring process costs: what a recorded run took for it (its own
         build, else its class's nearest: ``recorded.seed``), scaled as this run's builds of its class ran against
         their record (``build_ratio``: a record of older code can be far slower, a CPU copy's 12 s build took 1.3 s
-        in the next run); else the slowest of this run's builds of its class so far; else its declared set-up times
-        ``scale``. The slowest, not their mean: a class's builds differ by size (CPU DeviceCopy on the VM: 0.04 s
-        at 4 KiB, 3.9 s at 4 MiB), and a re-planned stage, packed close to its limit, cuts points when a build is
-        priced short; one that ends early leaves its time to the fill."""
+        in the next run); else what this run's builds of its class nearest it in size took (``nearest_build``, with
+        the run's gap before a build), not their slowest: a class's builds differ by size (an H200's float32
+        product: 3 s at n=8192, 0.03 s at n=1,024), and a re-plan that priced every unbuilt one at the slowest
+        dropped points it had time for; else the slowest of this run's builds of its class on another kind of
+        device; else its declared set-up times ``scale``."""
         if p.built is None:
             return 0.0
         if p.built_known:  # a recorded build of this workload or its nearest, as this run's builds ran against theirs
             return p.built_s * self.build_ratio(p.built[1])
+        near = nearest_build(p.built, self.built_now)  # this run's build of its class nearest it in size
+        if near is not None:
+            return near + (0.0 if p.turn else self.gap_now)
         seen = self.builds.get(p.built[1])
         return max(seen) if seen else p.built_s * scale
 
@@ -175,3 +182,53 @@ def _cache_gpu(plan: Plan, p: Point) -> str | None:
     """The module whose set-up cache makes a CUDA context for ``p`` (a GPU unit of a ``Plan.cache_gpu`` module)."""
     module = p.benchmark.split(".", 1)[0]
     return module if p.unit is not None and p.gpus and module in plan.cache_gpu else None
+
+
+def nearest_build(key: tuple[str, ...], builds: dict[tuple[str, ...], float]) -> float | None:
+    """What the builds of ``key``'s class among ``builds`` (a record's, or this run's) say ``key``'s takes: of those
+    on the same kind of device (a ``'cuda'`` value in both or neither), the nearest at sizes no smaller than
+    ``key``'s and the nearest at sizes no larger (grown by the largest ratio of ``key``'s sizes to its), the dearer
+    of the two: a build's cost moves with its size but not always one way (a copy rotates over fewer sets as it
+    grows: on the VM a 64 MiB copy built in 2.2 s and a 256 MiB one in 0.35 s), so a workload between two is
+    priced at the dearer. Nearest: in sizes (their ratio), then in the params that differ in text; the slowest of
+    equals. Where no build brackets it from either side (sizes above and below at once), the nearest, grown.
+    None where ``builds`` holds nothing of the class there."""
+    import math
+
+    def numbers(values: tuple[str, ...]) -> list[float | None]:
+        out: list[float | None] = []
+        for v in values:
+            try:
+                out.append(float(v))
+            except ValueError:
+                out.append(None)
+        return out
+
+    mine = numbers(key[2:])
+
+    def gap(other: tuple[str, ...]) -> tuple[float, int]:
+        ratio, words = 0.0, 0
+        for a, b, x, y in zip(key[2:], other[2:], mine, numbers(other[2:]), strict=True):
+            if x is None or y is None:
+                words += a != b
+            else:
+                ratio += abs(math.log(x / y)) if x > 0 and y > 0 else float(x != y)
+        return ratio, words
+
+    def side(other: tuple[str, ...], larger: bool) -> bool:
+        return all(x is None or y is None or (y >= x if larger else y <= x)
+                   for x, y in zip(mine, numbers(other[2:]), strict=True))  # fmt: skip
+
+    def priced(pool: list[tuple[str, ...]]) -> float:
+        best = min(gap(k) for k in pool)
+        seconds, near = max((builds[k], k) for k in pool if gap(k) == best)
+        grow = [x / y for x, y in zip(mine, numbers(near[2:]), strict=True) if x is not None and y and x > y]
+        return seconds * max(grow, default=1.0)
+
+    cuda = "'cuda'" in key
+    same = [k for k in builds if k[:2] == key[:2] and len(k) == len(key) and ("'cuda'" in k) == cuda]
+    if not same:
+        return None
+    bracket = [priced(pool) for pool in ([k for k in same if side(k, True)], [k for k in same if side(k, False)])
+               if pool]  # fmt: skip
+    return max(bracket) if bracket else priced(same)

@@ -14,6 +14,7 @@ from typing import Any
 
 from devbench.gpu import plan as P
 from devbench.gpu.costs import SCALE_RANGE, _family
+from devbench.gpu.priced import nearest_build
 
 
 def prices_sources(repo: Path, model: str, costs_from: str | None) -> list[tuple[Path, bool]]:
@@ -205,7 +206,7 @@ def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], 
             priced += recorded_s is not None
             nearest = builds.get(p.built) if p.built is not None else None
             if p.built is not None and nearest is None:
-                nearest = _nearest(p.built, builds)
+                nearest = nearest_build(p.built, builds)
             if nearest is not None:  # the record's build checked the workload: no check of its own
                 p.built_s, p.check, p.built_known = nearest, None, True
                 p.built_own = builds.get(p.built) if p.built is not None else None
@@ -213,49 +214,6 @@ def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], 
             if p.built is not None and not p.turn:  # what the process spends before a build of its own
                 p.built_s += gap_s
     return priced, len(built)
-
-
-def _nearest(key: tuple[str, ...], builds: dict[tuple[str, ...], float]) -> float | None:
-    """What a recorded build of ``key``'s class takes for ``key``: of the builds on the same kind of device (a
-    ``'cuda'`` value in both or neither), those at sizes no smaller than ``key``'s where there are any (a build's cost
-    moves with its size, not in proportion: a copy rotates over fewer sets as it grows), the nearest in sizes (their
-    ratio), then the fewest params differing in text, the slowest of equals; where every recorded build is smaller,
-    the nearest grown by the largest ratio of ``key``'s sizes to its. None where the record built nothing of the
-    class there."""
-    import math
-
-    def numbers(values: tuple[str, ...]) -> list[float | None]:
-        out: list[float | None] = []
-        for v in values:
-            try:
-                out.append(float(v))
-            except ValueError:
-                out.append(None)
-        return out
-
-    mine = numbers(key[2:])
-
-    def gap(other: tuple[str, ...]) -> tuple[float, int]:
-        ratio, words = 0.0, 0
-        for a, b, x, y in zip(key[2:], other[2:], mine, numbers(other[2:]), strict=True):
-            if x is None or y is None:
-                words += a != b
-            else:
-                ratio += abs(math.log(x / y)) if x > 0 and y > 0 else float(x != y)
-        return ratio, words
-
-    def covers(other: tuple[str, ...]) -> bool:
-        return all(x is None or y is None or y >= x for x, y in zip(mine, numbers(other[2:]), strict=True))
-
-    cuda = "'cuda'" in key
-    same = [k for k in builds if k[:2] == key[:2] and len(k) == len(key) and ("'cuda'" in k) == cuda]
-    if not same:
-        return None
-    pool = [k for k in same if covers(k)] or same
-    best = min(gap(k) for k in pool)
-    seconds, near = max((builds[k], k) for k in pool if gap(k) == best)
-    grow = [x / y for x, y in zip(mine, numbers(near[2:]), strict=True) if x is not None and y and x > y]
-    return seconds * max(grow, default=1.0)
 
 
 def searches_from(sources: list[tuple[Path, bool]], model: str, machine: str | None = None,
