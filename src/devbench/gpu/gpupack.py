@@ -68,8 +68,15 @@ def builds_since(journal: Path, since: float) -> dict[str, list[float]]:
 def gap_since(journal: Path, since: float, rows: list | None = None) -> float:
     """The median seconds the measuring processes spent before a build at or after ``since`` (since their last record:
     the next request, the last workload's release); 0 where no build followed another record."""
-    gaps = sorted(gap for _, _, gap in (rows if rows is not None else _builds(journal, since)) if gap is not None)
-    return gaps[len(gaps) // 2] if gaps else 0.0
+    return median_gap(rows if rows is not None else _builds(journal, since))
+
+
+def median_gap(rows: list[tuple[tuple[str, ...], float, float | None]]) -> float:
+    """The median of the gaps before builds among ``rows`` (``journal_builds``'); 0 where there is none."""
+    import statistics
+
+    gaps = [gap for _, _, gap in rows if gap is not None]
+    return statistics.median(gaps) if gaps else 0.0
 
 
 def builds_by_key_since(journal: Path, since: float) -> dict[tuple[str, ...], float]:
@@ -82,14 +89,17 @@ def builds_by_key_since(journal: Path, since: float) -> dict[tuple[str, ...], fl
 
 
 def _builds(journal: Path, since: float) -> list[tuple[tuple[str, ...], float, float | None]]:
-    """Each set-up at or after ``since``: its workload, its seconds, and for a build (not a point set up over
-    another's) the seconds its process spent since its last record of the stage (None for the first, and for a
-    set-up over another's build)."""
-    if not journal.exists():
-        return []
+    return journal_builds(journal.read_text().splitlines(), since) if journal.exists() else []
+
+
+def journal_builds(lines: list[str], since: float = 0.0) -> list[tuple[tuple[str, ...], float, float | None]]:
+    """Each set-up a measuring process's journal (``lines``) records at or after ``since``: its workload
+    (``Point.built``), its seconds, and for a build (not a point set up over another's) the seconds its process spent
+    since its last record (None for a process's first, for one more than a minute after, and for a set-up over
+    another's build)."""
     out: list[tuple[tuple[str, ...], float, float | None]] = []
     last: dict[object, float] = {}  # pid -> when its last record of this stage ended
-    for line in journal.read_text().splitlines():
+    for line in lines:
         try:
             row = json.loads(line)
             t, seconds = float(row.get("t", 0)), float(row["seconds"])

@@ -37,7 +37,7 @@ class Point:
     built: tuple[str, ...] | None = None
     built_s: float = 0.0
     #: ``built_s`` is what a recorded run's build of this workload (or of its class's nearest) took, its check
-    #: inside: kept when a re-plan learns this run's builds (``Plan.built_s``)
+    #: inside: a re-plan scales it by this run's builds against the record's (``Plan.built_s``, ``build_ratio``)
     built_known: bool = False
     #: what the record's own build of this workload took (its seconds alone, no gap; None where it is priced from
     #: another workload's): what this run's build of it is held against (``Plan.build_ratio``)
@@ -84,7 +84,8 @@ class Plan:
     #: they pay no start of their own
     sweep_up: bool = False
     #: class ("module.Class") -> the seconds each build of its workloads took in this run's stages (the measuring
-    #: process's journal): a swept workload not yet built is priced the slowest, not its declared set-up
+    #: process's journal, each with the stage's median gap before a build): what a family's sampling is learned
+    #: without, and what prices a workload not yet built where nothing nearer does (``built_s``)
     builds: dict[str, list[float]] = field(default_factory=dict)
     #: family -> (its estimate, what asv's durations say it took, its builds apart) in the stages so far
     learned: dict[str, tuple[float, float]] = field(default_factory=dict)

@@ -114,23 +114,9 @@ def build_gap(sources: list[tuple[Path, bool]]) -> float:
     """The median seconds a recorded measuring process spent between one record and the next build's start (the
     next point's request, the last workload's tear-down and release, the class made): what each build, not a
     turn of one (``built_by``), costs beyond its own seconds. 0 where no source records a build after another."""
-    import statistics
+    from devbench.gpu.gpupack import journal_builds, median_gap
 
-    gaps: list[float] = []
-    for path, _ in sources:
-        last: dict[object, float] = {}  # pid -> when its last record ended
-        for line in _journal_lines(path):
-            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
-                rec = json.loads(line)
-                end, pid = float(rec["t"]), rec.get("pid")
-                if rec.get("started"):  # a start's first build waited for its class's import: not a gap
-                    last.pop(pid, None)
-                    continue
-                if isinstance(rec.get("built"), str) and pid in last:
-                    gaps.append(end - float(rec["seconds"]) - last[pid])
-                last[pid] = end
-    gaps = [g for g in gaps if 0 <= g < 60]  # a stage between: the process waited for asv, not for the build
-    return statistics.median(gaps) if gaps else 0.0
+    return median_gap([row for path, _ in sources for row in journal_builds(_journal_lines(path))])
 
 
 def _partners(same_blocks: dict[str, Any] | None) -> dict[str, list[tuple[str, dict]]]:
@@ -204,9 +190,7 @@ def seed(plan: P.Plan, figures: dict[str, float], builds: dict[tuple[str, ...], 
             else:  # sampled by its partner where both run; alone, as its class's recorded points say
                 p.alone_s *= ratio
             priced += recorded_s is not None
-            nearest = builds.get(p.built) if p.built is not None else None
-            if p.built is not None and nearest is None:
-                nearest = nearest_build(p.built, builds)
+            nearest = nearest_build(p.built, builds) if p.built is not None else None  # its own build, where there
             if nearest is not None:  # the record's build checked the workload: no check of its own
                 p.built_s, p.check, p.built_known = nearest, None, True
                 p.built_own = builds.get(p.built) if p.built is not None else None
