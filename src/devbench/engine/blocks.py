@@ -133,7 +133,8 @@ def hold_until_queued(attempt: Callable[[float], HeldAttempt], calls: int, first
 
 #: a device's spin-kernel cycles per second, measured once per process
 _SPIN_CYCLES_PER_S: dict[torch.device, float] = {}
-#: (device, calls) -> the spin that last held a block of that many calls there (``hold_until_queued``)
+#: (device, calls) -> where the next held block of that many calls there starts its spin: twice what the last held
+#: one took to queue (``hold_until_queued``)
 _HELD_SPINS: dict[tuple[torch.device, int], float] = {}
 
 
