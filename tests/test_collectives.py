@@ -523,3 +523,21 @@ def test_a_torchrun_rank_that_fails_ends_at_once_and_one_that_succeeds_leaves_it
     with pytest.raises(Ended):
         W.torchrun_rank(lambda: 1 / 0)
     assert calls == [("exit", 1)]
+
+
+@pytest.mark.parametrize("module", ["collectives", "fleet"])
+def test_a_stuck_rank_ends_the_command_with_its_reason_not_a_traceback(module, monkeypatch, capsys):
+    """A rank that outlives SIGKILL (stuck in a driver call) ends `python -m devbench.worlds.<module>` with exit 1
+    and the reason, as a failed or timed-out world does."""
+    import importlib
+
+    from devbench.worlds import world as W
+
+    def stuck(*args, **kwargs):
+        raise W.RanksStuck([(1, 4242, "D")])
+
+    monkeypatch.setattr(W, "spawn_world", stuck)
+    cli = importlib.import_module(f"devbench.worlds.{module}")
+    assert cli.main(["--nproc", "2", "--no-write"]) == 1
+    err = capsys.readouterr().err
+    assert "rank 1 (pid 4242, state D)" in err and "Traceback" not in err

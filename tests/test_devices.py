@@ -176,7 +176,7 @@ def test_as_device_gives_cuda_an_index_and_leaves_others():
 class _FakePynvml:
     """Three GPUs in NVML's order c, a, b; CUDA sees a and b (in that order). a<->b over NVLink."""
 
-    NVML_P2P_CAPS_INDEX_NVLINK, NVML_P2P_STATUS_OK = 6, 0
+    NVML_P2P_CAPS_INDEX_NVLINK, NVML_P2P_STATUS_OK = 2, 0  # nvidia-ml-py's values
 
     def nvmlInit(self):
         pass

@@ -130,6 +130,46 @@ def test_report_flags_a_figure_measured_while_throttled(tmp_path):
     assert "device=cuda, dtype=float32, n=8192" in section and "n=1024" not in section
 
 
+def test_the_report_judges_a_figure_by_the_gpu_it_ran_on_among_several_visible(tmp_path):
+    """A process sees three GPUs and records each (CUDA_VISIBLE_DEVICES=1,2,3: NVML's 0 it cannot see). Only its
+    cuda:0 ran the product: its clock, reasons, power limit and state text are the figure's; the idle neighbours'
+    (a lower clock, a thermal slowdown, the default limit) never are. Any GPU's throttle still flags the point."""
+    from devbench.report.health import state_of
+
+    results = tmp_path / "asv" / "results"
+    shutil.copytree(ROOT / "reports" / "asv-results", results)
+    rows = load_results(results).frame
+    rows = rows[(rows["machine"] == "h200") & (rows["benchmark"] == "bench_matmul.MatmulSquare.track_tflops")]
+    start = rows["started_at"].iloc[0].timestamp()
+    big = {"device": "cuda", "dtype": "float32", "n": 8192}
+    gpus = [  # NVML index, CUDA index, clock, reasons, limit
+        (0, None, 1980, ["hw_slowdown"], 100.0),
+        (1, 0, 1515, ["sw_power_cap"], 400.0),
+        (2, 1, 345, ["hw_thermal_slowdown"], 700.0),
+        (3, 2, 345, [], 700.0),
+    ]
+    lines = [json.dumps({**GPU, "time": start + 1.5, "machine": "h200", "benchmark": "bench_matmul.MatmulSquare",
+                         "params": big, "phase": "during", "index": i, "cuda_index": c, "sm_clock_mhz": mhz,
+                         "power_w": 690.0 if c == 0 else 80.0, "throttling": why, "power_limit_w": limit,
+                         "default_power_limit_w": 700.0, "temperature_c": 60 if c == 0 else 30})
+             for i, c, mhz, why, limit in gpus]  # fmt: skip
+    folder = tmp_path / "asv" / "gpustate"
+    folder.mkdir()
+    (folder / "h200.jsonl").write_text("\n".join(lines) + "\n")
+    frame = load_results(results).frame
+    mine = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.track_tflops")]
+    row = mine.set_index("params").loc["device=cuda, dtype=float32, n=8192"]
+    assert (row["gpu_mhz"], row["gpu_reasons"], row["gpu_power_limit_w"]) == (1515, "sw_power_cap", 400.0)
+    assert row["gpu_state"] == "SM 1515-1515 MHz, 60 C max, 690 W max"
+    assert row["gpu_throttled"] == True  # noqa: E712 - pandas' boolean NA type
+    assert state_of(row.to_dict())["power_limit_w"] == 400.0
+    # a peer copy's state is its route's source GPU's
+    assert gpustate.figure_gpu({"route": "'1->0'", "nbytes": 1}) == 1 and gpustate.figure_gpu(big) == 0
+    recs = [{"benchmark": "m.P", "phase": "during", "params": {"route": "1->0"}, "cuda_index": c, "time": 1.0,
+             "sm_clock_mhz": 1000 + c} for c in (0, 1)]  # fmt: skip
+    assert gpustate.while_timed(recs, "m.P", {"route": "1->0"})["sm_clock_mhz"] == 1001
+
+
 def test_state_is_read_at_most_every_half_second_per_phase(fake_gpu, monkeypatch):
     import devbench.engine.gpuwatch as gpuwatch
 
@@ -148,7 +188,7 @@ def test_state_is_read_at_most_every_half_second_per_phase(fake_gpu, monkeypatch
 class FakeNVML:
     """Two GPUs as NVML lists them; this process sees only the second, as its cuda:0."""
 
-    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0  # nvidia-ml-py's values
     GPUS = [("GPU-aaaa", "00000000:3B:00.0"), ("GPU-bbbb", "00000000:86:00.0")]
 
     class Pci:
@@ -190,6 +230,26 @@ def test_snapshot_matches_nvml_gpus_to_cuda_devices_by_uuid_or_bus_id(monkeypatc
     recs = gpustate.snapshot([{"uuid": None, "pci_bus_id": "0000:86:00.0"}])
     assert [r["cuda_index"] for r in recs] == [None, 0]
     assert [r["cuda_index"] for r in gpustate.snapshot()] == [None, None]
+
+
+def test_a_gpu_nvml_counts_but_this_process_may_not_open_costs_only_itself(monkeypatch):
+    """Under a scheduler's cgroup NVML counts every GPU, and opening a hidden one raises NoPermission: the GPUs this
+    process may open are still recorded, sampled and matched to their CUDA devices."""
+    pynvml = pytest.importorskip("pynvml")
+
+    class Hidden(FakeNVML):
+        def nvmlDeviceGetHandleByIndex(self, i):
+            if i == 0:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+            return i
+
+    monkeypatch.setattr(gpustate, "_nvml", lambda: Hidden())
+    recs = gpustate.snapshot([{"uuid": "GPU-bbbb", "pci_bus_id": None}])
+    assert [(r["index"], r["cuda_index"], r["uuid"]) for r in recs] == [(1, 0, "GPU-bbbb")]
+    assert gpustate.all_handles(Hidden()) == [None, 1]
+    assert gpustate.cuda_handles(Hidden(), [{"uuid": "GPU-bbbb"}]) == [1]
+    read = gpustate.Sampler()._reader()
+    assert read is not None and [r["sm_clock_mhz"] for r in read()] == [None, 1001]
 
 
 def test_match_nvml_rules():

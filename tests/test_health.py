@@ -128,6 +128,13 @@ def test_public_pass_floors_decide_where_they_exist_and_the_verdict_says_which()
     assert H.verdict("peer", 340.0, h100, pair=nvlink).verdict == "ok"
     ring = H.verdict("busbw", 440.0, h100, pair=nvlink, ring=("all_reduce", 8))
     assert ring.verdict == "low" and "below its pass floor 460" in ring.reason
+    at_16g = H.verdict("busbw", 440.0, h100, pair=nvlink, ring=("all_reduce", 8, 16 * 1024**3))
+    assert at_16g.verdict == "low" and "below its pass floor 460" in at_16g.reason
+    # the floor is the health check's 16 GiB message: at this suite's 256 MiB a healthy node may sit below it
+    at_256m = H.verdict("busbw", 440.0, h100, pair=nvlink, ring=("all_reduce", 8, 256 * 1024**2))
+    assert at_256m.verdict == "ok" and "at 16 GiB, not this message's size" in at_256m.reason
+    slow = H.verdict("busbw", 300.0, h100, pair=nvlink, ring=("all_reduce", 8, 256 * 1024**2))
+    assert slow.verdict == "low" and "below 70% of it (its public pass floor is a larger message's)" in slow.reason
     assert H.verdict("busbw", 440.0, h100, pair=nvlink, ring=("all_gather", 8)).verdict == "ok"  # no public floor
     gather = H.verdict("busbw", 300.0, h100, pair=nvlink, ring=("all_gather", 8))
     assert gather.verdict == "low" and "below 70% of it (no public pass floor)" in gather.reason

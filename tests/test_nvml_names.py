@@ -63,3 +63,42 @@ def test_the_fake_provides_only_what_nvidia_ml_py_has_with_its_values():
         want = len([p for p in inspect.signature(real).parameters.values() if p.default is inspect.Parameter.empty])
         have = len(inspect.signature(ours).parameters)
         assert have >= want, f"{name}: pynvml takes {want} arguments, the fake {have}"
+
+
+def test_the_clock_event_reasons_are_nvidia_ml_pys_and_none_is_dropped():
+    """Every reason bit nvidia-ml-py names is named here with its value (a newer driver's BoardLimit and
+    Reliability among them); a bit no one names is kept by its value."""
+    from devbench.records import gpustate
+
+    ours = {**gpustate.THROTTLE_BITS, **gpustate.OTHER_BITS}
+    prefix = "nvmlClocksThrottleReason"
+    real = {re.sub(r"(?<!^)(?=[A-Z])", "_", n[len(prefix):]).lower(): v for n, v in vars(pynvml).items()
+            if n.startswith(prefix) and n[len(prefix):] not in ("All", "None", "UserDefinedClocks")}  # fmt: skip
+    assert real == ours
+    assert pynvml.nvmlClocksThrottleReasonAll == sum(ours.values())
+    assert gpustate.throttling(0x4 | 0x200) == ["sw_power_cap", "board_limit"]
+    assert gpustate.throttling(0x1 | 0x1000) == ["unknown_0x1000"] and "gpu_idle" in gpustate.reasons(0x1 | 0x1000)
+
+
+def _constants_in(path: Path) -> dict[str, object]:
+    """Every NVML_ name a test file sets to a literal (``NVML_A = 1``, ``NVML_A, NVML_B = 1, 2``), in any fake."""
+    import ast
+
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            names = target.elts if isinstance(target, ast.Tuple) else [target]
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            for name, value in zip(names, values, strict=False):
+                if isinstance(name, ast.Name) and name.id.startswith("NVML_") and isinstance(value, ast.Constant):
+                    out[f"{path.name}: {name.id}"] = (name.id, value.value)
+    return out
+
+
+def test_every_fake_in_the_tests_spells_nvml_constants_with_their_real_values():
+    found = {k: v for p in sorted((ROOT / "tests").glob("*.py")) for k, v in _constants_in(p).items()}
+    assert "test_gpustate.py: NVML_CLOCK_SM" in found and "test_devices.py: NVML_P2P_CAPS_INDEX_NVLINK" in found
+    wrong = {k: (v, getattr(pynvml, n, "absent")) for k, (n, v) in found.items() if getattr(pynvml, n, None) != v}
+    assert not wrong, f"fakes that disagree with pynvml (theirs, pynvml's): {wrong}"

@@ -77,7 +77,8 @@ def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict
         record = gpustate.while_timed(states or [], cls, dict(point.values), figure=figure) or {}
         state = {"clock_mhz": record.get("sm_clock_mhz"), "throttle": record.get("throttling") or [],
                  **{k: record.get(k) for k in ("pcie_gen", "pcie_width", "power_limit_w", "default_power_limit_w")}}
-        ring = (str(point.values.get("op")), int(point.values.get("world", 0))) if kind == "busbw" else None
+        ring = ((str(point.values.get("op")), int(point.values.get("world", 0)), int(point.values.get("nbytes", 0)))
+                if kind == "busbw" else None)  # fmt: skip
         health = verdict(kind, value, gpu, {k: v for k, v in state.items() if v}, path=path,
                          pair=_pair(pairs, point, kind), ring=ring)  # fmt: skip
         lines.append(f"  {label:<28} {value:>9.4g}  {health.verdict:<7} {health.reason}")

@@ -101,6 +101,9 @@ class Model:
     pair_floor: float | None = None
     allreduce8_floor: float | None = None
     floors_source: str = ""
+    #: the message the all_reduce floor is set at (the health check's nccl-tests size): a smaller one is judged
+    #: against ``LOW_SHARE`` of the expected figure, not that floor (below the plateau of a large message)
+    allreduce8_floor_bytes: int | None = None
 
     @property
     def link_gbps(self) -> float | None:
@@ -114,6 +117,8 @@ _A100 = {"float32": 19.5, "tf32": 156.0, "bfloat16": 312.0, "float16": 312.0}
 _MAMF = "mamf-finder's table (stas00/ml-engineering, compute/accelerator/README.md)"
 _AZHC_H100 = "azurehpc-health-checks, conf/nd96isr_h100_v5"
 _AZHC_H200 = "azurehpc-health-checks, conf/nd96isr_h200_v5"
+#: the message those configs' all_reduce check runs (``check_nccl_allreduce <floor> 1 16G``)
+_AZHC_BYTES = 16 * 1024**3
 #: 132 SMs x 4,096 dense bf16 FLOP per SM per clock x 1.83 GHz = 989.4 TFLOP/s: the clock the datasheet assumes
 _HOPPER_CLOCK = 1830.0
 
@@ -126,7 +131,7 @@ MODELS: list[Model] = [
           4010.0, "Azure AI-benchmarking-guide, ND_H200_v5 HBM table: STREAM Copy 4.01 TB/s read plus written",
           best_shapes={"bfloat16": (2048, 16384, 2048)},
           best_shapes_source="this suite's search on an H200 (reports/gpu/h200/achievable.jsonl)",
-          pair_floor=335.0, allreduce8_floor=431.0, floors_source=_AZHC_H200,
+          pair_floor=335.0, allreduce8_floor=431.0, floors_source=_AZHC_H200, allreduce8_floor_bytes=_AZHC_BYTES,
           nvlink_links=18),
     Model((r"GH200( \d+GB)?",), "GH200", None, None, "NVIDIA GH200 datasheet: memory and NVLink differ by variant",
           _HOPPER, "NVIDIA GH200 datasheet", {"bfloat16": 828.6}, f"{_MAMF}: GH200 828.6", _HOPPER_CLOCK),
@@ -139,7 +144,8 @@ MODELS: list[Model] = [
           "NVIDIA H100 datasheet (SXM): 3.35 TB/s HBM3, NVLink 900 GB/s", _HOPPER, "NVIDIA H100 datasheet (SXM)",
           {"bfloat16": 794.5}, f"{_MAMF}: H100 SXM 794.5", _HOPPER_CLOCK,
           2900.0, "Azure AI-benchmarking-guide, ND_H100_v5 HBM table: STREAM Copy 2.90 TB/s read plus written",
-          nvlink_links=18, pair_floor=335.0, allreduce8_floor=460.0, floors_source=_AZHC_H100),
+          nvlink_links=18, pair_floor=335.0, allreduce8_floor=460.0, floors_source=_AZHC_H100,
+          allreduce8_floor_bytes=_AZHC_BYTES),
     Model(("A100-SXM4-80GB",), "A100 SXM 80GB", 2039.0, 300.0,
           "NVIDIA A100 datasheet (SXM 80GB): 2,039 GB/s, NVLink 600", _A100, "NVIDIA A100 datasheet",
           {"bfloat16": 271.2}, f"{_MAMF}: A100 SXM 271.2", nvlink_links=12),
@@ -276,20 +282,27 @@ ALLREDUCE8_SHARP = 480.0
 ALLREDUCE8_SHARP_SOURCE = "about 480 GB/s with NVLink SHARP (Azure AI-benchmarking-guide; nccl-tests #212, #272)"
 
 
-def _nvlink_floor(kind: str, found: Model, ring: tuple[str, int] | None) -> tuple[float, float | None, str]:
+#: the words a source ends with where its public pass floor is set at a message larger than the one judged
+FLOOR_OF_ANOTHER_SIZE = "not this message's size"
+
+
+def _nvlink_floor(kind: str, found: Model, ring: tuple | None) -> tuple[float, float | None, str]:
     """An NVLink figure's expected value, public pass floor and their words: a pair's copy against the links'
     rate with its floor; an 8-GPU all_reduce on a model with a floor against what NVLink SHARP reaches (above
     the rate of one direction: NVSwitch reduces in the fabric) with its floor; else the rate alone."""
     if kind == "peer" and found.pair_floor is not None:
         return found.nvlink_gbps, found.pair_floor, f", pass floor {found.pair_floor:g} ({found.floors_source})"
-    if kind == "busbw" and ring == ("all_reduce", 8) and found.allreduce8_floor is not None:
-        return ALLREDUCE8_SHARP, found.allreduce8_floor, (
-            f"; 8 GPUs: {ALLREDUCE8_SHARP_SOURCE}, pass floor {found.allreduce8_floor:g} ({found.floors_source})")
+    if kind == "busbw" and ring is not None and tuple(ring[:2]) == ("all_reduce", 8) and found.allreduce8_floor:
+        said = f"; 8 GPUs: {ALLREDUCE8_SHARP_SOURCE}, pass floor {found.allreduce8_floor:g} ({found.floors_source})"
+        nbytes, at = (ring[2] if len(ring) > 2 else None), found.allreduce8_floor_bytes
+        if nbytes is not None and at is not None and nbytes < at:  # the floor is a larger message's
+            return ALLREDUCE8_SHARP, None, f"{said} at {at / 1024**3:g} GiB, {FLOOR_OF_ANOTHER_SIZE}"
+        return ALLREDUCE8_SHARP, found.allreduce8_floor, said
     return found.nvlink_gbps, None, ""
 
 
 def _pair_expected(kind: str, gpu: dict[str, Any], found: Model, pair: Any,
-                   ring: tuple[str, int] | None = None) -> Expected:  # fmt: skip
+                   ring: tuple | None = None) -> Expected:  # fmt: skip
     """A GPU pair's (or a ring's slowest pair's) expected figure from the path NVML says it has (``pair``: a
     ``topology.PairPath``): NVLink at the model's healthy link count, else the PCIe link."""
     what = "NVLink per direction" + (", as nccl-tests reads busbw" if kind == "busbw" else "")
@@ -308,15 +321,16 @@ def _pair_expected(kind: str, gpu: dict[str, Any], found: Model, pair: Any,
                           f"x{gpu['pcie_width']} as trained, per direction, after encoding")  # fmt: skip
 
 
-def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple[str, int] | None = None) -> Expected:
+def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple | None = None) -> Expected:
     """The expected figure of ``kind`` on the GPU ``gpu`` (a ``devbench.engine.devices.describe()`` GPU entry).
 
     ``kind``: ``h2d`` or ``d2h`` (pinned host memory, GB/s: what a healthy host reaches over the GPU's whole
     link, ``LINK_COPY``, else the link's rate after encoding), ``device_copy`` (GB/s read plus written: a
     public measured figure, else the datasheet), ``peer`` (GB/s GPU -> GPU, one direction), ``busbw`` (an NCCL
     collective's bus bandwidth, GB/s), ``matmul:<dtype>`` and ``achievable:<dtype>`` (TFLOP/s: what a
-    best-shape product reaches, else the datasheet). ``ring``: a busbw's (op, ranks), for the floor of an 8-GPU
-    all_reduce; a pass floor of a fleet health check sets ``floor`` where one is public."""
+    best-shape product reaches, else the datasheet). ``ring``: a busbw's (op, ranks, message bytes), for the floor
+    of an 8-GPU all_reduce; a pass floor of a fleet health check sets ``floor`` where one is public (and set at a
+    message no larger than this one)."""
     name = gpu.get("name")
     found = model(name)
     if kind in ("h2d", "d2h"):
@@ -371,7 +385,7 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple[str, 
 
 def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = False, throttle: list[str] | None = None,
           path: str | None = None, clock_mhz: float | None = None, pair: Any = None,
-          ring: tuple[str, int] | None = None) -> Health:  # fmt: skip
+          ring: tuple | None = None) -> Health:  # fmt: skip
     """``ok``, ``low`` (below the expected figure's floor, else ``LOW_SHARE`` of it, with the likely reason),
     ``unknown`` (and why), or ``not judged`` (a pageable copy: ``PAGEABLE_NOTE``).
 
@@ -428,5 +442,7 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
         reasons.append(lowered)
     why = "; ".join(reasons) if reasons else "no reason could be read from the machine's state"
     below = (f"below its pass floor {want.floor:.4g}, " if want.floor is not None
+             else f"below {LOW_SHARE:.0%} of it (its public pass floor is a larger message's), "
+             if FLOOR_OF_ANOTHER_SIZE in want.source
              else f"below {LOW_SHARE:.0%} of it (no public pass floor), ")  # fmt: skip
     return Health("low", share, f"{share:.0%} of {basis}, {below}{why}")

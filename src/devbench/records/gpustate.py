@@ -28,25 +28,36 @@ from devbench.records.files import append_jsonl, read_jsonl
 GPUSTATE_DIR = Path(".asv") / "gpustate"
 
 #: NVML clock-event reason bits that mean "held back", by name (idle and application
-#: clock settings are not throttling; sync boost follows another GPU)
+#: clock settings are not throttling; sync boost follows another GPU): nvidia-ml-py's
+#: clock-throttle reason constants, by value (``tests/test_nvml_names.py`` holds them to the installed module)
 THROTTLE_BITS = {
     "sw_power_cap": 0x4,
     "hw_slowdown": 0x8,
     "sw_thermal_slowdown": 0x20,
     "hw_thermal_slowdown": 0x40,
     "hw_power_brake_slowdown": 0x80,
+    "board_limit": 0x200,
+    "reliability": 0x400,
 }
 OTHER_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sync_boost": 0x10, "display_clock_setting": 0x100}
+_KNOWN_BITS = sum({**THROTTLE_BITS, **OTHER_BITS}.values())
+
+
+def _unknown(mask: int) -> list[str]:
+    """Bits of ``mask`` that no name here has (a newer driver's reason), each as its hex value: never dropped."""
+    rest = mask & ~_KNOWN_BITS
+    return [f"unknown_{1 << b:#x}" for b in range(rest.bit_length()) if rest >> b & 1]
 
 
 def reasons(mask: int) -> list[str]:
     """Names of the clock-event reason bits set in ``mask``."""
-    return [name for name, bit in {**THROTTLE_BITS, **OTHER_BITS}.items() if mask & bit]
+    return [name for name, bit in {**THROTTLE_BITS, **OTHER_BITS}.items() if mask & bit] + _unknown(mask)
 
 
 def throttling(mask: int) -> list[str]:
-    """Names of the reasons in ``mask`` that hold the clocks down."""
-    return [name for name, bit in THROTTLE_BITS.items() if mask & bit]
+    """Names of the reasons in ``mask`` that hold the clocks down; a bit no name here has counts, by its value
+    (a verdict names it rather than reading the GPU as free)."""
+    return [name for name, bit in THROTTLE_BITS.items() if mask & bit] + _unknown(mask)
 
 
 _NVML: Any = None
@@ -113,6 +124,25 @@ def nvml_identity(nv: Any, handle: Any) -> dict[str, Any]:
     return {"uuid": uuid, "pci_bus_id": bus}
 
 
+def all_handles(nv: Any) -> list[Any]:
+    """NVML's handle of each GPU it counts, by NVML index; None for one this process may not open (NVML counts the
+    GPUs a cgroup or a scheduler hides, and ``nvmlDeviceGetHandleByIndex`` raises ``NoPermission`` for those)."""
+    try:
+        count = nv.nvmlDeviceGetCount()
+    except Exception:  # noqa: BLE001 - NVML without devices
+        return []
+    out = []
+    for i in range(count):
+        try:
+            out.append(nv.nvmlDeviceGetHandleByIndex(i))
+        except Exception:  # noqa: BLE001 - no permission, lost off the bus: that GPU alone is unknown
+            out.append(None)
+    return out
+
+
+_NO_IDENTITY = {"uuid": None, "pci_bus_id": None}
+
+
 def snapshot(cuda: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """One record per GPU NVML sees, or [] without NVML. Never raises.
 
@@ -125,10 +155,12 @@ def snapshot(cuda: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         return []
     out = []
     try:
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-        identities = [nvml_identity(nv, h) for h in handles]
+        handles = all_handles(nv)
+        identities = [nvml_identity(nv, h) if h is not None else _NO_IDENTITY for h in handles]
         cuda_of = {m: c for c, m in enumerate(match_nvml(cuda or [], identities)) if m is not None}
         for i, h in enumerate(handles):
+            if h is None:  # a GPU this process may not open: no record of it
+                continue
             get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
                 nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
             )
@@ -206,17 +238,35 @@ def _cuda_device(record: dict[str, Any]) -> int | None:
     return record["cuda_index"] if "cuda_index" in record else record.get("index", 0)
 
 
-def while_timed(records: Sequence[dict[str, Any]], cls: str, params: dict[str, Any], gpu: int = 0,
+def figure_gpu(params: Any) -> int:
+    """The CUDA device whose state judges a figure with ``params``: a route's source (``route`` "1->0": 1), else
+    device 0, where a single-GPU figure runs (the first device its process sees)."""
+    route = params.get("route") if isinstance(params, dict) else None
+    if isinstance(route, str) and "->" in route:
+        try:
+            return int(route.strip(" '\"").split("->", 1)[0])
+        except ValueError:
+            pass
+    return 0
+
+
+def on_figure_gpu(record: dict[str, Any]) -> bool:
+    """Whether ``record`` is the state of the GPU its figure ran on (``figure_gpu``, in CUDA's numbering)."""
+    return _cuda_device(record) == figure_gpu(record.get("params"))
+
+
+def while_timed(records: Sequence[dict[str, Any]], cls: str, params: dict[str, Any], gpu: int | None = None,
                 figure: str | None = None) -> dict | None:  # fmt: skip
     """CUDA device ``gpu``'s state while ``figure`` (a method's name) of benchmark class ``cls`` ("module.Class")
     at ``params`` was timed: the newest record of its own measured blocks (``timed``), else of set-up to tear-down
     (``during``), or None. A record keyed by another figure (a twin timed from the same workload) is not its
     state; one keyed by none (asv's own process, one figure each) is. The GPU is the one the figure ran on
-    (``cuda_index``), never NVML's device of the same number: under ``CUDA_VISIBLE_DEVICES=2,3`` CUDA's device 0 is
-    NVML's 2. Its ``sm_clock_mhz`` (median), ``throttling`` (every
+    (``cuda_index``; ``figure_gpu`` unless ``gpu`` names it), never NVML's device of the same number: under
+    ``CUDA_VISIBLE_DEVICES=2,3`` CUDA's device 0 is NVML's 2. Its ``sm_clock_mhz`` (median), ``throttling`` (every
     reason seen) and ``pcie_gen``/``pcie_width`` (the link under that load) are what ``devbench.records.expected.judge``
     reads."""
     want = {k: v for k, v in params.items()}
+    gpu = figure_gpu(want) if gpu is None else gpu
     for phase in ("timed", "during"):
         found = [r for r in records if r.get("benchmark") == cls and r.get("phase") == phase
                  and r.get("params") == want and _cuda_device(r) == gpu
@@ -239,6 +289,10 @@ def read_now(nv: Any, handles: Sequence[Any]) -> list[dict[str, Any]]:
     )
     out = []
     for h in handles:
+        if h is None:  # a GPU this process may not open (``all_handles``): nothing read, its place kept
+            out.append({"sm_clock_mhz": None, "power_w": None, "temperature_c": None, "throttling": [],
+                        "pcie_gen": None, "pcie_width": None})  # fmt: skip
+            continue
         mask = _read(get_reasons, h) if get_reasons else None
         power = _read(nv.nvmlDeviceGetPowerUsage, h)
         out.append(
@@ -314,9 +368,8 @@ class Sampler:
         nv = _nvml()
         if nv is None:
             return None
-        try:
-            handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-        except Exception:  # noqa: BLE001 - NVML without devices: nothing to sample
+        handles = all_handles(nv)
+        if not any(h is not None for h in handles):  # NVML without devices it may open: nothing to sample
             return None
         return lambda: read_now(nv, handles)
 
@@ -371,11 +424,9 @@ def nvlink_sent_bytes(nv: Any, handle: Any) -> int | None:
 def cuda_handles(nv: Any, cuda: Sequence[dict[str, Any]]) -> list[Any]:
     """The NVML handle of each CUDA device in ``cuda`` (``devices.cuda_identities()``), matched by UUID,
     else PCI bus id, never by index; None where NVML has no such GPU."""
-    try:
-        every = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-    except Exception:  # noqa: BLE001 - NVML without devices
-        return [None] * len(cuda)
-    return [every[m] if m is not None else None for m in match_nvml(cuda, [nvml_identity(nv, h) for h in every])]
+    every = all_handles(nv)
+    identities = [nvml_identity(nv, h) if h is not None else _NO_IDENTITY for h in every]
+    return [every[m] if m is not None else None for m in match_nvml(cuda, identities)]
 
 
 def nvlink_between(nv: Any, src: Any, dst: Any) -> bool | None:

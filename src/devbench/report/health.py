@@ -41,14 +41,15 @@ NO_LINK = "the machine's asv record names no PCIe link (devbench machine records
 
 
 def verdict(kind: str, measured: float, gpu: dict[str, Any], state: dict[str, Any] | None = None,
-            path: str | None = None, pair: Any = None, ring: tuple[str, int] | None = None) -> Any:
+            path: str | None = None, pair: Any = None, ring: tuple | None = None) -> Any:
     """The verdict on one GPU figure (``expected.Health``): ``kind`` as ``expected`` names it (``h2d``, ``d2h``,
     ``pageable``, ``device_copy``, ``matmul:<dtype>``, ``peer``, ``busbw``), ``gpu`` the machine's facts (its
     model's name and the PCIe link its asv record names), ``state`` what was recorded while the figure was timed
     (``state_of``): the link a copy trained at under load replaces the record's, the board's power limits and
     the clock and throttle reasons a product ran at go to ``expected.judge``. ``path``: how a GPU pair's copy
     travelled; ``pair``: the NVML path it (or a ring's slowest pair) is judged on; ``ring``: a busbw's (op,
-    ranks), which decides whether a public pass floor applies."""
+    ranks, message bytes), which decides whether a public pass floor applies (a floor set at a larger message
+    does not)."""
     from devbench.records.expected import PAGEABLE_NOTE, Health, judge
 
     if kind == "pageable":
@@ -185,7 +186,7 @@ def health(frame: pd.DataFrame, throughput: pd.DataFrame, bandwidth: pd.DataFram
             if gpu is None or not pd.notna(r.busbw):
                 continue
             health_ = verdict("busbw", float(r.busbw), gpu, pair=_ring_pair(peers, str(r.machine), int(r.world)),
-                              ring=(str(r.op), int(r.world)))  # fmt: skip
+                              ring=(str(r.op), int(r.world), int(r.nbytes)))  # fmt: skip
             figure = f"{r.op} busbw, {r.world} GPUs, {spec.size_label(int(r.nbytes))}"
             rows.append([where(r), figure, float(r.busbw), "GB/s", health_.verdict, health_.share, health_.reason])
     return pd.DataFrame(rows, columns=cols)
@@ -332,7 +333,7 @@ def _judged(out: pd.DataFrame, frame: pd.DataFrame, peers: pd.DataFrame | None) 
         elif kind == "peer":
             path = paths.get((row["machine"], row["env"], row["commit"], str(row.get("route")), int(nbytes[i])))
         elif kind == "busbw":
-            ring = (str(row["op"]), int(float(row["world"])))
+            ring = (str(row["op"]), int(float(row["world"])), int(nbytes[i]))
             pair = _ring_pair(peers, machine, ring[1])
         state = state_of(row.to_dict())
         got = verdict(kind, float(value[i]), gpu, state, path=path, pair=pair, ring=ring)

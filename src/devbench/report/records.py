@@ -66,7 +66,9 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     figure was timed (the ``during`` records of ``gpustate.Sampler``), NaN without them;
     ``gpu_reasons`` the throttle reasons seen then (comma-separated), and ``gpu_pcie_gen`` and
     ``gpu_pcie_width`` the PCIe link as it trained under that work; ``gpu_power_limit_w`` and
-    ``gpu_default_power_limit_w`` the board's power limit then and NVML's default for it.
+    ``gpu_default_power_limit_w`` the board's power limit then and NVML's default for it. A process records every
+    GPU it sees: ``gpu_throttled`` counts any of them (a figure may use more than one), every other column only
+    the GPU the figure ran on (``gpustate.figure_gpu``), so an idle neighbour's clock or limit never judges it.
     """
     recs = gpustate.load(folder)
     if not recs or frame.empty:
@@ -76,7 +78,9 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     if not recs:
         return frame
     g = pd.DataFrame(recs)
-    g = g.assign(params=g["params"].map(_label), when=pd.to_datetime(g["time"], unit="s", utc=True))
+    # a process records every GPU it sees; the figure's own (gpustate.figure_gpu) is the one it is judged by
+    g = g.assign(params=g["params"].map(_label), when=pd.to_datetime(g["time"], unit="s", utc=True),
+                 own_gpu=[gpustate.on_figure_gpu(r) for r in recs])  # fmt: skip
     g = g.rename(columns={"benchmark": "cls"})
     if "figure" not in g.columns:
         g["figure"] = None
@@ -113,21 +117,26 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
         clk_hi=("sm_clock_mhz", "max"),
         temp=("temperature_c", "max"),
         power=("power_w", "max"),
+        own=("own_gpu", "any"),
     )
     per["throttled"] = per["active"] | (per["pv"].fillna(0) > 0) | (per["tv"].fillna(0) > 0)
-    by_row = per.groupby(level="row").agg(
-        throttled=("throttled", "any"), clk_lo=("clk_lo", "min"), clk_hi=("clk_hi", "max"),
-        temp=("temp", "max"), power=("power", "max"),
+    # throttled: any GPU the process saw (a figure may use more than one; it only leaves a point out of step
+    # detection); the state's text: the figure's own GPU
+    by_row = per.groupby(level="row").agg(throttled=("throttled", "any"))
+    own = per[per["own"]].groupby(level="row").agg(
+        clk_lo=("clk_lo", "min"), clk_hi=("clk_hi", "max"), temp=("temp", "max"), power=("power", "max"),
     )  # fmt: skip
     text = (
-        "SM " + by_row["clk_lo"].map("{:.0f}".format) + "-" + by_row["clk_hi"].map("{:.0f}".format) + " MHz, "
-        + by_row["temp"].map("{:.0f}".format) + " C max, " + by_row["power"].map("{:.0f}".format) + " W max"
+        "SM " + own["clk_lo"].map("{:.0f}".format) + "-" + own["clk_hi"].map("{:.0f}".format) + " MHz, "
+        + own["temp"].map("{:.0f}".format) + " C max, " + own["power"].map("{:.0f}".format) + " W max"
     )  # fmt: skip
     throttled = pd.Series(pd.NA, index=frame.index, dtype="boolean")
     state = pd.Series(None, index=frame.index, dtype=object)
     throttled.iloc[by_row.index.to_numpy()] = by_row["throttled"].to_numpy()
-    state.iloc[by_row.index.to_numpy()] = text.to_numpy()
+    state.iloc[text.index.to_numpy()] = text.to_numpy()
     out = frame.assign(gpu_throttled=throttled, gpu_state=state)
+    # from here on, only the GPU the figure ran on: another GPU's clock, reasons or limit never judge it
+    m = m[m["own_gpu"]]
     # sampled while the figure was timed (gpustate.Sampler): the clock and power the figure ran at
     phase = m["phase"] if "phase" in m.columns else pd.Series("", index=m.index)
     timed_rows = set(m.loc[phase == "timed", "row"])

@@ -171,7 +171,14 @@ def _torchrun_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -
 def _local_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -> int:
     from devbench.records.files import default_machine
     from devbench.workloads.collectives import HEADER, sweep_rank
-    from devbench.worlds.world import RankFailed, WorldTimeout, backend_reason, resolve_backend, spawn_world
+    from devbench.worlds.world import (
+        RankFailed,
+        RanksStuck,
+        WorldTimeout,
+        backend_reason,
+        resolve_backend,
+        spawn_world,  # fmt: skip
+    )
 
     backend = resolve_backend(args.backend, args.nproc)
     reason = backend_reason(backend, args.nproc)
@@ -190,7 +197,7 @@ def _local_main(args: argparse.Namespace, ops: list[str], sizes: list[int]) -> i
             backend=backend,
             timeout_s=args.timeout,
         )[0]
-    except (RankFailed, WorldTimeout) as exc:
+    except (RankFailed, WorldTimeout, RanksStuck) as exc:  # a stuck rank: named, its GPU held, no traceback
         print(f"devbench collectives: {exc}", file=sys.stderr)
         return 1
     if not args.no_write:

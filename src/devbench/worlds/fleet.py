@@ -124,12 +124,12 @@ def identity(device: Any, rank: int, local_rank: int) -> dict[str, Any]:
         from devbench.records import gpustate
 
         pynvml.nvmlInit()
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            if gpustate.match_nvml([out], [gpustate.nvml_identity(pynvml, h)]) == [0]:
+        for i, h in enumerate(gpustate.all_handles(pynvml)):
+            if h is not None and gpustate.match_nvml([out], [gpustate.nvml_identity(pynvml, h)]) == [0]:
+                out["nvml_index"] = i  # before the serial, which some boards do not report
                 serial = pynvml.nvmlDeviceGetSerial(h)
                 out["serial"] = serial.decode() if isinstance(serial, bytes) else serial
-                out["nvml_index"] = i
+                break
     except Exception:  # noqa: BLE001 - no NVML, or no serial on this board: the rest identifies it
         pass
     return out
@@ -409,7 +409,7 @@ def _torchrun_main(args: argparse.Namespace) -> int:
 
 
 def _local_main(args: argparse.Namespace) -> int:
-    from devbench.worlds.world import RankFailed, WorldTimeout, resolve_backend, spawn_world
+    from devbench.worlds.world import RankFailed, RanksStuck, WorldTimeout, resolve_backend, spawn_world
 
     backend = resolve_backend("auto", args.nproc)
     print(f"# devbench fleet: {backend}, {args.nproc} local ranks (spawned; no torchrun)", flush=True)
@@ -417,7 +417,7 @@ def _local_main(args: argparse.Namespace) -> int:
         ranks = spawn_world(rank_main, args.nproc, args=(backend, args.slow_rank, args.quick, args.slow_factor),
                             backend=backend,
                             timeout_s=args.timeout)  # fmt: skip
-    except (RankFailed, WorldTimeout) as exc:
+    except (RankFailed, WorldTimeout, RanksStuck) as exc:  # a stuck rank: named, its GPU held, no traceback
         print(f"devbench fleet: {exc}", file=sys.stderr)
         return 1
     return _finish(args, ranks, backend)
