@@ -44,6 +44,9 @@ WORLD_S = 900.0
 MARGIN_S = 30.0
 #: the least time a world's sweep is started with (its rows at 3 blocks each take seconds on NVLink)
 MIN_SWEEP_S = 10.0
+#: the least a pre-flight is given where the time left is short of ``PREFLIGHT_S`` and a sweep (a gloo pre-flight
+#: took 1.4 s on the VM); one that does not end by then is named with the time it had
+PREFLIGHT_MIN_S = 10.0
 
 
 class Collectives(Benchmark):
@@ -70,6 +73,9 @@ class Collectives(Benchmark):
     plan_last = [{"backend": ["nccl"]}]
     plan_setup_s = 0.0
     plan_s = 0.0
+    #: what a world needs of its gpu-run stage when the set-up cache starts (below, it starts none): gpu-run plans
+    #: no point of this class into a stage that leaves less
+    plan_min_stage_s = MARGIN_S + PREFLIGHT_MIN_S + MIN_SWEEP_S
     figures_in_setup_cache = True  # devbench compare: one pair of figures per pair of processes
 
     def setup_cache(self):
@@ -94,10 +100,14 @@ class Collectives(Benchmark):
                 # a one-element all_reduce first, within a minute: a world whose NCCL init hangs (no P2P in a VM,
                 # a wrong network interface) is skipped with the ranks' own lines, not waited on for the sweep's
                 # 15 minutes
-                if deadline - time.monotonic() <= PREFLIGHT_S:  # a pre-flight and a sweep no longer fit
+                # bounded by what is left: a pre-flight and then at least a short sweep end before the deadline
+                pre_s = min(PREFLIGHT_S, deadline - time.monotonic() - MIN_SWEEP_S)
+                if pre_s < PREFLIGHT_MIN_S:  # a pre-flight and a sweep no longer fit
                     worlds[f"{backend}/{world}"] = {"skip": f"no time left {bound}"}
                     continue
-                failed = preflight(world, backend)
+                failed = preflight(world, backend, timeout_s=pre_s)
+                if failed and pre_s < PREFLIGHT_S:
+                    failed += f" (it had {pre_s:.0f} s of its {PREFLIGHT_S:g}: what was left {bound})"
                 if failed:
                     worlds[f"{backend}/{world}"] = {"skip": failed}
                     if STUCK in failed:

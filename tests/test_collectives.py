@@ -421,7 +421,7 @@ def test_a_world_that_fails_or_sticks_loses_only_itself_and_a_stuck_rank_starts_
     monkeypatch.setattr(B, "WORLDS", [2, 4, 8, 16])
     monkeypatch.setattr(B, "BACKENDS", ("gloo",))
     monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
-    monkeypatch.setattr(B, "preflight", lambda world, backend: None)
+    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: None)
     monkeypatch.setattr(B, "_read", lambda *a: True)
     monkeypatch.setattr(B, "spawn_world", world_run)
     worlds = B.Collectives().setup_cache()
@@ -442,7 +442,8 @@ def test_a_preflight_whose_rank_sticks_keeps_later_worlds_of_its_backend_off_the
     monkeypatch.setattr(B, "WORLDS", [2, 4])
     monkeypatch.setattr(B, "BACKENDS", ("gloo",))
     monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
-    monkeypatch.setattr(B, "preflight", lambda world, backend: f"pre-flight: {stuck}" if world == 2 else None)
+    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: f"pre-flight: {stuck}" if world == 2
+                        else None)  # fmt: skip
     monkeypatch.setattr(B, "_read", lambda *a: True)
     monkeypatch.setattr(B, "spawn_world", lambda *a, **k: pytest.fail("no world may start on a stuck rank's device"))
     worlds = B.Collectives().setup_cache()
@@ -468,20 +469,36 @@ def test_under_gpu_run_the_worlds_end_before_the_stage_is_stopped(monkeypatch):
     monkeypatch.setattr(B, "WORLDS", [2, 4])
     monkeypatch.setattr(B, "BACKENDS", ("gloo",))
     monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
-    monkeypatch.setattr(B, "preflight", lambda world, backend: None)
+    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: None)
     monkeypatch.setattr(B, "_read", lambda *a: True)
     monkeypatch.setattr(B, "spawn_world", world_run)
     monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.MARGIN_S + B.PREFLIGHT_S + 100))
     worlds = B.Collectives().setup_cache()
     assert set(worlds) == {"gloo/2", "gloo/4"} and all("rows" in w for w in worlds.values())
     assert all(t <= B.PREFLIGHT_S + 101 for _, t in started)  # the stage's end less the margin, not 900 s
-    monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.MARGIN_S + B.PREFLIGHT_S - 1))
+    # a stage shorter than the pre-flight's 60 s: the pre-flight gets what a sweep leaves of it, and the world runs
+    given = []
+    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: given.append(timeout_s))
+    monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.Collectives.plan_min_stage_s + 20))
+    started.clear()
+    worlds = B.Collectives().setup_cache()
+    assert all("rows" in w for w in worlds.values()) and len(started) == 2
+    assert B.PREFLIGHT_MIN_S <= given[0] < B.PREFLIGHT_S
+    assert all(t <= given[0] + B.MIN_SWEEP_S + 1 for _, t in started)
+    # what gpu-run is told the class needs (plan_min_stage_s) is what it refuses below
+    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: "the pre-flight failed: a timeout")
+    monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.Collectives.plan_min_stage_s + 5))
+    worlds = B.Collectives().setup_cache()
+    assert "(it had " in worlds["gloo/2"]["skip"] and "before gpu-run's stage ends" in worlds["gloo/2"]["skip"]
+    monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.Collectives.plan_min_stage_s - 1))
     started.clear()
     worlds = B.Collectives().setup_cache()
     assert started == [] and worlds["gloo/2"]["skip"] == "no time left before gpu-run's stage ends"
-    monkeypatch.setattr(B, "preflight", lambda world, backend: time.sleep(0.2))  # a pre-flight that took its time
-    monkeypatch.setattr(B, "MIN_SWEEP_S", 1e6)
+    clock = [1000.0]
     monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.MARGIN_S + B.PREFLIGHT_S + 100))
+    monkeypatch.setattr(B.time, "monotonic", lambda: clock[0])
+    # a pre-flight that overran its bound (ending its world took long): no sweep starts in what it left
+    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: clock.__setitem__(0, clock[0] + 150))
     worlds = B.Collectives().setup_cache()
     assert started == [] and worlds["gloo/2"]["skip"] == "no time left for the sweep after the pre-flight"
 

@@ -819,6 +819,20 @@ def test_a_stage_made_a_search_only_where_asv_saved_a_figure_of_it(tmp_path):
     got = valued_since(results / "vm", sha, 1_000_000 - 1, plan.points)
     assert got == {f32.selector}  # the bfloat16 search failed or was never reached: nothing of it came back
     assert valued_since(results / "vm", sha, 1_000_000 + 10, plan.points) == set()  # started before the stage
+    # the summary tells a point tried but given no figure (a skip in its set-up: a world left no time) from one
+    # measured
+    from types import SimpleNamespace
+
+    from devbench.gpu.gpupack import Summary
+
+    for p in plan.points:
+        p.done = True
+    run = SimpleNamespace(repo=tmp_path / "repo", started_at=1_000_000 - 1)
+    (run.repo / ".asv").mkdir(parents=True)
+    (run.repo / ".asv" / "results").symlink_to(results)
+    text = Summary(run, plan, "vm", sha).text()
+    assert "2 points measured or tried" in text and "of those, 1 gave no figure" in text
+    assert f"no figure: {name}: 1 point(s), e.g. {bf16.label}" in text
 
 
 def test_a_replan_prices_a_workload_not_yet_built_at_its_classs_slowest_build():

@@ -681,3 +681,32 @@ def test_a_journal_prices_each_workload_from_the_newest_process_that_built_it(tm
     (tmp_path / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     _, builds = recorded_from(tmp_path / "journal.jsonl")
     assert builds == {("built", "bench_m.Mat", "'cpu'", "64"): 1.3, ("built", "bench_m.Mat", "'cpu'", "128"): 0.9}
+
+
+def test_a_world_goes_only_into_a_stage_that_leaves_its_set_up_what_it_needs_to_start():
+    """A world's set-up refuses to start with less than its class's ``plan_min_stage_s`` of its stage left (its
+    pre-flight, a least sweep, the margin after): the plan keeps its points out of a shorter stage, counting asv's
+    start and the classes asv runs before it, rather than plan points that would only say "no time left"."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    bench = importlib.import_module("benchmarks.bench_collectives")
+    need = bench.Collectives.plan_min_stage_s
+    assert need == bench.MARGIN_S + bench.PREFLIGHT_MIN_S + bench.MIN_SWEEP_S
+    grid = ([["gloo"], [2]], ["backend", "world"])
+    world = _bench("bench_c.Coll.track_busbw", *grid, plan_setup_s=0.0, plan_s=0.0, figures_in_setup_cache=True,
+                   plan_min_stage_s=need)  # fmt: skip
+    before = _bench("bench_a.First.track_x", *grid, plan_setup_s=5.0, plan_s=0.0)
+    plan = P.make_plan({b["name"]: b for b in (world, before)}, lambda s: True, COSTS, budget_s=1000, reserve_s=0)
+    by = {p.benchmark: p for p in plan.points}
+    assert by["bench_c.Coll.track_busbw"].min_stage_s == need and by["bench_a.First.track_x"].min_stage_s == 0
+    ahead = plan.estimate_s(points=[by["bench_a.First.track_x"]], group=lambda p: "fill")
+    kept = list(by.values())
+    assert P.room_to_start(plan, kept, "fill", ahead + need + 1) == kept
+    alone = P.room_to_start(plan, [by["bench_c.Coll.track_busbw"]], "fill", COSTS.stage_call_s + need + 1)
+    assert alone == [by["bench_c.Coll.track_busbw"]]  # nothing before it: asv's start alone
+    short = P.room_to_start(plan, kept, "fill", ahead + need - 1)
+    assert short == [by["bench_a.First.track_x"]]
+    assert (by["bench_c.Coll.track_busbw"].state, by["bench_c.Coll.track_busbw"].reason) == ("dropped", P.SHORT_STAGE)

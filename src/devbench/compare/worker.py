@@ -204,7 +204,7 @@ def _attr(bench, name: str, default=None):
 #: what ``devbench gpu-run`` plans with: asv's timing attributes and the suite's plan declarations
 #: (``devbench.gpu.plan``): its headline points and its own estimates of set-up and figure time
 _PLANNED = ("rounds", "repeat", "sample_time", "warmup_time", "timeout", "headline", "plan_gpus", "plan_setup_s",
-            "plan_s", "plan_cache_s", "plan_needs", "plan_last", "skips", "swept", "sample_cap",
+            "plan_s", "plan_cache_s", "plan_needs", "plan_last", "plan_min_stage_s", "skips", "swept", "sample_cap",
             "built_by")  # fmt: skip
 
 

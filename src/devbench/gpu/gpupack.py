@@ -229,9 +229,28 @@ class Summary:
                 by.setdefault(p.benchmark, []).append(p.label or "(no params)")
         for name, labels in by.items():
             lines.append(f"  cut: {name}: {len(labels)} point(s), e.g. {labels[0]}")
+        lines += self._no_figure()
         if self.stopped:
             lines.append(f"  stopped: {self.stopped}")
         return "\n".join(lines)
+
+
+    def _no_figure(self) -> list[str]:
+        """The points an asv stage ran that saved no figure (a skip in set-up, such as a world with no time left to
+        start, or a failure): tried, not measured."""
+        tried = [p for p in self.plan.points if p.state == "run" and p.done]
+        if not tried:
+            return []
+        results = self.run.repo / ".asv" / "results" / self.machine
+        valued = valued_since(results, self.sha, self.run.started_at, tried)
+        empty = [p for p in tried if p.selector not in valued]
+        if not empty:
+            return []
+        by: dict[str, list[str]] = {}
+        for p in empty:
+            by.setdefault(p.benchmark, []).append(p.label or "(no params)")
+        out = [f"  of those, {len(empty)} gave no figure (skipped in their set-up, or failed: asv's log says why)"]
+        return out + [f"  no figure: {name}: {len(labels)} point(s), e.g. {labels[0]}" for name, labels in by.items()]
 
 
 def write_plan(run: Any, plan: Plan, stopped: str = "") -> None:

@@ -385,6 +385,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         # a later fill holds what no stage priced from a run (families first met there): a quarter left free
         margin = stage_margin(plan, lambda p: True, refit_margin(done)) if n == 0 else REFIT_MARGIN
         kept = apart_from_nccl(_refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, margin), last=False)
+        kept = P.room_to_start(plan, kept, "fill", room, _scale(done, plan))
         if not kept:
             break
         code, _, _ = _asv_stage(run, plan, summary, "fill", kept, room, _scale(done, plan), python, machine, sha,
@@ -430,6 +431,7 @@ def _asv_stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python
             if not kept and any(p.reason == P.WAITS_FOR_FILL for p in plan.points):
                 print(f"== asv {name}: left to the fill stage (too long for the {room:.0f} s before the tests)",
                       flush=True)  # fmt: skip
+        kept = P.room_to_start(plan, kept, name, room, _scale(done, plan))  # a world's set-up refuses less
         if not kept:
             continue
         code, estimate, took = _asv_stage(run, plan, summary, name, kept, room, _scale(done, plan), python, machine,

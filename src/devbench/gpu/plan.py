@@ -84,6 +84,29 @@ def defer_late(plan: Plan, kept: list[Point], name: str, room_s: float, scale: f
     return []
 
 
+#: why a point waits: its stage leaves less than its class's set-up needs at its start (``Point.min_stage_s``)
+SHORT_STAGE = "its stage is shorter than its class's set-up needs to start (plan_min_stage_s)"
+
+
+def room_to_start(plan: Plan, kept: list[Point], name: str, room_s: float, scale: float = 1.0) -> list[Point]:
+    """``kept`` less the points whose class's set-up would refuse to start in a stage of ``room_s``: the time left
+    when it starts (the stage less asv's start and the classes asv runs before it, in name order) is below its
+    ``min_stage_s``. Those are dropped with ``SHORT_STAGE``; a later, longer stage may take them."""
+    short = []
+    for p in kept:
+        if not p.min_stage_s:
+            continue
+        before = [q for q in kept if q.benchmark.split(".", 1)[0] < p.benchmark.split(".", 1)[0]]
+        # asv's start, and what runs before it (its estimate holds that start too)
+        ahead = plan.estimate_s(points=before, group=lambda q: name, scale=scale) if before else \
+            plan.costs.stage_call_s  # fmt: skip
+        if room_s - ahead < p.min_stage_s:
+            short.append(p)
+    for p in short:
+        p.state, p.reason = "dropped", SHORT_STAGE
+    return [p for p in kept if p not in short]
+
+
 def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int,
            keep: frozenset[str] = frozenset(), twins: frozenset[str] = frozenset(),
            sweep_cpu: bool = False, same_blocks: Mapping[str, Any] | None = None) -> list[Point]:  # fmt: skip
@@ -133,6 +156,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 read = (bench.get("plan_cache_s") or {}).get("cached_s")
                 point.unit_read_s = float(read) if read is not None else None
             point.late = is_late(bench, values)
+            point.min_stage_s = float(bench.get("plan_min_stage_s") or 0.0)
             point.twin = name in twins
             point.keep = point.selector in keep
             # a point that reads its set-up cache's sweep checks nothing itself: the world checked every op there

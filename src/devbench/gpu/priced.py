@@ -43,6 +43,9 @@ class Point:
     #: another workload's): what this run's build of it is held against (``Plan.build_ratio``)
     built_own: float | None = None
     late: bool = False  # runs in the last asv stage (the class's ``plan_last``): a long search, worlds that may hang
+    #: what its class's set-up needs of its asv stage when it starts (``plan_min_stage_s``: a world's pre-flight,
+    #: least sweep and margin); a shorter stage does not take the point
+    min_stage_s: float = 0.0
     twin: bool = False  # repeats a kept figure's evidence (``spec.TWINS``): first to go within its tier
     keep: bool = False  # read by validate or the health lines (``spec.kept_points``): never dropped
     check: tuple[str, ...] | None = None  # the workload a GPU point checks once per run (its class and values)
