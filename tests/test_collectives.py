@@ -78,6 +78,14 @@ class _Skips(C.Collective):
         pass
 
 
+def _crash_in_teardown(rank, world, nbytes):
+    """A large result, then a teardown that ends the rank at once (as a crash in NCCL's destroy would)."""
+    import torch.distributed as dist
+
+    dist.destroy_process_group = lambda: os._exit(1)
+    return bytes(nbytes)
+
+
 def _broken(rank, world, op):
     import torch
 
@@ -558,3 +566,12 @@ def test_a_stuck_rank_ends_the_command_with_its_reason_not_a_traceback(module, m
     assert cli.main(["--nproc", "2", "--no-write"]) == 1
     err = capsys.readouterr().err
     assert "rank 1 (pid 4242, state D)" in err and "Traceback" not in err
+
+
+def test_a_rank_that_crashes_in_its_teardown_after_its_result_loses_nothing():
+    """The result is in the pipe before the process group's teardown, which may crash the rank: 8 MiB from each rank
+    (more than a pipe holds) come back whole though each rank ends at once in its teardown."""
+    from devbench.worlds.world import spawn_world
+
+    out = spawn_world(_crash_in_teardown, 2, args=(8 << 20,), timeout_s=120)
+    assert [len(o) for o in out] == [8 << 20, 8 << 20]

@@ -710,3 +710,9 @@ def test_a_world_goes_only_into_a_stage_that_leaves_its_set_up_what_it_needs_to_
     short = P.room_to_start(plan, kept, "fill", ahead + need - 1)
     assert short == [by["bench_a.First.track_x"]]
     assert (by["bench_c.Coll.track_busbw"].state, by["bench_c.Coll.track_busbw"].reason) == ("dropped", P.SHORT_STAGE)
+    # a re-plan into a room too short for the world leaves that room to the points that can use it
+    P.fit(plan, COSTS.stage_call_s + need - 1, group=lambda p: "fill")
+    assert by["bench_c.Coll.track_busbw"].state == "dropped" and by["bench_c.Coll.track_busbw"].reason == P.SHORT_STAGE
+    assert by["bench_a.First.track_x"].state == "run"
+    P.fit(plan, 1000, group=lambda p: "fill")
+    assert by["bench_c.Coll.track_busbw"].state == "run"

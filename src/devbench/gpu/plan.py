@@ -281,6 +281,11 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
     elsewhere = {p.benchmark for p in plan.points if p.state == "run" and (p.done or p.tier not in tiers)}
     for p in candidates:
         p.state, p.reason = "dropped", "over the time budget"
+    # a point whose class's set-up would refuse a stage this short (``room_to_start``) leaves the room to others
+    short = [p for p in candidates if p.min_stage_s and p.min_stage_s + plan.costs.stage_call_s > seconds]
+    for p in short:
+        p.reason = SHORT_STAGE
+    candidates = [p for p in candidates if p not in short]
     calls: set[str] = set()
     caches: set[tuple[str, str]] = set()
     units: set[tuple] = set()  # (unit, stage), and (unit, values, stage): a unit's row paid once in a stage

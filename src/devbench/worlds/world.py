@@ -212,12 +212,23 @@ def _rank_main(
             # peer"). A barrier holds every rank until all are connected.
             dist.barrier()
         out = fn(rank, world, *args)
-        results.put((rank, True, out))
+        _send(results, (rank, True, out))
     except BaseException as exc:  # noqa: BLE001 - the parent reports it with the rank
-        results.put((rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        _send(results, (rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _send(results: Any, item: tuple) -> None:
+    """Put ``item`` and wait until the queue's feeder thread has written it to the pipe: the teardown after it (NCCL's
+    destroy_process_group) may crash the rank, and an item still in the thread's buffer would die with it."""
+    try:
+        results.put(item)
+        results.close()
+        results.join_thread()
+    except ValueError:  # closed already: the result went first, this is a failure after it
+        pass
 
 
 def _stop(procs: Sequence[Any]) -> list[tuple[int, int, str]]:
