@@ -395,7 +395,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
             break
     for p in plan.points:
         if p.state == "dropped" and p.reason in ("over the time budget", P.WAITS_FOR_FILL, WAITS_WITHOUT_WORLDS,
-                                                 WAITS_AFTER_SWEPT):  # fmt: skip
+                                                 WAITS_AFTER_SWEPT, P.SHORT_STAGE):  # fmt: skip
             p.reason = f"not started: {run.stuck}" if run.stuck else "no time left for it"
     if run.stuck:  # nvidia-smi can hang on a GPU a stuck process holds, past any limit (its child cannot be killed)
         (run.out / "smi-after.txt").write_text(f"nvidia-smi not run: {run.stuck}\n")
