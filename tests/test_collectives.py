@@ -494,10 +494,15 @@ def test_under_gpu_run_the_worlds_end_before_the_stage_is_stopped(monkeypatch):
     assert B.PREFLIGHT_MIN_S <= given[0] < B.PREFLIGHT_S
     assert all(t <= given[0] + B.MIN_SWEEP_S + 1 for _, t in started)
     # what gpu-run is told the class needs (plan_min_stage_s) is what it refuses below
-    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: "the pre-flight failed: a timeout")
+    timed_out = f"the pre-flight failed: ranks [1] {B.UNFINISHED} 25 s; every rank was stopped"
+    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: timed_out)
     monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.Collectives.plan_min_stage_s + 5))
     worlds = B.Collectives().setup_cache()
     assert "(it had " in worlds["gloo/2"]["skip"] and "before gpu-run's stage ends" in worlds["gloo/2"]["skip"]
+    # a failure that is not its bound running out is not put down to the stage
+    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: "the pre-flight failed: rank 1 ...")
+    worlds = B.Collectives().setup_cache()
+    assert worlds["gloo/2"]["skip"] == "the pre-flight failed: rank 1 ..."
     monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.Collectives.plan_min_stage_s - 1))
     started.clear()
     worlds = B.Collectives().setup_cache()

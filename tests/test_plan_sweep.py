@@ -686,7 +686,9 @@ def test_a_journal_prices_each_workload_from_the_newest_process_that_built_it(tm
 def test_a_world_goes_only_into_a_stage_that_leaves_its_set_up_what_it_needs_to_start():
     """A world's set-up refuses to start with less than its class's ``plan_min_stage_s`` of its stage left (its
     pre-flight, a least sweep, the margin after): the plan keeps its points out of a shorter stage, counting asv's
-    start and the classes asv runs before it, rather than plan points that would only say "no time left"."""
+    start, the groups asv runs before the world's set-up cache (by ``setup_cache`` key, each where its first
+    benchmark falls in name order) and the set-up process's import, rather than plan points that would only say
+    "no time left"."""
     import importlib
     import sys
     from pathlib import Path
@@ -697,22 +699,26 @@ def test_a_world_goes_only_into_a_stage_that_leaves_its_set_up_what_it_needs_to_
     assert need == bench.MARGIN_S + bench.PREFLIGHT_MIN_S + bench.MIN_SWEEP_S
     grid = ([["gloo"], [2]], ["backend", "world"])
     world = _bench("bench_c.Coll.track_busbw", *grid, plan_setup_s=0.0, plan_s=0.0, figures_in_setup_cache=True,
-                   plan_min_stage_s=need)  # fmt: skip
-    before = _bench("bench_a.First.track_x", *grid, plan_setup_s=5.0, plan_s=0.0)
-    plan = P.make_plan({b["name"]: b for b in (world, before)}, lambda s: True, COSTS, budget_s=1000, reserve_s=0)
-    by = {p.benchmark: p for p in plan.points}
-    assert by["bench_c.Coll.track_busbw"].min_stage_s == need and by["bench_a.First.track_x"].min_stage_s == 0
-    ahead = plan.estimate_s(points=[by["bench_a.First.track_x"]], group=lambda p: "fill")
+                   plan_min_stage_s=need, setup_cache="bench_c:75")  # fmt: skip
+    first = _bench("bench_a.First.track_x", *grid, plan_setup_s=5.0, plan_s=0.0)
+    last = _bench("bench_z.Last.track_x", *grid, plan_setup_s=3.0, plan_s=0.0)
+    listing = {b["name"]: b for b in (world, first, last)}
+    plan = P.make_plan(listing, lambda s: True, COSTS, budget_s=1000, reserve_s=0)
+    by = {p.benchmark.split(".")[1]: p for p in plan.points}
+    assert by["Coll"].min_stage_s == need and by["First"].min_stage_s == 0 and by["Coll"].cache_key == "bench_c:75"
+    # asv runs every benchmark without a set-up cache as one group, where the first of them falls: both ahead
+    assert {p.benchmark for p in P.ahead_of(list(by.values()), by["Coll"])} == {first["name"], last["name"]}
+    assert P.ahead_of([by["Coll"], by["Last"]], by["Coll"]) == []  # a group whose first benchmark sorts later
+    pair = [by["First"], by["Last"]]
+    ahead = plan.estimate_s(points=pair, group=lambda p: "fill") + COSTS.import_s
     kept = list(by.values())
-    assert P.room_to_start(plan, kept, "fill", ahead + need + 1) == kept
-    alone = P.room_to_start(plan, [by["bench_c.Coll.track_busbw"]], "fill", COSTS.stage_call_s + need + 1)
-    assert alone == [by["bench_c.Coll.track_busbw"]]  # nothing before it: asv's start alone
-    short = P.room_to_start(plan, kept, "fill", ahead + need - 1)
-    assert short == [by["bench_a.First.track_x"]]
-    assert (by["bench_c.Coll.track_busbw"].state, by["bench_c.Coll.track_busbw"].reason) == ("dropped", P.SHORT_STAGE)
-    # a re-plan into a room too short for the world leaves that room to the points that can use it
-    P.fit(plan, COSTS.stage_call_s + need - 1, group=lambda p: "fill")
-    assert by["bench_c.Coll.track_busbw"].state == "dropped" and by["bench_c.Coll.track_busbw"].reason == P.SHORT_STAGE
-    assert by["bench_a.First.track_x"].state == "run"
+    assert P.room_to_start(plan, kept, "fill", ahead + need + 0.5) == kept
+    alone = P.room_to_start(plan, [by["Coll"]], "fill", COSTS.stage_call_s + COSTS.import_s + need + 0.5)
+    assert alone == [by["Coll"]]  # nothing ahead: asv's start and its own process's import alone
+    short = P.room_to_start(plan, kept, "fill", ahead + need - 0.5)
+    assert short == pair and (by["Coll"].state, by["Coll"].reason) == ("dropped", P.SHORT_STAGE)
+    # a re-plan without the world leaves its room to the others; it waits, dropped, for a later stage
+    P.fit(plan, 1000, group=lambda p: "fill", exclude=[by["Coll"]])
+    assert (by["Coll"].state, by["Coll"].reason) == ("dropped", P.SHORT_STAGE) and by["First"].state == "run"
     P.fit(plan, 1000, group=lambda p: "fill")
-    assert by["bench_c.Coll.track_busbw"].state == "run"
+    assert by["Coll"].state == "run"

@@ -236,8 +236,9 @@ class Summary:
 
 
     def _no_figure(self) -> list[str]:
-        """The points an asv stage ran that saved no figure (a skip in set-up, such as a world with no time left to
-        start, or a failure): tried, not measured."""
+        """The points an asv stage ran that saved no number: a skip in set-up (a world with no time left to start),
+        a failure, or a figure that is NaN where nothing could be counted (``PeerCopy.track_nvlink_share`` without
+        NVML's counters): asv keeps all three as NaN."""
         tried = [p for p in self.plan.points if p.state == "run" and p.done]
         if not tried:
             return []
@@ -249,7 +250,8 @@ class Summary:
         by: dict[str, list[str]] = {}
         for p in empty:
             by.setdefault(p.benchmark, []).append(p.label or "(no params)")
-        out = [f"  of those, {len(empty)} gave no figure (skipped in their set-up, or failed: asv's log says why)"]
+        out = [f"  of those, {len(empty)} gave no figure (skipped in their set-up, failed, or not a number where "
+               "nothing could be counted: asv's log says which)"]
         return out + [f"  no figure: {name}: {len(labels)} point(s), e.g. {labels[0]}" for name, labels in by.items()]
 
 

@@ -324,8 +324,15 @@ def _refit(run: Run, plan: P.Plan, room_s: float, scale: float, name: str, take,
     stages after it."""
     before = {id(p) for p in plan.kept() if not p.done}
     later = lambda p: name if take(p) else "later"  # noqa: E731  (one more asv call for whatever runs after)
-    P.fit(plan, room_s * (1.0 - margin), scale=scale, group=later)
-    kept = [p for p in plan.kept() if not p.done and take(p)]
+    short: list[P.Point] = []  # a set-up that would not start in this stage: fitted again without it
+    for _ in range(3):
+        P.fit(plan, room_s * (1.0 - margin), scale=scale, group=later, exclude=short)
+        kept = [p for p in plan.kept() if not p.done and take(p)]
+        fitted = P.room_to_start(plan, kept, name, room_s, scale)
+        if len(fitted) == len(kept):
+            break
+        short += [p for p in kept if p not in fitted]
+    kept = fitted
     now = {id(p) for p in plan.kept() if not p.done}
     back, gone = len(now - before), len(before - now)
     if back or gone:

@@ -40,7 +40,7 @@ gpu-run's listing, ``devbench.gpu.asvrun``).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devbench.gpu.declared import (  # noqa: F401 - the plan's names for what a class declares
@@ -90,21 +90,32 @@ SHORT_STAGE = "its stage is shorter than its class's set-up needs to start (plan
 
 def room_to_start(plan: Plan, kept: list[Point], name: str, room_s: float, scale: float = 1.0) -> list[Point]:
     """``kept`` less the points whose class's set-up would refuse to start in a stage of ``room_s``: the time left
-    when it starts (the stage less asv's start and the classes asv runs before it, in name order) is below its
-    ``min_stage_s``. Those are dropped with ``SHORT_STAGE``; a later, longer stage may take them."""
+    when that set-up reads it is below its ``min_stage_s``. Ahead of it are asv's start, one round of the groups
+    asv runs before its own (``ahead_of``) and its own process's import of the suite. Those points are dropped
+    with ``SHORT_STAGE``; a later, longer stage may take them."""
     short = []
     for p in kept:
         if not p.min_stage_s:
             continue
-        before = [q for q in kept if q.benchmark.split(".", 1)[0] < p.benchmark.split(".", 1)[0]]
-        # asv's start, and what runs before it (its estimate holds that start too)
-        ahead = plan.estimate_s(points=before, group=lambda q: name, scale=scale) if before else \
-            plan.costs.stage_call_s  # fmt: skip
-        if room_s - ahead < p.min_stage_s:
+        before = ahead_of(kept, p)
+        one_round = (plan.estimate_s(points=before, group=lambda q: name, scale=scale) - plan.costs.stage_call_s) \
+            / max(1, plan.rounds) if before else 0.0  # fmt: skip
+        if room_s - plan.costs.stage_call_s - one_round - plan.costs.import_s < p.min_stage_s:
             short.append(p)
     for p in short:
         p.state, p.reason = "dropped", SHORT_STAGE
     return [p for p in kept if p not in short]
+
+
+def ahead_of(points: list[Point], point: Point) -> list[Point]:
+    """The ``points`` asv runs before ``point``'s set-up cache in one round: asv groups a call's benchmarks by
+    their ``setup_cache`` key (those without one form one group), each group where its first benchmark falls in
+    name order (asv.runner.run_benchmarks' ``benchmark_order``)."""
+    order: dict[str | None, int] = {}
+    for q in sorted(points, key=lambda q: q.benchmark):
+        order.setdefault(q.cache_key, len(order))
+    mine = order.get(point.cache_key, len(order))
+    return [q for q in points if order[q.cache_key] < mine]
 
 
 def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int,
@@ -157,6 +168,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 point.unit_read_s = float(read) if read is not None else None
             point.late = is_late(bench, values)
             point.min_stage_s = float(bench.get("plan_min_stage_s") or 0.0)
+            point.cache_key = bench.get("setup_cache")
             point.twin = name in twins
             point.keep = point.selector in keep
             # a point that reads its set-up cache's sweep checks nothing itself: the world checked every op there
@@ -262,7 +274,8 @@ def _order(candidates: list[Point]) -> list[Point]:
     return sorted(candidates, key=lambda p: (not p.keep, p.tier, p.twin, p.rank, p.benchmark, p.idx))
 
 
-def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: float = 1.0, group=None) -> None:
+def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: float = 1.0, group=None,
+        exclude: Sequence[Point] = ()) -> None:  # fmt: skip
     """Keep the points of ``tiers`` not yet run, in priority order, while the estimate fits in ``seconds``; the
     others are dropped. Called for the first plan and again after every stage. A point costs its estimate
     times what its benchmark really cost so far (``Plan.scales``), else times ``scale``, as do the asv
@@ -270,7 +283,8 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
 
     A benchmark's first point is kept whatever it costs, unless the benchmark has points kept or run
     elsewhere: a family is never dropped whole; so is every point validate and the health lines read
-    (``Point.keep``). ``group(point)``
+    (``Point.keep``), but for those in ``exclude`` (a stage too short for their set-up to start: they wait for a
+    later one). ``group(point)``
     names the asv stage a kept point will run in (default ``stage_of``): each adds one asv call and its
     set-up caches; a workload already checked by a point that ran is not checked again. Once a point is kept,
     the other figures of its workload (not a twin) are kept next where they fit: in its stage they cost their
@@ -281,11 +295,12 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
     elsewhere = {p.benchmark for p in plan.points if p.state == "run" and (p.done or p.tier not in tiers)}
     for p in candidates:
         p.state, p.reason = "dropped", "over the time budget"
-    # a point whose class's set-up would refuse a stage this short (``room_to_start``) leaves the room to others
-    short = [p for p in candidates if p.min_stage_s and p.min_stage_s + plan.costs.stage_call_s > seconds]
-    for p in short:
-        p.reason = SHORT_STAGE
-    candidates = [p for p in candidates if p not in short]
+    # the points ``room_to_start`` found this stage too short for leave their room to others
+    left_out = {id(p) for p in exclude}
+    for p in candidates:
+        if id(p) in left_out:
+            p.reason = SHORT_STAGE
+    candidates = [p for p in candidates if id(p) not in left_out]
     calls: set[str] = set()
     caches: set[tuple[str, str]] = set()
     units: set[tuple] = set()  # (unit, stage), and (unit, values, stage): a unit's row paid once in a stage

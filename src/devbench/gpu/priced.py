@@ -46,6 +46,9 @@ class Point:
     #: what its class's set-up needs of its asv stage when it starts (``plan_min_stage_s``: a world's pre-flight,
     #: least sweep and margin); a shorter stage does not take the point
     min_stage_s: float = 0.0
+    #: its class's ``setup_cache`` key (asv's ``setup_cache_key``; None: none): asv runs a stage's benchmarks in
+    #: groups by that key, each group where its first benchmark falls in name order (``room_to_start``)
+    cache_key: str | None = None
     twin: bool = False  # repeats a kept figure's evidence (``spec.TWINS``): first to go within its tier
     keep: bool = False  # read by validate or the health lines (``spec.kept_points``): never dropped
     check: tuple[str, ...] | None = None  # the workload a GPU point checks once per run (its class and values)

@@ -31,6 +31,7 @@ __all__ = [
     "PREFLIGHT_S",
     "RanksStuck",
     "STUCK",
+    "UNFINISHED",
     "WorldTimeout",
     "backend_reason",
     "join_torchrun",
@@ -64,11 +65,15 @@ class RankFailed(RuntimeError):
         self.rank = rank
 
 
+#: what a ``WorldTimeout`` message says, and so a pre-flight's reason where it ran out of its time
+UNFINISHED = "did not finish within"
+
+
 class WorldTimeout(TimeoutError):
     """The world did not finish within its time limit; ``ranks`` are those still running."""
 
     def __init__(self, ranks: Sequence[int], timeout_s: float, detail: str = "") -> None:
-        super().__init__(f"ranks {list(ranks)} did not finish within {timeout_s:g} s; every rank was stopped"
+        super().__init__(f"ranks {list(ranks)} {UNFINISHED} {timeout_s:g} s; every rank was stopped"
                          + (f"\n{detail}" if detail else ""))  # fmt: skip
         self.ranks = list(ranks)
 
