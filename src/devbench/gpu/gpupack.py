@@ -234,7 +234,6 @@ class Summary:
             lines.append(f"  stopped: {self.stopped}")
         return "\n".join(lines)
 
-
     def _no_figure(self) -> list[str]:
         """The points an asv stage ran that saved no number: a skip in set-up (a world with no time left to start),
         a failure, or a figure that is NaN where nothing could be counted (``PeerCopy.track_nvlink_share`` without
