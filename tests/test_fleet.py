@@ -146,3 +146,44 @@ def test_a_spawned_rank_takes_its_own_device_whatever_local_rank_it_inherited(mo
     assert bound == [3] and out["identity"]["local_rank"] == 3
     F.rank_main(3, 4, "nccl", None, quick=True, local_rank=1)  # torchrun's own, on its node
     assert bound == [3, 1]
+
+
+def test_a_board_without_a_serial_keeps_its_nvml_index(monkeypatch):
+    """``nvmlDeviceGetSerial`` raises NotSupported on some boards: the rank is still named by its NVML index (read
+    first), and a GPU this process may not open costs nothing."""
+    import types
+
+    import torch
+
+    from devbench.engine import devices
+
+    pynvml = pytest.importorskip("pynvml")
+
+    class Board:
+        """Two GPUs NVML counts: the first this process may not open, the second CUDA's device 0."""
+
+        def nvmlInit(self):
+            pass
+
+        def nvmlDeviceGetCount(self):
+            return 2
+
+        def nvmlDeviceGetHandleByIndex(self, i):
+            if i == 0:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+            return i
+
+        def nvmlDeviceGetUUID(self, h):
+            return "GPU-bbbb"
+
+        def nvmlDeviceGetPciInfo(self, h):
+            return types.SimpleNamespace(busId=b"00000000:86:00.0")
+
+        def nvmlDeviceGetSerial(self, h):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    monkeypatch.setitem(sys.modules, "pynvml", Board())
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
+    monkeypatch.setattr(devices, "cuda_identities", lambda count=None: [{"uuid": "GPU-bbbb", "pci_bus_id": None}])
+    out = F.identity(torch.device("cuda", 0), 0, 0)
+    assert out["nvml_index"] == 1 and "serial" not in out and out["uuid"] == "GPU-bbbb"
