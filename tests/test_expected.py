@@ -145,3 +145,21 @@ def test_a_lowered_power_limit_is_a_fault_named_never_an_excuse():
     assert copy.verdict == "ok" and "lowered from the board's default" in copy.reason
     assert E.lowered_limit({"power_limit_w": 699.0, "default_power_limit_w": 700.0}) is None  # rounding
     assert E.lowered_limit({"power_limit_w": 700.0}) is None  # no default read: nothing claimed
+
+
+def test_a_product_at_the_power_limit_is_judged_against_what_the_model_sustains_where_a_source_says_it():
+    """gpu-fryer's table gives an H100 SXM's held bf16 8192 x 8192 products as ~730 TFLOP/s. A product under
+    sw_power_cap on one is judged against that, not the burst figure scaled by its clock: a board that caps at
+    1,000 MHz at its default limit (too many watts for its clock) reads low, where the clock would excuse it."""
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "power_limit_w": 700.0, "default_power_limit_w": 700.0}
+    capped = {"throttle": ["sw_power_cap"]}
+    healthy = E.judge(700.0, "matmul:bfloat16", h100, clock_mhz=1600.0, **capped)
+    assert healthy.verdict == "ok" and "730 sustained" in healthy.reason and "gpu-fryer" in healthy.reason
+    sick = E.judge(434.0, "matmul:bfloat16", h100, clock_mhz=1000.0, **capped)
+    assert sick.verdict == "low" and "below 70% of it (no public pass floor)" in sick.reason
+    half = E.judge(700.0, "matmul:float16", h100, clock_mhz=1600.0, **capped)  # one datasheet rate with bf16
+    assert "730 sustained" in half.reason and "float16 has bfloat16's datasheet rate" in half.reason
+    # no cap: a burst, against mamf-finder's burst figure; no sustained figure (tf32, an H200): the clock rule
+    assert "794.5 (" in E.judge(750.0, "matmul:bfloat16", h100, clock_mhz=1980.0).reason
+    assert E.sustained(E.model("NVIDIA H200"), "bfloat16") is None
+    assert "at 1515 of 1830 MHz" in E.judge(693.0, "matmul:bfloat16", H200, clock_mhz=1515.0, **capped).reason

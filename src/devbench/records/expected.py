@@ -14,8 +14,9 @@ where nothing better exists):
 * a GPU -> GPU copy (``PeerCopy``, each pair of ``PeerMatrix``): the model's NVLink bandwidth per
   direction (datasheet), or, on a model without NVLink, the PCIe link as trained;
 * a collective's bus bandwidth (NCCL): the same link, one direction, as nccl-tests reads busbw;
-* a matrix product: what a best-shape product reaches (mamf-finder's table), else the datasheet,
-  judged at the clock it ran at where the board's power limit held it (``HEALTHY_CAPS``).
+* a matrix product: what a best-shape product reaches (mamf-finder's table), else the datasheet; one the
+  board's power limit held (``HEALTHY_CAPS``) against what a board of the model sustains at that limit
+  (gpu-fryer's table, ``Model.sustained``), else at the clock it ran at.
 
 One table (``MODELS``) holds every model's figures; models are matched by whole name. ``judge`` gives
 ``ok``, ``low`` (below the floor, with the likely reason: a link trained below its maximum, peer access
@@ -101,6 +102,10 @@ class Model:
     pair_floor: float | None = None
     allreduce8_floor: float | None = None
     floors_source: str = ""
+    #: what a product held at the board's power limit sustains (a stress test's 8192 x 8192 products), by dtype, and
+    #: its source: a run under ``sw_power_cap`` is judged against it rather than the burst figure at its clock
+    sustained: dict[str, float] = field(default_factory=dict)
+    sustained_source: str = ""
     #: the message the all_reduce floor is set at (the health check's nccl-tests size): a smaller one is judged
     #: against ``LOW_SHARE`` of the expected figure, not that floor (below the plateau of a large message)
     allreduce8_floor_bytes: int | None = None
@@ -115,6 +120,9 @@ _HOPPER = {"float32": 67.0, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4}
 _HOPPER_NVL = {"float32": 60.0, "tf32": 417.5, "bfloat16": 835.5, "float16": 835.5}
 _A100 = {"float32": 19.5, "tf32": 156.0, "bfloat16": 312.0, "float16": 312.0}
 _MAMF = "mamf-finder's table (stas00/ml-engineering, compute/accelerator/README.md)"
+#: gpu-fryer's reference table: sustained TFLOP/s of 8192 x 8192 products held for its run (no absolute pass rule:
+#: it passes a GPU within 10% of the node's best)
+_FRYER = "gpu-fryer's reference table (huggingface/gpu-fryer README), 8192 x 8192 products held"
 _AZHC_H100 = "azurehpc-health-checks, conf/nd96isr_h100_v5"
 _AZHC_H200 = "azurehpc-health-checks, conf/nd96isr_h200_v5"
 #: the message those configs' all_reduce check runs (``check_nccl_allreduce <floor> 1 16G``)
@@ -134,7 +142,8 @@ MODELS: list[Model] = [
           pair_floor=335.0, allreduce8_floor=431.0, floors_source=_AZHC_H200, allreduce8_floor_bytes=_AZHC_BYTES,
           nvlink_links=18),
     Model((r"GH200( \d+GB)?",), "GH200", None, None, "NVIDIA GH200 datasheet: memory and NVLink differ by variant",
-          _HOPPER, "NVIDIA GH200 datasheet", {"bfloat16": 828.6}, f"{_MAMF}: GH200 828.6", _HOPPER_CLOCK),
+          _HOPPER, "NVIDIA GH200 datasheet", {"bfloat16": 828.6}, f"{_MAMF}: GH200 828.6", _HOPPER_CLOCK,
+          sustained={"bfloat16": 705.0}, sustained_source=f"{_FRYER}: GH200 480GB ~705"),
     Model(("H100 NVL",), "H100 NVL", 3900.0, 300.0, "NVIDIA H100 datasheet (NVL): 3.9 TB/s HBM3, NVLink 600 GB/s",
           _HOPPER_NVL, "NVIDIA H100 datasheet (NVL)", nvlink_links=12, bridged=True),
     Model(("H100 PCIe",), "H100 PCIe", 2000.0, 300.0, "NVIDIA H100 datasheet (PCIe): 2.0 TB/s HBM2e, NVLink 600 GB/s",
@@ -145,7 +154,8 @@ MODELS: list[Model] = [
           {"bfloat16": 794.5}, f"{_MAMF}: H100 SXM 794.5", _HOPPER_CLOCK,
           2900.0, "Azure AI-benchmarking-guide, ND_H100_v5 HBM table: STREAM Copy 2.90 TB/s read plus written",
           nvlink_links=18, pair_floor=335.0, allreduce8_floor=460.0, floors_source=_AZHC_H100,
-          allreduce8_floor_bytes=_AZHC_BYTES),
+          allreduce8_floor_bytes=_AZHC_BYTES, sustained={"bfloat16": 730.0},
+          sustained_source=f"{_FRYER}: H100 80GB HBM3 ~730"),
     Model(("A100-SXM4-80GB",), "A100 SXM 80GB", 2039.0, 300.0,
           "NVIDIA A100 datasheet (SXM 80GB): 2,039 GB/s, NVLink 600", _A100, "NVIDIA A100 datasheet",
           {"bfloat16": 271.2}, f"{_MAMF}: A100 SXM 271.2", nvlink_links=12),
@@ -383,6 +393,19 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple | Non
                      f"achievable:<dtype>")  # fmt: skip
 
 
+def sustained(found: Model | None, dtype: str) -> tuple[float, str] | None:
+    """What a board of the model sustains at its power limit in ``dtype`` and where that is said (float16 takes
+    bfloat16's where the datasheet gives both one rate), or None where no public figure says it."""
+    if found is None:
+        return None
+    if dtype in found.sustained:
+        return found.sustained[dtype], found.sustained_source
+    twin = HALF_TWINS.get(dtype, "")
+    if twin in found.sustained and found.peaks.get(dtype) and found.peaks.get(dtype) == found.peaks.get(twin):
+        return found.sustained[twin], f"{found.sustained_source}; {dtype} has {twin}'s datasheet rate on this GPU"
+    return None
+
+
 def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = False, throttle: list[str] | None = None,
           path: str | None = None, clock_mhz: float | None = None, pair: Any = None,
           ring: tuple | None = None) -> Health:  # fmt: skip
@@ -390,8 +413,10 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     ``unknown`` (and why), or ``not judged`` (a pageable copy: ``PAGEABLE_NOTE``).
 
     ``throttle``: the throttle reasons recorded while the figure ran; ``clock_mhz``: its SM clock then. A
-    product that ran under a healthy power cap (``HEALTHY_CAPS``) below the clock its datasheet assumes is
-    judged at that clock, unless the board's limit was lowered (``lowered_limit``: a fault named in the verdict,
+    product that ran under a healthy power cap (``HEALTHY_CAPS``) is judged against what a board of its model
+    sustains at its limit where a public figure says it (``sustained``: no clock then excuses a board that needs
+    too many watts for its clock), else at the clock it ran at below the one its datasheet assumes; never where the
+    board's limit was lowered (``lowered_limit``: a fault named in the verdict,
     never an excuse; a product held back by it reads low); every reason recorded is named. ``path``: how a
     GPU -> GPU copy travelled, as
     ``PeerPath.label`` names it ("NVLink", "PCIe P2P", "through host", or one of the first two with
@@ -411,12 +436,17 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
         share = measured / want.value
         return Health("low", share, f"{share:.0%} of {want.value:.4g} ({want.source}): {lowered}; the product ran "
                                     f"under it ({', '.join(caps)})")  # fmt: skip
-    if compute and caps and clock_mhz and top and clock_mhz < top:
+    source = want.source
+    held = sustained(found, kind.split(":", 1)[1]) if compute and caps else None
+    if held is not None:  # at the board's power limit: what a board of the model sustains there, no clock excuse
+        at, source = held
+        where = f" sustained ({', '.join(caps)} while it ran: the board at its power limit)"
+    elif compute and caps and clock_mhz and top and clock_mhz < top:
         at = want.value * clock_mhz / top
         where = f" at {clock_mhz:.0f} of {top:.0f} MHz ({', '.join(caps)} while it ran: the board's power limit)"
     floor = want.floor if want.floor is not None else LOW_SHARE * at
     share = measured / at
-    basis = f"{at:.4g}{where} ({want.source})"
+    basis = f"{at:.4g}{where} ({source})"
     healthy_links = found.nvlink_links if found is not None else None
     if pair is not None and healthy_links and 0 < pair.nvlinks < healthy_links:  # a link down is a fault, whatever
         return Health("low", share, f"{share:.0%} of {basis}: NVLink: {pair.nvlinks} of {healthy_links} links "
