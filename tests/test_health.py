@@ -152,6 +152,22 @@ def test_the_csv_gives_the_expected_figure_of_the_facts_its_verdict_used():
     assert (row["health"], row["expected"]) == ("ok", 52.0) and "Gen5 x16" in row["expected_source"]
 
 
+def test_the_csv_gives_the_figure_a_capped_product_was_held_against():
+    """A product under the board's power cap: the CSV's expected figure and its source are what the verdict held it
+    against, a model's sustained figure (an H100: gpu-fryer's 730) or the burst figure at its clock (an H200)."""
+    base = {"machine": "m", "env": "e", "commit": "c" * 40, "date": 1, "status": "ok", "version_current": True,
+            "machine_pcie": None, "benchmark": "bench_matmul.MatmulSquare.track_tflops", "device": "cuda",
+            "dtype": "bfloat16", "n": "8192", "gpu_reasons": "sw_power_cap", "gpu_power_limit_w": 700.0,
+            "gpu_default_power_limit_w": 700.0}  # fmt: skip
+    frame = pd.DataFrame([{**base, "machine_gpu": "1 x NVIDIA H100 80GB HBM3", "gpu_mhz": 1600.0, "value": 700.0},
+                          {**base, "machine": "n", "machine_gpu": "1 x NVIDIA H200", "gpu_mhz": 1515.0,
+                           "value": 693.0}])  # fmt: skip
+    h100, h200 = H.with_health(frame).itertuples()
+    assert (h100.health, h100.expected) == ("ok", 730.0) and "gpu-fryer" in h100.expected_source
+    assert h200.health == "ok" and h200.expected == pytest.approx(794.5 * 1515 / 1830)
+    assert "mamf-finder" in h200.expected_source
+
+
 def test_an_older_peer_matrix_figure_is_not_judged_on_the_newest_sweeps_pairs():
     """The peer records are the newest sweep's: a PeerMatrix figure of an older run is judged without them."""
     base = {"machine": "node", "env": "e", "date": 1, "status": "ok", "version_current": True,

@@ -227,6 +227,10 @@ class Health:
     verdict: str  # ok, low, unknown, not judged
     share: float | None  # measured / expected
     reason: str
+    #: the figure the verdict held it against (the burst figure at the clock it ran, a sustained figure) and that
+    #: figure's source, where one was judged against
+    expected: float | None = None
+    source: str = ""
 
 
 def normal_name(name: str) -> str:
@@ -435,7 +439,7 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     if lowered and compute and caps:  # the lowered limit held the product back: no clock it ran at excuses it
         share = measured / want.value
         return Health("low", share, f"{share:.0%} of {want.value:.4g} ({want.source}): {lowered}; the product ran "
-                                    f"under it ({', '.join(caps)})")  # fmt: skip
+                                    f"under it ({', '.join(caps)})", want.value, want.source)  # fmt: skip
     source = want.source
     held = sustained(found, kind.split(":", 1)[1]) if compute and caps else None
     if held is not None:  # at the board's power limit: what a board of the model sustains there, no clock excuse
@@ -450,13 +454,13 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     healthy_links = found.nvlink_links if found is not None else None
     if pair is not None and healthy_links and 0 < pair.nvlinks < healthy_links:  # a link down is a fault, whatever
         return Health("low", share, f"{share:.0%} of {basis}: NVLink: {pair.nvlinks} of {healthy_links} links "
-                                    f"active")  # fmt: skip
+                                    f"active", at, source)  # fmt: skip
     if measured >= floor:
         above = "; above what it should reach: the machine's facts may be wrong" if share > ABOVE_SHARE else ""
         seen = [t for t in throttle or () if t not in caps or not where]
         noted = f"; throttled while it ran: {', '.join(seen)}" if seen else ""
         noted += f"; {lowered}" if lowered else ""
-        return Health("ok", share, f"{share:.0%} of {basis}{above}{noted}")
+        return Health("ok", share, f"{share:.0%} of {basis}{above}{noted}", at, source)
     reasons = []
     over_pcie = kind in ("h2d", "d2h") or (kind in ("peer", "busbw") and found is not None and not found.nvlink_gbps)
     note = link_note(gpu) if over_pcie else None
@@ -475,4 +479,4 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
              else f"below {LOW_SHARE:.0%} of it (its public pass floor is a larger message's), "
              if FLOOR_OF_ANOTHER_SIZE in want.source
              else f"below {LOW_SHARE:.0%} of it (no public pass floor), ")  # fmt: skip
-    return Health("low", share, f"{share:.0%} of {basis}, {below}{why}")
+    return Health("low", share, f"{share:.0%} of {basis}, {below}{why}", at, source)

@@ -341,7 +341,10 @@ def _judged(out: pd.DataFrame, frame: pd.DataFrame, peers: pd.DataFrame | None) 
             facts = facts_while_timed(kind, gpu, state)
             want = expected(kind, facts, pair, ring) if kind in ("peer", "busbw") else expected(kind, facts)
             out.at[i, "expected"] = want.value if want.value is not None else np.nan
-        out.at[i, "expected_source"] = got.reason if got.verdict in ("not judged", "unknown") else want.source
+        if got.expected is not None:  # what the verdict held it against: a sustained figure, one at its clock
+            out.at[i, "expected"] = got.expected
+        out.at[i, "expected_source"] = (got.reason if got.verdict in ("not judged", "unknown")
+                                        else got.source or want.source)  # fmt: skip
         out.at[i, "health"] = got.verdict
         out.at[i, "health_reason"] = got.reason
     return out
