@@ -165,3 +165,22 @@ def test_a_bridged_pair_with_a_link_down_reads_low_and_names_it():
     assert paths[(0, 1)].nvlinks == 11 and paths[(1, 0)].nvlinks == 11
     health = _judge_pairs({(0, 1): 280.0}, _gpu(nv), paths)[(0, 1)]  # 93% of the bridge's 300 GB/s
     assert health.verdict == "low" and "NVLink: 11 of 12 links active" in health.reason
+
+
+def test_a_driver_that_does_not_say_what_is_at_a_links_end_still_reads_nvswitch(monkeypatch):
+    """Without NVML's NVLink remote device type, an HGX node's links to its NVSwitches point at no GPU: read by NVML's
+    NVLink peer-to-peer status, they are the switches' (18 links a pair), not PCIe; a link down still shows."""
+    import fake_nvml
+
+    def unsupported(self, h, link):
+        raise fake_nvml.NVMLError("NVML_ERROR_FUNCTION_NOT_FOUND")
+
+    monkeypatch.setattr(fake_nvml.FakeNVML, "nvmlDeviceGetNvLinkRemoteDeviceType", unsupported)
+    _, sxm = _paths("8x H100 SXM")
+    assert all(p.nvlinks == 18 and p.switched for p in sxm.values())
+    _, broken = _paths("8x H100 SXM, GPU 3 with a link down")
+    assert {p.nvlinks for k, p in broken.items() if 3 in k} == {17}
+    _, bridged = _paths("2 bridged H100 NVL")  # a bridge's links point at the other GPU: direct, as before
+    assert bridged[(0, 1)].nvlinks == 12 and not bridged[(0, 1)].switched
+    _, pcie = _paths("8 PCIe GPUs, two sockets, two switches")
+    assert all(p.nvlinks == 0 for p in pcie.values())

@@ -9,7 +9,9 @@ return shapes and enum values):
   ``_HOSTBRIDGE`` the CPU's host bridge, ``_NODE`` one NUMA node, ``_SYSTEM`` across sockets);
 * ``nvmlDeviceGetNvLinkState(h, link)`` for each of ``NVML_NVLINK_MAX_LINKS`` links: active or not;
 * ``nvmlDeviceGetNvLinkRemoteDeviceType(h, link)``: a GPU or an NVSwitch at the other end, and
-  ``nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId``: which GPU, where the other end is one.
+  ``nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId``: which GPU, where the other end is one. Where the driver
+  does not give the type, links to no GPU of this process's count as an NVSwitch's for a pair NVML reports
+  NVLink peer-to-peer between (``nvmlDeviceGetP2PStatus``).
 
 A pair joined by NVLink directly has as many links as point from one to the other; through NVSwitches every
 GPU reaches every other over all of its links to the switches, so the pair has the fewer of the two GPUs'.
@@ -60,33 +62,49 @@ def _bus(info: Any) -> str | None:
     return str(bus).upper().lstrip("0") if bus else None
 
 
-def links(nv: Any, handle: Any) -> list[tuple[str | None, bool]]:
-    """Every active NVLink of ``handle``: (the PCI bus id of the GPU at its other end, or None, whether that end is an
-    NVSwitch)."""
+def links(nv: Any, handle: Any) -> list[tuple[str | None, bool | None]]:
+    """Every active NVLink of ``handle``: (the PCI bus id of the device at its other end, or None, whether that end
+    is an NVSwitch: None where the driver does not say)."""
     out = []
     for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS)):
         if _read(getattr(nv, "nvmlDeviceGetNvLinkState", None), handle, link) != 1:  # NVML_FEATURE_ENABLED
             continue
         kind = _read(getattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", None), handle, link)
         remote = _read(getattr(nv, "nvmlDeviceGetNvLinkRemotePciInfo", None), handle, link)
-        out.append((_bus(remote), kind == NVLINK_DEVICE_SWITCH))
+        out.append((_bus(remote), None if kind is None else kind == NVLINK_DEVICE_SWITCH))
     return out
+
+
+def _nvlink_p2p(nv: Any, a: Any, b: Any) -> bool:
+    """Whether NVML reports NVLink peer-to-peer from ``a`` to ``b`` (False where it cannot say)."""
+    index, ok = getattr(nv, "NVML_P2P_CAPS_INDEX_NVLINK", None), getattr(nv, "NVML_P2P_STATUS_OK", None)
+    if index is None or ok is None:
+        return False
+    return _read(getattr(nv, "nvmlDeviceGetP2PStatus", None), a, b, index) == ok
 
 
 def pair_paths(nv: Any, handles: Sequence[Any]) -> dict[tuple[int, int], PairPath]:
     """(i, j) -> how GPU i reaches GPU j, for every ordered pair of ``handles`` (NVML's, in CUDA's order)."""
     buses = [_bus(_read(getattr(nv, "nvmlDeviceGetPciInfo", None), h)) for h in handles]
+    gpus = {b for b in buses if b is not None}
     own = [links(nv, h) for h in handles]
     out = {}
     for i, a in enumerate(handles):
         for j, b in enumerate(handles):
             if i == j:
                 continue
-            direct = sum(1 for bus, switch in own[i] if not switch and bus is not None and bus == buses[j])
+            direct = sum(1 for bus, switch in own[i] if switch is not True and bus is not None and bus == buses[j])
             to_switch = (sum(1 for _, s in own[i] if s), sum(1 for _, s in own[j] if s))
             switched = direct == 0 and min(to_switch) > 0
+            count = min(to_switch) if switched else 0
+            # a driver that does not say what is at a link's end (no NVLink remote device type): links to no GPU
+            # of this process's are an NVSwitch's where NVML reports NVLink peer-to-peer between the two
+            unsaid = (sum(1 for bus, s in own[i] if s is None and bus not in gpus),
+                      sum(1 for bus, s in own[j] if s is None and bus not in gpus))  # fmt: skip
+            if direct == 0 and not switched and min(unsaid) > 0 and _nvlink_p2p(nv, a, b):
+                switched, count = True, min(unsaid)
             level = _read(getattr(nv, "nvmlDeviceGetTopologyCommonAncestor", None), a, b)
-            out[(i, j)] = PairPath(i, j, direct or (min(to_switch) if switched else 0), switched,
+            out[(i, j)] = PairPath(i, j, direct or count, switched,
                                    TOPOLOGY.get(level) if isinstance(level, int) else None)  # fmt: skip
     return out
 
