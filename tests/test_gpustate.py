@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from devbench.engine.suite import Benchmark, instrumented, records_gpu_state
-from devbench.records import gpustate
+from devbench.records import gpustate, nvlink
 from devbench.report.cli import main as report_main
 from devbench.report.load import load_results
 
@@ -247,7 +247,7 @@ def test_a_gpu_nvml_counts_but_this_process_may_not_open_costs_only_itself(monke
     recs = gpustate.snapshot([{"uuid": "GPU-bbbb", "pci_bus_id": None}])
     assert [(r["index"], r["cuda_index"], r["uuid"]) for r in recs] == [(1, 0, "GPU-bbbb")]
     assert gpustate.all_handles(Hidden()) == [None, 1]
-    assert gpustate.cuda_handles(Hidden(), [{"uuid": "GPU-bbbb"}]) == [1]
+    assert nvlink.cuda_handles(Hidden(), [{"uuid": "GPU-bbbb"}]) == [1]
     read = gpustate.Sampler()._reader()
     assert read is not None and [r["sm_clock_mhz"] for r in read()] == [None, 1001]
 
@@ -332,11 +332,11 @@ class _FakeNvml:
 
 def test_nvlink_counters_and_topology_are_read_for_the_cuda_device_named():
     nv, cuda = _FakeNvml(), [{"uuid": "GPU-a"}, {"uuid": "GPU-b"}]  # CUDA 0 is NVML 1
-    assert gpustate.nvlink_reader(1, nv, cuda)() == 7 * 1024
-    assert nv.asked == [[(gpustate.NVLINK_TX_KIB_FIELD, gpustate.ALL_LINKS)]]
-    assert gpustate.nvlink_reader(0, nv, cuda)() is None  # NVML answered with an error for this field
-    assert gpustate.nvlink_joined(0, 1, nv, cuda) is True
-    assert gpustate.nvlink_joined(0, 2, nv, [*cuda, {"uuid": "GPU-z"}]) is None  # a GPU NVML does not see
+    assert nvlink.nvlink_reader(1, nv, cuda)() == 7 * 1024
+    assert nv.asked == [[(nvlink.NVLINK_TX_KIB_FIELD, nvlink.ALL_LINKS)]]
+    assert nvlink.nvlink_reader(0, nv, cuda)() is None  # NVML answered with an error for this field
+    assert nvlink.nvlink_joined(0, 1, nv, cuda) is True
+    assert nvlink.nvlink_joined(0, 2, nv, [*cuda, {"uuid": "GPU-z"}]) is None  # a GPU NVML does not see
 
 
 def test_the_base_class_pins_threads_and_records_unless_the_class_opts_out(monkeypatch):

@@ -38,11 +38,11 @@ def test_every_nvml_name_the_code_uses_exists_in_nvidia_ml_py():
 
 
 def test_the_constants_the_code_copies_have_nvmls_values():
-    from devbench.records import gpustate, topology
+    from devbench.records import nvlink, topology
 
     assert topology.NVLINK_MAX_LINKS == pynvml.NVML_NVLINK_MAX_LINKS
     assert topology.NVLINK_DEVICE_SWITCH == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
-    assert gpustate.NVLINK_TX_KIB_FIELD == pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+    assert nvlink.NVLINK_TX_KIB_FIELD == pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
     levels = {pynvml.NVML_TOPOLOGY_INTERNAL, pynvml.NVML_TOPOLOGY_SINGLE, pynvml.NVML_TOPOLOGY_MULTIPLE,
               pynvml.NVML_TOPOLOGY_HOSTBRIDGE, pynvml.NVML_TOPOLOGY_NODE, pynvml.NVML_TOPOLOGY_SYSTEM}  # fmt: skip
     assert set(topology.TOPOLOGY) == levels

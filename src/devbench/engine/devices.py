@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from devbench.records.gpustate import cuda_handles, nvlink_between
+from devbench.records.nvlink import cuda_handles, nvlink_between
 
 __all__ = [
     "CrossDeviceError",

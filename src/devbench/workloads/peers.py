@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from devbench.engine.devices import cuda_identities
-from devbench.records import gpustate
+from devbench.records import gpustate, nvlink
 from devbench.records.expected import path_label
 from devbench.records.spec import MiB, size_label
 from devbench.workloads.transfer import Copy
@@ -149,7 +149,7 @@ def peer_path(copy: Copy) -> PeerPath:
     src, dst = copy.src_device.index, copy.dst_device.index
     peer = torch.cuda.can_device_access_peer(src, dst)
     ids = cuda_identities()  # NVML matches CUDA's devices by UUID, never by index
-    return trace_path(copy, peer, gpustate.nvlink_joined(src, dst, None, ids), gpustate.nvlink_reader(src, None, ids))
+    return trace_path(copy, peer, nvlink.nvlink_joined(src, dst, None, ids), nvlink.nvlink_reader(src, None, ids))
 
 
 def pair_topology() -> dict:
@@ -160,7 +160,7 @@ def pair_topology() -> dict:
     nv = gpustate._nvml()
     if nv is None:
         return {}
-    handles = gpustate.cuda_handles(nv, cuda_identities())
+    handles = nvlink.cuda_handles(nv, cuda_identities())
     if not handles or any(h is None for h in handles):
         return {}
     try:
