@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from devbench.records.nvlink import nvlink_between
+
 #: NVML's enum values (nvml.h): the common ancestor of two GPUs, and the device at an NVLink's other end
 TOPOLOGY = {0: "board", 10: "PCIe switch", 20: "PCIe switches", 30: "host bridge", 40: "NUMA node",
             50: "across sockets"}  # fmt: skip
@@ -75,14 +77,6 @@ def links(nv: Any, handle: Any) -> list[tuple[str | None, bool | None]]:
     return out
 
 
-def _nvlink_p2p(nv: Any, a: Any, b: Any) -> bool:
-    """Whether NVML reports NVLink peer-to-peer from ``a`` to ``b`` (False where it cannot say)."""
-    index, ok = getattr(nv, "NVML_P2P_CAPS_INDEX_NVLINK", None), getattr(nv, "NVML_P2P_STATUS_OK", None)
-    if index is None or ok is None:
-        return False
-    return _read(getattr(nv, "nvmlDeviceGetP2PStatus", None), a, b, index) == ok
-
-
 def pair_paths(nv: Any, handles: Sequence[Any]) -> dict[tuple[int, int], PairPath]:
     """(i, j) -> how GPU i reaches GPU j, for every ordered pair of ``handles`` (NVML's, in CUDA's order)."""
     buses = [_bus(_read(getattr(nv, "nvmlDeviceGetPciInfo", None), h)) for h in handles]
@@ -101,7 +95,7 @@ def pair_paths(nv: Any, handles: Sequence[Any]) -> dict[tuple[int, int], PairPat
             # of this process's are an NVSwitch's where NVML reports NVLink peer-to-peer between the two
             unsaid = (sum(1 for bus, s in own[i] if s is None and bus not in gpus),
                       sum(1 for bus, s in own[j] if s is None and bus not in gpus))  # fmt: skip
-            if direct == 0 and not switched and min(unsaid) > 0 and _nvlink_p2p(nv, a, b):
+            if direct == 0 and not switched and min(unsaid) > 0 and nvlink_between(nv, a, b):
                 switched, count = True, min(unsaid)
             level = _read(getattr(nv, "nvmlDeviceGetTopologyCommonAncestor", None), a, b)
             out[(i, j)] = PairPath(i, j, direct or count, switched,
