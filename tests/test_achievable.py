@@ -245,3 +245,26 @@ def test_a_search_made_in_an_earlier_stage_is_priced_as_a_read_in_the_stages_aft
     burst.unit_s = 75.0
     P.made(plan, [best])
     assert burst.unit_s == 75.0
+
+
+def test_the_hold_before_a_burst_or_a_sustained_figure_is_capped_only_where_asked(monkeypatch):
+    """``DEVBENCH_HOLD_S`` (make test's dry run) shortens the idle before a burst and the load before a sustained
+    figure's blocks, never the blocks; unset, both last what the caller asks; a bad value is named."""
+    from devbench.engine import bursts
+
+    slept, loaded = [], []
+    monkeypatch.setattr(bursts.time, "sleep", slept.append)
+    monkeypatch.setattr(bursts, "run_for", lambda fn, device, seconds, calls: loaded.append(seconds))
+    monkeypatch.setattr(bursts, "_sampled", lambda fn, device, calls, blocks, sampler: (calls, blocks))
+    monkeypatch.delenv(bursts.HOLD_ENV, raising=False)
+    assert bursts.burst(lambda: None, CPU, 1e-3)[1] == 5 and bursts.sustained(lambda: None, CPU, 1e-3)[1] == 5
+    assert slept == [bursts.BURST_IDLE_S] and loaded == [bursts.SUSTAIN_FIRST_S]
+    monkeypatch.setenv(bursts.HOLD_ENV, "0.1")
+    calls = bursts.sustained(lambda: None, CPU, 1e-3)[0]
+    bursts.burst(lambda: None, CPU, 1e-3, idle_s=0.05)
+    assert loaded[-1] == 0.1 and slept[-1] == 0.05  # a shorter hold than the cap is kept
+    assert calls == bursts.block_calls(1e-3, bursts.SUSTAINED_S / 5)  # the counted blocks as long as before
+    for bad in ("soon", "-1", "nan"):
+        monkeypatch.setenv(bursts.HOLD_ENV, bad)
+        with pytest.raises(ValueError, match="DEVBENCH_HOLD_S"):
+            bursts.sustained(lambda: None, CPU, 1e-3)

@@ -208,9 +208,9 @@ def _project(tmp: Path) -> Path:
     return repo
 
 
-def _gpu_run(tmp_path, repo, *argv, validate=False, tmpdir=None):
+def _gpu_run(tmp_path, repo, *argv, validate=False, tmpdir=None, extra=None):
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1",
-           **({"TMPDIR": str(tmpdir)} if tmpdir else {})}  # fmt: skip
+           **({"TMPDIR": str(tmpdir)} if tmpdir else {}), **(extra or {})}  # fmt: skip
     cmd = [sys.executable, "-m", "devbench.cli", "gpu-run", "--repo", str(repo), "--machine", "cpu-box",
            "--no-tests", *([] if validate else ["--no-validate"]), *argv]  # fmt: skip
     done = run_group(cmd, timeout=300, cwd=repo, env=env)
@@ -280,8 +280,9 @@ def test_the_run_measures_exactly_the_planned_points_and_packs_them(tmp_path):
     out.mkdir()
     (out / "tests.txt").write_text("an earlier run's\n")  # this run leaves the tests out: none of its own
     (out / "notes.md").write_text("the user's\n")
+    # three blocks a figure (DEVBENCH_BLOCKS, as compare fixes them): what is measured, not how precisely
     text = _gpu_run(tmp_path, repo, "--bench", "TinyOp|SameDeviceMove", "--budget-s", "300", "--out", str(out),
-                    tmpdir=scratch)  # fmt: skip
+                    tmpdir=scratch, extra={"DEVBENCH_BLOCKS": "3"})  # fmt: skip
     assert not (out / "tests.txt").exists() and (out / "notes.md").exists()  # nothing of an earlier run read as its
     assert "== asv headline: exit 0" in text and "packed into" in text
     assert "recorded machine 'cpu-box' for asv:" in text  # by the probe, before the plan

@@ -4,6 +4,7 @@ after a short warm-up, and sustained (after the board settles at its power limit
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 
@@ -20,6 +21,24 @@ BURST_S = 0.25
 #: blocks: the clocks and power a long training step settles at (power capping, heat).
 SUSTAIN_FIRST_S = 5.0
 SUSTAINED_S = 2.0
+
+#: Most seconds a burst idles, or a sustained product loads, before the blocks that count (unset: as asked).
+#: ``make test``'s dry run sets it: the same code, without twelve seconds of waiting on the CPU.
+HOLD_ENV = "DEVBENCH_HOLD_S"
+
+
+def held(seconds: float) -> float:
+    """``seconds`` of idle or load before a figure's blocks, at most ``DEVBENCH_HOLD_S`` where that is set."""
+    text = os.environ.get(HOLD_ENV, "")
+    if not text:
+        return seconds
+    try:
+        most = float(text)
+    except ValueError:
+        most = -1.0
+    if not most >= 0:  # also NaN
+        raise ValueError(f"{HOLD_ENV}={text!r}: expected a number of seconds >= 0")
+    return min(seconds, most)
 
 
 def run_for(fn: Callable[[], object], device: torch.device, seconds: float, calls: int) -> float:
@@ -45,7 +64,7 @@ def burst(
     around the blocks only; its ``summary()`` is returned beside the measurement.
     """
     synchronize(device)
-    time.sleep(idle_s)
+    time.sleep(held(idle_s))
     return _sampled(fn, device, block_calls(one_call_s, burst_s / blocks), blocks, sampler)
 
 
@@ -81,7 +100,7 @@ def sustained(
 ) -> tuple[Measurement, list]:
     """``fn`` under load: ``first_s`` of back-to-back work, then ``blocks`` blocks over about ``sustained_s``."""
     calls = block_calls(one_call_s, sustained_s / blocks)
-    run_for(fn, device, first_s, calls)
+    run_for(fn, device, held(first_s), calls)
     return _sampled(fn, device, calls, blocks, sampler)
 
 
