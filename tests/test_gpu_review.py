@@ -103,6 +103,62 @@ def test_the_tf32_override_is_named_and_float32_on_a_gpu_skips(monkeypatch):
     assert M.tf32_override_reason(torch.device("cuda", 0), "float32") is None
 
 
+def test_nvidias_tf32_switch_turned_off_is_named_and_a_tf32_product_on_a_gpu_skips(monkeypatch):
+    """``NVIDIA_TF32_OVERRIDE=0`` turns TF32 off inside cuBLAS: a tf32 figure would be float32's, and its check (TF32's
+    looser tolerance) would pass it; float32, bfloat16 and the CPU are unaffected."""
+    monkeypatch.delenv(M.TF32_OVERRIDE_ENV, raising=False)
+    monkeypatch.setenv(M.NVIDIA_TF32_ENV, "0")
+    with pytest.raises(NotImplementedError, match="NVIDIA_TF32_OVERRIDE=0 turns TF32 off"):
+        M.Matmul(64, "tf32", torch.device("cuda", 0))
+    assert M.tf32_override_reason(torch.device("cuda", 0), "float32") is None
+    assert M.tf32_override_reason(torch.device("cuda", 0), "bfloat16") is None
+    assert M.tf32_override_reason(torch.device("cpu"), "tf32") is None
+    monkeypatch.setenv(M.NVIDIA_TF32_ENV, "1")  # NVIDIA's default: TF32 where the framework asks for it
+    assert M.tf32_override_reason(torch.device("cuda", 0), "tf32") is None
+
+
+def test_a_check_fails_a_call_that_wrote_nothing_whatever_the_memory_held(monkeypatch):
+    """A measuring process reuses device memory across workloads and cudaMalloc does not clear it: a product or a
+    copy whose call wrote nothing must fail its check even where its output already holds the right values."""
+    from devbench.workloads import smallcopies as S
+
+    mm = M.Matmul(64, "float32", torch.device("cpu"))
+    for out, (a, b) in zip(mm.outputs, mm.inputs, strict=True):
+        torch.mm(a, b, out=out)  # what an earlier, identical workload left in the same memory
+    assert mm.check() < M.TOLERANCE["float32"]
+    monkeypatch.setattr(M.torch, "mm", lambda a, b, out: out)  # a product that writes nothing
+    with pytest.raises(AssertionError, match="non-finite output"):
+        mm.check()
+    batch = S.ManySmall("1024x4KiB", torch.device("cpu"))
+    batch.dst.copy_(batch.src)
+    batch.pairs = []  # copies nothing
+    with pytest.raises(AssertionError, match="destination differs from source"):
+        batch.check()
+
+
+def test_the_loggers_copy_is_waited_for_on_its_own_gpu_not_the_current_one(monkeypatch):
+    """``Event.record()`` without a stream records on the current device's stream: a logger on GPU 1 would read its
+    pinned buffer before the copy on GPU 1's stream landed. The event goes on the logger's device's stream."""
+    from devbench import logger as L
+
+    recorded = []
+
+    class Event:
+        def record(self, stream=None):
+            recorded.append(stream)
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(L.torch.cuda, "Event", Event)
+    monkeypatch.setattr(L.torch.cuda, "current_stream", lambda device=None: ("stream of", device))
+    log = L.DeviceLogger(torch.device("cpu"), capacity=4, flush_every=10)
+    log.log(torch.tensor(1.0))
+    log.device = torch.device("cuda", 1)  # as a logger on GPU 1 would be; its buffers stay on the CPU here
+    log.flush()
+    assert recorded == [("stream of", torch.device("cuda", 1))]
+
+
 def test_device_run_names_a_python_it_has_no_wheels_for(tmp_path):
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "device-run.sh", tmp_path / "scripts")

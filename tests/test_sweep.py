@@ -319,14 +319,17 @@ def test_an_error_that_leaves_the_cuda_context_broken_ends_the_process_whatever_
     import sys
     import types
 
-    class Cuda:
-        initialized, broken = True, True
+    class Cuda:  # torch.cuda's is_initialized, device_count and synchronize(device)
+        initialized, broken, gpus, broken_gpu = True, True, 1, 0
 
         def is_initialized(self):
             return self.initialized
 
-        def synchronize(self):
-            if self.broken:
+        def device_count(self):
+            return self.gpus
+
+        def synchronize(self, device=None):
+            if self.broken and (0 if device is None else device) == self.broken_gpu:
                 raise RuntimeError("an illegal memory access was encountered")
 
     cuda = Cuda()
@@ -340,6 +343,9 @@ def test_an_error_that_leaves_the_cuda_context_broken_ends_the_process_whatever_
         raise ValueError("a shape the workload refuses")
     except ValueError as exc:
         assert measuring._failed(exc)["fatal"] is False
+    # a sticky error on the second GPU of a peer copy: a synchronize of the current GPU alone would not see it
+    cuda.broken, cuda.gpus, cuda.broken_gpu = True, 2, 1
+    assert measuring._context_lost() is True
     cuda.initialized, cuda.broken = False, True  # no context of its own: nothing to break
     assert measuring._context_lost() is False
 

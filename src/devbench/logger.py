@@ -81,7 +81,7 @@ class DeviceLogger:
         self._flushed = hi
         if self.device.type == "cuda":
             self._copy_done = torch.cuda.Event()
-            self._copy_done.record()
+            self._copy_done.record(torch.cuda.current_stream(self.device))  # the copy's stream, not the current GPU's
 
     def _wait(self) -> None:
         if self._copy_done is not None:

@@ -219,12 +219,14 @@ def _failed(exc: BaseException) -> dict:
 
 
 def _context_lost() -> bool:
-    """Whether this process made a CUDA context that no longer works: a synchronize raises (a sticky error)."""
+    """Whether this process made a CUDA context that no longer works: a synchronize of any of its GPUs raises (a
+    sticky error; one on GPU 1 of a peer copy is not seen by synchronizing GPU 0)."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return False
     try:
-        torch.cuda.synchronize()
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
     except Exception:  # noqa: BLE001 - any failure here means the context cannot be trusted
         return True
     return False

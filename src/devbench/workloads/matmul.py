@@ -44,15 +44,23 @@ def tf32(enabled: bool) -> Iterator[None]:
 
 #: set (to 1) in NVIDIA's NGC PyTorch images: cuBLAS then runs float32 products in TF32 whatever torch asks
 TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+#: NVIDIA's own switch: 0 turns TF32 off in every NVIDIA library (cuBLAS, cuDNN) whatever torch asks
+NVIDIA_TF32_ENV = "NVIDIA_TF32_OVERRIDE"
 
 
 def tf32_override_reason(device: torch.device, dtype: str) -> str | None:
-    """Why a float32 product on ``device`` would not be float32 here (the TF32 override is on), or None."""
-    value = os.environ.get(TF32_OVERRIDE_ENV, "")
-    if dtype != "float32" or torch.device(device).type != "cuda" or value.strip() in ("", "0"):
+    """Why a float32 or tf32 product on ``device`` would not be what its name says here (an override of TF32 in
+    the environment), or None. A check cannot tell: float32 passes TF32's looser tolerance."""
+    if torch.device(device).type != "cuda":
         return None
-    return (f"{TF32_OVERRIDE_ENV}={value} forces TF32 in cuBLAS under float32, so a float32 figure would be a TF32 "
-            f"one: unset it to measure float32 (the tf32 figures measure TF32)")  # fmt: skip
+    value, off = os.environ.get(TF32_OVERRIDE_ENV, ""), os.environ.get(NVIDIA_TF32_ENV, "")
+    if dtype == "float32" and value.strip() not in ("", "0"):
+        return (f"{TF32_OVERRIDE_ENV}={value} forces TF32 in cuBLAS under float32, so a float32 figure would be a "
+                f"TF32 one: unset it to measure float32 (the tf32 figures measure TF32)")  # fmt: skip
+    if dtype == "tf32" and off.strip() == "0":
+        return (f"{NVIDIA_TF32_ENV}=0 turns TF32 off in NVIDIA's libraries, so a tf32 figure would be a float32 one: "
+                "unset it to measure TF32")  # fmt: skip
+    return None
 
 
 @functools.cache
@@ -185,6 +193,9 @@ class Matmul:
         with tf32(self.allow_tf32):
             for _ in range(self.sets):
                 i = self._next
+                # NaN first: a call that wrote nothing would otherwise pass on what an earlier product left there
+                # (a measuring process reuses memory across workloads, and cudaMalloc does not clear it)
+                self.outputs[i].fill_(float("nan"))
                 # The very call that is timed, checked on a sample of its output rows.
                 start = time.perf_counter()
                 out = self()
