@@ -34,8 +34,14 @@ def named(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows whose params ``benchmarks.json`` names: not a result whose benchmark it lists with another count of
     params, or not at all (``report.table`` labels those ``param0=...``), which no table can place. The tables
     take each machine's ``latest`` of these, so a newer unnamed run does not hide an older named one."""
-    labels = frame["params"].astype(str)
-    return frame[~labels.str.startswith("param0=")]
+    params = frame["params"]
+    if isinstance(params.dtype, pd.CategoricalDtype):  # each label tested once, not once per row
+        unnamed = params.cat.categories.astype(str).str.startswith("param0=")
+        if not unnamed.any():
+            return frame
+        codes = params.cat.codes.to_numpy()
+        return frame[~(np.asarray(unnamed)[codes] & (codes >= 0))]
+    return frame[~params.astype(str).str.startswith("param0=")]
 
 
 def where_label(df: pd.DataFrame) -> pd.Series:
