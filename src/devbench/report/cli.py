@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import sys
 import time
@@ -124,15 +125,17 @@ def _run(args: argparse.Namespace) -> int:
     try:
         # Step detection then the plots (about 1 s each on 1,000 files, one after the other) run in a
         # forked child, on a core of their own; here, on the other, the CSV then the tables, which
-        # take about as long. (The CSV in a thread beside the tables left three jobs on two cores:
-        # the child, the longest, finished last, 0.6 s later on the 1,000-file history.)
+        # take about as long. The steps come back before the plots are drawn: the history's table,
+        # the last to need them, is built here while the child draws. (The CSV in a thread beside
+        # the tables left three jobs on two cores: the child, the longest, finished last, 0.6 s
+        # later on the 1,000-file history.)
         plots = "png" in formats or "html" in formats
-        with Forked(lambda: sections.steps_and_plots(loaded, plots), name="devbench-report-plots") as apart, \
-                staged_dir(out) as tmp:  # fmt: skip
+        job = functools.partial(sections.steps_and_plots, loaded, plots)
+        with Forked(job, name="devbench-report-plots", parts=2) as apart, staged_dir(out) as tmp:
             written = writers.write(None, loaded, tmp, [f for f in formats if f in writers.TABLE_FORMATS])
             rep = sections.build(
                 loaded, pair=pair, factor=args.factor, plots=plots, verdicts=verdicts,
-                verdicts_source=source, verdicts_host=host, apart=apart.result,
+                verdicts_source=source, verdicts_host=host, apart=apart.part,
             )  # fmt: skip
             written += writers.write(rep, loaded, tmp, [f for f in formats if f not in writers.TABLE_FORMATS])
     except OutputError as exc:

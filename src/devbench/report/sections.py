@@ -8,7 +8,7 @@ writes them as Markdown, HTML, CSV and PNG. No torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pandas as pd
 
@@ -279,13 +279,14 @@ def build(
     verdicts: pd.DataFrame | None = None,
     verdicts_source: str = "",
     verdicts_host: str = "",
-    apart: Callable[[], tuple[pd.DataFrame, dict[str, bytes] | None]] | None = None,
+    apart: Callable[[int], pd.DataFrame | dict[str, bytes] | None] | None = None,
 ) -> Report:
     """Every section for this frame; suite-specific ones only where their benchmarks ran.
 
     ``pair`` is the (base, head) of "Between two commits" (``compare.commit_pair``);
-    ``verdicts`` a ``devbench compare`` table; ``apart`` returns ``steps_and_plots`` when that
-    was started elsewhere (``devbench report`` runs it in a forked child).
+    ``verdicts`` a ``devbench compare`` table; ``apart(i)`` returns the i-th value ``steps_and_plots``
+    yields (0 the steps, 1 the plots) when that was started elsewhere (``devbench report`` runs it in a
+    forked child). Every section that does not read the steps is built before they are asked for.
     """
     f = loaded.frame
     cur = f[f["version_current"]]  # what the comparisons read: asv's rule, one version of a benchmark's code
@@ -345,13 +346,10 @@ def build(
         sec = CH.across(cur, by, factor)
         if sec is not None:
             rep.sections.append(sec)
-    found, figures = apart() if apart is not None else (ST.detect(cur), None)
-    hist, flagged = CH.history(cur, attribute(found, cur))
-    if hist is not None:
-        rep.sections.append(hist)
+    after = []  # the sections after the history's, built while the steps are still being found
     older = [p for p in loaded.problems if p.kind == "version"]
     if older:
-        rep.sections.append(Section(
+        after.append(Section(
             "Benchmarks whose code changed within the history",
             f"{len(older)} benchmark(s) have results measured by an older version of their code (asv versions a "
             "benchmark by its source; devbench also by its work_version). The tables show what each machine measured "
@@ -359,13 +357,17 @@ def build(
             "benchmarks.json's, as asv does.", folded=pd.DataFrame({"benchmark": [p.path for p in older],
                                             "older results": [p.message.split(" ", 1)[0] for p in older]}),
             folded_title=f"the {len(older)} benchmarks"))  # fmt: skip
-    rep.sections.append(_all_latest(f))
+    after.append(_all_latest(f))
+    found = apart(0) if apart is not None else ST.detect(cur)
+    hist, flagged = CH.history(cur, attribute(found, cur))
+    rep.sections += [hist, *after] if hist is not None else after
     for sec in rep.sections:
         if sec.title in ("Machines", "Environments"):
             continue
         if not sec.more:  # a clipped table's rows may all be one machine's while the rest are not: keep who
             sec.table = _drop_constant(sec.table)
         sec.folded = _drop_constant(sec.folded)
+    figures = apart(1) if apart is not None else None
     if figures is not None:
         rep.plots.update(figures)
     elif plots:
@@ -390,12 +392,14 @@ def plot_all(loaded: Loaded, steps: pd.DataFrame) -> dict[str, bytes]:
     return out
 
 
-def steps_and_plots(loaded: Loaded, plots: bool) -> tuple[pd.DataFrame, dict[str, bytes] | None]:
-    """Step detection on the current results, then every plot (``None`` when ``plots`` is false).
+def steps_and_plots(loaded: Loaded, plots: bool) -> Iterator[pd.DataFrame | dict[str, bytes] | None]:
+    """Yields step detection on the current results, then every plot (``None`` when ``plots`` is false).
 
     The part of ``build`` that can run apart from the rest (``devbench report`` runs it in a
-    forked child, where matplotlib is imported and draws while the tables are built here).
+    forked child, ``parallel.Forked`` with two parts: the steps go back as soon as they are
+    found, and the history's table is built from them while matplotlib draws there).
     """
     cur = loaded.frame[loaded.frame["version_current"]]
     steps = ST.detect(cur)
-    return steps, (plot_all(loaded, steps) if plots else None)
+    yield steps
+    yield plot_all(loaded, steps) if plots else None
