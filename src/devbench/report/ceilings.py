@@ -73,7 +73,9 @@ def ceiling_values(frame: pd.DataFrame) -> pd.DataFrame:
     cols = ["machine", "env", "device", "ceiling", "commit", "value"]
     if frame.empty or "status" not in frame:
         return pd.DataFrame(columns=cols)
-    ok = frame[(frame["status"] == "ok") & pd.to_numeric(frame["value"], errors="coerce").gt(0)]
+    # the ceilings' benchmarks first: a few rows, not a copy of the whole history
+    wanted = frame[frame["benchmark"].isin({bench for ceilings in CEILINGS.values() for _, bench, _ in ceilings})]
+    ok = wanted[(wanted["status"] == "ok") & pd.to_numeric(wanted["value"], errors="coerce").gt(0)]
     parts = []
     for device, ceilings in CEILINGS.items():
         for name, bench, params in ceilings:
@@ -94,7 +96,9 @@ def _devices(frame: pd.DataFrame) -> dict[tuple[str, str, str, str], str]:
     """The device each series runs on, by (machine, env, benchmark, params); absent when it names none."""
     if "device" not in frame:
         return {}
-    named = frame[frame["device"].notna()].drop_duplicates(["machine", "env", "benchmark", "params"])
+    keys = ["machine", "env", "benchmark", "params"]
+    named = frame[[*keys, "device"]]
+    named = named[named["device"].notna()].drop_duplicates(keys)
     return {(str(r.machine), str(r.env), str(r.benchmark), str(r.params)): str(r.device)
             for r in named.itertuples()}  # fmt: skip
 
@@ -107,7 +111,8 @@ def attribute(steps: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
         return out.assign(cause=pd.Series(dtype=object), ceilings=pd.Series(dtype=object))
     values = ceiling_values(frame)
     lookup = {(r.machine, r.env, r.device, r.ceiling, r.commit): float(r.value) for r in values.itertuples()}
-    devices = _devices(frame[frame["benchmark"].isin(set(out["benchmark"]))])  # only the steps' series are asked
+    mine = [c for c in ("machine", "env", "benchmark", "params", "device") if c in frame]
+    devices = _devices(frame.loc[frame["benchmark"].isin(set(out["benchmark"])), mine])  # only the steps' series
     causes, notes = [], []
     for r in out.itertuples():
         key = (str(r.machine), str(r.env), str(r.benchmark), str(r.params))
