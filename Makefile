@@ -79,7 +79,7 @@ test-asv: machine
 # Xeon lists: the same code, 40 s less of building and checking DeviceCopy's sizes.
 # `asv check` (each benchmark's set-up, call and teardown signatures) runs inside pytest here
 # (tests/test_benchmarks.py): as a command it started two more processes that import torch.
-ASV_HALF := bench_(matmul|collectives|parallel)[.]
+ASV_HALF := bench_(matmul|collectives)[.]
 # Each half reads the asv machine from a HOME of its own: asv rewrites ~/.asv-machine.json whenever a run starts
 # (asv.machine.Machine.load), and one half once read it empty while the other wrote it.
 DRY_RUN = d=$$(mktemp -d) && mkdir "$$d/home" && cp "$$HOME/.asv-machine.json" "$$d/home/" && \
