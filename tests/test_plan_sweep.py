@@ -77,8 +77,8 @@ def test_a_known_models_search_is_priced_short():
 
 
 def test_the_h200s_shapes_are_known_by_model_name_alone():
-    assert expected.known_shapes("NVIDIA H200", "bfloat16") == [(2048, 16384, 2048)]
-    assert expected.known_shapes("NVIDIA H200", "float32") == [(2048, 16384, 2048)]  # the model's other dtypes'
+    assert expected.known_shapes("NVIDIA H200", "bfloat16") == [(4096, 16384, 2048)]
+    assert expected.known_shapes("NVIDIA H200", "float32") == [(4096, 16384, 2048)]  # the model's other dtypes'
     assert expected.known_shapes("NVIDIA GH200 480GB", "bfloat16") == []  # another model
     assert expected.known_shapes(None, "bfloat16") == []
 
@@ -722,3 +722,18 @@ def test_a_world_goes_only_into_a_stage_that_leaves_its_set_up_what_it_needs_to_
     assert (by["Coll"].state, by["Coll"].reason) == ("dropped", P.SHORT_STAGE) and by["First"].state == "run"
     P.fit(plan, 1000, group=lambda p: "fill")
     assert by["Coll"].state == "run"
+
+
+def test_the_h200s_known_shape_is_the_best_its_committed_search_found():
+    """A search starts where the last one ended: the shape ``expected`` names for the H200 is the best of the newest
+    search its source file holds, after the finals."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    records = [json.loads(line) for line in (root / "reports" / "gpu" / "h200" / "achievable.jsonl").open()]
+    newest = max((r for r in records if r["device"].startswith("cuda") and r["dtype"] == "bfloat16"),
+                 key=lambda r: r["time"])  # fmt: skip
+    best = newest["best"]
+    assert expected.known_shapes("NVIDIA H200", "bfloat16")[0] == (best["m"], best["k"], best["n"])
+    assert "reports/gpu/h200/achievable.jsonl" in expected.model("NVIDIA H200").best_shapes_source
