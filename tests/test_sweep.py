@@ -374,3 +374,23 @@ def test_a_build_after_a_failed_release_is_asked_again_of_a_fresh_process(monkey
 
     assert swept._ask(Point(), "measure", "bench_fake.Fake.track_a", ("cpu", 2))["result"] == 4.0
     assert len(asked) == 2
+
+
+def test_a_request_that_waited_its_points_whole_timeout_is_answered_not_measured(suite_dir, monkeypatch):
+    """A point's request can wait in the socket's queue while the process serves earlier points and those beside
+    them; one whose point has given up by then is answered at once, and nothing is built or timed for it."""
+    assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3  # the process is up
+    now = sweep._now
+    monkeypatch.setattr(sweep, "_now", lambda: time.time() - 10_000)  # sent long ago (the fake's timeout: 300 s)
+    reply = _point("track_a", "cpu", 2)
+    assert "not measured: the point's 300 s had passed" in reply["error"]
+    assert "build cpu 2" not in _log(suite_dir)
+    monkeypatch.setattr(sweep, "_now", now)
+    assert _point("track_a", "cpu", 2)["result"]["samples"] == [2.0] * 3  # the same process measures the next
+
+
+def test_the_time_a_request_has_left_counts_from_when_it_was_sent():
+    assert measuring.time_left({"timeout_s": 60.0, "sent": 100.0}, now=130.0) == 30.0
+    assert measuring.time_left({"timeout_s": 60.0, "sent": 100.0}, now=99.0) == 60.0  # a clock a little behind
+    assert measuring.time_left({"timeout_s": 60.0}, now=130.0) == 60.0  # an older asker: its whole timeout
+    assert measuring.time_left({}, now=130.0) == 1e9

@@ -218,6 +218,17 @@ def _failed(exc: BaseException) -> dict:
     return {"error": text, "traceback": traceback.format_exc()[-4000:], "fatal": fatal or _context_lost()}
 
 
+def time_left(request: dict, now: float | None = None) -> float:
+    """Seconds a request's point still waits for its reply: its timeout less the time since it was sent (``sent``:
+    it waited in the socket's queue while this process served earlier points, or the points beside them); its
+    whole timeout where it carries no time; 1e9 where it names no timeout."""
+    limit = float(request.get("timeout_s") or 0) or 1e9
+    sent = request.get("sent")
+    if isinstance(sent, int | float) and not isinstance(sent, bool):
+        limit -= max(0.0, (time.time() if now is None else now) - sent)
+    return limit
+
+
 def _context_lost() -> bool:
     """Whether this process made a CUDA context that no longer works: a synchronize of any of its GPUs raises (a
     sticky error; one on GPU 1 of a peer copy is not seen by synchronizing GPU 0)."""
@@ -301,9 +312,13 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                     # must not make every later point wait its timeout too, and the point, not the next one, sees
                     # the process go
                     env = request.get("env") if isinstance(request.get("env"), dict) else {}
-                    limit = float(request.get("timeout_s") or 0) or 1e9
-                    with _watchdog(limit, path, ours), _environment(env):
-                        reply = server.handle(request)
+                    limit = time_left(request)
+                    if limit <= 0:  # it waited behind earlier work until its point gave up: measure nothing for it
+                        reply = {"error": f"not measured: the point's {request.get('timeout_s'):.0f} s had passed "
+                                          "while its request waited behind earlier work", "fatal": False}  # fmt: skip
+                    else:
+                        with _watchdog(limit, path, ours), _environment(env):
+                            reply = server.handle(request)
                 except Exception as exc:  # noqa: BLE001 - a bad request or an import that failed: say so, go on
                     reply = _failed(exc)
                     server.fatal |= bool(reply.get("fatal"))

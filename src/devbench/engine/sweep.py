@@ -144,11 +144,17 @@ class MeasuringError(RuntimeError):
     """The measuring process failed a point (the message says how) or could not be reached."""
 
 
+def _now() -> float:
+    return time.time()
+
+
 def ask(request: dict, timeout_s: float) -> dict:
     """Send ``request`` to this asv run's measuring process (started if there is none) and return its reply."""
     owner = asking_owner()
     path = _address(owner)
-    request = {**request, "env": {k: os.environ.get(k) for k in PASSED_ENV}, "timeout_s": timeout_s}
+    # when it was sent (the wall clock both processes share): a request that waited its point's whole timeout
+    # behind earlier work is answered, not measured (``measuring.time_left``)
+    request = {**request, "env": {k: os.environ.get(k) for k in PASSED_ENV}, "timeout_s": timeout_s, "sent": _now()}
     try:
         with _connected(path, owner) as conn:
             conn.settimeout(timeout_s)
