@@ -138,7 +138,8 @@ MODELS: list[Model] = [
           {"bfloat16": 794.5}, f"{_MAMF}: 794.5 on an H100 SXM, the H200 listed as the same", _HOPPER_CLOCK,
           4010.0, "Azure AI-benchmarking-guide, ND_H200_v5 HBM table: STREAM Copy 4.01 TB/s read plus written",
           best_shapes={"bfloat16": (4096, 16384, 2048)},
-          best_shapes_source="this suite's search on an H200, its best after the finals (reports/gpu/h200/achievable.jsonl)",
+          best_shapes_source=("this suite's search on an H200, its best after the finals "
+                              "(reports/gpu/h200/achievable.jsonl)"),
           pair_floor=335.0, allreduce8_floor=431.0, floors_source=_AZHC_H200, allreduce8_floor_bytes=_AZHC_BYTES,
           nvlink_links=18),
     Model((r"GH200( \d+GB)?",), "GH200", None, None, "NVIDIA GH200 datasheet: memory and NVLink differ by variant",
