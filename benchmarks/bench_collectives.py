@@ -8,9 +8,10 @@ backend and world size, checks and times every op and size in it (the ``sweep`` 
 sweep. Times are the mean over ranks of each rank's median block (nccl-tests' convention);
 each figure's samples are its blocks, each the mean over ranks of one block.
 Multi-node runs use ``python -m devbench.worlds.collectives`` under torchrun instead. Before a
-world's sweep, a pre-flight (``devbench.worlds.world.preflight``: an all_reduce of one element and one
-large enough for NCCL's large-message path, within a minute) proves it can exchange data; a world
-that cannot is skipped with the reason. Each world is bounded on its own and within the class's
+world's sweep, its ranks run a pre-flight (``devbench.worlds.world.preflight_rank``: an all_reduce of
+one element and one large enough for NCCL's large-message path, within a minute) that proves it can
+exchange data, in the same processes and group as the sweep after it; a world that cannot is skipped
+with the reason. Each world is bounded on its own and within the class's
 timeout: one that fails or hangs is skipped with why, the others keep what they measured.
 """
 
@@ -27,11 +28,13 @@ from devbench.worlds.world import (
     PREFLIGHT_S,
     STUCK,
     UNFINISHED,
+    PreflightFailed,
     RankFailed,
     RanksStuck,
     WorldTimeout,
     backend_reason,
-    preflight,
+    preflight_rank,
+    preflight_reason,
     spawn_world,
 )
 
@@ -99,32 +102,29 @@ class Collectives(Benchmark):
                 if not only:
                     worlds[f"{backend}/{world}"] = {"skip": "no figure of this world selected in this run"}
                     continue
-                # a one-element all_reduce first, within a minute: a world whose NCCL init hangs (no P2P in a VM,
-                # a wrong network interface) is skipped with the ranks' own lines, not waited on for the sweep's
-                # 15 minutes
+                # a pre-flight first, within a minute, in the world's own ranks: a world whose NCCL init hangs (no
+                # P2P in a VM, a wrong network interface) is skipped with the ranks' own lines, not waited on for the
+                # sweep's 15 minutes; one that passes goes on to its sweep with no second start of its ranks
                 # bounded by what is left: a pre-flight and then at least a short sweep end before the deadline
                 pre_s = min(PREFLIGHT_S, deadline - time.monotonic() - MIN_SWEEP_S)
                 if pre_s < PREFLIGHT_MIN_S:  # a pre-flight and a sweep no longer fit
                     worlds[f"{backend}/{world}"] = {"skip": f"no time left {bound}"}
                     continue
-                failed = preflight(world, backend, timeout_s=pre_s)
-                if failed and UNFINISHED in failed and pre_s < PREFLIGHT_S:
-                    failed += f" (it had {pre_s:.0f} s of its {PREFLIGHT_S:g}: what was left {bound})"
-                if failed:
-                    worlds[f"{backend}/{world}"] = {"skip": failed}
-                    if STUCK in failed:
-                        stuck[backend] = f"not started: a rank of the {world}-rank {backend} pre-flight is stuck"
-                    continue
-                left = deadline - time.monotonic()
-                if left < MIN_SWEEP_S:  # the pre-flight took what a sweep needed
-                    worlds[f"{backend}/{world}"] = {"skip": "no time left for the sweep after the pre-flight"}
-                    continue
                 every = len(only) == len(OPS) * len(SIZES)
                 # 3 blocks a row, or DEVBENCH_BLOCKS (asv --quick in make test, devbench compare)
                 fn = functools.partial(sweep_rank, samples=blocks_per_figure(3), only=None if every else only)
                 try:
-                    rows = spawn_world(fn, world, args=(backend,), backend=backend, timeout_s=min(WORLD_S, left),
-                                       quiet=True)[0]  # fmt: skip
+                    rows = spawn_world(fn, world, args=(backend,), backend=backend,
+                                       timeout_s=min(WORLD_S, deadline - time.monotonic()), quiet=True,
+                                       first=(preflight_rank, pre_s))[0]  # fmt: skip
+                except PreflightFailed as exc:
+                    failed = preflight_reason(exc.cause, backend, pre_s)
+                    if UNFINISHED in failed and pre_s < PREFLIGHT_S:
+                        failed += f" (it had {pre_s:.0f} s of its {PREFLIGHT_S:g}: what was left {bound})"
+                    worlds[f"{backend}/{world}"] = {"skip": failed}
+                    if STUCK in failed:
+                        stuck[backend] = f"not started: a rank of the {world}-rank {backend} pre-flight is stuck"
+                    continue
                 except (RankFailed, WorldTimeout, RanksStuck) as exc:
                     worlds[f"{backend}/{world}"] = {"skip": f"the {world}-rank {backend} world failed: {exc}"}
                     if isinstance(exc, RanksStuck):

@@ -60,7 +60,7 @@ def _hang(rank, world, pid_dir):
     time.sleep(120)
 
 
-def _stuck_all_reduce(rank, world, backend, pid_dir):
+def _stuck_all_reduce(rank, world, backend, *_, pid_dir):
     """Rank 1 never reaches the all_reduce (a rank stuck in its init, as an NCCL rank without P2P); rank 0 waits."""
     Path(pid_dir, f"{rank}.pid").write_text(str(os.getpid()))
     print(f"NCCL WARN rank {rank}: stand-in for NCCL's own line", flush=True)
@@ -226,19 +226,38 @@ def test_a_stuck_world_is_stopped_at_its_timeout(tmp_path):
     assert not any(_alive(p) for p in _pids(tmp_path))
 
 
-def test_a_preflight_whose_rank_never_joins_ends_at_its_limit_with_the_reason_and_no_process_left(tmp_path):
+def _pid_to(rank, world, backend, path, pre=None):
+    """A world's phase that leaves its process id where the test reads it (``pre``, where given: the pre-flight's
+    file, the world's arguments being the work's)."""
+    with open(pre or path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return os.getpid()
+
+
+def test_a_world_runs_its_pre_flight_in_the_ranks_that_then_do_its_work_and_a_stuck_one_ends_at_its_own_limit(
+        tmp_path):  # fmt: skip
+    """The pre-flight (``first``) and the work after it run in one start of the world's ranks; a pre-flight whose
+    rank never joins ends at the pre-flight's limit, not the world's, with ``PreflightFailed``, its ranks' lines, and
+    the work never begun; a world that passes the real pre-flight goes on."""
     import functools
 
-    from devbench.worlds.world import preflight
+    from devbench.worlds.world import PreflightFailed, preflight_rank, preflight_reason
 
-    assert preflight(2, "gloo", timeout_s=120) is None  # a world that can exchange data: no reason
-    reason = preflight(2, "gloo", timeout_s=5, fn=functools.partial(_stuck_all_reduce, pid_dir=str(tmp_path)))
-    # ended by its own 5 s limit (the rank still sleeping its 120 s was stopped), not by the sweep's 900 s
-    assert reason is not None and "pre-flight" in reason and "did not finish within 5 s" in reason
-    assert "stand-in for NCCL's own line" in reason  # what the ranks printed comes with the reason
-    pids = _pids(tmp_path)
-    assert len(pids) == 2 and not any(_alive(p) for p in pids)
-    assert multiprocessing.active_children() == []
+    seen = tmp_path / "pre.txt"
+    pids = spawn_world(_pid_to, 2, args=("gloo", str(tmp_path / "work.txt")), timeout_s=120,
+                       first=(functools.partial(_pid_to, pre=str(seen)), 60))  # fmt: skip
+    assert sorted(int(x) for x in seen.read_text().split()) == sorted(pids)  # the same two processes did both
+    passed = spawn_world(_who, 2, first=(functools.partial(preflight_rank, backend="gloo"), 60))
+    assert passed == [(0, 2, 0, 2), (1, 2, 1, 2)]
+    started = time.monotonic()
+    with pytest.raises(PreflightFailed) as got:
+        spawn_world(_pid_to, 2, args=("gloo", str(tmp_path / "never.txt")), timeout_s=120, quiet=True,
+                    first=(functools.partial(_stuck_all_reduce, pid_dir=str(tmp_path)), 5))  # fmt: skip
+    assert time.monotonic() - started < 60 and isinstance(got.value.cause, WorldTimeout)
+    reason = preflight_reason(got.value.cause, "gloo", got.value.limit_s)
+    assert "did not finish within 5 s" in reason and "stand-in for NCCL's own line" in reason
+    assert not (tmp_path / "never.txt").exists()
+    assert not any(_alive(p) for p in _pids(tmp_path)) and multiprocessing.active_children() == []
 
 
 def test_a_rank_that_outlives_sigkill_is_named_not_waited_for(monkeypatch):
@@ -418,7 +437,7 @@ def test_a_world_that_fails_or_sticks_loses_only_itself_and_a_stuck_rank_starts_
 
     started = []
 
-    def world_run(fn, world, args=(), backend="gloo", timeout_s=0.0, quiet=False):
+    def world_run(fn, world, args=(), backend="gloo", timeout_s=0.0, quiet=False, first=None):
         started.append((args[0], world, timeout_s))
         if world == 4:
             raise WorldTimeout([1, 3], timeout_s)
@@ -429,7 +448,6 @@ def test_a_world_that_fails_or_sticks_loses_only_itself_and_a_stuck_rank_starts_
     monkeypatch.setattr(B, "WORLDS", [2, 4, 8, 16])
     monkeypatch.setattr(B, "BACKENDS", ("gloo",))
     monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
-    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: None)
     monkeypatch.setattr(B, "_read", lambda *a: True)
     monkeypatch.setattr(B, "spawn_world", world_run)
     worlds = B.Collectives().setup_cache()
@@ -444,19 +462,25 @@ def test_a_preflight_whose_rank_sticks_keeps_later_worlds_of_its_backend_off_the
     sys.path.insert(0, str(ROOT))
     import benchmarks.bench_collectives as B
 
-    from devbench.worlds.world import RanksStuck
+    from devbench.worlds.world import PreflightFailed, RanksStuck
 
-    stuck = str(RanksStuck([(1, 42, "D")]))
+    started = []
+
+    def world_run(fn, world, args=(), backend="gloo", timeout_s=0.0, quiet=False, first=None):
+        started.append(world)
+        if world == 2:  # its pre-flight's rank is stuck: the world never reached its sweep
+            raise PreflightFailed(RanksStuck([(1, 42, "D")]), first[1])
+        pytest.fail("no world may start on a stuck rank's device")
+
     monkeypatch.setattr(B, "WORLDS", [2, 4])
     monkeypatch.setattr(B, "BACKENDS", ("gloo",))
     monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
-    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: f"pre-flight: {stuck}" if world == 2
-                        else None)  # fmt: skip
     monkeypatch.setattr(B, "_read", lambda *a: True)
-    monkeypatch.setattr(B, "spawn_world", lambda *a, **k: pytest.fail("no world may start on a stuck rank's device"))
+    monkeypatch.setattr(B, "spawn_world", world_run)
     worlds = B.Collectives().setup_cache()
-    assert B.STUCK in worlds["gloo/2"]["skip"]
+    assert B.STUCK in worlds["gloo/2"]["skip"] and "pre-flight" in worlds["gloo/2"]["skip"]
     assert worlds["gloo/4"]["skip"] == "not started: a rank of the 2-rank gloo pre-flight is stuck"
+    assert started == [2]
 
 
 def test_under_gpu_run_the_worlds_end_before_the_stage_is_stopped(monkeypatch):
@@ -470,50 +494,50 @@ def test_under_gpu_run_the_worlds_end_before_the_stage_is_stopped(monkeypatch):
 
     started = []
 
-    def world_run(fn, world, args=(), backend="gloo", timeout_s=0.0, quiet=False):
+    from devbench.worlds.world import PreflightFailed, WorldTimeout
+
+    given = []  # the pre-flight's limit each world had
+    failure = [None]  # what the pre-flight raises, if anything
+
+    def world_run(fn, world, args=(), backend="gloo", timeout_s=0.0, quiet=False, first=None):
         started.append((world, timeout_s))
+        given.append(first[1])
+        if failure[0] is not None:
+            raise PreflightFailed(failure[0], first[1])
         return [[{"op": "all_reduce", "nbytes": 4096, "time_us": 1.0, "iters": 1, "block_us": [1.0]}]]
 
     monkeypatch.setattr(B, "WORLDS", [2, 4])
     monkeypatch.setattr(B, "BACKENDS", ("gloo",))
     monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
-    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: None)
     monkeypatch.setattr(B, "_read", lambda *a: True)
     monkeypatch.setattr(B, "spawn_world", world_run)
     monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.MARGIN_S + B.PREFLIGHT_S + 100))
     worlds = B.Collectives().setup_cache()
     assert set(worlds) == {"gloo/2", "gloo/4"} and all("rows" in w for w in worlds.values())
     assert all(t <= B.PREFLIGHT_S + 101 for _, t in started)  # the stage's end less the margin, not 900 s
+    assert given == [B.PREFLIGHT_S, B.PREFLIGHT_S]
     # a stage shorter than the pre-flight's 60 s: the pre-flight gets what a sweep leaves of it, and the world runs
-    given = []
-    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: given.append(timeout_s))
+    given.clear()
     monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.Collectives.plan_min_stage_s + 20))
     started.clear()
     worlds = B.Collectives().setup_cache()
     assert all("rows" in w for w in worlds.values()) and len(started) == 2
     assert B.PREFLIGHT_MIN_S <= given[0] < B.PREFLIGHT_S
-    assert all(t <= given[0] + B.MIN_SWEEP_S + 1 for _, t in started)
+    assert started[0][1] <= given[0] + B.MIN_SWEEP_S + 1  # the world, its pre-flight within, ends in the stage
     # what gpu-run is told the class needs (plan_min_stage_s) is what it refuses below
-    timed_out = f"the pre-flight failed: ranks [1] {B.UNFINISHED} 25 s; every rank was stopped"
-    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: timed_out)
+    failure[0] = WorldTimeout([1], 25.0)
     monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.Collectives.plan_min_stage_s + 5))
     worlds = B.Collectives().setup_cache()
     assert "(it had " in worlds["gloo/2"]["skip"] and "before gpu-run's stage ends" in worlds["gloo/2"]["skip"]
+    assert worlds["gloo/2"]["skip"].startswith("the pre-flight (an all_reduce of one element")
     # a failure that is not its bound running out is not put down to the stage
-    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: "the pre-flight failed: rank 1 ...")
+    failure[0] = RankFailed(1, "connection closed by peer")
     worlds = B.Collectives().setup_cache()
-    assert worlds["gloo/2"]["skip"] == "the pre-flight failed: rank 1 ..."
+    assert "(it had " not in worlds["gloo/2"]["skip"] and "rank 1 failed: connection closed" in worlds["gloo/2"]["skip"]
     monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.Collectives.plan_min_stage_s - 1))
     started.clear()
     worlds = B.Collectives().setup_cache()
     assert started == [] and worlds["gloo/2"]["skip"] == "no time left before gpu-run's stage ends"
-    clock = [1000.0]
-    monkeypatch.setenv(STAGE_END_ENV, str(time.time() + B.MARGIN_S + B.PREFLIGHT_S + 100))
-    monkeypatch.setattr(B.time, "monotonic", lambda: clock[0])
-    # a pre-flight that overran its bound (ending its world took long): no sweep starts in what it left
-    monkeypatch.setattr(B, "preflight", lambda world, backend, timeout_s=0.0: clock.__setitem__(0, clock[0] + 150))
-    worlds = B.Collectives().setup_cache()
-    assert started == [] and worlds["gloo/2"]["skip"] == "no time left for the sweep after the pre-flight"
 
 
 def test_a_collective_that_waits_is_failed_long_before_the_worlds_limit(monkeypatch, tmp_path):

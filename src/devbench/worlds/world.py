@@ -7,7 +7,10 @@ joins them into one process group over a file store in a private temp directory 
 port to race for), runs ``fn(rank, world, *args)`` on each and returns the ranks'
 results in rank order. If a rank raises, dies, or the world outlives ``timeout_s``,
 every other rank is terminated (then killed) and joined before ``RankFailed`` or
-``WorldTimeout`` is raised, so no process outlives the call.
+``WorldTimeout`` is raised, so no process outlives the call. ``first=(pre, limit_s)`` runs
+``pre`` on every rank before ``fn``, in the same processes and group, under a limit of its own
+(a pre-flight: ``preflight_rank``); its failure raises ``PreflightFailed``, and a world that
+passes it goes on to ``fn`` without a second start.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from devbench.engine.owners import process_state
 
 __all__ = [
     "BACKENDS",
+    "PreflightFailed",
     "RankFailed",
     "PREFLIGHT_S",
     "RanksStuck",
@@ -35,7 +39,8 @@ __all__ = [
     "WorldTimeout",
     "backend_reason",
     "join_torchrun",
-    "preflight",
+    "preflight_rank",
+    "preflight_reason",
     "resolve_backend",
     "spawn_world",
     "under_torchrun",
@@ -90,6 +95,17 @@ class RanksStuck(RuntimeError):
         super().__init__(f"{named} {STUCK}: stuck in the kernel, most likely a GPU driver call; "
                          "the GPU may need a reset by its administrator")  # fmt: skip
         self.stuck = list(stuck)
+
+
+class PreflightFailed(RuntimeError):
+    """A world's first phase (``spawn_world``'s ``first``: its pre-flight) failed or ran past its own limit, every
+    rank stopped; ``cause`` is what it raised (``RankFailed``, ``WorldTimeout`` or ``RanksStuck``), ``limit_s`` the
+    limit it had."""
+
+    def __init__(self, cause: Exception, limit_s: float) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.limit_s = limit_s
 
 
 def backend_reason(backend: str, world: int) -> str | None:
@@ -186,7 +202,11 @@ def _rank_main(
     args: tuple[Any, ...],
     results: Any,
     log: str | None = None,
+    first: tuple[Callable[..., Any], Any] | None = None,
 ) -> None:
+    """One rank: the process group joined, then ``first``'s function (a pre-flight) where given, its outcome put on
+    its own queue, then ``fn``, its outcome on ``results``. A failure goes on the queue of the phase it ended: the
+    group's set-up belongs to the first."""
     if log is not None:  # this rank's own output (NCCL's lines among it) to a file the parent reads on failure
         if backend == "nccl":
             os.environ.setdefault("NCCL_DEBUG", "WARN")  # NCCL says why an init fails only when asked
@@ -199,6 +219,7 @@ def _rank_main(
 
     # one intra-op thread per rank: the ranks share the cores, and gloo has its own threads
     torch.set_num_threads(1)
+    phase = first[1] if first is not None else results
     try:
         kwargs: dict[str, Any] = {}
         if backend == "nccl":
@@ -216,10 +237,13 @@ def _rank_main(
             # whose fn ends at once would exit while that peer still connects to it ("Connection closed by
             # peer"). A barrier holds every rank until all are connected.
             dist.barrier()
+        if first is not None:
+            _send(phase, (rank, True, first[0](rank, world, *args)))
+            phase = results
         out = fn(rank, world, *args)
         _send(results, (rank, True, out))
     except BaseException as exc:  # noqa: BLE001 - the parent reports it with the rank
-        _send(results, (rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        _send(phase, (rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -328,6 +352,7 @@ def spawn_world(
     backend: str = "gloo",
     timeout_s: float = 600.0,
     quiet: bool = False,
+    first: tuple[Callable[..., Any], float] | None = None,
 ) -> list[Any]:
     """Run ``fn(rank, world, *args)`` on ``world`` new processes in one process group.
 
@@ -338,52 +363,88 @@ def spawn_world(
     its own, and a failure's message carries the last lines each rank printed (NCCL's among
     them); otherwise the ranks print where the caller does. A rank
     that outlives SIGKILL (stuck in a driver call) raises ``RanksStuck``, naming it.
+
+    ``first=(pre, limit_s)``: every rank runs ``pre(rank, world, *args)`` first (its result unused), the group's
+    set-up and it within ``limit_s`` of the start; a failure, a rank stuck or a run past that limit there raises
+    ``PreflightFailed`` with the cause. ``timeout_s`` bounds the whole world, ``pre`` included.
     """
     if world < 1:
         raise ValueError(f"world size must be >= 1, got {world}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    passed = [first is None]  # whether the first phase is behind the world: a failure after it is the world's own
+    try:
+        return _world(fn, world, tuple(args), backend, timeout_s, quiet, first, passed)
+    except (RankFailed, WorldTimeout, RanksStuck) as exc:
+        if passed[0] or first is None:
+            raise
+        raise PreflightFailed(exc, first[1]) from exc
+
+
+def _world(fn: Callable[..., Any], world: int, args: tuple[Any, ...], backend: str, timeout_s: float, quiet: bool,
+           first: tuple[Callable[..., Any], float] | None, passed: list[bool]) -> list[Any]:  # fmt: skip
+    """``spawn_world``'s world: started, its phases gathered, every rank stopped; ``passed[0]`` set once every rank
+    finished the first phase."""
     ctx = _context()
     results = ctx.Queue()
-    got: dict[int, Any] = {}
+    queues = [results]
+    phase = None
+    if first is not None:
+        phase = ctx.Queue()
+        queues.append(phase)
     with tempfile.TemporaryDirectory(prefix="devbench-world-") as tmp:
         store = os.path.join(tmp, "store")
         logs = [os.path.join(tmp, f"rank-{rank}.log") for rank in range(world)]
+        pre = (first[0], phase) if first is not None else None
         procs = [
             ctx.Process(
                 target=_rank_main,
-                args=(fn, rank, world, backend, store, timeout_s, tuple(args), results, logs[rank] if quiet else None),
+                args=(fn, rank, world, backend, store, timeout_s, args, results, logs[rank] if quiet else None, pre),
                 name=f"devbench-rank-{rank}",
                 daemon=True,
             )
             for rank in range(world)
         ]
-        deadline = time.monotonic() + timeout_s
+        start = time.monotonic()
+        deadline = start + timeout_s
         stuck: list[tuple[int, int, str]] = []
         try:
             for p in procs:
                 p.start()
-            while len(got) < world:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    late = [r for r in range(world) if r not in got]
-                    raise WorldTimeout(late, timeout_s, _log_tails(logs, late))
-                try:
-                    rank, ok, payload = results.get(timeout=min(left, 0.2))
-                except queue.Empty:
-                    if any(r not in got and p.exitcode not in (None, 0) for r, p in enumerate(procs)):
-                        _raise_root_cause(procs, results, {}, logs)
-                    continue
-                if not ok:
-                    _raise_root_cause(procs, results, {rank: payload}, logs)
-                got[rank] = payload
+            if first is not None:
+                limit = min(first[1], timeout_s)
+                _gather(procs, phase, start + limit, limit, logs)
+                passed[0] = True
+            got = _gather(procs, results, deadline, timeout_s, logs)
         finally:
             stuck = _stop(procs)
-            results.close()
-            results.join_thread()
+            for q in queues:
+                q.close()
+                q.join_thread()
             if stuck:  # never left silently: a rank no signal can end holds its GPU until the machine is reset
                 raise RanksStuck(stuck)
-    return [got[r] for r in range(world)]
+    return [got[r] for r in range(len(procs))]
+
+
+def _gather(procs: Sequence[Any], results: Any, deadline: float, limit_s: float, logs: Sequence[str]) -> dict[int, Any]:
+    """Every rank's result on ``results`` by ``deadline`` (``WorldTimeout`` naming ``limit_s`` past it), or the
+    ``RankFailed`` of the rank that caused a failure (``_raise_root_cause``)."""
+    got: dict[int, Any] = {}
+    while len(got) < len(procs):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            late = [r for r in range(len(procs)) if r not in got]
+            raise WorldTimeout(late, limit_s, _log_tails(logs, late))
+        try:
+            rank, ok, payload = results.get(timeout=min(left, 0.2))
+        except queue.Empty:
+            if any(r not in got and p.exitcode not in (None, 0) for r, p in enumerate(procs)):
+                _raise_root_cause(procs, results, {}, logs)
+            continue
+        if not ok:
+            _raise_root_cause(procs, results, {rank: payload}, logs)
+        got[rank] = payload
+    return got
 
 
 #: bytes of the pre-flight's second all_reduce: NCCL takes its large-message path (the Simple protocol, every
@@ -392,9 +453,10 @@ def spawn_world(
 PREFLIGHT_LARGE = {"nccl": 64 << 20, "gloo": 1 << 20}
 
 
-def _preflight_rank(rank: int, world: int, backend: str) -> float:
+def preflight_rank(rank: int, world: int, backend: str, *_: Any) -> float:
     """One all_reduce of one element on this rank's device, then one of ``PREFLIGHT_LARGE`` bytes, each checked:
-    proves the group can exchange data, small and large."""
+    proves the group can exchange data, small and large. It takes the world's arguments (``spawn_world``'s
+    ``first``: the backend first) and uses the backend alone."""
     import torch
     import torch.distributed as dist
 
@@ -405,24 +467,14 @@ def _preflight_rank(rank: int, world: int, backend: str) -> float:
     dist.all_reduce(large)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    if float(one.item()) != world:
+        raise AssertionError(f"the pre-flight's one-element all_reduce summed {float(one.item())}, not {world}")
     if not bool((large == world).all()):
         raise AssertionError(f"the pre-flight's {large.numel() * 4} B all_reduce did not sum to {world} everywhere")
     return float(one.item())
 
 
-def preflight(world: int, backend: str = "gloo", timeout_s: float = PREFLIGHT_S, fn: Callable[..., Any] | None = None,
-              ) -> str | None:  # fmt: skip
-    """Why a world of ``world`` ranks of ``backend`` cannot exchange data here, or None when it can: the process
-    group set up, one all_reduce of one element and one large (``PREFLIGHT_LARGE``), within ``timeout_s`` (not
-    the sweep's minutes). A rank that never joins or hangs ends the world at the limit with every rank stopped,
-    and the reason carries what the ranks printed (NCCL's own warnings; each rank sets ``NCCL_DEBUG=WARN`` unless
-    set). ``fn``: the per-rank work, for tests."""
-    try:
-        sums = spawn_world(fn or _preflight_rank, world, args=(backend,), backend=backend, timeout_s=timeout_s,
-                           quiet=True)  # fmt: skip
-    except (RankFailed, WorldTimeout, RanksStuck) as exc:
-        return (f"the pre-flight (an all_reduce of one element and one of {PREFLIGHT_LARGE.get(backend, 0) >> 20} MiB, "
-                f"{timeout_s:g} s at most) failed: {exc}")  # fmt: skip
-    if fn is None and any(s != world for s in sums):
-        return f"the pre-flight all_reduce summed {sums} on {world} ranks, not {world} each"
-    return None
+def preflight_reason(exc: Exception, backend: str, timeout_s: float) -> str:
+    """Why a pre-flight of ``backend`` with ``timeout_s`` failed, ``exc`` being what its world raised."""
+    return (f"the pre-flight (an all_reduce of one element and one of {PREFLIGHT_LARGE.get(backend, 0) >> 20} MiB, "
+            f"{timeout_s:g} s at most) failed: {exc}")  # fmt: skip
