@@ -184,5 +184,5 @@ def test_parallel_gpus_fed_by_one_thread_skip_when_the_thread_would_be_timed():
     assert reason is not None and "8 lanes fed by one thread would time the thread" in reason
     assert "lasts 40 us" in reason and "takes 10 us" in reason
     # CPU threads are lanes of their own: never host-bound by this rule
-    pair = ParallelPair(32, ["cpu", "cpu"], lane_s=0.001)
+    pair = ParallelPair(32, ["cpu", "cpu"], run_s=0.002)
     assert pair.host_bound() is None and pair.issue_s == 0.0

@@ -59,7 +59,7 @@ def test_logger_rejects_bad_input():
 
 
 def test_parallel_pair_on_two_cpu_lanes():
-    pair = ParallelPair(64, [CPU, CPU], lane_s=0.005)
+    pair = ParallelPair(64, [CPU, CPU], run_s=0.01)
     assert pair.reps >= 1
     assert len({id(mm) for mm in (*pair.par, *pair.seq)}) == 4  # every lane and every sequential work its own
     assert pair.par[0].outputs[0].data_ptr() != pair.par[1].outputs[0].data_ptr()
@@ -81,9 +81,19 @@ def test_parallel_pair_sizes_its_work_after_the_warm_up(monkeypatch):
 
     monkeypatch.setattr(Lanes, "run", fake_run)
     monkeypatch.setattr(Lanes, "sequential", lambda self, fns, calls=1: 0.02)
-    pair = ParallelPair(8, [CPU, CPU], lane_s=0.2)
-    assert pair.reps == 20  # 0.2 s / 0.01 s, not 0.2 / 5.0 -> 1
+    pair = ParallelPair(8, [CPU, CPU], run_s=0.4)
+    assert pair.reps == 20  # 0.4 s over 2 lanes / 0.01 s, not over 5.0 s -> 1
     assert calls == [1, 1]  # sized from single-product runs
+
+
+def test_a_pairs_sequential_run_lasts_the_same_whatever_its_lanes(monkeypatch):
+    """N lanes share the sequential run's ``run_s``: on eight GPUs a lane sized as two lanes' made a pair last 1.8 s
+    where two lanes' lasts 0.6 s (and gpu-run priced it as two lanes')."""
+    monkeypatch.setattr(Lanes, "run", lambda self, fns, calls_per_lane=1: LaneTimes(0.01, (0.01,) * len(fns)))
+    monkeypatch.setattr(Lanes, "sequential", lambda self, fns, calls=1: 0.01 * len(fns) * calls)
+    two, four = ParallelPair(8, [CPU] * 2, run_s=0.4), ParallelPair(8, [CPU] * 4, run_s=0.4)
+    assert (two.reps, four.reps) == (20, 10)  # 0.2 s and 0.1 s a lane, each product 0.01 s
+    assert two.run_sequential() == pytest.approx(four.run_sequential()) == pytest.approx(0.4)
 
 
 def test_parallel_pair_makes_its_lanes_once(monkeypatch):
@@ -95,7 +105,7 @@ def test_parallel_pair_makes_its_lanes_once(monkeypatch):
         real_init(self, devices)
 
     monkeypatch.setattr(Lanes, "__init__", counting_init)
-    pair = ParallelPair(16, [CPU, CPU], lane_s=0.001)
+    pair = ParallelPair(16, [CPU, CPU], run_s=0.002)
     for _ in range(3):
         pair.run_parallel()
         pair.run_sequential()

@@ -15,6 +15,10 @@ from devbench.workloads.matmul import Matmul
 
 #: products issued back to back to time the host's share of one (its dispatch and launch)
 ISSUE_CALLS = 32
+#: seconds the sequential run of a pair lasts, whatever the lanes: each of N lanes' works about a 1/N share, so a
+#: pair (the sequential run, then the parallel one) lasts about (N + 1) / N of it: 0.6 s on two lanes (a lane of 0.2
+#: s, as it was), 0.45 s on eight GPUs, where a lane of 0.2 s made the sequential run 1.6 s and a pair 1.8 s
+RUN_S = 0.4
 #: CUDA lanes are issued from one thread: when issuing one product on every lane takes this share of one
 #: product's device time or more, the lanes wait on the host and a speedup would time the thread
 HOST_BOUND_SHARE = 0.5
@@ -35,10 +39,11 @@ class ParallelPair:
     times (N streams on it), or CPU threads. Each lane owns its ``Matmul`` so no two lanes
     write one output; the sequential twin runs N ``Matmul`` on lane 0. Every product is
     checked once; a lane's work is then sized, after a warm-up of both runs (threads,
-    cuBLAS handles and per-stream workspaces), to last about ``lane_s`` seconds.
+    cuBLAS handles and per-stream workspaces), to last about ``run_s / N`` seconds: the sequential run
+    lasts about ``run_s`` however many lanes there are (``RUN_S``).
     """
 
-    def __init__(self, n: int, lanes: Sequence[torch.device | str], lane_s: float = 0.2) -> None:
+    def __init__(self, n: int, lanes: Sequence[torch.device | str], run_s: float = RUN_S) -> None:
         if len(lanes) < 2:
             raise ValueError(f"parallel work needs at least 2 lanes, got {len(lanes)}")
         self.lanes = Lanes(lanes)
@@ -51,7 +56,7 @@ class ParallelPair:
         self.run_parallel()
         self.run_sequential()
         warm = self.run_parallel()
-        self.reps = max(1, math.ceil(lane_s / max(warm, 1e-6)))
+        self.reps = max(1, math.ceil(run_s / len(devices) / max(warm, 1e-6)))
         self.issue_s = self.product_s = 0.0
         if self.lanes.cuda:
             self.issue_s = self._issue_s()
