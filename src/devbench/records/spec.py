@@ -64,7 +64,8 @@ TWINS = {
     "bench_transfer.PeerCopy.track_time": "bench_transfer.PeerCopy.track_gbps",
 }
 
-#: Figures counted from the blocks another figure of the same workload measured (``suite.shared``): gpu-run
+#: Figures counted from the blocks (or the trace) another figure of the same workload measured (``suite.shared``,
+#: ``suite.once``): gpu-run
 #: prices them no sampling of their own (``devbench.gpu.plan``). A pair ``(figure, {param: [values]})`` holds at
 #: those points only (a blocking copy's waited time is its GB/s blocks on the host's clock; a non-blocking
 #: copy's is a loop of its own).
@@ -78,6 +79,8 @@ SAME_BLOCKS = {
     "bench_parallel.ParallelMatmul.track_efficiency": "bench_parallel.ParallelMatmul.track_speedup",
     "bench_parallel.ParallelMatmul.track_parallel_time": "bench_parallel.ParallelMatmul.track_speedup",
     "bench_parallel.ParallelMatmul.track_sequential_time": "bench_parallel.ParallelMatmul.track_speedup",
+    # one trace of the copy's path (``PeerCopy._path``, once per process) gives both
+    "bench_transfer.PeerCopy.track_peer_access": "bench_transfer.PeerCopy.track_nvlink_share",
 }
 
 
