@@ -42,8 +42,8 @@ WORLDS = [2, 4, 8]
 
 #: the figures read from one sweep row
 TRACKS = ("track_time", "track_algbw", "track_busbw")
-#: seconds a world's sweep may take at most; each is also bounded by what is left of the class's ``timeout``
-#: less ``MARGIN_S`` (asv kills a set-up cache at its timeout, and pickles it only when it returns)
+#: seconds a world (its pre-flight, then its sweep) may take at most; each is also bounded by what is left of the
+#: class's ``timeout`` less ``MARGIN_S`` (asv kills a set-up cache at its timeout, and pickles it only when it returns)
 WORLD_S = 900.0
 MARGIN_S = 30.0
 #: the least time a world's sweep is started with (its rows at 3 blocks each take seconds on NVLink)

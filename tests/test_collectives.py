@@ -2,10 +2,12 @@
 failed and stuck ranks reported with no process left behind, the torchrun entry, and
 the asv class's skips."""
 
+import functools
 import json
 import multiprocessing
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -232,6 +234,44 @@ def _pid_to(rank, world, backend, path, pre=None):
     with open(pre or path, "a") as f:
         f.write(f"{os.getpid()}\n")
     return os.getpid()
+
+
+def _wrong_on_rank_1(rank, world, *_):
+    """A pre-flight that rank 1 fails after the group's all_reduce; rank 0 passes it."""
+    one = torch.ones(1)
+    dist.all_reduce(one)
+    if rank == 1:
+        time.sleep(0.3)
+        raise AssertionError("rank 1's pre-flight read wrong data")
+
+
+def _rank_0_dies(rank, world, *_):
+    """The work after the pre-flight: rank 0 ends at once without a word (a peer's abort), rank 1 never gets here."""
+    if rank == 0:
+        os._exit(3)
+    time.sleep(30)
+
+
+def _unpicklable(rank, world, *_):
+    return threading.Lock()
+
+
+def test_a_pre_flights_failure_names_its_own_rank_not_one_that_passed_it_and_died_after(tmp_path):
+    """Rank 0 passes the pre-flight and dies in the work after it; rank 1 fails the pre-flight: the cause is rank 1.
+    A pre-flight whose result cannot be pickled still passes (its result is not sent): no wait to its limit."""
+    from devbench.worlds.world import PreflightFailed
+
+    with pytest.raises(PreflightFailed) as got:
+        spawn_world(_rank_0_dies, 2, timeout_s=60, quiet=True, first=(_wrong_on_rank_1, 30))
+    assert isinstance(got.value.cause, RankFailed) and got.value.cause.rank == 1
+    assert "wrong data" in str(got.value.cause) and got.value.limit_s == 30
+    started = time.monotonic()
+    assert spawn_world(_who, 2, timeout_s=60, first=(_unpicklable, 20)) == [(0, 2, 0, 2), (1, 2, 1, 2)]
+    assert time.monotonic() - started < 20
+    with pytest.raises(PreflightFailed) as got:  # the limit it had: the world's, where that is shorter
+        stuck = functools.partial(_stuck_all_reduce, pid_dir=str(tmp_path))
+        spawn_world(_who, 2, timeout_s=3, quiet=True, first=(stuck, 30))
+    assert got.value.limit_s == 3
 
 
 def test_a_world_runs_its_pre_flight_in_the_ranks_that_then_do_its_work_and_a_stuck_one_ends_at_its_own_limit(

@@ -21,7 +21,7 @@ import queue
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -238,7 +238,8 @@ def _rank_main(
             # peer"). A barrier holds every rank until all are connected.
             dist.barrier()
         if first is not None:
-            _send(phase, (rank, True, first[0](rank, world, *args)))
+            first[0](rank, world, *args)
+            _send(phase, (rank, True, None))  # its result unused: nothing that may not pickle
             phase = results
         out = fn(rank, world, *args)
         _send(results, (rank, True, out))
@@ -294,14 +295,17 @@ def _log_tails(logs: Sequence[str], ranks: Sequence[int]) -> str:
     return "\n".join(parts)
 
 
-def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str], logs: Sequence[str] = ()) -> None:
+def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str], logs: Sequence[str] = (),
+                      done: Collection[int] = ()) -> None:  # fmt: skip
     """Raise ``RankFailed`` for the rank that caused a failure.
 
     When one rank dies, its peers fail too ("connection closed by peer"), often first.
     Collect what arrives within a second, or until every rank has reported an error or ended;
     a rank that died without a word is the cause, else the first rank that reported an error.
-    The others are named in the message.
+    The others are named in the message. ``done``: the ranks that finished this phase (a pre-flight) and are past
+    it; one that ends later in the next phase is not this one's cause.
     """
+    done = set(done)
     settle = time.monotonic() + 1.0
     while time.monotonic() < settle:
         try:
@@ -312,6 +316,8 @@ def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str]
             continue
         if not ok:
             failed.setdefault(rank, payload)
+        else:
+            done.add(rank)
     while True:  # what is already in the queue
         try:
             rank, ok, payload = results.get(timeout=0.05)
@@ -319,7 +325,10 @@ def _raise_root_cause(procs: Sequence[Any], results: Any, failed: dict[int, str]
             break
         if not ok:
             failed.setdefault(rank, payload)
-    silent = [r for r, p in enumerate(procs) if r not in failed and p.exitcode not in (None, 0)]
+        else:
+            done.add(rank)
+    ended = [r for r, p in enumerate(procs) if r not in failed and p.exitcode not in (None, 0)]
+    silent = [r for r in ended if r not in done] or ([] if failed else ended)
     if silent:
         cause, message = silent[0], f"exited with code {procs[silent[0]].exitcode} and no result"
     else:
@@ -378,7 +387,7 @@ def spawn_world(
     except (RankFailed, WorldTimeout, RanksStuck) as exc:
         if passed[0] or first is None:
             raise
-        raise PreflightFailed(exc, first[1]) from exc
+        raise PreflightFailed(exc, min(first[1], timeout_s)) from exc
 
 
 def _world(fn: Callable[..., Any], world: int, args: tuple[Any, ...], backend: str, timeout_s: float, quiet: bool,
@@ -439,10 +448,10 @@ def _gather(procs: Sequence[Any], results: Any, deadline: float, limit_s: float,
             rank, ok, payload = results.get(timeout=min(left, 0.2))
         except queue.Empty:
             if any(r not in got and p.exitcode not in (None, 0) for r, p in enumerate(procs)):
-                _raise_root_cause(procs, results, {}, logs)
+                _raise_root_cause(procs, results, {}, logs, got)
             continue
         if not ok:
-            _raise_root_cause(procs, results, {rank: payload}, logs)
+            _raise_root_cause(procs, results, {rank: payload}, logs, got)
         got[rank] = payload
     return got
 
