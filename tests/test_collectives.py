@@ -265,9 +265,8 @@ def test_a_pre_flights_failure_names_its_own_rank_not_one_that_passed_it_and_die
         spawn_world(_rank_0_dies, 2, timeout_s=60, quiet=True, first=(_wrong_on_rank_1, 30))
     assert isinstance(got.value.cause, RankFailed) and got.value.cause.rank == 1
     assert "wrong data" in str(got.value.cause) and got.value.limit_s == 30
-    started = time.monotonic()
+    # were it sent and dropped, the world would end as a pre-flight timeout (PreflightFailed) at 20 s
     assert spawn_world(_who, 2, timeout_s=60, first=(_unpicklable, 20)) == [(0, 2, 0, 2), (1, 2, 1, 2)]
-    assert time.monotonic() - started < 20
     with pytest.raises(PreflightFailed) as got:  # the limit it had: the world's, where that is shorter
         stuck = functools.partial(_stuck_all_reduce, pid_dir=str(tmp_path))
         spawn_world(_who, 2, timeout_s=3, quiet=True, first=(stuck, 30))
@@ -289,11 +288,10 @@ def test_a_world_runs_its_pre_flight_in_the_ranks_that_then_do_its_work_and_a_st
     assert sorted(int(x) for x in seen.read_text().split()) == sorted(pids)  # the same two processes did both
     passed = spawn_world(_who, 2, first=(functools.partial(preflight_rank, backend="gloo"), 60))
     assert passed == [(0, 2, 0, 2), (1, 2, 1, 2)]
-    started = time.monotonic()
     with pytest.raises(PreflightFailed) as got:
         spawn_world(_pid_to, 2, args=("gloo", str(tmp_path / "never.txt")), timeout_s=120, quiet=True,
                     first=(functools.partial(_stuck_all_reduce, pid_dir=str(tmp_path)), 5))  # fmt: skip
-    assert time.monotonic() - started < 60 and isinstance(got.value.cause, WorldTimeout)
+    assert isinstance(got.value.cause, WorldTimeout)  # ended by its own 5 s limit, said below, not the world's 120 s
     reason = preflight_reason(got.value.cause, "gloo", got.value.limit_s)
     assert "did not finish within 5 s" in reason and "stand-in for NCCL's own line" in reason
     assert not (tmp_path / "never.txt").exists()
