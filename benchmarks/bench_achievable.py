@@ -28,9 +28,7 @@ from devbench.workloads.achievable import (
     GPU_BUDGET_S,
     KNOWN_BUDGET_S,
     SEARCHED,
-    candidates,
-    free_bytes,
-    known_shapes,
+    search_inputs,
     search_reason,
     searched,
     write_records,
@@ -104,9 +102,8 @@ class MatmulAchievable(Benchmark):
                     found[(device, dtype)] = why
                     continue
                 dev = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
-                known = known_shapes(dev, dtype)  # a model searched before: its best shapes and neighbours alone
-                budget = KNOWN_BUDGET_S if known else GPU_BUDGET_S if device == "cuda" else CPU_BUDGET_S
-                record = searched(dev, dtype, candidates(dev, dtype, free_bytes(dev), known), budget)
+                # a model searched before: its best shapes and neighbours alone, in a shorter budget
+                record = searched(dev, dtype, *search_inputs(dev, dtype))
                 best = record["best"]
                 found[(device, dtype)] = (best["m"], best["k"], best["n"])
                 records.append(record)

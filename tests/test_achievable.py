@@ -179,6 +179,42 @@ def test_the_plan_knows_which_searches_the_set_up_cache_will_read_from_the_cache
         assert A.cached_searches(0) == []
 
 
+def test_a_shape_bound_set_in_the_environment_narrows_the_grid_and_keys_the_cache(monkeypatch, tmp_path):
+    """``DEVBENCH_SEARCH_BYTES`` (make test's dry run) leaves the grid's shapes that take more out of what
+    ``setup_cache`` searches (the smallest stays where none fits); a cached search of the whole grid is not read for
+    it; a bad value is named."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(A.SEARCH_ENV, raising=False)
+    monkeypatch.delenv(A.SEARCH_BYTES_ENV, raising=False)
+    monkeypatch.setattr("devbench.records.files.default_machine", lambda: "box")
+    searched = []
+
+    def fake_search(device, dtype, shapes, budget):
+        searched.append([tuple(s) for s in shapes])
+        return A.Search(str(device), dtype, [A.ShapeResult(*shapes[0], tflops=1.0, error=0.0)], budget_s=budget)
+
+    monkeypatch.setattr(A, "search", fake_search)
+    room = 32 * 2**20
+    with threads_pinned(torch.get_num_threads()):
+        whole, budget = A.search_inputs(CPU, "float32")
+        assert budget == A.CPU_BUDGET_S and max(A.shape_bytes(s, "float32") for s in whole) > room
+        A.searched(CPU, "float32", whole, budget)  # the whole grid's search, cached
+        monkeypatch.setenv(A.SEARCH_BYTES_ENV, str(room))
+        shapes, budget = A.search_inputs(CPU, "float32")
+        assert budget == A.CPU_BUDGET_S
+        assert shapes == [s for s in whole if A.shape_bytes(s, "float32") <= room] and len(shapes) > 1
+        assert A.cached_searches(0) == []  # the whole grid's search does not stand for this one
+        assert A.searched(CPU, "float32", shapes, budget)["cached"] is False
+        assert A.cached_searches(0) == ["cpu:float32"]
+        monkeypatch.setenv(A.SEARCH_BYTES_ENV, "1")
+        assert A.search_inputs(CPU, "float32")[0] == [min(whole, key=lambda s: A.shape_bytes(s, "float32"))]
+    assert searched == [whole, shapes]
+    for bad in ("soon", "0", "-1", "1.5"):
+        monkeypatch.setenv(A.SEARCH_BYTES_ENV, bad)
+        with pytest.raises(ValueError, match=f"DEVBENCH_SEARCH_BYTES='{bad}'"):
+            A.search_inputs(CPU, "float32")
+
+
 def test_a_cached_search_is_priced_as_a_read():
     from devbench.gpu import plan as P
 

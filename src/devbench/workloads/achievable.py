@@ -12,6 +12,7 @@ reads high, and may only have been lucky.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -242,6 +243,8 @@ def search(
 
 #: Set to "fresh" to search again even where this machine, torch, device and grid were searched before.
 SEARCH_ENV = "DEVBENCH_SEARCH"
+#: bytes a searched shape may take at most (``search_room``)
+SEARCH_BYTES_ENV = "DEVBENCH_SEARCH_BYTES"
 
 
 def cache_file() -> Path:
@@ -294,12 +297,30 @@ def searched(device: torch.device, dtype: str, shapes: list[Shape], budget: floa
     return {**record, "made": made, "cached": False}
 
 
+def search_room() -> int | None:
+    """Bytes a searched shape's operands may take at most (``shape_bytes``), where ``DEVBENCH_SEARCH_BYTES`` sets it
+    (make test's dry run: the same search over the grid's smaller shapes), else None: what the device has free
+    bounds them (``candidates``)."""
+    text = os.environ.get(SEARCH_BYTES_ENV, "")
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{SEARCH_BYTES_ENV}={text!r}: expected the bytes a shape may take, a whole number >= 1")
+    return int(text)
+
+
 def search_inputs(device: torch.device, dtype: str) -> tuple[list[Shape], float]:
     """The shapes and budget ``bench_achievable``'s ``setup_cache`` searches on ``device`` for ``dtype``: a model
-    searched before, its best shapes, their neighbours and the squares in ``KNOWN_BUDGET_S``; else the grid."""
+    searched before, its best shapes, their neighbours and the squares in ``KNOWN_BUDGET_S``; else the grid; each
+    shape within ``search_room`` where that is set."""
     known = known_shapes(device, dtype)
+    shapes = candidates(device, dtype, free_bytes(device), known)
+    room = search_room()
+    if room is not None and shapes:  # the shapes within it, else the smallest: a search times one at least
+        size = functools.partial(shape_bytes, dtype=dtype)
+        shapes = [s for s in shapes if size(s) <= room] or [min(shapes, key=size)]
     budget = KNOWN_BUDGET_S if known else GPU_BUDGET_S if device.type == "cuda" else CPU_BUDGET_S
-    return candidates(device, dtype, free_bytes(device), known), budget
+    return shapes, budget
 
 
 def cached_searches(gpus: int) -> list[str]:
