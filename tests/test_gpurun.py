@@ -335,6 +335,20 @@ def test_bad_input_exits_2_with_the_reason(argv, message, capsys):
     assert message in err and "Traceback" not in err
 
 
+def test_a_bench_that_selects_nothing_is_named_before_the_machine_is_probed(monkeypatch, capsys):
+    """The listing says what ``--bench`` selects before the probe spends its seconds (a fresh process, a fork, a CUDA
+    context): a pattern that selects nothing is named without it."""
+    from devbench.cli import main
+
+    def probe(*args, **kwargs):
+        raise AssertionError("probed")
+
+    monkeypatch.setattr(gpurun, "probe_costs", probe)
+    assert main(["gpu-run", "--plan-only", "--gpu-only", "--bench", "TinyOp\\('cpu'"]) == 2
+    err = capsys.readouterr().err
+    assert "selects no benchmark of the suite that needs a GPU (--gpu-only)" in err and "Traceback" not in err
+
+
 def test_the_help_names_the_budget_and_the_examples():
     out = subprocess.run([sys.executable, "-m", "devbench.cli", "gpu-run", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--budget-s" in out.stdout and "devbench gpu-run --plan-only" in out.stdout

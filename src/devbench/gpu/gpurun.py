@@ -144,30 +144,17 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
     python = args.python
     sha = _sha(run.repo)
     machine = args.machine
-    if args.costs_from:
+    costs = None
+    if args.costs_from:  # a file that cannot be read is named before the suite is listed
         costs = costs_from(Path(args.costs_from))
         print(f"costs from {args.costs_from} (another machine's recorded costs; nothing probed here)", flush=True)
         if args.gpus is not None or args.cores is not None:  # a described machine at that machine's costs
             gpus = costs.gpus if args.gpus is None else args.gpus
             costs = dataclasses.replace(costs, gpus=gpus, cores=args.cores or costs.cores)
             print(f"described machine: {gpus} GPU(s), {costs.cores} cores", flush=True)
-    else:
-        costs = probe_costs(python, run.repo, None if args.plan_only else machine)
-    from devbench.records import expected
-
-    known = expected.model(costs.gpu_model)  # a model searched before: its short search is what the plan prices
-    costs = dataclasses.replace(costs, model_searched=bool(known and known.best_shapes))
     with open(run.out / "listing.log", "w") as log:
         listing = list_benchmarks(run.repo, python, log, run.discovery)
     (run.out / "listing.log").unlink()
-    if args.precision_from:  # the figures that machine's run could not bring within 0.5%: priced at their cap
-        try:
-            costs = dataclasses.replace(costs, imprecise=imprecise_from(Path(args.precision_from), set(listing)))
-        except (OSError, ValueError) as exc:
-            print(f"gpu-run: {exc}", file=sys.stderr)
-            return 2
-        print(f"precision from {args.precision_from}: {len(costs.imprecise)} figure(s) it holds wider than 0.5% "
-              "are priced at their cap", flush=True)  # fmt: skip
     only = re.compile(args.bench) if args.bench else None
     from devbench.records import spec
 
@@ -177,6 +164,24 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
     def selected(s: str) -> bool:
         return (only is None or only.search(s) is not None) and (gpu_points is None or s in gpu_points)
 
+    if not any(selected(s) for s in P.selectors(listing)):  # named before the probe's seconds are spent
+        print(f"devbench gpu-run: --bench {args.bench!r} selects no benchmark of the suite"
+              + (" that needs a GPU (--gpu-only)" if args.gpu_only else ""), file=sys.stderr)  # fmt: skip
+        return 2
+    if costs is None:
+        costs = probe_costs(python, run.repo, None if args.plan_only else machine)
+    from devbench.records import expected
+
+    known = expected.model(costs.gpu_model)  # a model searched before: its short search is what the plan prices
+    costs = dataclasses.replace(costs, model_searched=bool(known and known.best_shapes))
+    if args.precision_from:  # the figures that machine's run could not bring within 0.5%: priced at their cap
+        try:
+            costs = dataclasses.replace(costs, imprecise=imprecise_from(Path(args.precision_from), set(listing)))
+        except (OSError, ValueError) as exc:
+            print(f"gpu-run: {exc}", file=sys.stderr)
+            return 2
+        print(f"precision from {args.precision_from}: {len(costs.imprecise)} figure(s) it holds wider than 0.5% "
+              "are priced at their cap", flush=True)  # fmt: skip
     if args.validate and (why := validates_nothing(args.gpu_only, costs.gpus, args.bench)):
         args.validate = False
         print(f"gpu-run: validate left out: {why}", flush=True)
@@ -200,10 +205,6 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
                   "other points of their classes scaled alike", flush=True)  # fmt: skip
         if searches:
             print(f"{searches} search(es) priced at what a recorded search of its device and dtype took", flush=True)
-    if not plan.points:
-        print(f"devbench gpu-run: --bench {args.bench!r} selects no benchmark of the suite"
-              + (" that needs a GPU (--gpu-only)" if args.gpu_only else ""), file=sys.stderr)  # fmt: skip
-        return 2
     plan.first_estimate_s = plan.estimate_s()
     print(format_plan(plan), flush=True)
     if not args.plan_only:  # an earlier run's files in the folder would read as this run's

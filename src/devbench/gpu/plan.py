@@ -241,11 +241,22 @@ def made(plan: Plan, ran: list[Point]) -> None:
             p.unit_s = min(p.unit_s, p.unit_read_s)
 
 
+def _combinations(listing: dict[str, dict[str, Any]]):
+    """(benchmark, its listing, values) of every combination of every listed benchmark."""
+    for name, bench in listing.items():
+        for v in itertools.product(*bench["params"]) if bench["params"] else [()]:
+            yield name, bench, tuple(v)
+
+
+def selectors(listing: dict[str, dict[str, Any]]) -> list[str]:
+    """The selector (``Point.selector``: asv's ``--bench`` name) of every combination of every listed benchmark."""
+    return [Point(name, 0, v, (), 0, 0, 0.0).selector for name, _bench, v in _combinations(listing)]
+
+
 def gpu_points(listing: dict[str, dict[str, Any]]) -> frozenset[str]:
     """The selectors of the points that need a GPU (``needs``): ``gpu-run --gpu-only``."""
-    return frozenset(Point(name, 0, tuple(v), (), 0, 0, 0.0).selector for name, bench in listing.items()
-                     for v in (itertools.product(*bench["params"]) if bench["params"] else [()])
-                     if needs(bench, tuple(v))[0] >= 1)  # fmt: skip
+    return frozenset(Point(name, 0, v, (), 0, 0, 0.0).selector for name, bench, v in _combinations(listing)
+                     if needs(bench, v)[0] >= 1)  # fmt: skip
 
 
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
