@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from devbench.engine.measure import randn
 from devbench.records.expected import gpu_peak
 from devbench.records.spec import matmul_flops as flops
 from devbench.workloads import matmul
@@ -115,6 +116,22 @@ def test_matmul_is_right_on_gpu(dtype):
 def test_a_cpu_product_is_checked_against_the_hosts_float64():
     assert not Matmul(8, "float32", torch.device("cpu")).reference_on_device
     assert Matmul(8, "float32", torch.device("cpu"), on_device=True).reference_on_device
+
+
+def test_a_gpu_products_inputs_are_drawn_on_its_device(monkeypatch):
+    """A CUDA device's inputs come from its own seeded generator (the host's draw was most of a large product's
+    set-up), and its check's reference is computed there; a CPU product's are the host's seeded normals."""
+    drawn = []
+    real = Matmul._drawn
+    monkeypatch.setattr(Matmul, "_drawn", staticmethod(lambda shape, **kw: drawn.append(shape) or real(shape, **kw)))
+    mm = Matmul(8, "float32", torch.device("cpu"))
+    assert not mm.drawn_on_device and not drawn and mm.inputs[0][0].equal(randn((8, 8), seed=matmul.SEED))
+    mm.device = torch.device("cuda", 1)
+    assert mm.drawn_on_device and mm.reference_on_device
+    # the property is what the build asks: where it holds, every input comes from the device's generator
+    monkeypatch.setattr(Matmul, "drawn_on_device", property(lambda self: True))
+    Matmul(8, "float32", torch.device("cpu"), m=4, k=6)
+    assert drawn == [(4, 6), (6, 8)] * 2  # A and B of both input sets
 
 
 @pytest.mark.cuda

@@ -108,9 +108,8 @@ class Matmul:
     sets: int = 2
     m: int | None = None
     k: int | None = None
-    #: inputs drawn by the device's own seeded generator (a search's dozens of shapes, where drawing gigabytes on
-    #: the host would cost seconds a shape); the check's float64 reference is computed where they are
-    #: (``reference_on_device``)
+    #: inputs drawn by the device's own seeded generator on the CPU too (``drawn_on_device``: a CUDA device's always
+    #: are); the check's float64 reference is computed where they are (``reference_on_device``)
     on_device: bool = False
     #: seconds of one warm call when ``checked`` learned it from the check (a call long enough to
     #: fill a block on its own), else ``None``: what block sizing can start from without a call
@@ -119,12 +118,20 @@ class Matmul:
     check_call_s: list[float] = field(default_factory=list, init=False, repr=False)
 
     @property
-    def reference_on_device(self) -> bool:
-        """Whether the check's float64 product runs where the inputs are: on a CUDA device (its float64 units are
-        IEEE's, and a product of 128 rows there takes milliseconds where copying B back and converting it on the
-        host took about half a second a set at n=8192), and for inputs drawn on their device. A CPU product's
-        reference is the host's own."""
+    def drawn_on_device(self) -> bool:
+        """Whether the inputs are drawn by the device's own seeded generator: on a CUDA device (a host's draw of one
+        8,192 x 8,192 float32 normal matrix took 0.7 s on one core, and a product at n=8192 draws four: most of
+        its set-up), or where asked (``on_device``). Else seeded on the host (``randn``: the same values on every
+        device), as a CPU product's are."""
         return self.on_device or self.device.type == "cuda"
+
+    @property
+    def reference_on_device(self) -> bool:
+        """Whether the check's float64 product runs where the inputs are (``drawn_on_device``): on a CUDA device its
+        float64 units are IEEE's, and a product of 128 rows there takes milliseconds where copying B back and
+        converting it on the host took about half a second a set at n=8192. A CPU product's reference is the
+        host's own."""
+        return self.drawn_on_device
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -156,7 +163,7 @@ class Matmul:
             raise NotImplementedError(reason)  # asv records it as a skip with this reason
         torch_dtype, self.allow_tf32 = DTYPES[self.dtype]
         m, k, n = self.shape
-        draw = self._drawn if self.on_device else randn
+        draw = self._drawn if self.drawn_on_device else randn
         self.inputs = [
             (
                 draw((m, k), dtype=torch_dtype, device=self.device, seed=SEED + 2 * i),
