@@ -135,8 +135,21 @@ def test_a_gpu_products_inputs_are_drawn_on_its_device(monkeypatch):
 
 
 @pytest.mark.cuda
+def test_a_product_on_a_gpu_that_is_not_the_current_one_draws_and_checks_there():
+    """Each GPU's generator draws on that GPU whichever is current; GPUs of one model draw the same inputs."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs")
+    torch.cuda.set_device(0)
+    first, second = (Matmul(64, "float32", torch.device("cuda", i)) for i in (0, 1))
+    assert all(a.device == torch.device("cuda", 1) for pair in second.inputs for a in pair)
+    assert second.check() < matmul.TOLERANCE["float32"]
+    if torch.cuda.get_device_name(0) == torch.cuda.get_device_name(1):
+        assert all(x.cpu().equal(y.cpu()) for (x, _), (y, _) in zip(first.inputs, second.inputs, strict=True))
+
+
+@pytest.mark.cuda
 def test_a_gpu_product_is_checked_against_float64_on_the_gpu(monkeypatch):
-    """Host-drawn inputs on a GPU: the float64 reference is computed there, and still catches a wrong product."""
+    """Inputs drawn on a GPU: the float64 reference is computed there, and still catches a wrong product."""
     mm = Matmul(512, "bfloat16", torch.device("cuda"))
     assert mm.reference_on_device and mm.check() < matmul.TOLERANCE["bfloat16"]
     real_mm = torch.mm

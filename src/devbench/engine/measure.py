@@ -37,7 +37,8 @@ from devbench.engine import precision
 from devbench.engine.blocks import HELD_MAX_CALLS, HOLD_BELOW_S, hold_reason, time_block
 from devbench.engine.devices import synchronize
 
-#: Seed for every input tensor: the same inputs on every machine and run.
+#: Seed for every input tensor: the same inputs in every run; on the host, on every machine too (a GPU's own
+#: generator gives its values for the seed on every GPU of its model: ``Matmul.drawn_on_device``).
 SEED = 20260101
 
 #: Environment variable that overrides the CPU thread count benchmarks pin.
@@ -103,13 +104,12 @@ def spread_note(values: Sequence[float], warn: float = SPREAD_WARN) -> str | Non
 # --- Inputs and threads ----------------------------------------------------------------------------------
 
 
-#: Seeded draws kept for the next workload of the same size: MatmulSquare's dtypes, ParallelMatmul's two lanes and
-#: their sequential twins, a GPU product and its CPU side in MatmulSpeedup draw the same normals, each an 8192 x
-#: 8192 draw 0.4 s on the 2-vCPU VM (four of them per product). The newest are kept, up to this many bytes (an
-#: 8192 product's four inputs and the smaller sizes asv runs between two dtypes), at most an eighth of the memory
-#: the process may use; draws under ``DRAWN_MIN_BYTES`` are made again (they take microseconds). A float32 tensor
-#: on the CPU is drawn afresh, as before: a copy of a kept draw would place its pages as the copy's threads touch
-#: them, not as the draw's one thread did, and a CPU product's figure could move with that.
+#: Seeded draws kept for the next workload of the same size and seed that converts or moves them (a CPU product
+#: of another dtype, the norms' and the model's inputs on a GPU; a GPU product draws its own there:
+#: ``Matmul.drawn_on_device``). The newest are kept, up to this many bytes, at most an eighth of the memory the
+#: process may use; draws under ``DRAWN_MIN_BYTES`` are made again (they take microseconds). A float32 tensor on the
+#: CPU is drawn afresh: a copy of a kept draw would place its pages as the copy's threads touch them, not as the
+#: draw's one thread did, and a CPU product's figure could move with that.
 DRAWN_BYTES = 3 << 29
 DRAWN_MIN_BYTES = 4 << 20
 _DRAWN: dict[tuple[tuple[int, ...], int], torch.Tensor] = {}

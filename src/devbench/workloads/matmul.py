@@ -176,7 +176,8 @@ class Matmul:
 
     @staticmethod
     def _drawn(shape: tuple[int, int], *, dtype: torch.dtype, device: torch.device, seed: int) -> torch.Tensor:
-        """Seeded standard normals drawn on ``device`` itself (their values differ from ``randn``'s)."""
+        """Seeded standard normals drawn on ``device`` itself by its own generator: on the CPU ``randn``'s values, on a
+        GPU values of its own, the same on every GPU of one model (its launch grid sets which thread draws which)."""
         gen = torch.Generator(device=device).manual_seed(seed)
         return torch.randn(shape, generator=gen, dtype=torch.float32, device=device).to(dtype)
 
