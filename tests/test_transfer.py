@@ -126,6 +126,32 @@ def test_copy_check_catches_a_wrong_copy(monkeypatch):
         c.check()
 
 
+def test_a_check_compares_words_where_the_buffer_allows_and_bytes_elsewhere(monkeypatch):
+    """``words``: a byte buffer whose length and start are whole words is compared a word at a time, the same bytes;
+    one that is not stays bytes. Either way one byte off anywhere fails the check, and a lone nonzero byte is a
+    pattern, not zeros."""
+    buf = torch.arange(24, dtype=torch.uint8)
+    assert T.words(buf).dtype == torch.int64 and T.words(buf).numel() == 3
+    assert T.words(buf[:23]).dtype == torch.uint8 and T.words(buf[1:17]).dtype == torch.uint8  # length, start
+    lone = torch.zeros(4096, dtype=torch.uint8)
+    lone[4095] = 1
+    assert bool(T.words(lone).any())
+    for nbytes in (4096, 4097):
+        c = T.Copy(nbytes, CPU, CPU, sets=2)
+        c.check()
+
+        def last_byte_off(self=c):
+            i = self._next
+            self._next = (i + 1) % self.sets
+            self.dsts[i].copy_(self.srcs[i])
+            self.dsts[i][-1] ^= 1
+
+        with monkeypatch.context() as m:
+            m.setattr(T.Copy, "__call__", lambda self: last_byte_off())
+            with pytest.raises(AssertionError, match="set 0: destination differs from source"):
+                c.check()
+
+
 def test_a_copy_turned_over_buffers_a_failed_check_cleared_is_not_checked_zeros_against_zeros(monkeypatch):
     """A check clears its destinations first; where they are another copy's sources (the turned copies of one memory
     and size share their buffers) and its copy moved nothing, they stay cleared: the next copy turned over them must

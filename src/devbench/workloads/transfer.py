@@ -179,6 +179,14 @@ def _buffer(nbytes: int, device: torch.device, memory: str) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, device=device)
 
 
+def words(t: torch.Tensor) -> torch.Tensor:
+    """A flat byte buffer seen as 8-byte words where its length and start allow it, else as it is: the same bytes,
+    compared or scanned a word at a time (on the VM's CPU ``torch.equal`` of two 64 MiB byte buffers took 76-113 ms,
+    of their word views 18 ms; a host<->device copy's check compares every set's gigabyte or so on the host)."""
+    flat = t.dtype == torch.uint8 and t.dim() == 1 and t.is_contiguous()
+    return t.view(torch.int64) if flat and t.numel() % 8 == 0 and t.storage_offset() % 8 == 0 else t
+
+
 def _back_buffer(like: torch.Tensor, sets: int) -> torch.Tensor:
     """Where a copy's check brings each destination back to compare it with its source: one buffer like the source,
     on its device; on the host pinned where the copy rotates over several sets (a device-to-host copy into fresh
@@ -266,7 +274,7 @@ class Copy:
         only zeros fails first: the seeded pattern never does, and a copy turned over buffers that a failed check
         of another copy left cleared would compare zeros with zeros (``turned``)."""
         for i, s in enumerate(self.srcs):
-            if not bool(s.any()):
+            if not bool(words(s).any()):
                 raise AssertionError(
                     f"copy of {size_label(self.nbytes)} {self.src_device} -> {self.dst_device}, set {i}: its source "
                     "holds only zeros, not the seeded pattern (buffers a failed check left cleared): nothing to check"
@@ -280,7 +288,7 @@ class Copy:
         for i, (s, d) in enumerate(zip(self.srcs, self.dsts, strict=True)):
             if d.device != s.device and back is None:
                 back = _back_buffer(s, self.sets)
-            if not torch.equal(d if d.device == s.device else back.copy_(d), s):
+            if not torch.equal(words(d if d.device == s.device else back.copy_(d)), words(s)):
                 raise AssertionError(
                     f"copy of {size_label(self.nbytes)} {self.src_device} -> {self.dst_device} "
                     f"({self.memory}, non_blocking={self.non_blocking}), set {i}: destination differs from source"
