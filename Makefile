@@ -80,8 +80,8 @@ test-asv: machine
 # still checked once, as in each side of a compare. The folder is new for each call and removed after it.
 # DEVBENCH_HOLD_S: a burst idles, and a sustained product loads, 0.1 s before its blocks, not 1 s and 5 s
 # (devbench.engine.bursts.held): MatmulAchievable's figures, 12 s of waiting on the CPU, in the same code.
-# DEVBENCH_SEARCH_BYTES: the achievable search times the CPU grid's shapes of at most 32 MiB (nine, n=1,024 the
-# largest), not all 28 up to n=4,096: the same code, 50 s less on one thread (a fresh machine has no search cached).
+# DEVBENCH_SEARCH_BYTES: the achievable search times the CPU grid's shapes of at most 32 MiB (nine, none over
+# 2.2 GFLOP), not all 28 up to n=4,096: the same code, 50 s less on one thread (a fresh machine has no search cached).
 # DEVBENCH_CPU_CACHE: a CPU copy rotates over 32 MiB of buffers (4 x 8 MiB), not over 4 x the 480 MiB this VM's
 # Xeon lists: the same code, 40 s less of building and checking DeviceCopy's sizes.
 # `asv check` (each benchmark's set-up, call and teardown signatures) runs inside pytest here
