@@ -647,11 +647,33 @@ def test_a_workloads_check_is_priced_once_per_run_not_per_process():
     assert plan.estimate_s(points=[p for p in plan.points if not p.done]) == pytest.approx(2 * 1.0)
 
 
+def test_a_plan_for_a_recorded_machine_charges_what_its_own_probe_and_listing_took(tmp_path):
+    """``--plan-only --costs-from``: the budget the plan starts from is the record's budget less what its run spent
+    before its plan, the same however long this machine took to list the suite; without those figures, this
+    machine's clock counts."""
+    out = tmp_path / "plan"
+    record = json.loads((ROOT / "reports" / "gpu" / "h200" / "plan.json").read_text())
+    before = record["options"]["budget_s"] - record["budget_s"]
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({k: record[k] for k in ("costs", "stages", "options", "budget_s")}))
+    from devbench.cli import main
+
+    assert main(["gpu-run", "--plan-only", "--costs-from", str(costs), "--bench", "TinyOp", "--budget-s", "300",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert json.loads((out / "plan.json").read_text())["budget_s"] == pytest.approx(300.0 - before)
+    costs.write_text(json.dumps({k: record[k] for k in ("costs", "stages")}))
+    assert main(["gpu-run", "--plan-only", "--costs-from", str(costs), "--bench", "TinyOp", "--budget-s", "300",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert json.loads((out / "plan.json").read_text())["budget_s"] < 300.0  # what this machine spent before it
+
+
 def test_costs_from_another_machines_plan_json_price_a_plan_here(tmp_path):
     from devbench.gpu.costs import costs_from
 
     h200 = costs_from(ROOT / "reports" / "gpu" / "h200" / "plan.json")
     assert h200.gpus == 1 and h200.cuda_context_s == pytest.approx(0.3918, abs=1e-3)
+    # its budget of 548 s left 536.95 s to its plan: its probe and listing took 11.05 s there
+    assert h200.planned_after_s == pytest.approx(548.0 - 536.949805198)
     assert h200.gpu_check_s == pytest.approx(0.273, abs=1e-3) and h200.gpu_model == "NVIDIA H200"
     # what its CUDA tests and validate took is held back for them, not the defaults (validate ended with DRIFT: the
     # CPU's products had moved since the asv run; it ran to its end all the same)
@@ -677,6 +699,7 @@ def test_costs_from_another_machines_plan_json_price_a_plan_here(tmp_path):
                                         + "figure  unit\n")  # fmt: skip
     full = costs_from(timed / "plan.json")
     assert held_s(full)[1] == pytest.approx(70.0) and held_s(full, gpu_only=True)[1] == pytest.approx(70.0 - 5 * 2.0)
+    assert full.planned_after_s is None  # a record without its budgets: this machine's own clock counts
     # a run recorded with --gpu-only prices a whole validate's CPU figures at the mean of what it measured
     (timed / "validate.txt").write_text("".join(f"  measured {label} in 6.0 s\n" for label in gpu))
     record["stages"][0]["actual_s"] = 50.0

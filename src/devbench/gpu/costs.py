@@ -116,10 +116,14 @@ def costs_from(path: Path) -> P.Costs:
             and s.get("rc") in (0, 5, VALIDATE_DRIFT) and isinstance(s.get("actual_s"), int | float)}  # fmt: skip
     validate_s = took.get("validate", 0.0)
     each = validate_each(path.parent / "validate.txt", validate_s) if validate_s else ()
+    # its budget less what its plan had left: the seconds its probe and listing took there
+    asked, left = (record.get("options") or {}).get("budget_s"), record.get("budget_s")
+    before = asked - left if all(isinstance(v, int | float) for v in (asked, left)) and asked >= left >= 0 else None
     try:
         # another machine's search cache says nothing of this plan's machine: its searches are priced whole
         return P.Costs.from_record({**costs, "tests_s": took.get("cuda tests", 0.0), "validate_s": validate_s,
-                                    "validate_each": each, "cached_searches": ()})  # fmt: skip
+                                    "validate_each": each, "cached_searches": (),
+                                    "planned_after_s": before})  # fmt: skip
     except (TypeError, ValueError) as exc:
         raise ValueError(f"--costs-from {path}: {exc}") from None
 

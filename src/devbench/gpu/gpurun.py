@@ -182,23 +182,25 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
             return 2
         print(f"precision from {args.precision_from}: {len(costs.imprecise)} figure(s) it holds wider than 0.5% "
               "are priced at their cap", flush=True)  # fmt: skip
+    # the budget a plan starts from: for a machine described by its record, what its own probe and listing left
+    left = run.left if costs.planned_after_s is None else (lambda: args.budget_s - costs.planned_after_s)
     if args.validate and (why := validates_nothing(args.gpu_only, costs.gpus, args.bench)):
         args.validate = False
         print(f"gpu-run: validate left out: {why}", flush=True)
     # held back for the CUDA tests, validate and the packing; at most half of a short budget, so that the
     # benchmarks always get the other half (the tests and validate then run under what is left)
-    reserve = min(PACK_S + sum_reserves(args, costs), max(PACK_S, run.left() / 2))
+    reserve = min(PACK_S + sum_reserves(args, costs), max(PACK_S, left() / 2))
     # what validate and the health lines read is never dropped; a twin (the same evidence in other units) goes first
     keep = frozenset(p.selector for p in spec.kept_points(args.validate, bool(costs.gpus), args.gpu_only))
     plan = P.make_plan(listing, selected, costs,
-                       run.left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
+                       left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
                        sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
     sources = prices_sources(run.repo, costs.gpu_model, args.costs_from)
     if sources:  # what a measuring process took for each figure and build it made: priced so
         figures, builds = seed(plan, *recorded(plan, sources, spec.SAME_BLOCKS), spec.SAME_BLOCKS, build_gap(sources))
         threads = None if args.costs_from else _threads()  # a described machine's CPU: its records' own threads
         searches = seed_searches(plan, listing, searches_from(sources, costs.gpu_model, machine, threads))
-        P.fit(plan, run.left() - reserve)
+        P.fit(plan, left() - reserve)
         if figures or builds:
             print(f"recorded by the measuring process of {' and '.join(str(p) for p, _ in sources)}: {figures} "
                   f"figure(s) priced at their own sampling, {builds} workload(s) at their own build and check; the "
@@ -211,10 +213,10 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
         for name in OUTPUTS:
             (run.out / name).unlink(missing_ok=True)
     write_plan(run, plan)
-    if plan.first_estimate_s > run.left() - reserve:  # what is never dropped does not fit: it will be cut
+    if plan.first_estimate_s > left() - reserve:  # what is never dropped does not fit: it will be cut
         print(f"devbench gpu-run: warning: the points never dropped (each family's first, and what validate and the "
               f"health lines read) are expected to take {plan.first_estimate_s:.0f} s, more than the "
-              f"{max(0.0, run.left() - reserve):.0f} s this budget leaves them: the last stages will be cut; "
+              f"{max(0.0, left() - reserve):.0f} s this budget leaves them: the last stages will be cut; "
               "raise --budget-s or narrow --bench", file=sys.stderr)  # fmt: skip
     if args.plan_only:
         print(f"plan written to {run.out / 'plan.json'}", flush=True)

@@ -48,6 +48,9 @@ class Costs:
     #: ``(label, seconds)`` of each figure that recorded validate measured (its log beside the plan.json): a run
     #: that validates fewer (``--gpu-only``) holds back less
     validate_each: tuple[tuple[str, float], ...] = ()
+    #: seconds that recorded run spent before its plan (its probe and listing; ``gpu-run --costs-from``), else None:
+    #: a plan for that machine charges its budget those, not what this machine took to list the suite
+    planned_after_s: float | None = None
 
     @property
     def import_s(self) -> float:
