@@ -133,6 +133,10 @@ def test_a_check_compares_words_where_the_buffer_allows_and_bytes_elsewhere(monk
     buf = torch.arange(24, dtype=torch.uint8)
     assert T.words(buf).dtype == torch.int64 and T.words(buf).numel() == 3
     assert T.words(buf[:23]).dtype == torch.uint8 and T.words(buf[1:17]).dtype == torch.uint8  # length, start
+    whole, shifted = buf[8:24].clone(), (buf + 7)[1:17]  # the same 16 bytes: one whole words, one starting off
+    assert T.words(whole).dtype == torch.int64 and T.words(shifted).dtype == torch.uint8
+    assert T.same_bytes(whole, shifted) and T.same_bytes(whole, whole.clone())  # compared either way
+    assert not T.same_bytes(whole, (buf + 6)[1:17]) and not T.same_bytes(whole, whole + 1)
     lone = torch.zeros(4096, dtype=torch.uint8)
     lone[4095] = 1
     assert bool(T.words(lone).any())

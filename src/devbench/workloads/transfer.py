@@ -187,6 +187,12 @@ def words(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int64) if flat and t.numel() % 8 == 0 and t.storage_offset() % 8 == 0 else t
 
 
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two byte buffers hold the same bytes: compared as words where both allow it (``words``)."""
+    wa, wb = words(a), words(b)
+    return torch.equal(wa, wb) if wa.dtype == wb.dtype else torch.equal(a, b)
+
+
 def _back_buffer(like: torch.Tensor, sets: int) -> torch.Tensor:
     """Where a copy's check brings each destination back to compare it with its source: one buffer like the source,
     on its device; on the host pinned where the copy rotates over several sets (a device-to-host copy into fresh
@@ -288,7 +294,7 @@ class Copy:
         for i, (s, d) in enumerate(zip(self.srcs, self.dsts, strict=True)):
             if d.device != s.device and back is None:
                 back = _back_buffer(s, self.sets)
-            if not torch.equal(words(d if d.device == s.device else back.copy_(d)), words(s)):
+            if not same_bytes(d if d.device == s.device else back.copy_(d), s):
                 raise AssertionError(
                     f"copy of {size_label(self.nbytes)} {self.src_device} -> {self.dst_device} "
                     f"({self.memory}, non_blocking={self.non_blocking}), set {i}: destination differs from source"
