@@ -345,3 +345,18 @@ def test_a_large_draw_is_kept_for_the_next_workload_of_its_size_and_each_caller_
     assert all(unconverted.data_ptr() != d.data_ptr() for d in M._DRAWN.values())
     M.drop_draws()
     assert not M._DRAWN and 0 < M._drawn_cap() <= M.DRAWN_BYTES
+
+
+def test_the_suites_whole_number_switches_name_a_bad_value(monkeypatch):
+    """``whole_env`` reads DEVBENCH_BLOCKS, DEVBENCH_CPU_CACHE and DEVBENCH_SEARCH_BYTES: unset or empty is None (the
+    caller's default), a whole number >= 1 is itself, anything else names the variable and what it should hold."""
+    monkeypatch.delenv(M.BLOCKS_ENV, raising=False)
+    assert M.whole_env(M.BLOCKS_ENV, "blocks") is None and M.blocks_per_figure(7) == 7
+    monkeypatch.setenv(M.BLOCKS_ENV, "")
+    assert M.blocks_per_figure(7) == 7
+    monkeypatch.setenv(M.BLOCKS_ENV, "3")
+    assert M.blocks_per_figure(7) == 3
+    for bad in ("0", "-2", "1.5", "two"):
+        monkeypatch.setenv(M.BLOCKS_ENV, bad)
+        with pytest.raises(ValueError, match=f"DEVBENCH_BLOCKS='{bad}': expected the blocks of a figure"):
+            M.blocks_per_figure()

@@ -49,14 +49,21 @@ THREADS_ENV = "DEVBENCH_THREADS"
 BLOCKS_ENV = "DEVBENCH_BLOCKS"
 
 
+def whole_env(name: str, what: str) -> int | None:
+    """The whole number >= 1 the environment variable ``name`` holds, None where it is unset or empty; any other
+    value raises ``ValueError`` naming it and ``what`` it should be (the suite's make-test and compare switches)."""
+    text = os.environ.get(name, "")
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{name}={text!r}: expected {what}, a whole number >= 1")
+    return int(text)
+
+
 def blocks_per_figure(default: int = 11) -> int:
     """``default``, or the blocks per figure ``DEVBENCH_BLOCKS`` asks for (a whole number >= 1)."""
-    text = os.environ.get(BLOCKS_ENV, "")
-    if not text:
-        return default
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{BLOCKS_ENV}={text!r}: expected a whole number of blocks >= 1")
-    return int(text)
+    asked = whole_env(BLOCKS_ENV, "the blocks of a figure")
+    return default if asked is None else asked
 
 
 #: Blocks per figure: its median is the figure (11, or DEVBENCH_BLOCKS).

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from devbench.engine.measure import BLOCKS_ENV, measure, plan_blocks, warm_up
+from devbench.engine.measure import BLOCKS_ENV, measure, plan_blocks, warm_up, whole_env
 from devbench.workloads.matmul import DTYPES, Matmul, cpu_skip_reason, tf32
 
 #: The grid: m and n from DIMS, k from K_DIMS; the square sizes first (the suite's
@@ -301,12 +301,7 @@ def search_room() -> int | None:
     """Bytes a searched shape's operands may take at most (``shape_bytes``), where ``DEVBENCH_SEARCH_BYTES`` sets it
     (make test's dry run: the same search over the grid's smaller shapes), else None: what the device has free
     bounds them (``candidates``)."""
-    text = os.environ.get(SEARCH_BYTES_ENV, "")
-    if not text:
-        return None
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{SEARCH_BYTES_ENV}={text!r}: expected the bytes a shape may take, a whole number >= 1")
-    return int(text)
+    return whole_env(SEARCH_BYTES_ENV, "the bytes a shape may take")
 
 
 def search_inputs(device: torch.device, dtype: str) -> tuple[list[Shape], float]:

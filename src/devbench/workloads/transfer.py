@@ -23,7 +23,7 @@ import torch
 
 from devbench.engine.devices import as_device, synchronize
 from devbench.engine.lanes import Lanes
-from devbench.engine.measure import SEED
+from devbench.engine.measure import SEED, whole_env
 from devbench.records.spec import GiB, KiB, MiB, gbps, size_label
 
 #: Every factor of 4 from 4 KiB to 64 MiB, then 256 MiB and 1 GiB.
@@ -62,11 +62,9 @@ def cache_bytes(device: torch.device, sysfs: Path = CPU_CACHES) -> int:
         return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
     if device.type != "cpu":
         return 0
-    if os.environ.get(CPU_CACHE_ENV):  # make test's quick asv run: a short rotation, the same code
-        value = os.environ[CPU_CACHE_ENV]
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{CPU_CACHE_ENV}={value!r}: expected the cache's size in bytes, a whole number >= 1")
-        return int(value)
+    asked = whole_env(CPU_CACHE_ENV, "the cache's size in bytes")  # make test's quick asv run: a short rotation
+    if asked is not None:
+        return asked
     sizes = []
     for path in sysfs.glob("index*/size"):
         text = path.read_text(encoding="ascii").strip()
