@@ -60,7 +60,7 @@ def test_pattern_rejects_empty():
 def test_pattern_written_in_place_is_the_same_pattern():
     buf = torch.zeros(T.MiB + 3, dtype=torch.uint8)
     assert T.pattern(buf.numel(), seed=5, out=buf) is buf and torch.equal(buf, T.pattern(buf.numel(), seed=5))
-    with pytest.raises(ValueError, match="contiguous uint8 CPU tensor of 16 bytes"):
+    with pytest.raises(ValueError, match="contiguous flat uint8 tensor of 16 bytes"):
         T.pattern(16, out=torch.zeros(8, dtype=torch.uint8))
 
 
@@ -156,6 +156,37 @@ def test_a_check_compares_words_where_the_buffer_allows_and_bytes_elsewhere(monk
                 c.check()
 
 
+def test_a_copy_compared_where_it_landed_with_its_pattern_made_there_is_checked_as_its_source(monkeypatch):
+    """An h2d copy's check on the CPU (``Copy._made_again`` taken as true for a host copy): a set that landed right
+    passes on its pattern made again, with nothing brought back; one whose pattern there differs, or whose source is
+    not the pattern, is brought back and compared with its source; one byte off fails either way."""
+    monkeypatch.setattr(T.Copy, "_made_again", staticmethod(lambda src, dst: True))
+    backs, made = [], []
+    real_back, real_pattern = T._back_buffer, T.pattern
+    monkeypatch.setattr(T, "_back_buffer", lambda like, sets: backs.append(real_back(like, sets)) or backs[-1])
+    monkeypatch.setattr(T, "pattern", lambda nbytes, seed=T.SEED, out=None: made.append(seed) or
+                        real_pattern(nbytes, seed, out))  # fmt: skip
+    c = T.Copy(4096 + 8, CPU, CPU, sets=3, seed=40)
+    made.clear()
+    c.check()
+    assert made == [40, 41, 42] and backs == []  # each set against its own seed's pattern, none brought back
+    c.srcs[1].copy_(real_pattern(c.nbytes, seed=99))  # a source that is not its pattern: still its source's copy
+    c.check()
+    assert len(backs) == 1
+    monkeypatch.setattr(T, "pattern", lambda nbytes, seed=T.SEED, out=None: real_pattern(nbytes, seed + 1, out))
+    c.check()  # every pattern made wrong: every set compared with its source instead
+    real_call = T.Copy.__call__
+
+    def last_byte_off(self):
+        got = real_call(self)
+        got[-1] ^= 1
+        return got
+
+    monkeypatch.setattr(T.Copy, "__call__", last_byte_off)
+    with pytest.raises(AssertionError, match="set 0: destination differs from source"):
+        c.check()
+
+
 def test_a_copy_turned_over_buffers_a_failed_check_cleared_is_not_checked_zeros_against_zeros(monkeypatch):
     """A check clears its destinations first; where they are another copy's sources (the turned copies of one memory
     and size share their buffers) and its copy moved nothing, they stay cleared: the next copy turned over them must
@@ -207,7 +238,7 @@ def test_fit_reason_names_the_device_and_sizes():
     assert T.host_available() > 0
 
 
-def test_bidirectional_copies_both_ways_and_counts_both():
+def test_bidirectional_copies_both_ways_and_counts_both(small_cpu_cache):
     h2d, d2h = T.Copy(T.MiB, CPU, CPU), T.Copy(T.MiB, CPU, CPU, seed=7)
     r = T.bidirectional(Lanes([CPU, CPU]), h2d, d2h, calls=4)
     assert r.total > 0 and r.h2d > 0 and r.d2h > 0
@@ -419,15 +450,25 @@ def test_host_device_copies_on_a_gpu(direction, memory, non_blocking):
 @pytest.mark.cuda
 @pytest.mark.parametrize("direction", ["h2d", "d2h"])
 def test_a_copys_check_brings_every_set_back_through_one_buffer_and_catches_a_set_not_copied(direction, monkeypatch):
-    """An h2d copy's destinations come back to the host through one pinned buffer (the opposite path to the one
-    checked), a d2h copy's to the GPU; a set the copy left alone is named."""
+    """A d2h copy's destinations come back to the GPU through one buffer (the opposite path to the one checked); an
+    h2d copy's are compared on the GPU with their pattern made there, and come back to the host through one pinned
+    buffer only where that differs; a set the copy left alone is named either way."""
     c = T.host_device_copy(direction, T.MiB, CUDA, "pinned")
     assert c.sets > 1
     made = []
     real_back = T._back_buffer
     monkeypatch.setattr(T, "_back_buffer", lambda like, sets: made.append(real_back(like, sets)) or made[-1])
     c.check()
-    assert len(made) == 1 and made[0].device == c.src_device and made[0].is_pinned() is (direction == "h2d")
+    assert len(made) == (direction == "d2h")
+    if direction == "d2h":
+        assert made[0].device == c.src_device and not made[0].is_pinned()
+    made.clear()
+    real_pattern = T.pattern
+    monkeypatch.setattr(T, "pattern", lambda nbytes, seed=T.SEED, out=None: real_pattern(nbytes, seed + 1, out))
+    c.check()  # a pattern made wrong on the GPU: each set is brought back and compared with its source instead
+    assert len(made) == 1 and made[0].device == c.src_device
+    assert made[0].is_pinned() is (direction == "h2d")
+    monkeypatch.setattr(T, "pattern", real_pattern)
     assert not real_back(torch.zeros(8, dtype=torch.uint8), sets=1).is_pinned()  # one set: as .to() gave it
     real_call, skipped = T.Copy.__call__, []
 
@@ -449,6 +490,15 @@ def test_a_copys_check_buffer_is_like_its_source_and_pageable_without_cuda(monke
     back = T._back_buffer(like, sets=4)
     assert back.shape == like.shape and back.dtype == like.dtype and back.device == like.device
     assert not back.is_pinned()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("nbytes", [8, 4 * T.KiB, T.MiB + 3, 65 * T.KiB * 8 + 5])
+def test_a_pattern_made_on_a_gpu_is_the_hosts_byte_for_byte(nbytes):
+    """What an h2d copy's check rests on: its source's pattern made again on the GPU, words and tail bytes, is the
+    host's, so a copy that landed right passes where it landed."""
+    on_gpu = T.pattern(nbytes, seed=11, out=torch.empty(nbytes, dtype=torch.uint8, device=CUDA))
+    assert on_gpu.device == CUDA and torch.equal(on_gpu.cpu(), T.pattern(nbytes, seed=11))
 
 
 @pytest.mark.cuda

@@ -84,13 +84,16 @@ def sets_for(nbytes: int, cache: int = 0) -> int:
 
 
 def pattern(nbytes: int, seed: int = SEED, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``nbytes`` bytes of seeded, non-repeating data as a flat uint8 CPU tensor.
+    """``nbytes`` bytes of seeded, non-repeating data as a flat uint8 tensor: on the CPU, or in ``out``.
 
     Every 8-byte word differs from every other (a Weyl sequence mixed with a random
     64 KiB block), so a copy that drops, repeats or shifts any part fails the check.
     Random bytes from ``torch.randint`` would take ~4 s per GiB; this takes a fraction.
-    ``out``: a flat uint8 CPU tensor of ``nbytes`` to write into (a host buffer filled in
-    place: no second buffer of the size, whose fresh pages cost seconds per GiB on a VM).
+    ``out``: a flat uint8 tensor of ``nbytes`` to write into, on any device (a host buffer filled in
+    place: no second buffer of the size, whose fresh pages cost seconds per GiB on a VM; a GPU buffer
+    filled by the GPU, not by the host and a copy). The seeded draws are the CPU generator's wherever
+    ``out`` is, and the rest is integer arithmetic that wraps alike on every device, so the bytes are
+    the same on each (``tests/test_transfer.py`` holds a GPU's to the host's).
     """
     if nbytes < 1:
         raise ValueError(f"nbytes must be >= 1, got {nbytes}")
@@ -98,19 +101,20 @@ def pattern(nbytes: int, seed: int = SEED, out: torch.Tensor | None = None) -> t
     words = nbytes // 8
     if out is None:
         out = torch.empty(nbytes, dtype=torch.uint8)
-    elif out.dtype != torch.uint8 or out.device.type != "cpu" or out.numel() != nbytes or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous uint8 CPU tensor of {nbytes} bytes")
+    elif out.dtype != torch.uint8 or out.dim() != 1 or out.numel() != nbytes or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous flat uint8 tensor of {nbytes} bytes")
     if words:
         w = out[: words * 8].view(torch.int64)
         start = int(torch.randint(0, 1 << 62, (1,), generator=gen))
         torch.arange(start, start + words, dtype=torch.int64, out=w)
         w.mul_(_GOLDEN)
         block = torch.randint(-(1 << 62), 1 << 62, (min(words, 8 * KiB),), dtype=torch.int64, generator=gen)
+        block = block.to(out.device)
         full = words // block.numel() * block.numel()
         w[:full].view(-1, block.numel()).bitwise_xor_(block)
         w[full:].bitwise_xor_(block[: words - full])
     if nbytes % 8:
-        out[words * 8 :] = torch.randint(1, 256, (nbytes % 8,), dtype=torch.uint8, generator=gen)
+        out[words * 8 :] = torch.randint(1, 256, (nbytes % 8,), dtype=torch.uint8, generator=gen).to(out.device)
     return out
 
 
@@ -230,11 +234,7 @@ class Copy:
         self.srcs, self.dsts = [], []
         for i in range(self.sets):
             src = _buffer(self.nbytes, self.src_device, self.memory)
-            if src.device.type == "cpu":
-                pattern(self.nbytes, self.seed + i, out=src)
-            else:
-                src.copy_(pattern(self.nbytes, self.seed + i))
-            self.srcs.append(src)
+            self.srcs.append(pattern(self.nbytes, self.seed + i, out=src))  # filled where it is, not copied there
             self.dsts.append(_buffer(self.nbytes, self.dst_device, self.memory))
         self._next = 0
 
@@ -274,9 +274,13 @@ class Copy:
 
     def check(self) -> None:
         """Copy every pair once and compare byte for byte, each destination brought back to its source's device
-        first (over the opposite path, not the one checked); first clear the destinations. A source that holds
-        only zeros fails first: the seeded pattern never does, and a copy turned over buffers that a failed check
-        of another copy left cleared would compare zeros with zeros (``turned``)."""
+        first (over the opposite path, not the one checked); first clear the destinations. A host source's copy is
+        first compared on its destination's device with the source's seeded pattern made there again
+        (``pattern``: no path under test carries it): the same bytes, or it is brought back and compared with its
+        source as any other, so a source that is not the pattern is still checked (a host compare of an h2d copy's
+        gigabyte or so took about a second a set-up on the H200, its d2h twin's, on the GPU, a tenth). A source
+        that holds only zeros fails first: the seeded pattern never does, and a copy turned over buffers that a
+        failed check of another copy left cleared would compare zeros with zeros (``turned``)."""
         for i, s in enumerate(self.srcs):
             if not bool(words(s).any()):
                 raise AssertionError(
@@ -289,14 +293,27 @@ class Copy:
             self()
         synchronize(self.devices)
         back = None  # one buffer on the sources' device that every set's destination comes back into
+        made = None  # one buffer on a host source's destination device where its pattern is made again
         for i, (s, d) in enumerate(zip(self.srcs, self.dsts, strict=True)):
-            if d.device != s.device and back is None:
-                back = _back_buffer(s, self.sets)
-            if not same_bytes(d if d.device == s.device else back.copy_(d), s):
+            again = self._made_again(s, d)
+            same = d.device == s.device and not again and same_bytes(d, s)
+            if again:  # compared where it landed, with its pattern
+                made = torch.empty_like(d) if made is None else made
+                same = same_bytes(d, pattern(self.nbytes, self.seed + i, out=made))
+            if (again or d.device != s.device) and not same:  # brought back over the opposite path, compared
+                back = _back_buffer(s, self.sets) if back is None else back
+                same = same_bytes(back.copy_(d), s)
+            if not same:
                 raise AssertionError(
                     f"copy of {size_label(self.nbytes)} {self.src_device} -> {self.dst_device} "
                     f"({self.memory}, non_blocking={self.non_blocking}), set {i}: destination differs from source"
                 )
+
+    @staticmethod
+    def _made_again(src: torch.Tensor, dst: torch.Tensor) -> bool:
+        """Whether a set's copy is first compared where it landed with its source's pattern made there (``check``):
+        a host source's, on another device."""
+        return dst.device != src.device and src.device.type == "cpu"
 
     def sync(self) -> None:
         synchronize(self.devices)
