@@ -143,13 +143,13 @@ def test_every_step_of_a_plotted_series_is_marked(monkeypatch):
     marked = []
     real = plots._draw
 
-    def spy(plt, draw, ncols, nrows):
+    def spy(plt, draw, ncols, nrows, tight=True):
         def looked(axes):
             draw(axes)
             marked.extend(float(line.get_xdata()[0]) for ax in axes.flat for line in ax.lines
                           if line.get_linestyle() == "--")  # fmt: skip
 
-        return real(plt, looked, ncols, nrows)
+        return real(plt, looked, ncols, nrows, tight)
 
     monkeypatch.setattr(plots, "_draw", spy)
     commits = list("abcdef")

@@ -185,6 +185,9 @@ def test_a_copy_compared_where_it_landed_with_its_pattern_made_there_is_checked_
     monkeypatch.setattr(T.Copy, "__call__", last_byte_off)
     with pytest.raises(AssertionError, match="set 0: destination differs from source"):
         c.check()
+    monkeypatch.setattr(T, "pattern", real_pattern)  # the pattern made right: one byte off still fails
+    with pytest.raises(AssertionError, match="set 0: destination differs from source"):
+        c.check()
 
 
 def test_a_copy_turned_over_buffers_a_failed_check_cleared_is_not_checked_zeros_against_zeros(monkeypatch):

@@ -12,7 +12,9 @@ from devbench.records.spec import direction, size_label
 from devbench.report.derive import where_label
 
 
-def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1) -> bytes:
+def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1, tight: bool = True) -> bytes:
+    """The figure ``draw`` fills, as PNG bytes; ``tight``: cropped to what it drew, a legend under a panel whole
+    (matplotlib lays the figure out twice for it: a third of the history plot's time, whose legends sit inside)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,17 +22,21 @@ def _figure_png(draw: Callable[[object], None], ncols: int = 1, nrows: int = 1) 
 
     # names and params come from results: "$" in them is text, never mathtext
     with matplotlib.rc_context({"text.parse_math": False}):
-        return _draw(plt, draw, ncols, nrows)
+        return _draw(plt, draw, ncols, nrows, tight)
 
 
-def _draw(plt, draw: Callable[[object], None], ncols: int, nrows: int) -> bytes:
+def _draw(plt, draw: Callable[[object], None], ncols: int, nrows: int, tight: bool = True) -> bytes:
     fig, axes = plt.subplots(nrows, ncols, figsize=(6.4 * ncols, 4.2 * nrows), squeeze=False)
     try:
         draw(axes)
-        # fixed margins: tight_layout costs seconds with log axes and many ticks
-        fig.subplots_adjust(left=0.13, right=0.98, bottom=0.14, top=0.9, wspace=0.22, hspace=0.55)
+        # fixed margins: tight_layout costs seconds with log axes and many ticks; uncropped, margins in inches
+        # (a title's two lines above, rotated commit labels below, tick labels and the unit to the left)
+        width, height = 6.4 * ncols, 4.2 * nrows
+        margins = {"left": 0.13, "right": 0.98, "bottom": 0.14, "top": 0.9} if tight else \
+            {"left": 0.75 / width, "right": 1 - 0.15 / width, "bottom": 0.7 / height, "top": 1 - 0.45 / height}
+        fig.subplots_adjust(wspace=0.22, hspace=0.55, **margins)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")  # a legend under a panel stays whole
+        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight" if tight else None)
         return buf.getvalue()
     finally:
         plt.close(fig)
@@ -179,7 +185,7 @@ def plot_history(frame: pd.DataFrame, steps: pd.DataFrame, limit: int = 6) -> by
         for ax in list(axes.flat)[len(chosen) :]:
             ax.set_visible(False)
 
-    return _figure_png(draw, ncols=ncols, nrows=nrows)
+    return _figure_png(draw, ncols=ncols, nrows=nrows, tight=False)  # its legends sit inside its panels
 
 
 def plot_fleet(fleet: pd.DataFrame | None) -> bytes | None:

@@ -276,8 +276,9 @@ class Copy:
         """Copy every pair once and compare byte for byte, each destination brought back to its source's device
         first (over the opposite path, not the one checked); first clear the destinations. A host source's copy is
         first compared on its destination's device with the source's seeded pattern made there again
-        (``pattern``: no path under test carries it): the same bytes, or it is brought back and compared with its
-        source as any other, so a source that is not the pattern is still checked (a host compare of an h2d copy's
+        (``pattern``: only its 64 KiB seeded block crosses to the device, and no broken copy turns a cleared
+        destination into the whole pattern): the same bytes, or it is brought back and compared with its source as
+        any other, so a source that is not the pattern is still checked (a host compare of an h2d copy's
         gigabyte or so took about a second a set-up on the H200, its d2h twin's, on the GPU, a tenth). A source
         that holds only zeros fails first: the seeded pattern never does, and a copy turned over buffers that a
         failed check of another copy left cleared would compare zeros with zeros (``turned``)."""
