@@ -59,6 +59,29 @@ def test_the_stages_before_the_tests_share_one_measuring_process_and_a_held_one_
     assert alone - plan.estimate_s(points=rest, group=lambda p: "rest") == pytest.approx(COSTS.sweep_start_s)
 
 
+def test_the_plan_says_what_its_estimate_pays_for_and_which_benchmark_builds_each_workload():
+    """``estimate_parts`` adds up to ``estimate_s``; each workload's build is named by the first of its figures that
+    builds it, and the plan's table and its "of which" line show them."""
+    from devbench.gpu import plantext
+
+    listing = _swept()
+    for bench in listing.values():
+        bench["headline"] = [{"n": [64]}]
+    plan = P.make_plan(listing, lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
+    parts, builds = plan.estimate_parts()
+    assert sum(parts.values()) == pytest.approx(plan.estimate_s()) and set(parts) == set(P.PARTS)
+    assert parts["asv calls"] == pytest.approx(2 * COSTS.stage_call_s)
+    assert parts["measuring process"] == pytest.approx(COSTS.sweep_start_s)
+    figure = P.SIZING_S + precision.MIN_SAMPLES * 0.1
+    assert parts["sampling"] == pytest.approx(4 * (COSTS.launch_s + figure))
+    first = min(listing)  # the figures run in name order: track_tflops builds, track_time reads its build
+    assert builds == {first: pytest.approx(2 * P.SETUP_S)} and parts["builds"] == pytest.approx(2 * P.SETUP_S)
+    rows = {r["benchmark"]: r for r in plantext.summary_rows(plan)}
+    assert rows[first]["build_s"] == pytest.approx(2 * P.SETUP_S) and rows[max(listing)]["build_s"] == 0.0
+    text = plantext.format_plan(plan)
+    assert "of which: asv calls " in text and f"builds {2 * P.SETUP_S:.1f} s" in text
+
+
 def test_a_class_cap_prices_a_host_bound_figure_at_its_cap():
     assert P.swept_sample_s({"sample_time": 0.05}) == pytest.approx(P.SIZING_S + 8 * 0.05)
     assert P.swept_sample_s({"sample_time": 0.2, "sample_cap": [1.0, 11]}) == pytest.approx(P.SIZING_S + 2.2)

@@ -60,6 +60,7 @@ from devbench.gpu.declared import (  # noqa: F401 - the plan's names for what a 
     swept_sample_s,
 )
 from devbench.gpu.priced import (  # noqa: F401 - the plan's names for its points
+    PARTS,
     STAGES,
     Plan,
     Point,

@@ -9,11 +9,14 @@ from devbench.gpu.plan import STAGES, Plan, _order, stage_of
 
 
 def summary_rows(plan: Plan) -> list[dict[str, Any]]:
-    """One row per benchmark: its points, those kept, skipped and dropped, and the seconds expected."""
+    """One row per benchmark: its points, those kept, skipped and dropped, the seconds its kept points' figures are
+    expected to sample, and those of the builds its kept points are the first to make (``Plan.estimate_parts``)."""
+    _, builds = plan.estimate_parts()
     rows: dict[str, dict[str, Any]] = {}
     for p in plan.points:
         row = rows.setdefault(p.benchmark, {"benchmark": p.benchmark, "points": 0, "run": 0, "skip": 0,
-                                            "dropped": 0, "cut": 0, "estimate_s": 0.0})  # fmt: skip
+                                            "dropped": 0, "cut": 0, "estimate_s": 0.0,
+                                            "build_s": builds.get(p.benchmark, 0.0)})  # fmt: skip
         row["points"] += 1
         row[p.state] += 1
         if p.state == "run":
@@ -35,12 +38,14 @@ def format_plan(plan: Plan) -> str:
         + ("; the CPU's searches here: " + ", ".join(f"{k.split(':', 1)[-1]} {v:.0f} s" for k, v in c.expected_searches)
            if c.expected_searches else ""),
         "",
-        f"{'benchmark':<56} {'points':>6} {'run':>5} {'skip':>5} {'drop':>5} {'expect':>8}",
+        f"{'benchmark':<56} {'points':>6} {'run':>5} {'skip':>5} {'drop':>5} {'sample':>8} {'build':>7}",
     ]
     for row in summary_rows(plan):
         lines.append(f"{row['benchmark']:<56} {row['points']:>6} {row['run']:>5} {row['skip']:>5} "
-                     f"{row['dropped']:>5} {row['estimate_s']:>7.1f}s")  # fmt: skip
+                     f"{row['dropped']:>5} {row['estimate_s']:>7.1f}s {row['build_s']:>6.1f}s")  # fmt: skip
+    parts, _ = plan.estimate_parts()
     lines.append(f"{'expected, asv calls and set-up caches included':<80} {plan.estimate_s():>7.1f}s")
+    lines.append("of which: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in parts.items() if seconds))
     # each stage what it adds to the ones before it: the measuring process they share is priced where it starts
     parts, so_far, before = [], [], 0.0
     for s in STAGES:

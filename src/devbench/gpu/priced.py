@@ -149,31 +149,51 @@ class Plan:
         """Seconds the kept points of ``tier`` (every tier: None), or ``points``, are expected to take: one asv
         call per stage they run in (``group``, default ``stage_of``), its set-up caches, and each workload's
         check once (none already checked by a point that ran). Each point costs ``point_s``; the asv calls,
-        caches and checks times ``scale``."""
+        caches and checks times ``scale``. The sum of ``estimate_parts``."""
+        return sum(self.estimate_parts(tier, points, group, scale)[0].values())
+
+    def estimate_parts(self, tier: int | None = None, points: list[Point] | None = None, group=None,
+                       scale: float = 1.0) -> tuple[dict[str, float], dict[str, float]]:  # fmt: skip
+        """``estimate_s`` by what it pays for (``PARTS``: each asv call's start, the set-up caches and searches,
+        the measuring process's start, the builds of the workloads, the sampling of the figures, the checks), and
+        the builds by the benchmark of the first point in its stage that builds each workload."""
         chosen = points if points is not None else self.kept(tier)
         group = group or stage_of
         checked = {p.check for p in self.points if p.done and p.check is not None} if points is not None else set()
-        total = 0.0
+        parts = dict.fromkeys(PARTS, 0.0)
+        by_benchmark: dict[str, float] = {}
         started = self.sweep_up
         for g in sorted({group(p) for p in chosen}, key=_stage_order):
             kept = [p for p in chosen if group(p) == g]
             modules = {p.benchmark.split(".", 1)[0] for p in kept}
-            fixed = self.costs.stage_call_s + sum(self.cache_s.get(m, 0.0) for m in modules)
-            fixed += self.costs.cuda_context_s * len({m for p in kept if (m := _cache_gpu(self, p))})
+            parts["asv calls"] += self.costs.stage_call_s * scale
+            caches = sum(self.cache_s.get(m, 0.0) for m in modules)
+            caches += self.costs.cuda_context_s * len({m for p in kept if (m := _cache_gpu(self, p))})
             if any(p.swept for p in kept) and not started:  # one measuring process for the stages (sweep.held)
-                fixed += self.costs.sweep_start_s
+                parts["measuring process"] += self.costs.sweep_start_s * scale
                 started = True
-            fixed += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
-            fixed += sum(dict(((p.unit, p.values), p.unit_share_s) for p in kept if p.unit_share_s).values())
-            built = sum(dict((p.built, self.built_s(p, scale)) for p in kept if p.built is not None).values())
+            caches += sum(dict((p.unit, p.unit_s) for p in kept if p.unit is not None).values())
+            caches += sum(dict(((p.unit, p.values), p.unit_share_s) for p in kept if p.unit_share_s).values())
+            parts["set-up caches"] += caches * scale
+            builds: dict[tuple[str, ...], tuple[str, float]] = {}
+            for p in kept:  # priced as its stage's last point of the workload, named by its first
+                if p.built is not None:
+                    builds[p.built] = (builds.get(p.built, (p.benchmark, 0.0))[0], self.built_s(p, scale))
+            for name, seconds in builds.values():
+                parts["builds"] += seconds
+                by_benchmark[name] = by_benchmark.get(name, 0.0) + seconds
             beside = {p.selector for p in kept}
-            total += fixed * scale + built + sum(self.point_s(p, scale, beside) for p in kept)
+            parts["sampling"] += sum(self.point_s(p, scale, beside) for p in kept)
         checks = {p.check for p in chosen if p.check is not None} - checked
-        return total + len(checks) * self.costs.gpu_check_s * scale
+        parts["checks"] += len(checks) * self.costs.gpu_check_s * scale
+        return parts, by_benchmark
 
 
 #: the asv stages of a run, in order: the headline points, the rest, then the late ones (``plan_last``)
 STAGES = ("headline", "rest", "last")
+
+#: what a plan's estimate pays for (``Plan.estimate_parts``)
+PARTS = ("asv calls", "set-up caches", "measuring process", "builds", "sampling", "checks")
 
 
 def _stage_order(g: str) -> tuple[int, str]:
