@@ -261,6 +261,12 @@ def test_this_hosts_cpu_searches_are_priced_for_every_dtype_it_searches(monkeypa
     searched = [d for d in A.SEARCHED if not A.search_reason(torch.device("cpu"), d)]
     assert sorted(got) == sorted(f"cpu:{d}" for d in searched) and all(v > 0 for v in got.values())
     assert [d for _, d in calls] == searched  # one small shape timed whole per dtype, for what a shape costs beside
+    # the probe times the rates once (``cpu_rates``: each searched dtype and float64) and prices the searches with them
+    rates = A.cpu_rates()
+    assert sorted(rates) == sorted([*searched, "float64"]) and all(r > 0 for r in rates.values())
+    monkeypatch.setattr(A, "_rate", lambda dtype, n=1024: pytest.fail("timed again"))
+    slower = A.expected_cpu_searches_s({d: r / 100 for d, r in rates.items()})
+    assert all(slower[k] >= got[k] for k in got)  # a slower CPU's searches take no less
 
 
 def test_a_search_made_in_an_earlier_stage_is_priced_as_a_read_in_the_stages_after_it():

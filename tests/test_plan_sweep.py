@@ -82,6 +82,34 @@ def test_the_plan_says_what_its_estimate_pays_for_and_which_benchmark_builds_eac
     assert "of which: asv calls " in text and f"builds {2 * P.SETUP_S:.1f} s" in text
 
 
+def test_a_cpu_products_block_is_priced_at_least_one_call_at_this_hosts_rate_for_its_dtype():
+    """A square product's CPU block lasts at least one call: its FLOP over what the probe timed this CPU's n=1,024
+    product of that dtype at (``Costs.cpu_flops``). A GPU point, a dtype without a rate, a small product and any
+    other figure keep their blocks of ``sample_time``; the rates travel in plan.json and come back as they were."""
+    import json
+
+    from devbench.records import spec
+
+    grid = ([["cpu", "cuda"], ["float32", "float16"], [64, 4096]], ["device", "dtype", "n"])
+    listing = {name: _bench(name, *grid, swept=True, sample_time=0.1, unit="TFLOP/s")
+               for name in (spec.MATMUL_TFLOPS.benchmark, "bench_m.Other.track_tflops")}  # fmt: skip
+    rate = 5e10  # 50 GFLOP/s: a 4,096 product is 2.75 s
+    costs = P.Costs(0.01, 0.3, 5.0, 1, cpu_flops=P.searches_of({"float32": rate}))
+    by = {p.selector: p for p in P.make_plan(listing, lambda s: True, costs, 1000, 0, sweep_cpu=True).points}
+
+    def sampled(name, *values):
+        return by[f"{name}({', '.join(repr(v) for v in values)})"].estimate_s - costs.launch_s
+
+    blocks = lambda block: P.SIZING_S + max(precision.DEFAULT_CAP[0], precision.DEFAULT_CAP[1] * block)  # noqa: E731
+    square = spec.MATMUL_TFLOPS.benchmark
+    assert sampled(square, "cpu", "float32", 4096) == pytest.approx(blocks(spec.matmul_flops(4096) / rate))
+    assert sampled(square, "cpu", "float32", 64) == pytest.approx(blocks(0.1))  # a call far under a block
+    assert sampled(square, "cpu", "float16", 4096) == pytest.approx(blocks(0.1))  # no rate for its dtype
+    assert sampled("bench_m.Other.track_tflops", "cpu", "float32", 4096) == pytest.approx(blocks(0.1))
+    assert sampled(square, "cuda", "float32", 4096) == pytest.approx(P.SIZING_S + precision.MIN_SAMPLES * 0.1)
+    assert P.Costs.from_record(json.loads(json.dumps(costs.__dict__))) == costs
+
+
 def test_a_class_cap_prices_a_host_bound_figure_at_its_cap():
     assert P.swept_sample_s({"sample_time": 0.05}) == pytest.approx(P.SIZING_S + 8 * 0.05)
     assert P.swept_sample_s({"sample_time": 0.2, "sample_cap": [1.0, 11]}) == pytest.approx(P.SIZING_S + 2.2)

@@ -65,15 +65,17 @@ try:  # a pricing refinement: an unreadable cache or an error here must not stop
 except Exception as exc:
     print(f"gpu-run: could not tell which achievable searches are cached ({exc}): each priced whole", file=sys.stderr)
     cached = []
-try:  # what this host's CPU searches are expected to take; priced at their time bound without it
-    from devbench.workloads.achievable import expected_cpu_searches_s
-    expected = {k: v for k, v in expected_cpu_searches_s().items() if k not in cached}
+rates = {}
+try:  # what this host's CPU searches are expected to take, and its products' rates; priced at their bound without
+    from devbench.workloads.achievable import cpu_rates, expected_cpu_searches_s
+    rates = cpu_rates()
+    expected = {k: v for k, v in expected_cpu_searches_s(rates).items() if k not in cached}
 except Exception as exc:
     print(f"gpu-run: could not price the CPU's achievable searches ({exc}): each priced at its bound", file=sys.stderr)
     expected = {}
 print(json.dumps({"import_s": t1 - t0, "fork_s": t2 - t1, "context_s": t3 - t2 if gpus else 0.0, "gpus": gpus,
                   "setup_s": setup, "check_s": check, "cores": cores, "model": model,
-                  "cached_searches": cached, "expected_searches": expected}))
+                  "cached_searches": cached, "expected_searches": expected, "cpu_flops": rates}))
 """
 
 
@@ -98,7 +100,8 @@ def probe_costs(python: str, repo: Path, machine: str | None = None) -> P.Costs:
                    gpu_setup_s=got["setup_s"], gpu_check_s=got.get("check_s", 0.0),
                    cores=int(got["cores"]), gpu_model=got.get("model", ""),
                    cached_searches=tuple(got.get("cached_searches", ())),
-                   expected_searches=P.searches_of(got.get("expected_searches", {})))  # fmt: skip
+                   expected_searches=P.searches_of(got.get("expected_searches", {})),
+                   cpu_flops=P.searches_of(got.get("cpu_flops", {})))  # fmt: skip
 
 
 def costs_from(path: Path) -> P.Costs:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from devbench.engine import precision
+from devbench.records import spec
 
 #: seconds of a combination's set-up when its class declares none
 SETUP_S = 0.3
@@ -167,17 +168,37 @@ def sample_s(bench: dict[str, Any], gpu: bool = False, values: tuple[str, ...] =
     return max(0.0, warmup) + min(cap, most * sample_time)
 
 
+#: the figures whose call is one square product of their ``n`` and ``dtype`` (``call_s``)
+SQUARE_PRODUCTS = (spec.MATMUL_TFLOPS.benchmark, spec.MATMUL_TIME.benchmark)
+
+
+def call_s(bench: dict[str, Any], values: tuple[str, ...], cpu_flops: dict[str, float]) -> float:
+    """Seconds one call of a CPU point of a square product's figure (``SQUARE_PRODUCTS``) takes here: its FLOP over
+    the rate this host's CPU reached at n=1,024 in its dtype (``Costs.cpu_flops``); 0 for any other point, or a
+    dtype without a rate. A block lasts at least one call: at n=4,096 a float32 product took 0.4-2.7 s on the
+    2-vCPU VM, where a block is priced 0.1 s, and its figure's stage ran at twice its estimate."""
+    if bench["name"] not in SQUARE_PRODUCTS or not cpu_flops:
+        return 0.0
+    names = list(bench.get("param_names", []))
+    got = dict(zip(names, (v.strip("'\"") for v in values), strict=True))
+    rate = cpu_flops.get(got.get("dtype", ""))
+    if got.get("device") != "cpu" or not rate or not got.get("n", "").isdigit():
+        return 0.0
+    return spec.matmul_flops(int(got["n"])) / rate
+
+
 def swept_sample_s(bench: dict[str, Any], gpu: bool = True, precise: bool = True,
-                   values: tuple[str, ...] = ()) -> float:  # fmt: skip
+                   values: tuple[str, ...] = (), call: float = 0.0) -> float:  # fmt: skip
     """Seconds a swept class's figure samples (``devbench.engine.precision``): the class's ``plan_s``,
     else blocks of its
     ``sample_time``: on a GPU ``MIN_SAMPLES`` of them where the class sets no cap (precise), else, and on the CPU
     (a shared host rarely gives 0.5%), the cap: seconds or blocks, whichever ends later; a host-clock figure on
     the CPU at least asv's ``repeat[2]`` (``suite.waited``). Not ``precise``: a recorded run held it wider than
-    0.5% (``Costs.imprecise``), so it samples to its cap on a GPU too."""
+    0.5% (``Costs.imprecise``), so it samples to its cap on a GPU too. ``call``: one call's seconds where known
+    (``call_s``): a block lasts at least one."""
     if "plan_s" in bench:
         return float(declared_plan_s(bench, values))
-    block = float(bench.get("sample_time", 0.05))
+    block = max(float(bench.get("sample_time", 0.05)), call)
     cap = bench.get("sample_cap")
     if gpu and not cap and precise:
         return SIZING_S + precision.MIN_SAMPLES * block

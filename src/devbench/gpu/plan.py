@@ -51,6 +51,7 @@ from devbench.gpu.declared import (  # noqa: F401 - the plan's names for what a 
     TRACK_S,
     _matches,
     cache_units,
+    call_s,
     declared_skip,
     gpus_needed,
     is_headline,
@@ -184,7 +185,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 turned.add(group)
                 wide = {point.selector} | {f"{f}({', '.join(values)})" if values else f for f, where in
                                            shares.get(name, ()) if _matches(bench, values, where, "SAME_BLOCKS")}
-                sampling = swept_sample_s(bench, gpu=bool(need), precise=not wide & imprecise, values=values)
+                sampling = swept_sample_s(bench, gpu=bool(need), precise=not wide & imprecise, values=values,
+                                          call=call_s(bench, values, dict(costs.cpu_flops)))  # fmt: skip
                 partner = (same_blocks or {}).get(name)
                 if isinstance(partner, tuple):  # at the points its params name only
                     partner = partner[0] if _matches(bench, values, partner[1], "SAME_BLOCKS") else None
@@ -198,7 +200,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             # a point that reads what its setup_cache measured (a world's sweep) never makes a CUDA context
             reads = bool(bench.get("figures_in_setup_cache"))
             launch = costs.launch_s + (costs.cuda_context_s if need and not reads else 0.0)
-            sampling = (swept_sample_s(bench, gpu=bool(need), values=values) if bench.get("swept")
+            sampling = (swept_sample_s(bench, gpu=bool(need), values=values,
+                                       call=call_s(bench, values, dict(costs.cpu_flops))) if bench.get("swept")
                         else sample_s(bench, gpu=bool(need), values=values))  # fmt: skip
             per_round = launch + setup + sampling
             point.estimate_s = rounds * per_round

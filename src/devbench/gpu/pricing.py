@@ -38,6 +38,10 @@ class Costs:
     #: ``(device:dtype, seconds)`` of the CPU searches a run would make, as this host is expected to take them
     #: (the probe: ``devbench.workloads.achievable.expected_cpu_searches_s``): priced so, at most their bound
     expected_searches: tuple[tuple[str, float], ...] = ()
+    #: ``(dtype, FLOP/s)`` of an n=1,024 product on this host's CPU, per dtype it searches (the probe:
+    #: ``devbench.workloads.achievable.cpu_rates``): a CPU product's block lasts at least one call
+    #: (``declared.call_s``), at n=4,096 seconds on a small host where a block is priced a tenth of one
+    cpu_flops: tuple[tuple[str, float], ...] = ()
     #: selectors of the figures that machine's recorded run held wider than 0.5% (``recorded.imprecise_from``): the
     #: measuring process samples them to their class's cap, and they are priced so
     imprecise: tuple[str, ...] = ()
@@ -80,8 +84,9 @@ class Costs:
                 fields[name] = tuple(fields[name])
         if "expected_searches" in fields:
             fields["expected_searches"] = searches_of(fields["expected_searches"])
-        if "validate_each" in fields:
-            fields["validate_each"] = searches_of(fields["validate_each"])
+        for name in ("validate_each", "cpu_flops"):
+            if name in fields:
+                fields[name] = searches_of(fields[name])
         return cls(**fields)
 
 

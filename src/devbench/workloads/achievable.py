@@ -376,21 +376,33 @@ def _rate(dtype: str, n: int = 1024) -> float:
     return 2.0 * n**3 / min(_timed(lambda: a @ a) for _ in range(3))
 
 
-def expected_cpu_searches_s() -> dict[str, float]:
+def cpu_rates() -> dict[str, float]:
+    """FLOP per second of an n=1,024 product on this host's CPU, for each dtype a CPU search would search and for
+    float64 (``_rate``): what the probe prices a CPU search (``expected_cpu_searches_s``) and a CPU product's call
+    (``devbench.gpu.declared.call_s``) with."""
+    from devbench.engine.measure import pin_threads
+
+    pin_threads()
+    cpu = torch.device("cpu")
+    dtypes = [d for d in SEARCHED if not search_reason(cpu, d)]
+    return {d: _rate(d) for d in (*dtypes, "float64")} if dtypes else {}
+
+
+def expected_cpu_searches_s(rates: dict[str, float] | None = None) -> dict[str, float]:
     """``cpu:dtype`` -> the seconds each CPU search a run would make is expected to take on this host: its grid
     (``search_inputs``) priced with what is timed here now: one product of each searched dtype and of float64
     at 1,024, a draw of a million normals, and the grid's smallest shape searched whole (``time_shape``: what a
     shape costs beside its products). A shape is then its inputs drawn, its float64 reference of
     ``CHECK_ROWS`` rows per input set, its calls beside the blocks (``CALLS_BESIDE_BLOCKS``) and its blocks (each
     at least one call), plus that fixed part. About a second on two cores; gpu-run's probe prices a search with
-    it, where the time bound says only how long a search may take."""
+    it, where the time bound says only how long a search may take. ``rates``: ``cpu_rates`` timed already."""
     from devbench.engine.measure import pin_threads
     from devbench.workloads.matmul import CHECK_ROWS
 
     pin_threads()
     cpu = torch.device("cpu")
     dtypes = [d for d in SEARCHED if not search_reason(cpu, d)]
-    rates = {d: _rate(d) for d in (*dtypes, "float64")} if dtypes else {}
+    rates = rates if rates is not None else cpu_rates()
     draw = min(_timed(lambda: torch.randn(1 << 20)) for _ in range(3)) / (1 << 20)
     out, sets = {}, 2  # Matmul's rotating input sets
     for dtype in dtypes:
