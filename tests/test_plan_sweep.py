@@ -95,7 +95,10 @@ def test_a_cpu_products_block_is_priced_at_least_one_call_at_this_hosts_rate_for
                for name in (spec.MATMUL_TFLOPS.benchmark, "bench_m.Other.track_tflops")}  # fmt: skip
     rate = 5e10  # 50 GFLOP/s: a 4,096 product is 2.75 s
     costs = P.Costs(0.01, 0.3, 5.0, 1, cpu_flops=P.searches_of({"float32": rate}))
-    by = {p.selector: p for p in P.make_plan(listing, lambda s: True, costs, 1000, 0, sweep_cpu=True).points}
+    by = {p.selector: p for p in P.make_plan(listing, lambda s: True, costs, 1000, 0, sweep_cpu=True,
+                                             call_flop=spec.call_flop).points}  # fmt: skip
+    assert spec.call_flop(spec.MATMUL_TIME.benchmark, {"n": "64"}) == spec.matmul_flops(64)
+    assert spec.call_flop("bench_m.Other.track_tflops", {"n": "64"}) is None
 
     def sampled(name, *values):
         return by[f"{name}({', '.join(repr(v) for v in values)})"].estimate_s - costs.launch_s

@@ -4,10 +4,10 @@ figures samples (with the defaults where it declares nothing)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from devbench.engine import precision
-from devbench.records import spec
 
 #: seconds of a combination's set-up when its class declares none
 SETUP_S = 0.3
@@ -168,23 +168,18 @@ def sample_s(bench: dict[str, Any], gpu: bool = False, values: tuple[str, ...] =
     return max(0.0, warmup) + min(cap, most * sample_time)
 
 
-#: the figures whose call is one square product of their ``n`` and ``dtype`` (``call_s``)
-SQUARE_PRODUCTS = (spec.MATMUL_TFLOPS.benchmark, spec.MATMUL_TIME.benchmark)
-
-
-def call_s(bench: dict[str, Any], values: tuple[str, ...], cpu_flops: dict[str, float]) -> float:
-    """Seconds one call of a CPU point of a square product's figure (``SQUARE_PRODUCTS``) takes here: its FLOP over
-    the rate this host's CPU reached at n=1,024 in its dtype (``Costs.cpu_flops``); 0 for any other point, or a
-    dtype without a rate. A block lasts at least one call: at n=4,096 a float32 product took 0.4-2.7 s on the
-    2-vCPU VM, where a block is priced 0.1 s, and its figure's stage ran at twice its estimate."""
-    if bench["name"] not in SQUARE_PRODUCTS or not cpu_flops:
+def call_s(bench: dict[str, Any], values: tuple[str, ...], cpu_flops: dict[str, float],
+           call_flop: Callable[[str, dict[str, str]], float | None] | None = None) -> float:
+    """Seconds one call of a CPU point takes here, where ``call_flop`` (``spec.call_flop``, which gpu-run hands the
+    plan) gives its FLOP: those over the rate this host's CPU reached at n=1,024 in its dtype (``Costs.cpu_flops``);
+    0 for a GPU point, another figure, or a dtype without a rate. A block lasts at least one call: at n=4,096 a
+    float32 product took 0.4-2.7 s on the 2-vCPU VM, where a block is priced 0.1 s, and its stage ran at twice its
+    estimate."""
+    if call_flop is None or not cpu_flops:
         return 0.0
-    names = list(bench.get("param_names", []))
-    got = dict(zip(names, (v.strip("'\"") for v in values), strict=True))
-    rate = cpu_flops.get(got.get("dtype", ""))
-    if got.get("device") != "cpu" or not rate or not got.get("n", "").isdigit():
-        return 0.0
-    return spec.matmul_flops(int(got["n"])) / rate
+    got = dict(zip(bench.get("param_names", []), (v.strip("'\"") for v in values), strict=True))
+    flop, rate = call_flop(bench["name"], got), cpu_flops.get(got.get("dtype", ""))
+    return flop / rate if flop and rate and got.get("device") == "cpu" else 0.0
 
 
 def swept_sample_s(bench: dict[str, Any], gpu: bool = True, precise: bool = True,

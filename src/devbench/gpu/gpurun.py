@@ -194,7 +194,8 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
     keep = frozenset(p.selector for p in spec.kept_points(args.validate, bool(costs.gpus), args.gpu_only))
     plan = P.make_plan(listing, selected, costs,
                        left(), reserve, rounds=args.rounds, keep=keep, twins=frozenset(spec.TWINS),
-                       sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS)  # fmt: skip
+                       sweep_cpu=sweep.mode(SWEEP) == "all", same_blocks=spec.SAME_BLOCKS,
+                       call_flop=spec.call_flop)  # fmt: skip
     sources = prices_sources(run.repo, costs.gpu_model, args.costs_from)
     if sources:  # what a measuring process took for each figure and build it made: priced so
         figures, builds = seed(plan, *recorded(plan, sources, spec.SAME_BLOCKS), spec.SAME_BLOCKS, build_gap(sources))

@@ -40,7 +40,7 @@ gpu-run's listing, ``devbench.gpu.asvrun``).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from devbench.gpu.declared import (  # noqa: F401 - the plan's names for what a class declares
@@ -122,13 +122,15 @@ def ahead_of(points: list[Point], point: Point) -> list[Point]:
 
 def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds: int,
            keep: frozenset[str] = frozenset(), twins: frozenset[str] = frozenset(),
-           sweep_cpu: bool = False, same_blocks: Mapping[str, Any] | None = None) -> list[Point]:  # fmt: skip
+           sweep_cpu: bool = False, same_blocks: Mapping[str, Any] | None = None,
+           call_flop: Callable[[str, dict[str, str]], float | None] | None = None) -> list[Point]:  # fmt: skip
     """Every combination of the listed benchmarks that ``pattern_ok(selector)`` accepts, with its estimate.
     ``keep``: the selectors never dropped (``Point.keep``); ``twins``: benchmarks that repeat another's
     evidence (``Point.twin``); ``sweep_cpu``: a swept class's CPU points ask the measuring process too
     (``DEVBENCH_SWEEP=all``); ``same_blocks``: swept figures counted from another figure's blocks, each with
     that figure, or with ``(figure, {param: [values]})`` where only those points are (``spec.SAME_BLOCKS``): they
-    sample nothing of their own where it runs in their stage."""
+    sample nothing of their own where it runs in their stage; ``call_flop``: a figure's FLOP a call, where a call is
+    a product (``spec.call_flop``): a CPU block lasts at least one call at the probe's rate (``declared.call_s``)."""
     out: list[Point] = []
     imprecise = set(costs.imprecise)
     shares: dict[str, list] = {}  # a figure -> those counted from its blocks, and where: imprecise if one is
@@ -186,7 +188,7 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 wide = {point.selector} | {f"{f}({', '.join(values)})" if values else f for f, where in
                                            shares.get(name, ()) if _matches(bench, values, where, "SAME_BLOCKS")}
                 sampling = swept_sample_s(bench, gpu=bool(need), precise=not wide & imprecise, values=values,
-                                          call=call_s(bench, values, dict(costs.cpu_flops)))  # fmt: skip
+                                          call=call_s(bench, values, dict(costs.cpu_flops), call_flop))  # fmt: skip
                 partner = (same_blocks or {}).get(name)
                 if isinstance(partner, tuple):  # at the points its params name only
                     partner = partner[0] if _matches(bench, values, partner[1], "SAME_BLOCKS") else None
@@ -200,8 +202,8 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
             # a point that reads what its setup_cache measured (a world's sweep) never makes a CUDA context
             reads = bool(bench.get("figures_in_setup_cache"))
             launch = costs.launch_s + (costs.cuda_context_s if need and not reads else 0.0)
-            sampling = (swept_sample_s(bench, gpu=bool(need), values=values,
-                                       call=call_s(bench, values, dict(costs.cpu_flops))) if bench.get("swept")
+            call = call_s(bench, values, dict(costs.cpu_flops), call_flop)
+            sampling = (swept_sample_s(bench, gpu=bool(need), values=values, call=call) if bench.get("swept")
                         else sample_s(bench, gpu=bool(need), values=values))  # fmt: skip
             per_round = launch + setup + sampling
             point.estimate_s = rounds * per_round
@@ -266,11 +268,12 @@ def gpu_points(listing: dict[str, dict[str, Any]]) -> frozenset[str]:
 def make_plan(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, budget_s: float, reserve_s: float,
               rounds: int = 1, keep: frozenset[str] = frozenset(),
               twins: frozenset[str] = frozenset(), sweep_cpu: bool = False,
-              same_blocks: Mapping[str, Any] | None = None) -> Plan:  # fmt: skip
+              same_blocks: Mapping[str, Any] | None = None,
+              call_flop: Callable[[str, dict[str, str]], float | None] | None = None) -> Plan:  # fmt: skip
     """The plan: every selected point, tier 0 first, dropped from the lowest priority until it fits (``keep``,
-    ``twins``, ``sweep_cpu`` and ``same_blocks``: as ``points``)."""
-    plan = Plan(points(listing, pattern_ok, costs, rounds, keep, twins, sweep_cpu, same_blocks), budget_s, reserve_s,
-                costs, rounds)  # fmt: skip
+    ``twins``, ``sweep_cpu``, ``same_blocks`` and ``call_flop``: as ``points``)."""
+    plan = Plan(points(listing, pattern_ok, costs, rounds, keep, twins, sweep_cpu, same_blocks, call_flop),
+                budget_s, reserve_s, costs, rounds)  # fmt: skip
     for name, bench in listing.items():
         once, module = bench.get("plan_cache_s"), name.split(".", 1)[0]
         if isinstance(once, int | float) and once and bench.get("setup_cache"):

@@ -308,3 +308,12 @@ def kept_points(validating: bool = True, gpus: bool = True, gpu_only: bool = Fal
     for p in (*(p for p, _ in HEALTH_POINTS), *(validated(gpus, gpu_only) if validating else ())):
         seen.setdefault(p.selector, p)
     return tuple(seen.values())
+
+
+def call_flop(benchmark: str, params: dict[str, str]) -> float | None:
+    """Floating-point operations of one call of ``benchmark`` at ``params`` (its values as text), where a call is one
+    square product (``MATMUL_TFLOPS``, ``MATMUL_TIME``); None for any other figure. What gpu-run's plan prices a CPU
+    product's block with (``devbench.gpu.declared.call_s``)."""
+    if benchmark not in (MATMUL_TFLOPS.benchmark, MATMUL_TIME.benchmark) or not str(params.get("n", "")).isdigit():
+        return None
+    return float(matmul_flops(int(params["n"])))
