@@ -809,13 +809,14 @@ def test_a_figure_another_machines_run_held_wider_than_its_precision_is_priced_a
     assert f"{name}.track_gbps('h2d', 'pageable', 'non_blocking', 67108864)" in wide
     assert not [s for s in wide if "'pinned'" in s and name in s]
     grid = ([["cuda"], ["blocking", "non_blocking"]], ["device", "mode"])
-    listing = {f"bench_c.Copy.{m}": _bench(f"bench_c.Copy.{m}", *grid, swept=True, sample_time=0.1)
+    # blocks of 0.02 s: the default cap's 0.5 s is 25 of them, past the 12 from which asv's interval can narrow
+    listing = {f"bench_c.Copy.{m}": _bench(f"bench_c.Copy.{m}", *grid, swept=True, sample_time=0.02)
                for m in ("track_gbps", "track_time")}  # fmt: skip
     shared = {"bench_c.Copy.track_time": ("bench_c.Copy.track_gbps", {"mode": ["blocking"]})}
     costs = P.Costs(0.01, 0.3, 5.0, 1, imprecise=("bench_c.Copy.track_time('cuda', 'blocking')",))
     by = {p.selector: p for p in P.make_plan(listing, _all, costs, 1000, 0, same_blocks=shared).points}
-    capped = P.SIZING_S + max(precision.DEFAULT_CAP[0], precision.DEFAULT_CAP[1] * 0.1)
-    fewest = P.SIZING_S + precision.MIN_SAMPLES * 0.1
+    capped = P.SIZING_S + max(precision.DEFAULT_CAP[0], precision.DEFAULT_CAP[1] * 0.02)
+    fewest = P.SIZING_S + precision.MIN_SAMPLES * 0.02
     assert by["bench_c.Copy.track_gbps('cuda', 'blocking')"].estimate_s == pytest.approx(0.01 + capped)  # shared
     assert by["bench_c.Copy.track_gbps('cuda', 'non_blocking')"].estimate_s == pytest.approx(0.01 + fewest)
     assert P.Costs.from_record(json.loads(json.dumps(costs.__dict__))) == costs

@@ -42,6 +42,33 @@ def test_a_figure_stops_when_precise_and_at_its_cap_when_not():
         P.sample(lambda: 1.0, cap=(0.0, 0))
 
 
+def test_a_figure_whose_cap_ends_before_asvs_interval_can_narrow_stops_at_the_fewest_samples():
+    """From 8 to 11 samples asv's interval is their range (checked against asv's own function), which another sample
+    can only widen: a figure not within 0.5% at 8 whose cap ends before 12 stops at 8, capped; one whose cap leaves
+    12 or more goes on, and from 12 its interval leaves the extremes out. The plan prices it so."""
+    from asv_runner.statistics import compute_stats
+
+    rng = random.Random(5)
+    for n in range(P.MIN_SAMPLES, P.TRIMMED_SAMPLES + 1):
+        values = [rng.gauss(1.0, 0.05) for _ in range(n)]
+        _, stats = compute_stats(values, 1)
+        is_range = (stats["ci_99_a"], stats["ci_99_b"]) == (min(values), max(values))
+        assert is_range is (n < P.TRIMMED_SAMPLES), n
+    wide = itertools.cycle([1.0, 1.2, 0.9, 1.1, 0.8])
+    got = P.sample(lambda: next(wide), cap=(0.0, 11))
+    assert len(got.values) == P.MIN_SAMPLES and got.capped
+    ticks = itertools.count()  # 0.05 s a sample: the default cap's 0.5 s is 10 of them, its 11 samples later
+    got = P.sample(lambda: next(wide), cap=P.DEFAULT_CAP, clock=lambda: next(ticks) * 0.05)
+    assert len(got.values) == P.MIN_SAMPLES and got.capped
+    ticks = itertools.count()  # 0.02 s a sample: 0.5 s is 25 of them
+    got = P.sample(lambda: next(wide), cap=P.DEFAULT_CAP, clock=lambda: next(ticks) * 0.02)
+    assert len(got.values) >= P.TRIMMED_SAMPLES and got.capped
+    tight = itertools.cycle([1.0, 1.001, 0.999, 1.002, 0.998])  # precise at 8 whatever its cap
+    assert len(P.sample(lambda: next(tight), cap=(0.0, 11)).values) == P.MIN_SAMPLES
+    assert P.capped_samples(0.5, 11, 0.05) == P.MIN_SAMPLES and P.capped_samples(0.5, 11, 0.02) == 25
+    assert P.capped_samples(0.0, 3, 0.05) == 3 and P.capped_samples(2.0, 8, 0.6) == P.MIN_SAMPLES
+
+
 def test_samples_read_on_two_clocks_stop_when_both_are_precise():
     tight = itertools.cycle([1.0, 1.001, 0.999, 1.002, 0.998])
     wide = itertools.cycle([1.0, 1.2, 0.9, 1.1, 0.8])

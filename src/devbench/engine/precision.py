@@ -3,7 +3,8 @@
 nvbench's rule, with asv's interval: a figure takes samples until the half-width of the 99% interval asv
 will report for its median (``asv_runner.statistics.compute_stats``: the order statistics a binomial
 distribution puts around the median) is within ``REL`` of the median, or until the cap the benchmark class
-sets (``Benchmark.sample_cap``: seconds and samples, whichever ends later). The interval exists, as asv
+sets (``Benchmark.sample_cap``: seconds and samples, whichever ends later), or until the samples the cap leaves
+cannot bring it within ``REL`` (``TRIMMED_SAMPLES``). The interval exists, as asv
 computes it without its fallback, from ``MIN_SAMPLES`` samples: the range of 8 covers 99.2%.
 ``tests/test_precision.py`` holds ``ci99`` to asv's own function. No torch, no asv: plain arithmetic.
 """
@@ -25,6 +26,9 @@ REL = 0.005
 MIN_SAMPLES = 8
 #: a class's cap when it sets none: 11 samples and 0.5 s, whichever ends later
 DEFAULT_CAP = (0.5, 11)
+#: the fewest samples whose 99% interval of the median asv gives inside their range: from 8 to 11 samples it is
+#: their range (the smallest to the largest), which another sample can only widen
+TRIMMED_SAMPLES = 12
 
 
 def ci99(values: Sequence[float]) -> tuple[float, float] | None:
@@ -81,7 +85,12 @@ def sample(
     clock: Callable[[], float] = time.monotonic,
 ) -> Sampled:
     """``take()`` until asv's interval is within ``rel`` of the median (``MIN_SAMPLES`` at least) or the cap
-    (seconds, samples) has passed on both counts. A ``take()`` that returns a tuple (one block on two clocks)
+    (seconds, samples) has passed on both counts, or until no sample the cap leaves can bring it within ``rel``:
+    from ``MIN_SAMPLES`` to ``TRIMMED_SAMPLES - 1`` samples asv's interval is their range, so a figure not within
+    ``rel`` at ``MIN_SAMPLES`` whose cap ends before ``TRIMMED_SAMPLES`` (its seconds at the pace of the samples so
+    far) stops there, capped: the samples it would add cannot narrow its interval (on the H200 a bf16 product's
+    interval at its 11 blocks was their range, 593-720 TFLOP/s about a median of 677: one block at the clock before
+    the power limit held, one at a throttle's dip). A ``take()`` that returns a tuple (one block on two clocks)
     stops when every column is within ``rel``."""
     cap_s, cap_n = cap if cap is not None else current_cap()
     if cap_n < 1 or cap_s < 0:
@@ -90,10 +99,28 @@ def sample(
     values: list[float] = []
     while True:
         values.append(take())
-        if len(values) >= MIN_SAMPLES and widest(values) <= rel:
+        n = len(values)
+        if n >= MIN_SAMPLES and widest(values) <= rel:
             return Sampled(tuple(values), capped=False)
-        if len(values) >= cap_n and clock() - start >= cap_s:
-            return Sampled(tuple(values), capped=len(values) < MIN_SAMPLES or widest(values) > rel)
+        spent = clock() - start
+        if n >= cap_n and spent >= cap_s:
+            return Sampled(tuple(values), capped=n < MIN_SAMPLES or widest(values) > rel)
+        if MIN_SAMPLES <= n < TRIMMED_SAMPLES and cap_end(cap_s, cap_n, spent / n) < TRIMMED_SAMPLES:
+            return Sampled(tuple(values), capped=True)
+
+
+def cap_end(cap_s: float, cap_n: int, sample_s: float) -> float:
+    """The samples at which a cap of ``cap_s`` seconds and ``cap_n`` samples ends, at ``sample_s`` a sample."""
+    return max(float(cap_n), cap_s / sample_s if sample_s > 0 else math.inf)
+
+
+def capped_samples(cap_s: float, cap_n: int, sample_s: float) -> float:
+    """The samples ``sample`` takes of a figure that is not within ``REL`` by its cap's end, at ``sample_s`` a
+    sample under a cap of ``cap_s`` seconds and ``cap_n`` samples: ``MIN_SAMPLES`` where its cap ends before
+    ``TRIMMED_SAMPLES`` (or the cap's end, if sooner), else the cap's end. What gpu-run's plan prices a figure its
+    record or its class says stops at its cap (``devbench.gpu.declared``, ``devbench.gpu.recorded``)."""
+    end = cap_end(cap_s, cap_n, sample_s)
+    return min(float(MIN_SAMPLES), end) if end < TRIMMED_SAMPLES else end
 
 
 _CAP: list[tuple[float, int]] = []

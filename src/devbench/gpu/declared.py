@@ -187,7 +187,8 @@ def swept_sample_s(bench: dict[str, Any], gpu: bool = True, precise: bool = True
     """Seconds a swept class's figure samples (``devbench.engine.precision``): the class's ``plan_s``,
     else blocks of its
     ``sample_time``: on a GPU ``MIN_SAMPLES`` of them where the class sets no cap (precise), else, and on the CPU
-    (a shared host rarely gives 0.5%), the cap: seconds or blocks, whichever ends later; a host-clock figure on
+    (a shared host rarely gives 0.5%), the cap: seconds or blocks, whichever ends later, or ``MIN_SAMPLES``
+    blocks where that ends before asv's interval can narrow (``precision.capped_samples``); a host-clock figure on
     the CPU at least asv's ``repeat[2]`` (``suite.waited``). Not ``precise``: a recorded run held it wider than
     0.5% (``Costs.imprecise``), so it samples to its cap on a GPU too. ``call``: one call's seconds where known
     (``call_s``): a block lasts at least one."""
@@ -201,4 +202,5 @@ def swept_sample_s(bench: dict[str, Any], gpu: bool = True, precise: bool = True
     if not gpu and bench.get("unit") == "seconds":  # a host-clock figure samples what asv gave a time_ one
         repeat = bench.get("repeat")
         seconds = max(seconds, float(repeat[2]) if isinstance(repeat, list | tuple) and len(repeat) == 3 else 2.0)
-    return SIZING_S + max(seconds, blocks * block)
+    # the cap's end, seconds or blocks; one that ends before asv's interval can narrow, MIN_SAMPLES blocks
+    return SIZING_S + precision.capped_samples(seconds, blocks, block) * block

@@ -83,13 +83,25 @@ def recorded_from(plan_json: Path) -> tuple[dict[str, float], dict[tuple[str, ..
         if not math.isfinite(seconds) or seconds < 0:
             continue
         if isinstance(rec.get("figure"), str) and "error" not in rec:
-            figures[f"{rec['figure']}({', '.join(values)})" if values else rec["figure"]] = seconds
+            figures[f"{rec['figure']}({', '.join(values)})" if values else rec["figure"]] = seconds * _kept(rec)
         elif isinstance(rec.get("built") or rec.get("beside"), str):  # a build, or one turned for another point
             key = ("built", rec.get("built") or rec["beside"], *values)
             proc = (rec.get("pid"), starts.get(rec.get("pid"), 0))
             builds[key] = max(seconds, builds.get(key, 0.0)) if by.get(key, proc) == proc else seconds
             by[key] = proc
     return figures, builds
+
+
+def _kept(rec: dict) -> float:
+    """The share of a journaled figure's sampling that the stop rule now takes: all of it, but for a figure held
+    wider than 0.5% at its cap's end before ``precision.TRIMMED_SAMPLES`` samples, which now stops at
+    ``precision.MIN_SAMPLES`` of them (its first ones: it was not within 0.5% there either, or it had stopped)."""
+    from devbench.engine.precision import MIN_SAMPLES, TRIMMED_SAMPLES
+
+    samples = rec.get("samples")
+    if rec.get("precise") is False and isinstance(samples, int) and MIN_SAMPLES < samples < TRIMMED_SAMPLES:
+        return MIN_SAMPLES / samples
+    return 1.0
 
 
 def _journal_lines(plan_json: Path) -> list[str]:
