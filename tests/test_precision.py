@@ -67,6 +67,16 @@ def test_a_figure_whose_cap_ends_before_asvs_interval_can_narrow_stops_at_the_fe
     assert len(P.sample(lambda: next(tight), cap=(0.0, 11)).values) == P.MIN_SAMPLES
     assert P.capped_samples(0.5, 11, 0.05) == P.MIN_SAMPLES and P.capped_samples(0.5, 11, 0.02) == 25
     assert P.capped_samples(0.0, 3, 0.05) == 3 and P.capped_samples(2.0, 8, 0.6) == P.MIN_SAMPLES
+    # a cap that ends between 11 and 12 samples ends at the 12th, where the interval can narrow: it goes on
+    assert P.cap_end(0.5, 11, 0.0435) == P.TRIMMED_SAMPLES and P.capped_samples(0.5, 11, 0.0435) == 12
+    ticks = iter([0.0, *(0.0435 * i for i in range(1, 40))])
+    got = P.sample(lambda: next(wide), cap=P.DEFAULT_CAP, clock=lambda: next(ticks))
+    assert len(got.values) == P.TRIMMED_SAMPLES and got.capped
+    # the pace is the samples' median: one slow first block does not end a figure whose cap leaves it 25
+    times = [0.0, 0.2, *(0.2 + 0.02 * i for i in range(1, 40))]
+    ticks = iter(times)
+    got = P.sample(lambda: next(wide), cap=P.DEFAULT_CAP, clock=lambda: next(ticks))
+    assert len(got.values) > P.TRIMMED_SAMPLES
 
 
 def test_samples_read_on_two_clocks_stop_when_both_are_precise():

@@ -95,23 +95,29 @@ def sample(
     cap_s, cap_n = cap if cap is not None else current_cap()
     if cap_n < 1 or cap_s < 0:
         raise ValueError(f"a cap is (seconds >= 0, samples >= 1), got {(cap_s, cap_n)}")
-    start = clock()
+    start = last = clock()
     values: list[float] = []
+    took: list[float] = []  # each sample's seconds: their median is the pace (a slow first block does not set it)
     while True:
         values.append(take())
+        now = clock()
+        took.append(now - last)
+        last = now
         n = len(values)
         if n >= MIN_SAMPLES and widest(values) <= rel:
             return Sampled(tuple(values), capped=False)
-        spent = clock() - start
-        if n >= cap_n and spent >= cap_s:
+        if n >= cap_n and now - start >= cap_s:
             return Sampled(tuple(values), capped=n < MIN_SAMPLES or widest(values) > rel)
-        if MIN_SAMPLES <= n < TRIMMED_SAMPLES and cap_end(cap_s, cap_n, spent / n) < TRIMMED_SAMPLES:
+        if MIN_SAMPLES <= n < TRIMMED_SAMPLES and cap_end(cap_s, cap_n, statistics.median(took)) < TRIMMED_SAMPLES:
             return Sampled(tuple(values), capped=True)
 
 
 def cap_end(cap_s: float, cap_n: int, sample_s: float) -> float:
-    """The samples at which a cap of ``cap_s`` seconds and ``cap_n`` samples ends, at ``sample_s`` a sample."""
-    return max(float(cap_n), cap_s / sample_s if sample_s > 0 else math.inf)
+    """The samples at which a cap of ``cap_s`` seconds and ``cap_n`` samples ends, at ``sample_s`` a sample: the
+    first whole sample past both (a cap of 0.5 s at 0.0435 s a sample ends at the 12th)."""
+    if sample_s <= 0:
+        return math.inf
+    return float(max(cap_n, math.ceil(cap_s / sample_s - 1e-9)))
 
 
 def capped_samples(cap_s: float, cap_n: int, sample_s: float) -> float:

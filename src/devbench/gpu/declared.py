@@ -12,7 +12,8 @@ from devbench.engine import precision
 #: seconds of a combination's set-up when its class declares none
 SETUP_S = 0.3
 
-#: seconds of one ``track_`` figure when its class declares none: 11 blocks of 0.1 s and their sizing
+#: seconds of one ``track_`` figure that is not swept, when its class declares none: 11 blocks of 0.1 s and their
+#: sizing, at most what it takes (a figure the stop rule ends at 8 takes less: ``precision.TRIMMED_SAMPLES``)
 TRACK_S = 1.3
 
 #: the same on a GPU, where a precise figure stops at 8 blocks (``precision.MIN_SAMPLES``)

@@ -184,12 +184,14 @@ def _packed(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 def print_capped(journal: Path, since: float) -> None:
     """The figures the measuring processes timed whose interval is wider than the stop rule's
     (``devbench.engine.precision``):
-    stopped at their class's cap, or sampled a fixed number of times (a ratio's pairs), with asv's interval."""
+    stopped at their class's cap (at 8 samples where it ends before 12: ``precision.TRIMMED_SAMPLES``), or sampled a
+    fixed number of times (a ratio's pairs), with asv's interval."""
     rows = [r for r in precision.imprecise(journal) if r.get("t", 0) >= since]
     if not rows:
         return
     print(f"figures whose 99% interval (asv's) is wider than {100 * precision.REL:.1f}% of their median, stopped at "
-          f"their class's cap or at a fixed count of samples ({len(rows)}):", flush=True)  # fmt: skip
+          f"their class's cap (at {precision.MIN_SAMPLES} where it ends before {precision.TRIMMED_SAMPLES}, when asv's "
+          f"interval is their range) or at a fixed count of samples ({len(rows)}):", flush=True)  # fmt: skip
     for r in rows:
         width = f"+-{100 * r['half_width']:.1f}%" if r.get("half_width") is not None else "no interval yet"
         params = ", ".join(repr(v) for v in r.get("params", []))
