@@ -377,15 +377,17 @@ def _rate(dtype: str, n: int = 1024) -> float:
 
 
 def cpu_rates() -> dict[str, float]:
-    """FLOP per second of an n=1,024 product on this host's CPU, for each dtype a CPU search would search and for
-    float64 (``_rate``): what the probe prices a CPU search (``expected_cpu_searches_s``) and a CPU product's call
-    (``devbench.gpu.declared.call_s``) with."""
+    """FLOP per second of an n=1,024 product on this host's CPU, for each dtype a CPU search would search, for
+    float64, and for each other dtype this CPU measures products of at n=1,024 (``cpu_skip_reason``: float16 where
+    it has a fast path) (``_rate``): what the probe prices a CPU search (``expected_cpu_searches_s``) and a CPU
+    product's call (``devbench.gpu.declared.call_s``) with."""
     from devbench.engine.measure import pin_threads
 
     pin_threads()
     cpu = torch.device("cpu")
     dtypes = [d for d in SEARCHED if not search_reason(cpu, d)]
-    return {d: _rate(d) for d in (*dtypes, "float64")} if dtypes else {}
+    others = [d for d in DTYPES if d not in dtypes and d not in SEARCHED and not cpu_skip_reason(d, 1024)]
+    return {d: _rate(d) for d in (*dtypes, *others, "float64")} if dtypes else {}
 
 
 def expected_cpu_searches_s(rates: dict[str, float] | None = None) -> dict[str, float]:
