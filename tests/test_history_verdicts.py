@@ -10,6 +10,7 @@ import json
 import random
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from asv.results import Results
 from asv.runner import BenchmarkResult
@@ -124,3 +125,32 @@ def test_only_measured_figures_of_two_versions_count_as_changed_between_commits(
     assert CH._changed_between(failed, base, head) == 0
     versions = frame["version"].astype(str).where(frame["commit"] != head, "f" * 64)
     assert CH._changed_between(frame.assign(version=versions), base, head) == len(frame[frame["commit"] == head])
+
+
+def test_series_fitted_in_two_processes_give_the_steps_one_process_finds(tmp_path, monkeypatch):
+    """A history of many series is fitted in halves (``steps.PARALLEL_MIN_SERIES``). The newest commit's rule
+    reads every series of a figure: the doubling's four runs, two in each half, still agree, and the steps
+    come back exactly as one process finds them."""
+    frame = load_results(_history(tmp_path, 2.0, 1)).frame
+    monkeypatch.setattr(ST, "PARALLEL_MIN_SERIES", 10**9)
+    one = ST.detect(frame)
+    monkeypatch.setattr(ST, "PARALLEL_MIN_SERIES", 1)
+    halves = []
+    real = ST.in_halves
+
+    def counted(work, n, min_items):
+        parts = real(work, n, min_items)
+        halves.append(len(parts))
+        return parts
+
+    monkeypatch.setattr(ST, "in_halves", counted)
+    two = ST.detect(frame)
+    assert halves == [2] or not _can_fork()
+    pd.testing.assert_frame_equal(one, two)
+    assert len(two[two["benchmark"] == "bench_x.time_doubled"]) == 4
+
+
+def _can_fork() -> bool:
+    from devbench.report.parallel import can_fork
+
+    return can_fork()

@@ -348,6 +348,30 @@ def test_write_atomic_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
 
 
+def test_a_table_the_writing_child_cannot_write_fails_the_report_and_keeps_the_old_one(hist, tmp_path, monkeypatch,
+                                                                                          capsys):
+    """The CSV is written in a forked child beside the tables: its error ends the report with exit 2 and one line
+    naming it, the previous report is left whole and nothing staged is left beside it."""
+    from devbench.report import writers
+    from devbench.report.cli import main
+    from devbench.report.parallel import can_fork
+
+    out = tmp_path / "rep"
+    assert main(["--results", str(hist.results), "--out", str(out), "--quiet"]) == 0
+    before = (out / "report.md").read_text()
+
+    def full(frame, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writers, "write_csv", full)
+    assert main(["--results", str(hist.results), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "Traceback" not in err
+    assert "could not write the csv" in err or not can_fork()  # one core: written here, the error as staged_dir's
+    assert (out / "report.md").read_text() == before and (out / "results.csv").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
+
+
 def test_report_never_imports_torch(hist, tmp_path):
     code = (
         "import sys; sys.modules['torch'] = None\n"

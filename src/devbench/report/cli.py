@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from devbench.records.files import OutputError, check_out_dir, staged_dir
     from devbench.report import sections, writers
+    from devbench.report import steps as ST
     from devbench.report.asvrule import commit_pair
     from devbench.report.load import load_results
     from devbench.report.parallel import Forked
@@ -123,21 +124,29 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     out = Path(args.out)
     try:
-        # Step detection then the plots (about 1 s each on 1,000 files, one after the other) run in a
-        # forked child, on a core of their own; here, on the other, the CSV then the tables, which
-        # take about as long. The steps come back before the plots are drawn: the history's table,
-        # the last to need them, is built here while the child draws. (The CSV in a thread beside
-        # the tables left three jobs on two cores: the child, the longest, finished last, 0.6 s
-        # later on the 1,000-file history.)
+        # Step detection first, its series in halves on both cores (``steps.detect``). Then three jobs of about
+        # a second each on 1,000 files share the two cores: the CSV (500,000 rows, 285 MB) and the plots
+        # (matplotlib's import, the history's six panels) in forked children, the tables here. (The steps then
+        # the plots in one child, with the CSV and the tables here, left one side waiting a second for the
+        # other; the CSV's child forked before the steps, three processes over them, took longer.)
         plots = "png" in formats or "html" in formats
-        job = functools.partial(sections.steps_and_plots, loaded, plots)
-        with Forked(job, name="devbench-report-plots", parts=2) as apart, staged_dir(out) as tmp:
-            written = writers.write(None, loaded, tmp, [f for f in formats if f in writers.TABLE_FORMATS])
-            rep = sections.build(
-                loaded, pair=pair, factor=args.factor, plots=plots, verdicts=verdicts,
-                verdicts_source=source, verdicts_host=host, apart=apart.part,
-            )  # fmt: skip
-            written += writers.write(rep, loaded, tmp, [f for f in formats if f not in writers.TABLE_FORMATS])
+        tables = [f for f in formats if f in writers.TABLE_FORMATS]
+        steps = ST.detect(loaded.frame[loaded.frame["version_current"]])
+        with staged_dir(out) as tmp:
+            with Forked(functools.partial(writers.write, None, loaded, tmp, tables), name="devbench-report-csv",
+                        fork=bool(tables)) as writing, \
+                    Forked(functools.partial(sections.plot_all, loaded, steps) if plots else dict,
+                           name="devbench-report-plots", fork=plots) as drawing:  # fmt: skip
+                rep = sections.build(
+                    loaded, pair=pair, factor=args.factor, plots=plots, verdicts=verdicts,
+                    verdicts_source=source, verdicts_host=host, steps=steps, drawn=drawing.result,
+                )  # fmt: skip
+                written = writers.write(rep, loaded, tmp, [f for f in formats if f not in writers.TABLE_FORMATS])
+                try:
+                    written = writing.result() + written
+                except RuntimeError as exc:  # the child's error, as its message; the staged folder is dropped
+                    why = str(exc).removeprefix("the forked child failed: ")
+                    raise OutputError(f"--out {out}: could not write the {', '.join(tables)}: {why}") from None
     except OutputError as exc:
         return _fail(str(exc))
     written = [out / p.name for p in written]

@@ -8,7 +8,7 @@ writes them as Markdown, HTML, CSV and PNG. No torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -279,14 +279,16 @@ def build(
     verdicts: pd.DataFrame | None = None,
     verdicts_source: str = "",
     verdicts_host: str = "",
-    apart: Callable[[int], pd.DataFrame | dict[str, bytes] | None] | None = None,
+    steps: pd.DataFrame | None = None,
+    drawn: Callable[[], dict[str, bytes]] | None = None,
 ) -> Report:
     """Every section for this frame; suite-specific ones only where their benchmarks ran.
 
     ``pair`` is the (base, head) of "Between two commits" (``compare.commit_pair``);
-    ``verdicts`` a ``devbench compare`` table; ``apart(i)`` returns the i-th value ``steps_and_plots``
-    yields (0 the steps, 1 the plots) when that was started elsewhere (``devbench report`` runs it in a
-    forked child). Every section that does not read the steps is built before they are asked for.
+    ``verdicts`` a ``devbench compare`` table; ``steps`` the current results' ``steps.detect`` where the
+    caller found them (else found here); ``drawn()`` returns the plots where they are drawn elsewhere
+    (``devbench report`` draws them in a forked child while this builds the tables), else they are drawn
+    here when ``plots``.
     """
     f = loaded.frame
     cur = f[f["version_current"]]  # what the comparisons read: asv's rule, one version of a benchmark's code
@@ -358,7 +360,7 @@ def build(
                                             "older results": [p.message.split(" ", 1)[0] for p in older]}),
             folded_title=f"the {len(older)} benchmarks"))  # fmt: skip
     after.append(_all_latest(f))
-    found = apart(0) if apart is not None else ST.detect(cur)
+    found = steps if steps is not None else ST.detect(cur)
     hist, flagged = CH.history(cur, attribute(found, cur))
     rep.sections += [hist, *after] if hist is not None else after
     for sec in rep.sections:
@@ -367,9 +369,8 @@ def build(
         if not sec.more:  # a clipped table's rows may all be one machine's while the rest are not: keep who
             sec.table = _drop_constant(sec.table)
         sec.folded = _drop_constant(sec.folded)
-    figures = apart(1) if apart is not None else None
-    if figures is not None:
-        rep.plots.update(figures)
+    if drawn is not None:
+        rep.plots.update(drawn())
     elif plots:
         rep.plots.update(plot_all(loaded, flagged))
     return rep
@@ -390,16 +391,3 @@ def plot_all(loaded: Loaded, steps: pd.DataFrame) -> dict[str, bytes]:
         if (drawn := png()) is not None:
             out[key] = drawn
     return out
-
-
-def steps_and_plots(loaded: Loaded, plots: bool) -> Iterator[pd.DataFrame | dict[str, bytes] | None]:
-    """Yields step detection on the current results, then every plot (``None`` when ``plots`` is false).
-
-    The part of ``build`` that can run apart from the rest (``devbench report`` runs it in a
-    forked child, ``parallel.Forked`` with two parts: the steps go back as soon as they are
-    found, and the history's table is built from them while matplotlib draws there).
-    """
-    cur = loaded.frame[loaded.frame["version_current"]]
-    steps = ST.detect(cur)
-    yield steps
-    yield plot_all(loaded, steps) if plots else None

@@ -20,12 +20,14 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from devbench.records import verdict as V
 from devbench.records.spec import direction
+from devbench.report.parallel import in_halves
 
 #: series shorter than this are not judged: two points are one pair, and a pair is noise
 MIN_POINTS = 3
@@ -117,9 +119,15 @@ def _apart(lo: np.ndarray, hi: np.ndarray, last: int, earlier: range) -> bool:
                for i in earlier)  # fmt: skip
 
 
+#: below this many series one process fits them all (a second one costs more than it saves)
+PARALLEL_MIN_SERIES = 400
+
+
 def detect(frame: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd.DataFrame:
     """Every level change beyond ``floor`` (and the series' own noise), per machine, environment and figure
-    (``COLUMNS``), and steps at the newest commit (``_newest``)."""
+    (``COLUMNS``), and steps at the newest commit (``_newest``). A history of many series is fitted in two
+    processes, halves of its series (``parallel.in_halves``); the newest commit's rule, which reads every
+    series of a figure, runs on both halves' candidates."""
     keep = frame["status"].eq("ok").to_numpy() & frame["value"].gt(0).to_numpy()
     if "gpu_throttled" in frame.columns:
         keep &= ~frame["gpu_throttled"].astype("boolean").fillna(False).to_numpy(dtype=bool)
@@ -131,23 +139,57 @@ def detect(frame: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
     ends = np.r_[starts[1:], len(codes)]
-    logs_all = np.log(ok["value"].to_numpy(dtype=float))
     nan = np.full(len(ok), np.nan)
-    lo_all = ok["ci_99_a"].to_numpy(dtype=float, na_value=np.nan) if "ci_99_a" in ok else nan
-    hi_all = ok["ci_99_b"].to_numpy(dtype=float, na_value=np.nan) if "ci_99_b" in ok else nan
-    # one key per series, not per row: turning 500,000 rows into text cost 0.6 s
-    keys = ok[[*SERIES, "unit"]].iloc[starts].astype(str).to_numpy()
-    commits_all = ok["commit"].to_numpy()
+    series = _Series(
+        # one key per series, not per row: turning 500,000 rows into text cost 0.6 s
+        keys=ok[[*SERIES, "unit"]].iloc[starts].astype(str).to_numpy(), starts=starts, ends=ends,
+        logs=np.log(ok["value"].to_numpy(dtype=float)), commits=ok["commit"].to_numpy(),
+        lo=ok["ci_99_a"].to_numpy(dtype=float, na_value=np.nan) if "ci_99_a" in ok else nan,
+        hi=ok["ci_99_b"].to_numpy(dtype=float, na_value=np.nan) if "ci_99_b" in ok else nan,
+    )  # fmt: skip
+    halves = in_halves(lambda a, b: _scan(series, a, b, floor), len(starts), PARALLEL_MIN_SERIES)
+    rows, newest, runs = [], [], {}
+    for found, candidates, ran in halves:
+        rows += found
+        newest += candidates
+        for key, count in ran.items():
+            runs[key] = runs.get(key, 0) + count
+    rows += _newest(newest, runs, {(r["machine"], r["env"], r["benchmark"], r["params"], r["commit_after"])
+                                   for r in rows})  # fmt: skip
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    order = out["ratio"].map(lambda r: abs(math.log(r))) if len(out) else out["ratio"]
+    return out.assign(_size=order).sort_values("_size", ascending=False).drop(columns="_size").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class _Series:
+    """The rows ``detect`` fits, sorted by series then date: each series' key (machine, env, benchmark, params,
+    unit), where it starts and ends, and the log values, commits and asv intervals of every row."""
+
+    keys: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    logs: np.ndarray
+    commits: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def _scan(series: _Series, first: int, last: int, floor: float) -> tuple[list[dict], list[dict], dict[tuple, int]]:
+    """The level changes of series ``first`` to ``last`` (not included), the newest commit's candidates among
+    them (``_newest`` judges them with every series), and how many series end at each (figure, commit)."""
     rows, newest = [], []
     runs: dict[tuple, int] = {}  # series ending at each (figure, commit): all must agree
     limit = math.log1p(floor)
-    for (machine, env, bench, params, unit), start, end in zip(keys, starts, ends, strict=True):
-        start = max(start, end - MAX_POINTS)
+    lo_all, hi_all = series.lo, series.hi
+    for i in range(first, last):
+        (machine, env, bench, params, unit), end = series.keys[i], int(series.ends[i])
+        start = max(int(series.starts[i]), end - MAX_POINTS)
         if end - start < MIN_POINTS:
             continue
         way = direction(bench, unit)
-        logs = logs_all[start:end]
-        commits = commits_all[start:end]
+        logs = series.logs[start:end]
+        commits = series.commits[start:end]
         where = {"machine": machine, "env": env, "benchmark": bench, "params": params, "unit": unit,
                  "floor": floor, "points": end - start}  # fmt: skip
         # the newest point against the level before it: asv's fit needs two points for a level
@@ -176,11 +218,7 @@ def detect(frame: pd.DataFrame, floor: float = V.DEFAULT_FLOOR) -> pd.DataFrame:
                     "level_after": " ".join(map(str, commits[l1:r1])),
                 }
             )  # fmt: skip
-    rows += _newest(newest, runs, {(r["machine"], r["env"], r["benchmark"], r["params"], r["commit_after"])
-                                   for r in rows})  # fmt: skip
-    out = pd.DataFrame(rows, columns=COLUMNS)
-    order = out["ratio"].map(lambda r: abs(math.log(r))) if len(out) else out["ratio"]
-    return out.assign(_size=order).sort_values("_size", ascending=False).drop(columns="_size").reset_index(drop=True)
+    return rows, newest, runs
 
 
 def _newest(candidates: list[dict], runs: dict[tuple, int], found: set[tuple]) -> list[dict]:
