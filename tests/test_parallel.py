@@ -50,33 +50,9 @@ def test_a_forked_child_no_longer_wanted_is_stopped(monkeypatch, tmp_path):
         parallel.Forked(lambda: 1 / 0).result()
 
 
-def test_a_forked_works_parts_come_back_in_order_each_as_soon_as_it_is_made(monkeypatch, tmp_path):
+def test_a_forked_result_larger_than_a_pipe_holds_comes_back_whole(monkeypatch):
     monkeypatch.setattr(parallel, "cores", lambda: 2)
-    went_on = tmp_path / "went-on"
-
-    def work():
-        yield list(range(100_000))  # more than a pipe holds: its send waits for this process to read
-        went_on.write_text("")  # and the child goes on with the next part meanwhile
-        yield os.getpid()
-
-    job = parallel.Forked(work, parts=2)
-    for _ in range(1000):
-        if went_on.exists():
-            break
-        time.sleep(0.01)
-    assert went_on.exists()
-    assert job.part(0) == list(range(100_000))
-    assert job.result() != os.getpid() and job.part(1) == job.result()
-    monkeypatch.setattr(parallel, "cores", lambda: 1)
-    here = parallel.Forked(lambda: iter(["steps", os.getpid()]), parts=2)
-    assert not here.forked and here.part(0) == "steps" and here.result() == os.getpid()
-    monkeypatch.setattr(parallel, "cores", lambda: 2)
-
-    def failing():
-        yield 1
-        yield 1 / 0
-
-    job = parallel.Forked(failing, parts=2)
-    assert job.part(0) == 1
-    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
-        job.part(1)
+    job = parallel.Forked(lambda: (os.getpid(), list(range(100_000))))  # more than a pipe holds
+    assert job.forked
+    pid, rows = job.result()
+    assert pid != os.getpid() and rows == list(range(100_000)) and job.result() == (pid, rows)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
-import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -41,19 +40,11 @@ class Forked(Generic[T]):
     a child forked while another thread holds a lock inherits the lock held.
     ``close()`` stops a child whose result is no longer wanted (an error, Ctrl-C here);
     use ``with Forked(...) as job:`` to have that done.
-
-    With ``parts=N`` ``work()`` yields N values, each sent back as soon as it is made:
-    ``part(i)`` waits for the i-th only, so this process can go on with it while the
-    child makes the next; ``result()`` is the last.
     """
 
-    def __init__(
-        self, work: Callable[[], T], fork: bool = True, name: str = "devbench-report-child", parts: int = 1
-    ) -> None:
+    def __init__(self, work: Callable[[], T], fork: bool = True, name: str = "devbench-report-child") -> None:
         self._work = work
-        self._parts = parts
         self._got: list = []
-        self._here = None  # the values' iterator where the work runs in this process
         self._proc = None
         if not (fork and can_fork()):
             return
@@ -61,23 +52,11 @@ class Forked(Generic[T]):
         self._receive, send = ctx.Pipe(duplex=False)
 
         def child() -> None:
-            # Each value is sent from a thread: a send larger than the pipe's buffer waits until the parent
-            # reads, and the child goes on with the next part meanwhile.
-            sending: list[threading.Thread] = []
-
-            def post(item: tuple) -> None:
-                for earlier in sending:
-                    earlier.join()  # in order
-                sending[:] = [threading.Thread(target=send.send, args=(item,), daemon=True)]
-                sending[0].start()
-
             try:
-                for value in (work(),) if parts == 1 else work():
-                    post((True, value))
+                item = (True, work())
             except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-                post((False, f"{type(exc).__name__}: {exc}"))
-            for earlier in sending:
-                earlier.join()
+                item = (False, f"{type(exc).__name__}: {exc}")
+            send.send(item)  # a send larger than the pipe's buffer waits until the parent reads
             send.close()
 
         self._proc = ctx.Process(target=child, name=name, daemon=True)
@@ -99,32 +78,23 @@ class Forked(Generic[T]):
         return self._proc is not None
 
     def result(self) -> T:
-        return self.part(self._parts - 1)
-
-    def part(self, i: int):
-        """The i-th value of the work (0 for a work of one part), waiting for it."""
-        while len(self._got) <= i:
+        """The work's value, waiting for it (once; later calls return it again)."""
+        if not self._got:
             self._got.append(self._next())
-        return self._got[i]
+        return self._got[0]
 
     def _next(self):
         if self._proc is None:
-            if self._parts == 1:
-                return self._work()
-            if self._here is None:
-                self._here = iter(self._work())
-            return next(self._here)
-        last = len(self._got) == self._parts - 1
+            return self._work()
         try:
             ok, value = self._receive.recv()  # before join: a large result would block the child's send
         except EOFError:
             self._receive.close()
             self._proc.join()
             raise RuntimeError(f"the forked child ({self._proc.name}) died (exit {self._proc.exitcode})") from None
-        if last or not ok:
-            self._receive.close()
-            self._proc.join()
-            self._proc = None
+        self._receive.close()
+        self._proc.join()
+        self._proc = None
         if not ok:
             raise RuntimeError(f"the forked child failed: {value}")
         return value
