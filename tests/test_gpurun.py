@@ -208,11 +208,11 @@ def _project(tmp: Path) -> Path:
     return repo
 
 
-def _gpu_run(tmp_path, repo, *argv, validate=False, tmpdir=None, extra=None):
+def _gpu_run(tmp_path, repo, *argv, validate=False, tests=False, tmpdir=None, extra=None):
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1",
            **({"TMPDIR": str(tmpdir)} if tmpdir else {}), **(extra or {})}  # fmt: skip
     cmd = [sys.executable, "-m", "devbench.cli", "gpu-run", "--repo", str(repo), "--machine", "cpu-box",
-           "--no-tests", *([] if validate else ["--no-validate"]), *argv]  # fmt: skip
+           *([] if tests else ["--no-tests"]), *([] if validate else ["--no-validate"]), *argv]  # fmt: skip
     done = run_group(cmd, timeout=300, cwd=repo, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout + done.stderr
@@ -243,14 +243,15 @@ def test_a_budget_too_short_keeps_each_benchmarks_first_point_and_names_the_rest
 
 
 @pytest.mark.slow
-def test_gpu_only_without_a_gpu_leaves_validate_out_and_holds_nothing_for_it(tmp_path):
-    """``validate --gpu-only`` refuses a machine without a GPU, and the CPU's figures are not this run's: gpu-run
-    says so before planning and holds back only the packing (the tests are off)."""
+def test_gpu_only_without_a_gpu_leaves_validate_and_the_cuda_tests_out_and_holds_nothing_for_them(tmp_path):
+    """``validate --gpu-only`` refuses a machine without a GPU, and the CPU's figures are not this run's; every CUDA
+    test would be skipped: gpu-run says so before planning and holds back only the packing."""
     repo = _project(tmp_path)
     out = tmp_path / "plan"
     text = _gpu_run(tmp_path, repo, "--gpu-only", "--bench", "TinyOp", "--budget-s", "60", "--plan-only", "--out",
-                    str(out), validate=True)  # fmt: skip
+                    str(out), validate=True, tests=True)  # fmt: skip
     assert "validate left out: --gpu-only without a CUDA GPU: no figure of this run to check" in text
+    assert "the CUDA tests left out: no CUDA GPU here" in text
     assert json.loads((out / "plan.json").read_text())["reserve_s"] == pytest.approx(gpurun.PACK_S)
 
 

@@ -187,6 +187,9 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
     if args.validate and (why := validates_nothing(args.gpu_only, costs.gpus, args.bench)):
         args.validate = False
         print(f"gpu-run: validate left out: {why}", flush=True)
+    if args.tests and not costs.gpus:  # every one is marked cuda and would be skipped: no stage, nothing held for it
+        args.tests = False
+        print("gpu-run: the CUDA tests left out: no CUDA GPU here, each of them would be skipped", flush=True)
     # held back for the CUDA tests, validate and the packing; at most half of a short budget, so that the
     # benchmarks always get the other half (the tests and validate then run under what is left)
     reserve = min(PACK_S + sum_reserves(args, costs), max(PACK_S, left() / 2))
