@@ -350,6 +350,36 @@ def test_an_error_that_leaves_the_cuda_context_broken_ends_the_process_whatever_
     assert measuring._context_lost() is False
 
 
+def test_the_context_check_synchronizes_only_the_gpus_this_process_holds_a_context_on(monkeypatch):
+    """On a node, a synchronize of a GPU the process never used would make a context there (about half a GiB held
+    for the rest of the process), or fail where another process holds that GPU in exclusive mode: the check asks
+    CUDA's builds which GPUs hold this process's context, and synchronizes those alone."""
+    import sys
+    import types
+
+    import torch
+    from torch._dynamo import trace_rules
+
+    # the query is one of torch's own CUDA bindings (a CUDA build defines it; torch's trace rules list it)
+    assert "torch._C._cuda_hasPrimaryContext" in Path(trace_rules.__file__).read_text()
+    assert torch.backends.cuda.is_built() == hasattr(torch._C, "_cuda_hasPrimaryContext")
+    synced, contexts = [], {0, 2}
+
+    def synchronize(device=None):
+        synced.append(device)
+        if device == 3:  # another process's GPU in exclusive mode
+            raise RuntimeError("CUDA error: all CUDA-capable devices are busy or unavailable")
+
+    cuda = types.SimpleNamespace(is_initialized=lambda: True, device_count=lambda: 4, synchronize=synchronize)
+    fake = types.SimpleNamespace(cuda=cuda, _C=types.SimpleNamespace(_cuda_hasPrimaryContext=contexts.__contains__))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert measuring._context_lost() is False and synced == [0, 2]
+    # a torch without the query (a CPU build has no CUDA context to check): every GPU, as before
+    synced.clear()
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda, _C=types.SimpleNamespace()))
+    assert measuring._context_lost() is True and synced == [0, 1, 2, 3]
+
+
 def test_a_build_after_a_failed_release_is_asked_again_of_a_fresh_process(monkeypatch, tmp_path):
     """Letting a workload go raises where an earlier figure broke the context: the next build is not made there; its
     point is told to ask again, and asks once more (a fresh process then measures it)."""

@@ -230,14 +230,18 @@ def time_left(request: dict, now: float | None = None) -> float:
 
 
 def _context_lost() -> bool:
-    """Whether this process made a CUDA context that no longer works: a synchronize of any of its GPUs raises (a
-    sticky error; one on GPU 1 of a peer copy is not seen by synchronizing GPU 0)."""
+    """Whether this process made a CUDA context that no longer works: a synchronize of any GPU it holds a context on
+    raises (a sticky error; one on GPU 1 of a peer copy is not seen by synchronizing GPU 0). A GPU it never used is
+    left alone: a synchronize there makes a context (about half a GiB of each of a node's other GPUs for the rest of
+    this process, or an error where another process holds that GPU in exclusive mode)."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return False
+    held = getattr(getattr(torch, "_C", None), "_cuda_hasPrimaryContext", None)  # CUDA builds: asks, makes none
     try:
         for index in range(torch.cuda.device_count()):
-            torch.cuda.synchronize(index)
+            if held is None or held(index):
+                torch.cuda.synchronize(index)
     except Exception:  # noqa: BLE001 - any failure here means the context cannot be trusted
         return True
     return False
@@ -318,8 +322,12 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                                           "while its request waited behind earlier work", "fatal": False}  # fmt: skip
                     else:
                         with _watchdog(limit, path, ours), _environment(env):
-                            reply = server.handle(request)
-                except Exception as exc:  # noqa: BLE001 - a bad request or an import that failed: say so, go on
+                            try:
+                                reply = server.handle(request)
+                            except Exception as exc:  # noqa: BLE001 - an import that failed: say so, go on
+                                reply = _failed(exc)  # under the watchdog: its synchronize may wait on a hung GPU
+                                server.fatal |= bool(reply.get("fatal"))
+                except Exception as exc:  # noqa: BLE001 - a bad request: say so, go on
                     reply = _failed(exc)
                     server.fatal |= bool(reply.get("fatal"))
                 if server.fatal:

@@ -17,7 +17,9 @@ from devbench.workloads.matmul import Matmul
 ISSUE_CALLS = 32
 #: seconds the sequential run of a pair lasts, whatever the lanes: each of N lanes' works about a 1/N share, so a
 #: pair (the sequential run, then the parallel one) lasts about (N + 1) / N of it: 0.6 s on two lanes (a lane of 0.2
-#: s, as it was), 0.45 s on eight GPUs, where a lane of 0.2 s made the sequential run 1.6 s and a pair 1.8 s
+#: s, as it was), 0.45 s on eight GPUs, where a lane of 0.2 s made the sequential run 1.6 s and a pair 1.8 s. The
+#: lanes' works are sized from a parallel run, so where the lanes cannot overlap (two streams on one GPU, each
+#: product large enough to fill it) the parallel run lasts as long as the sequential one and both last about 1/N of it
 RUN_S = 0.4
 #: CUDA lanes are issued from one thread: when issuing one product on every lane takes this share of one
 #: product's device time or more, the lanes wait on the host and a speedup would time the thread
