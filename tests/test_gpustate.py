@@ -252,6 +252,32 @@ def test_a_gpu_nvml_counts_but_this_process_may_not_open_costs_only_itself(monke
     assert read is not None and [r["sm_clock_mhz"] for r in read()] == [None, 1001]
 
 
+def test_a_driver_before_r535_has_its_clock_event_reasons_read_by_the_older_name(monkeypatch):
+    """nvidia-ml-py defines the new reader whatever the driver; an older driver answers it FunctionNotFound. The
+    older name is read then, and a GPU whose reasons no reader gives is "not read" (None), never "not throttled"."""
+    pynvml = pytest.importorskip("pynvml")
+
+    class OldDriver(FakeNVML):
+        def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+        def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+            return pynvml.nvmlClocksThrottleReasonSwPowerCap | pynvml.nvmlClocksThrottleReasonGpuIdle
+
+    monkeypatch.setattr(gpustate, "_nvml", lambda: OldDriver())
+    assert [r["throttling"] for r in gpustate.snapshot()] == [["sw_power_cap"]] * 2
+    assert [r["throttling"] for r in gpustate.read_now(OldDriver(), [0, 1])] == [["sw_power_cap"]] * 2
+    assert all(hasattr(pynvml, name) for name in gpustate.CLOCK_EVENT_READERS)  # the names the fallback reads
+
+    monkeypatch.setattr(gpustate, "_nvml", lambda: FakeNVML())  # neither reader answers
+    assert [r["throttling"] for r in gpustate.snapshot()] == [None, None]
+    now = gpustate.read_now(FakeNVML(), [0, None])
+    assert [r["throttling"] for r in now] == [None, None]
+    assert [s["throttling"] for s in gpustate.summarize([now, now])] == [None, None]
+    free = [{**r, "throttling": []} for r in now]
+    assert [s["throttling"] for s in gpustate.summarize([now, free])] == [[], []]  # one sample read: free
+
+
 def test_match_nvml_rules():
     nvml = [{"uuid": "GPU-a", "pci_bus_id": "00000000:3B:00.0"}, {"uuid": "GPU-b", "pci_bus_id": "00000000:86:00.0"}]
     cuda = [{"uuid": "GPU-B"}, {"uuid": None, "pci_bus_id": "0000:3b:00.0"}, {"uuid": "GPU-zzz", "pci_bus_id": None}]

@@ -17,7 +17,7 @@ import fake_nvml  # noqa: E402
 
 #: names the code looks up with getattr only where the newer one is missing, or that are not module attributes
 FALLBACKS = {
-    "nvmlDeviceGetCurrentClocksThrottleReasons": "the name before nvidia-ml-py 12.535 (getattr, after the new one)",
+    "nvmlDeviceGetCurrentClocksThrottleReasons": "read when a driver before R535 answers the new name FunctionNotFound",
     "nvmlReturn": "a field of c_nvmlFieldValue_t, read from nvmlDeviceGetFieldValues' values",
 }
 

@@ -84,6 +84,21 @@ def _read(fn, *args) -> Any:
         return None
 
 
+#: The clock-event reasons' reader, newest name first: nvidia-ml-py defines both names whatever the driver, and a
+#: driver older than R535 answers the newer one with NVML_ERROR_FUNCTION_NOT_FOUND, so the older is tried next.
+CLOCK_EVENT_READERS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+
+
+def clock_event_mask(nv: Any, handle: Any) -> int | None:
+    """The GPU's active clock-event reason bits, by whichever reader its driver answers; None when none does."""
+    for name in CLOCK_EVENT_READERS:
+        fn = getattr(nv, name, None)
+        mask = _read(fn, handle) if fn is not None else None
+        if mask is not None:
+            return int(mask)
+    return None
+
+
 def pci_key(bus_id: str | None) -> tuple[int, int, int] | None:
     """``"00000000:3B:00.0"`` or ``"0000:3b:00.0"`` -> (domain, bus, device); None if unparsable."""
     try:
@@ -161,10 +176,7 @@ def snapshot(cuda: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         for i, h in enumerate(handles):
             if h is None:  # a GPU this process may not open: no record of it
                 continue
-            get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-                nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-            )
-            mask = _read(get_reasons, h) if get_reasons else None
+            mask = clock_event_mask(nv, h)
             power = _read(nv.nvmlDeviceGetPowerUsage, h)
             limit = _read(nv.nvmlDeviceGetEnforcedPowerLimit, h)
             default = _read(nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
@@ -284,23 +296,20 @@ SAMPLE_EVERY_S = 0.05
 
 def read_now(nv: Any, handles: Sequence[Any]) -> list[dict[str, Any]]:
     """SM clock, power, temperature and throttle reasons of each GPU, now (cheap: no identities)."""
-    get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-        nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-    )
     out = []
     for h in handles:
         if h is None:  # a GPU this process may not open (``all_handles``): nothing read, its place kept
-            out.append({"sm_clock_mhz": None, "power_w": None, "temperature_c": None, "throttling": [],
+            out.append({"sm_clock_mhz": None, "power_w": None, "temperature_c": None, "throttling": None,
                         "pcie_gen": None, "pcie_width": None})  # fmt: skip
             continue
-        mask = _read(get_reasons, h) if get_reasons else None
+        mask = clock_event_mask(nv, h)
         power = _read(nv.nvmlDeviceGetPowerUsage, h)
         out.append(
             {
                 "sm_clock_mhz": _read(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
                 "power_w": power / 1e3 if power is not None else None,
                 "temperature_c": _read(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
-                "throttling": throttling(mask) if mask is not None else [],
+                "throttling": throttling(mask) if mask is not None else None,  # None: not read, never "free"
                 # the link as trained now: an idle GPU may train it down, so it is read while work runs
                 "pcie_gen": _read(getattr(nv, "nvmlDeviceGetCurrPcieLinkGeneration", None), h),
                 "pcie_width": _read(getattr(nv, "nvmlDeviceGetCurrPcieLinkWidth", None), h),
@@ -325,7 +334,8 @@ def summarize(samples: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any
 
         clocks, watts, temps = values("sm_clock_mhz"), values("power_w"), values("temperature_c")
         gens, widths = values("pcie_gen"), values("pcie_width")
-        seen = sorted({t for r in per for t in (r.get("throttling") or [])})
+        read = [r["throttling"] for r in per if isinstance(r.get("throttling"), list)]
+        seen = sorted({t for ts in read for t in ts}) if read else None  # None: no sample read the reasons
         out.append(
             {
                 "index": i,
