@@ -311,7 +311,7 @@ class PeerMatrix(Benchmark):
             for r in rows:  # the path NVML says each pair has: what the report judges it against
                 p = paths.get((r["src"], r["dst"]))
                 if p is not None:
-                    r.update(nvlinks=p.nvlinks, switched=p.switched, pcie=p.pcie)
+                    r.update(p.record())
             write_peer_records(rows, Path(__file__).resolve().parents[1] / PEERS_DIR)
             out[nbytes] = rows
         return out

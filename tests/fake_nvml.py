@@ -144,6 +144,21 @@ def nvl_pair(bridged: bool = True, down: int = 0) -> FakeNVML:
     return FakeNVML([GPU("NVIDIA H100 NVL", a, 0, 0, links_a), GPU("NVIDIA H100 NVL", b, 0, 0, links_b)])
 
 
+def nvl_quad(down: int = 0) -> FakeNVML:
+    """Four H200 NVL cards joined by a 4-way bridge: 18 NVLinks each, 6 to each of the other three; GPU 0's
+    ``down`` links to GPU 1 inactive (at both ends)."""
+    buses = [_bus(i) for i in range(4)]
+    gpus = []
+    for i in range(4):
+        links = [("gpu", buses[j]) for j in range(4) if j != i for _ in range(6)]
+        if i in (0, 1) and down:
+            other = buses[1 - i]
+            lost = [k for k, link in enumerate(links) if link == ("gpu", other)][:down]
+            links = [None if k in lost else link for k, link in enumerate(links)]
+        gpus.append(GPU("NVIDIA H200 NVL", buses[i], switch=i // 2, socket=0, links=links))
+    return FakeNVML(gpus)
+
+
 NODES = {
     "8x H100 SXM": lambda: sxm8(),
     "8 PCIe GPUs, two sockets, two switches": lambda: pcie8(),
@@ -151,4 +166,6 @@ NODES = {
     "2 unbridged H100 NVL": lambda: nvl_pair(False),
     "2 bridged H100 NVL, one link down": lambda: nvl_pair(True, down=1),
     "8x H100 SXM, GPU 3 with a link down": lambda: sxm8(down={3: 1}),
+    "4 H200 NVL, 4-way bridge": lambda: nvl_quad(),
+    "4 H200 NVL, 4-way bridge, a 0-1 link down": lambda: nvl_quad(down=1),
 }

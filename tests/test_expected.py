@@ -122,9 +122,13 @@ def test_a_gpu_pair_and_a_collective_are_judged_against_one_direction_of_nvlink_
 
 
 def test_a_model_without_nvlink_is_judged_against_its_pcie_link_and_names_a_link_trained_low():
+    """Against the link's maximum, as a host copy is: an idle GPU trains its link down, so the record's "as
+    trained" may read Gen1 and would pass a pair whose copies crawl at Gen1's rate."""
     l4 = {"name": "NVIDIA L4", "pcie_gen": 3, "pcie_width": 16, "pcie_gen_max": 4, "pcie_width_max": 16}
     want = E.expected("peer", l4)
-    assert want.value == pytest.approx(E.pcie_gbps(3, 16)) and "L4 has no NVLink: PCIe Gen3 x16" in want.source
+    assert want.value == pytest.approx(E.pcie_gbps(4, 16)) and "L4 has no NVLink: PCIe Gen4 x16" in want.source
+    idle = {**l4, "pcie_gen": 1}
+    assert E.judge(0.9 * E.pcie_gbps(1, 16), "peer", idle).verdict == "low"
     low = E.judge(5.0, "busbw", l4)
     assert low.verdict == "low" and "PCIe link trained at Gen3 x16, below its Gen4 x16" in low.reason
     # over PCIe, a PCIe P2P path is the expected one, not a reason
@@ -163,3 +167,24 @@ def test_a_product_at_the_power_limit_is_judged_against_what_the_model_sustains_
     assert "794.5 (" in E.judge(750.0, "matmul:bfloat16", h100, clock_mhz=1980.0).reason
     assert E.sustained(E.model("NVIDIA H200"), "bfloat16") is None
     assert "at 1515 of 1830 MHz" in E.judge(693.0, "matmul:bfloat16", H200, clock_mhz=1515.0, **capped).reason
+
+
+def test_nvlink_pairs_joined_by_a_few_of_each_gpus_links_are_judged_on_those_links_and_on_each_gpus_total():
+    """A V100 cube mesh joins each pair by 1 or 2 of a GPU's 6 links, a 4-way bridge by some of its links: healthy,
+    not "links down". A copy is expected at its links' rate; a link down counts on the GPU's active links."""
+    from devbench.records.topology import PairPath
+
+    v100 = {"name": "Tesla V100-SXM2-32GB", "pcie_gen": 3, "pcie_width": 16}
+    found = E.model(v100["name"])
+    per_link = found.nvlink_gbps / found.nvlink_links
+    one, two = PairPath(0, 1, 1, False, "PCIe switch", 6), PairPath(0, 3, 2, False, "host bridge", 6)
+    assert E.expected("peer", v100, one).value == pytest.approx(per_link)
+    assert E.expected("peer", v100, two).value == pytest.approx(2 * per_link)
+    assert E.judge(0.9 * 2 * per_link, "peer", v100, pair=two).verdict == "ok"
+    assert E.judge(0.5 * 2 * per_link, "peer", v100, pair=two).verdict == "low"
+    down = E.judge(0.9 * per_link, "peer", v100, pair=PairPath(0, 1, 1, False, "PCIe switch", 5))
+    assert down.verdict == "low" and "NVLink: 5 of 6 links active" in down.reason
+    assert E.judge(0.9 * per_link, "peer", v100, pair=PairPath(0, 1, 1, False, None)).verdict == "ok"  # not read
+    h100 = {"name": "NVIDIA H100 80GB HBM3"}  # through NVSwitches: the pair has every link of the fewer GPU's
+    assert "17 of 18 links active" in E.judge(400.0, "peer", h100, pair=PairPath(0, 1, 17, True, None)).reason
+    assert E.judge(400.0, "peer", h100, pair=PairPath(0, 1, 18, True, None, 18)).verdict == "ok"

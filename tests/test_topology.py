@@ -167,6 +167,23 @@ def test_a_bridged_pair_with_a_link_down_reads_low_and_names_it():
     assert health.verdict == "low" and "NVLink: 11 of 12 links active" in health.reason
 
 
+def test_a_4_way_bridge_joins_each_pair_by_some_links_healthy_and_a_link_down_there_reads_low():
+    """Each H200 NVL of a 4-way bridge reaches each other by 6 of its 18 links: a healthy node reads ok, each pair
+    against 6 links' rate, and never "links down"; one link down is low on the GPUs that lost it."""
+    nv, paths = _paths("4 H200 NVL, 4-way bridge")
+    assert {(p.nvlinks, p.gpu_links, p.switched) for p in paths.values()} == {(6, 18, False)}
+    per_pair = 450.0 * 6 / 18  # the product brief's 900 GB/s both ways over 18 links, 6 of them
+    verdicts = _judge_pairs({pair: 0.9 * per_pair for pair in paths}, _gpu(nv), paths)
+    assert {h.verdict for h in verdicts.values()} == {"ok"}
+    assert all("6 of a healthy H200 NVL's 18 links" in h.reason for h in verdicts.values())
+    nv, broken = _paths("4 H200 NVL, 4-way bridge, a 0-1 link down")
+    verdicts = _judge_pairs({pair: 0.9 * per_pair for pair in broken}, _gpu(nv), broken)
+    low = sorted(pair for pair, h in verdicts.items() if h.verdict == "low")
+    assert low == sorted(pair for pair in broken if 0 in pair or 1 in pair)
+    assert all("NVLink: 17 of 18 links active" in verdicts[pair].reason for pair in low)
+    assert verdicts[(2, 3)].verdict == "ok"
+
+
 def test_a_driver_that_does_not_say_what_is_at_a_links_end_still_reads_nvswitch(monkeypatch):
     """Without NVML's NVLink remote device type, an HGX node's links to its NVSwitches point at no GPU: read by NVML's
     NVLink peer-to-peer status, they are the switches' (18 links a pair), not PCIe; a link down still shows."""

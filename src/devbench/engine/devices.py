@@ -238,8 +238,7 @@ def _nvml_info(cuda: Sequence[dict[str, Any]]) -> dict[str, Any]:
             from devbench.records.topology import pair_paths
 
             try:
-                out["pair_paths"] = {f"{i}->{j}": {"nvlinks": p.nvlinks, "switched": p.switched, "pcie": p.pcie,
-                                                   "label": p.label}
+                out["pair_paths"] = {f"{i}->{j}": {**p.record(), "label": p.label}
                                      for (i, j), p in pair_paths(pynvml, handles).items()}  # fmt: skip
             except Exception:  # noqa: BLE001 - a driver without the topology calls: the rest still stands
                 pass

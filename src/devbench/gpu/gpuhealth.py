@@ -38,7 +38,7 @@ def _pair(pairs: dict[str, dict[str, Any]] | None, point: Any, kind: str) -> Any
         if p is None:
             return None
         i, j = (int(x) for x in key.split("->"))
-        return PairPath(i, j, int(p.get("nvlinks") or 0), bool(p.get("switched")), p.get("pcie"))
+        return PairPath.from_record(i, j, p)
 
     if kind == "peer":
         route = point.values.get("route", "0->1")

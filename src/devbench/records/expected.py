@@ -12,7 +12,8 @@ where nothing better exists):
   (``PAGEABLE_NOTE``);
 * a device-local copy (bytes read plus written): a public STREAM-copy figure, else the datasheet;
 * a GPU -> GPU copy (``PeerCopy``, each pair of ``PeerMatrix``): the model's NVLink bandwidth per
-  direction (datasheet), or, on a model without NVLink, the PCIe link as trained;
+  direction (datasheet; a pair joined directly by some of each GPU's links: those links' share of it), or,
+  over PCIe, the GPU's link at its maximum (a link down or trained low is named);
 * a collective's bus bandwidth (NCCL): the same link, one direction, as nccl-tests reads busbw;
 * a matrix product: what a best-shape product reaches (mamf-finder's table), else the datasheet; one the
   board's power limit held (``HEALTHY_CAPS``) against what a board of the model sustains at that limit
@@ -182,7 +183,6 @@ MODELS: list[Model] = [
           nvlink_links=6),
     Model(("T4",), "T4", 320.0, None, "NVIDIA T4 datasheet: 320 GB/s GDDR6, no NVLink",
           {"float32": 8.1, "tf32": None, "bfloat16": None, "float16": 65.0}, "NVIDIA T4 datasheet"),
-
 ]  # fmt: skip
 
 #: What a pinned copy over a whole PCIe link reaches on a healthy machine, by (generation, width): the typical
@@ -323,17 +323,28 @@ def _pair_expected(kind: str, gpu: dict[str, Any], found: Model, pair: Any,
     what = "NVLink per direction" + (", as nccl-tests reads busbw" if kind == "busbw" else "")
     if pair.nvlinks and found.nvlink_gbps:
         value, floor, said = _nvlink_floor(kind, found, ring)
-        return Expected(value, f"{what}, {found.nvlink_links} links of a healthy {found.label}: "
+        healthy, share = found.nvlink_links, pair.nvlinks / (found.nvlink_links or pair.nvlinks)
+        if kind == "peer" and not pair.switched and share < 1:  # joined directly by some links (a cube mesh, a
+            # 4-way bridge): a copy has those links' rate
+            return Expected(value * share, f"{what}, {pair.nvlinks} of a healthy {found.label}'s {healthy} links "
+                                           f"join this pair directly: {found.source}, times {pair.nvlinks}/{healthy}"
+                                           f"{said}", floor * share if floor is not None else None)  # fmt: skip
+        return Expected(value, f"{what}, {healthy} links of a healthy {found.label}: "
                                f"{found.source}{said}; this pair: {pair.label}", floor)  # fmt: skip
     if pair.pcie == "across sockets":
         return Expected(None, "the pair is on two sockets (NVML's topology): no public figure for a copy across "
                               "them")  # fmt: skip
-    gbps = pcie_gbps(gpu.get("pcie_gen"), gpu.get("pcie_width"))
     why = "no NVLink bridge between this pair" if found.bridged else f"{found.label} has no NVLink to this GPU"
+    return _over_pcie(gpu, why, f" (NVML's topology: {pair.label})")
+
+
+def _over_pcie(gpu: dict[str, Any], why: str, path: str = "") -> Expected:
+    """A copy between GPUs over PCIe: the GPU's link at its maximum (an idle GPU trains it down)."""
+    gen, width = _link(gpu)
+    gbps = pcie_gbps(gen, width)
     if gbps is None:
         return Expected(None, f"{why}, and NVML did not report the PCIe link")
-    return Expected(gbps, f"{why} (NVML's topology: {pair.label}): PCIe Gen{gpu['pcie_gen']} "
-                          f"x{gpu['pcie_width']} as trained, per direction, after encoding")  # fmt: skip
+    return Expected(gbps, f"{why}{path}: PCIe Gen{gen} x{width}, the GPU's link, per direction, after encoding")
 
 
 def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple | None = None) -> Expected:
@@ -389,11 +400,7 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple | Non
         if found.nvlink_gbps is not None:
             value, floor, said = _nvlink_floor(kind, found, ring)
             return Expected(value, f"{what}: {found.source}{said}", floor)
-        gbps = pcie_gbps(gpu.get("pcie_gen"), gpu.get("pcie_width"))
-        if gbps is None:
-            return Expected(None, f"{found.label} has no NVLink, and NVML did not report the PCIe link")
-        return Expected(gbps, f"{found.label} has no NVLink: PCIe Gen{gpu['pcie_gen']} x{gpu['pcie_width']} as "
-                              f"trained, per direction, after encoding")  # fmt: skip
+        return _over_pcie(gpu, f"{found.label} has no NVLink")
     raise ValueError(f"unknown kind {kind!r}; expected h2d, d2h, device_copy, peer, busbw, matmul:<dtype> or "
                      f"achievable:<dtype>")  # fmt: skip
 
@@ -411,6 +418,16 @@ def sustained(found: Model | None, dtype: str) -> tuple[float, str] | None:
     return None
 
 
+def links_active(pair: Any, found: Model | None) -> int | None:
+    """The fewer of a pair's two GPUs' active NVLinks, held to the model's healthy count; None where the pair has
+    none or it cannot be told (a direct pair's own links may be a few of each GPU's)."""
+    if pair is None or found is None or not found.nvlink_links or not pair.nvlinks:
+        return None
+    if pair.gpu_links is not None:
+        return pair.gpu_links
+    return pair.nvlinks if pair.switched else None
+
+
 def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = False, throttle: list[str] | None = None,
           path: str | None = None, clock_mhz: float | None = None, pair: Any = None,
           ring: tuple | None = None) -> Health:  # fmt: skip
@@ -421,9 +438,8 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     product that ran under a healthy power cap (``HEALTHY_CAPS``) is judged against what a board of its model
     sustains at its limit where a public figure says it (``sustained``: no clock then excuses a board that needs
     too many watts for its clock), else at the clock it ran at below the one its datasheet assumes; never where the
-    board's limit was lowered (``lowered_limit``: a fault named in the verdict,
-    never an excuse; a product held back by it reads low); every reason recorded is named. ``path``: how a
-    GPU -> GPU copy travelled, as
+    board's limit was lowered (``lowered_limit``: a fault named in the verdict, never an excuse; a product held
+    back by it reads low); every reason recorded is named. ``path``: how a GPU -> GPU copy travelled, as
     ``PeerPath.label`` names it ("NVLink", "PCIe P2P", "through host", or one of the first two with
     "(topology)" where NVML had no counters)."""
     if pageable and kind in ("h2d", "d2h"):
@@ -452,9 +468,9 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
     floor = want.floor if want.floor is not None else LOW_SHARE * at
     share = measured / at
     basis = f"{at:.4g}{where} ({source})"
-    healthy_links = found.nvlink_links if found is not None else None
-    if pair is not None and healthy_links and 0 < pair.nvlinks < healthy_links:  # a link down is a fault, whatever
-        return Health("low", share, f"{share:.0%} of {basis}: NVLink: {pair.nvlinks} of {healthy_links} links "
+    active = links_active(pair, found)
+    if active is not None and active < found.nvlink_links:  # a link down is a fault, whatever the figure
+        return Health("low", share, f"{share:.0%} of {basis}: NVLink: {active} of {found.nvlink_links} links "
                                     f"active", at, source)  # fmt: skip
     if measured >= floor:
         above = "; above what it should reach: the machine's facts may be wrong" if share > ABOVE_SHARE else ""
@@ -463,7 +479,8 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
         noted += f"; {lowered}" if lowered else ""
         return Health("ok", share, f"{share:.0%} of {basis}{above}{noted}", at, source)
     reasons = []
-    over_pcie = kind in ("h2d", "d2h") or (kind in ("peer", "busbw") and found is not None and not found.nvlink_gbps)
+    over_pcie = kind in ("h2d", "d2h") or (kind in ("peer", "busbw") and found is not None and (
+        not found.nvlink_gbps or (pair is not None and not pair.nvlinks)))  # fmt: skip
     note = link_note(gpu) if over_pcie else None
     if note:
         reasons.append(note)

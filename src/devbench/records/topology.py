@@ -35,19 +35,37 @@ NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS, where the module lacks it
 @dataclass(frozen=True)
 class PairPath:
     """How GPU ``src`` reaches GPU ``dst``: ``nvlinks`` active NVLinks between them (0: none), ``switched``
-    whether they go through NVSwitches, and ``pcie`` the nearest common ancestor on the PCIe tree."""
+    whether they go through NVSwitches, ``pcie`` the nearest common ancestor on the PCIe tree, and ``gpu_links``
+    the fewer of the two GPUs' active NVLinks to anything (a link down shows there, whatever the pair has: a GPU
+    of a cube mesh or a 4-way bridge joins each peer by a few of its links; None: not read)."""
 
     src: int
     dst: int
     nvlinks: int
     switched: bool
     pcie: str | None
+    gpu_links: int | None = None
 
     @property
     def label(self) -> str:
         if self.nvlinks:
             return f"NVLink x{self.nvlinks}" + (" via NVSwitch" if self.switched else "")
         return self.pcie or "unknown"
+
+    def record(self) -> dict[str, Any]:
+        """The fields a record keeps (``devbench info``'s ``pair_paths``, the peer matrix's lines)."""
+        return {"nvlinks": self.nvlinks, "switched": self.switched, "pcie": self.pcie, "gpu_links": self.gpu_links}
+
+    @classmethod
+    def from_record(cls, src: int, dst: int, rec: dict[str, Any]) -> PairPath:
+        """The path a ``record`` kept (a record written before ``gpu_links`` was: None)."""
+        def known(v: Any) -> bool:  # a table's empty cell is NaN, which is not equal to itself
+            return v is not None and v == v
+
+        links, pcie, switched = rec.get("gpu_links"), rec.get("pcie"), rec.get("switched")
+        return cls(int(src), int(dst), int(rec.get("nvlinks") or 0) if known(rec.get("nvlinks")) else 0,
+                   bool(switched) if known(switched) else False, pcie if isinstance(pcie, str) else None,
+                   int(links) if known(links) else None)  # fmt: skip
 
 
 def _read(fn: Any, *args: Any) -> Any:
@@ -99,7 +117,8 @@ def pair_paths(nv: Any, handles: Sequence[Any]) -> dict[tuple[int, int], PairPat
                 switched, count = True, min(unsaid)
             level = _read(getattr(nv, "nvmlDeviceGetTopologyCommonAncestor", None), a, b)
             out[(i, j)] = PairPath(i, j, direct or count, switched,
-                                   TOPOLOGY.get(level) if isinstance(level, int) else None)  # fmt: skip
+                                   TOPOLOGY.get(level) if isinstance(level, int) else None,
+                                   min(len(own[i]), len(own[j])))  # fmt: skip
     return out
 
 

@@ -64,9 +64,11 @@ def verdict(kind: str, measured: float, gpu: dict[str, Any], state: dict[str, An
 
 def facts_while_timed(kind: str, gpu: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     """The machine's facts as the figure ran: the PCIe link a copy trained at under load in place of the
-    machine record's, and the board's power limit and its default."""
+    machine record's (an idle GPU trains its link down: the record's may read Gen1), and the board's power limit
+    and its default. The expected figure reads the link's maximum (``expected._link``); the link as trained
+    names the fault where a copy is low."""
     facts = dict(gpu)
-    if kind in ("h2d", "d2h") and state.get("pcie_gen") and state.get("pcie_width"):
+    if kind in ("h2d", "d2h", "peer", "busbw") and state.get("pcie_gen") and state.get("pcie_width"):
         facts.update(pcie_gen=state["pcie_gen"], pcie_width=state["pcie_width"])
     facts.update({k: state[k] for k in ("power_limit_w", "default_power_limit_w") if state.get(k)})
     return facts
@@ -226,9 +228,7 @@ def _pair_of(row: Any) -> Any:
     links = row.get("nvlinks")
     if links is None or not pd.notna(links):
         return None
-    pcie = row.get("pcie")
-    return PairPath(int(row["src"]), int(row["dst"]), int(links), bool(row.get("switched")),
-                    str(pcie) if isinstance(pcie, str) else None)  # fmt: skip
+    return PairPath.from_record(row["src"], row["dst"], dict(row))
 
 
 def _peer_paths(frame: pd.DataFrame) -> dict[tuple, str]:

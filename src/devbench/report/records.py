@@ -387,7 +387,7 @@ def load_fleet(folder: str | os.PathLike[str], problems: list[Problem] | None = 
 
 
 PEER_COLUMNS = ["machine", "time", "nbytes", "src", "dst", "gbps", "path", "src_id", "dst_id", "nvlinks", "switched",
-                "pcie"]
+                "pcie", "gpu_links"]
 
 
 def load_peers(folder: str | os.PathLike[str], problems: list[Problem] | None = None) -> pd.DataFrame:
@@ -403,6 +403,7 @@ def load_peers(folder: str | os.PathLike[str], problems: list[Problem] | None = 
             "path": str(rec.get("path") or ""), "src_id": rec.get("src_id"), "dst_id": rec.get("dst_id"),
             # the pair's NVML path (devbench.records.topology), where PeerMatrix could read it
             "nvlinks": rec.get("nvlinks"), "switched": rec.get("switched"), "pcie": rec.get("pcie"),
+            "gpu_links": rec.get("gpu_links"),
         }  # fmt: skip
 
     out = _parsed_jsonl(folder, parse, "GPU-pair", PEER_COLUMNS, problems)
