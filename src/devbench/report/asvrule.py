@@ -192,22 +192,33 @@ def compare_groups(frame: pd.DataFrame, by: str, factor: float = 1.1) -> pd.Data
     if by not in ("machine", "env"):
         raise ValueError(f"compare by 'machine' or 'env', not {by!r}")
     other = "env" if by == "machine" else "machine"
+    a_col, b_col = f"{by}_a", f"{by}_b"
     parts = []
-    for _, grp in frame.groupby("commit", sort=False):
+    for _, grp in frame.groupby("commit", sort=False, observed=True):
         groups = sorted(grp[by].unique())
         if len(groups) < 2:
             continue
         base = grp[grp[by] == groups[0]]
-        for g in groups[1:]:
-            # pair env by env (or machine by machine) where the names match, else on the benchmark alone
-            shared = set(base[other]) & set(grp.loc[grp[by] == g, other])
-            on = ["commit", other, *SERIES] if shared else ["commit", *SERIES]
-            p = pair(base, grp[grp[by] == g], on, factor)
-            p.insert(0, f"{by}_b", g)
-            p.insert(0, f"{by}_a", groups[0])
-            parts.append(p)
+        rest = grp[grp[by] != groups[0]]
+        # pair env by env (or machine by machine) where the names match, else on the benchmark alone
+        names = set(base[other])
+        shared = {g for g, col in rest.groupby(by, observed=True)[other] if names & set(col)}
+        here = []
+        for matched, gs in ((True, sorted(shared)), (False, [g for g in groups[1:] if g not in shared])):
+            if not gs:
+                continue
+            # every other group against the baseline in one join: the baseline's rows once per group, keyed by it
+            lefts = pd.concat([base.assign(**{b_col: str(g)}) for g in gs], ignore_index=True) if len(gs) > 1 \
+                else base.assign(**{b_col: str(gs[0])})
+            rights = rest[rest[by].isin(gs)]
+            rights = rights.assign(**{b_col: rights[by].astype(str)})
+            on = [b_col, "commit", other, *SERIES] if matched else [b_col, "commit", *SERIES]
+            here.append(pair(lefts, rights, on, factor))
+        p = pd.concat(here, ignore_index=True).sort_values(b_col, kind="stable", ignore_index=True)
+        p.insert(0, a_col, groups[0])
+        parts.append(p)
     if not parts:
-        return pd.DataFrame(columns=[f"{by}_a", f"{by}_b", "commit", *SERIES, "before", "after", "ratio", "mark"])
+        return pd.DataFrame(columns=[a_col, b_col, "commit", *SERIES, "before", "after", "ratio", "mark"])
     return pd.concat(parts, ignore_index=True)
 
 
