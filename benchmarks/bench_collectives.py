@@ -42,8 +42,9 @@ WORLDS = [2, 4, 8]
 
 #: the figures read from one sweep row
 TRACKS = ("track_time", "track_algbw", "track_busbw")
-#: seconds a world (its pre-flight, then its sweep) may take at most; each is also bounded by what is left of the
-#: class's ``timeout`` less ``MARGIN_S`` (asv kills a set-up cache at its timeout, and pickles it only when it returns)
+#: seconds a world (its pre-flight, then its sweep) may take at most; each is also bounded by an equal share, with
+#: the worlds still to run, of what is left of the class's ``timeout`` less ``MARGIN_S`` (asv kills a set-up cache
+#: at its timeout, and pickles it only when it returns)
 WORLD_S = 900.0
 MARGIN_S = 30.0
 #: the least time a world's sweep is started with (its rows at 3 blocks each take seconds on NVLink)
@@ -91,22 +92,30 @@ class Collectives(Benchmark):
         stage_left = stage_left_s()  # gpu-run stops its asv stage then: a world ends first, so what ran is kept
         if stage_left is not None and time.monotonic() + stage_left - MARGIN_S < deadline:
             deadline, bound = time.monotonic() + stage_left - MARGIN_S, "before gpu-run's stage ends"
+        # every row of a world, unless this run selects fewer (devbench compare's extra rounds: suite.selected)
+        selected = {(b, w): [(op, n) for op in OPS for n in SIZES if _read(b, w, op, n)] for b in BACKENDS
+                    for w in WORLDS}  # fmt: skip
+        to_run = [k for k, only in selected.items() if only and not backend_reason(*k)]
         for backend in BACKENDS:
             for world in WORLDS:
                 reason = backend_reason(backend, world) or stuck.get(backend)
                 if reason:
                     worlds[f"{backend}/{world}"] = {"skip": reason}
                     continue
-                # every row, unless this run selects fewer (devbench compare's extra rounds: suite.selected)
-                only = [(op, n) for op in OPS for n in SIZES if _read(backend, world, op, n)]
+                only = selected[(backend, world)]
                 if not only:
                     worlds[f"{backend}/{world}"] = {"skip": "no figure of this world selected in this run"}
                     continue
+                # an equal share of what is left with the worlds still to run, or the least a world needs where the
+                # share is less: one that hangs to its limit leaves the later ones theirs (one that ends early, more)
+                left = deadline - time.monotonic()
+                share = max(left / max(1, len(to_run) - to_run.index((backend, world))),
+                            min(left, PREFLIGHT_MIN_S + MIN_SWEEP_S))  # fmt: skip
                 # a pre-flight first, within a minute, in the world's own ranks: a world whose NCCL init hangs (no
                 # P2P in a VM, a wrong network interface) is skipped with the ranks' own lines, not waited on for the
                 # sweep's 15 minutes; one that passes goes on to its sweep with no second start of its ranks
                 # bounded by what is left: a pre-flight and then at least a short sweep end before the deadline
-                pre_s = min(PREFLIGHT_S, deadline - time.monotonic() - MIN_SWEEP_S)
+                pre_s = min(PREFLIGHT_S, share - MIN_SWEEP_S)
                 if pre_s < PREFLIGHT_MIN_S:  # a pre-flight and a sweep no longer fit
                     worlds[f"{backend}/{world}"] = {"skip": f"no time left {bound}"}
                     continue
@@ -115,7 +124,7 @@ class Collectives(Benchmark):
                 fn = functools.partial(sweep_rank, samples=blocks_per_figure(3), only=None if every else only)
                 try:
                     rows = spawn_world(fn, world, args=(backend,), backend=backend,
-                                       timeout_s=min(WORLD_S, deadline - time.monotonic()), quiet=True,
+                                       timeout_s=min(WORLD_S, share), quiet=True,
                                        first=(preflight_rank, pre_s))[0]  # fmt: skip
                 except PreflightFailed as exc:
                     failed = preflight_reason(exc.cause, backend, pre_s)
@@ -131,6 +140,9 @@ class Collectives(Benchmark):
                         ranks = ", ".join(str(r) for r, _pid, _state in exc.stuck)
                         stuck[backend] = (f"not started: rank(s) {ranks} of the {world}-rank {backend} world are "
                                           f"stuck beyond SIGKILL and hold their devices")  # fmt: skip
+                        if exc.results is not None:  # stuck in its teardown, its work done: the rows stand
+                            rows = exc.results[0]
+                            worlds[f"{backend}/{world}"] = {"rows": {f"{r['op']}/{r['nbytes']}": r for r in rows}}
                     continue
                 worlds[f"{backend}/{world}"] = {"rows": {f"{r['op']}/{r['nbytes']}": r for r in rows}}
         return worlds

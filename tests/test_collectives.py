@@ -21,6 +21,7 @@ from devbench.worlds.world import RankFailed, WorldTimeout, backend_reason, spaw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from asv_fixture import run_group  # noqa: E402
+from fake_dist import like, put  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [4096, 65536]
@@ -84,8 +85,24 @@ def _crash_in_teardown(rank, world, nbytes):
     """A large result, then a teardown that ends the rank at once (as a crash in NCCL's destroy would)."""
     import torch.distributed as dist
 
-    dist.destroy_process_group = lambda: os._exit(1)
+    dist.destroy_process_group = like("destroy_process_group", lambda group=None: os._exit(1))
     return bytes(nbytes)
+
+
+def _slow_teardown(rank, world, marks, teardown_s):
+    """A rank whose result is in before a teardown that takes ``teardown_s`` (NCCL's communicators and a CUDA
+    context, on a busy node); each rank that finished it leaves a mark."""
+    import torch.distributed as dist
+
+    real = dist.destroy_process_group
+
+    def destroy(group=None):
+        time.sleep(teardown_s)
+        real(group)
+        Path(marks, f"left-{rank}").touch()
+
+    dist.destroy_process_group = like("destroy_process_group", destroy)
+    return rank
 
 
 def _broken(rank, world, op):
@@ -496,6 +513,59 @@ def test_a_world_that_fails_or_sticks_loses_only_itself_and_a_stuck_rank_starts_
     assert all(0 < t <= B.WORLD_S for _, _, t in started)  # each bounded on its own, within the class's timeout
 
 
+def test_each_world_has_its_share_of_the_time_left_so_one_that_hangs_leaves_the_others_theirs(monkeypatch):
+    """On a node every world runs; the first hangs to its limit (a rank the watchdog cannot end). Each world is
+    bounded by an equal share of what is left with the worlds still to run: the others start with theirs and
+    keep their rows, and every limit together stays within the class's timeout."""
+    sys.path.insert(0, str(ROOT))
+    import benchmarks.bench_collectives as B
+
+    now = [1000.0]
+    limits = []
+
+    def world_run(fn, world, args=(), backend="gloo", timeout_s=0.0, quiet=False, first=None):
+        limits.append(timeout_s)
+        if len(limits) == 1:
+            now[0] += timeout_s + 20  # to its limit, and the stop after it
+            raise WorldTimeout([1], timeout_s)
+        now[0] += 60.0
+        return [[{"op": "all_reduce", "nbytes": 4096, "time_us": 1.0, "iters": 1, "block_us": [1.0]}]]
+
+    monkeypatch.setattr(B.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
+    monkeypatch.setattr(B, "_read", lambda *a: True)
+    monkeypatch.setattr(B, "stage_left_s", lambda: None)
+    monkeypatch.setattr(B, "spawn_world", world_run)
+    worlds = B.Collectives().setup_cache()
+    assert "did not finish" in worlds["gloo/2"]["skip"]
+    assert [k for k, w in worlds.items() if "rows" in w] == ["gloo/4", "gloo/8", "nccl/2", "nccl/4", "nccl/8"]
+    budget = B.Collectives.timeout - B.MARGIN_S
+    assert limits[0] == pytest.approx(budget / 6) and now[0] - 1000.0 <= budget
+
+
+def test_a_world_whose_rank_sticks_in_its_teardown_keeps_its_rows_and_starts_no_later_world(monkeypatch):
+    sys.path.insert(0, str(ROOT))
+    import benchmarks.bench_collectives as B
+
+    from devbench.worlds.world import RanksStuck
+
+    row = {"op": "all_reduce", "nbytes": 4096, "time_us": 1.0, "iters": 1, "block_us": [1.0]}
+    started = []
+
+    def world_run(fn, world, args=(), backend="gloo", timeout_s=0.0, quiet=False, first=None):
+        started.append(world)
+        raise RanksStuck([(1, 42, "D")], results=[[row], [row]])
+
+    monkeypatch.setattr(B, "WORLDS", [2, 4])
+    monkeypatch.setattr(B, "BACKENDS", ("gloo",))
+    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
+    monkeypatch.setattr(B, "_read", lambda *a: True)
+    monkeypatch.setattr(B, "spawn_world", world_run)
+    worlds = B.Collectives().setup_cache()
+    assert worlds["gloo/2"]["rows"] == {"all_reduce/4096": row}
+    assert "rank(s) 1 of the 2-rank gloo world are stuck" in worlds["gloo/4"]["skip"] and started == [2]
+
+
 def test_a_preflight_whose_rank_sticks_keeps_later_worlds_of_its_backend_off_the_devices(monkeypatch):
     sys.path.insert(0, str(ROOT))
     import benchmarks.bench_collectives as B
@@ -584,8 +654,8 @@ def test_a_collective_that_waits_is_failed_long_before_the_worlds_limit(monkeypa
     from devbench.worlds import world as W
 
     seen = []
-    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: seen.append(k["timeout"].total_seconds()))
-    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    put(monkeypatch, "init_process_group", lambda *a, **k: seen.append(k["timeout"].total_seconds()))
+    put(monkeypatch, "is_initialized", lambda: False)
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_RANK", "0")
@@ -608,7 +678,7 @@ def test_a_torchrun_rank_that_fails_ends_at_once_and_one_that_succeeds_leaves_it
         calls.append(("exit", code))
         raise Ended
 
-    monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append(("destroy",)))
+    put(monkeypatch, "destroy_process_group", lambda group=None: calls.append(("destroy",)))
     monkeypatch.setattr(os, "_exit", end)
     assert W.torchrun_rank(lambda: 3) == 3 and calls == [("destroy",)]
     calls.clear()
@@ -633,6 +703,21 @@ def test_a_stuck_rank_ends_the_command_with_its_reason_not_a_traceback(module, m
     assert cli.main(["--nproc", "2", "--no-write"]) == 1
     err = capsys.readouterr().err
     assert "rank 1 (pid 4242, state D)" in err and "Traceback" not in err
+
+
+def test_ranks_in_their_teardown_end_it_unsignalled_and_one_stuck_there_keeps_the_worlds_results(tmp_path,
+                                                                                                  monkeypatch):
+    """Every result in, the ranks get ``TEARDOWN_S`` to leave their process group before any signal; a rank that
+    then outlives SIGKILL is named with the world's results, which stand."""
+    from devbench.worlds import world as W
+
+    assert spawn_world(_slow_teardown, 2, args=(str(tmp_path), 1.0), timeout_s=120) == [0, 1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["left-0", "left-1"]
+    real = W._stop
+    monkeypatch.setattr(W, "_stop", lambda procs, wait_s=0.0: real(procs, wait_s) or [(1, procs[1].pid, "D")])
+    with pytest.raises(W.RanksStuck) as got:
+        spawn_world(_who, 2, timeout_s=120)
+    assert got.value.results == [(0, 2, 0, 2), (1, 2, 1, 2)]
 
 
 def test_a_rank_that_crashes_in_its_teardown_after_its_result_loses_nothing():

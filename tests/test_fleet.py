@@ -12,6 +12,7 @@ from devbench.worlds import fleet as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from asv_fixture import run_group  # noqa: E402
+from fake_dist import put  # noqa: E402
 
 
 def _rank(rank, **figures):
@@ -131,8 +132,6 @@ def test_copies_run_in_turns_one_rank_at_a_time_so_a_shared_link_flags_no_one():
 def test_a_spawned_rank_takes_its_own_device_whatever_local_rank_it_inherited(monkeypatch):
     """A world this process spawns is one node: rank r computes on device r. A ``LOCAL_RANK`` left in the caller's
     environment (a scheduler's job, a torchrun above) must not put every rank on one GPU."""
-    import torch.distributed as dist
-
     from devbench.engine import devices
 
     bound = []
@@ -140,8 +139,8 @@ def test_a_spawned_rank_takes_its_own_device_whatever_local_rank_it_inherited(mo
     monkeypatch.setattr(devices, "rank_device", lambda backend, local: bound.append(local) or f"cuda:{local}")
     monkeypatch.setattr(F, "measure_rank", lambda device, barrier, **kw: {"device": device})
     monkeypatch.setattr(F, "identity", lambda device, rank, local_rank: {"device": device, "local_rank": local_rank})
-    monkeypatch.setattr(dist, "get_rank", lambda: 3)
-    monkeypatch.setattr(dist, "get_world_size", lambda: 4)
+    put(monkeypatch, "get_rank", lambda group=None: 3)
+    put(monkeypatch, "get_world_size", lambda group=None: 4)
     out = F.rank_main(3, 4, "nccl", None, quick=True)
     assert bound == [3] and out["identity"]["local_rank"] == 3
     F.rank_main(3, 4, "nccl", None, quick=True, local_rank=1)  # torchrun's own, on its node

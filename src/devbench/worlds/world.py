@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import sys
 import tempfile
 import time
 import traceback
@@ -28,29 +29,18 @@ from typing import Any
 from devbench.engine.devices import rank_device
 from devbench.engine.owners import process_state
 
-__all__ = [
-    "BACKENDS",
-    "PreflightFailed",
-    "RankFailed",
-    "PREFLIGHT_S",
-    "RanksStuck",
-    "STUCK",
-    "UNFINISHED",
-    "WorldTimeout",
-    "backend_reason",
-    "join_torchrun",
-    "preflight_rank",
-    "preflight_reason",
-    "resolve_backend",
-    "spawn_world",
-    "under_torchrun",
-]
+__all__ = ["BACKENDS", "PreflightFailed", "RankFailed", "PREFLIGHT_S", "RanksStuck", "STUCK", "UNFINISHED",
+           "WorldTimeout", "backend_reason", "join_torchrun", "preflight_rank", "preflight_reason",
+           "resolve_backend", "spawn_world", "under_torchrun"]  # fmt: skip
 
 BACKENDS = ("gloo", "nccl")
 #: seconds a terminated rank gets before it is killed
 GRACE_S = 5.0
 #: seconds a killed rank gets to be gone; one still there is stuck in the kernel (a CUDA driver call: state D)
-KILL_WAIT_S = 5.0
+KILL_WAIT_S = 10.0
+#: seconds the ranks get to end by themselves once every result is in, before any signal: NCCL frees its
+#: communicators and CUDA its contexts in the teardown, seconds on a node (``gpu.sessions`` waits as long)
+TEARDOWN_S = 10.0
 #: the pre-flight's limit: a one-element all_reduce, the process group's set-up included. NCCL's own init
 #: on 8 GPUs takes seconds; one that has not joined after this is stuck (no P2P in a VM, a wrong interface)
 PREFLIGHT_S = 60.0
@@ -90,11 +80,14 @@ STUCK = "did not end after SIGKILL"
 class RanksStuck(RuntimeError):
     """Ranks that outlived SIGKILL: stuck in the kernel (a driver call), beyond any process's reach."""
 
-    def __init__(self, stuck: Sequence[tuple[int, int, str]]) -> None:
+    def __init__(self, stuck: Sequence[tuple[int, int, str]], results: list[Any] | None = None,
+                 after: BaseException | None = None) -> None:  # fmt: skip
         named = "; ".join(f"rank {r} (pid {pid}, state {state})" for r, pid, state in stuck)
         super().__init__(f"{named} {STUCK}: stuck in the kernel, most likely a GPU driver call; "
-                         "the GPU may need a reset by its administrator")  # fmt: skip
+                         "the GPU may need a reset by its administrator" + (f"; after: {after}" if after else ""))
         self.stuck = list(stuck)
+        #: every rank's result where all were in before a rank stuck in its teardown: the world's work stands
+        self.results = results
 
 
 class PreflightFailed(RuntimeError):
@@ -261,11 +254,14 @@ def _send(results: Any, item: tuple) -> None:
         pass
 
 
-def _stop(procs: Sequence[Any]) -> list[tuple[int, int, str]]:
-    """Terminate, then kill, every rank still running, and join it; returns (rank, pid, state) of those that
-    outlived SIGKILL by ``KILL_WAIT_S`` (a rank stuck in a driver call cannot be killed: it is named, not
-    waited for)."""
+def _stop(procs: Sequence[Any], wait_s: float = 0.0) -> list[tuple[int, int, str]]:
+    """Give every rank ``wait_s`` to end by itself, then terminate, then kill, every rank still running, and join
+    it; returns (rank, pid, state) of those that outlived SIGKILL by ``KILL_WAIT_S`` (a rank stuck in a driver
+    call cannot be killed: it is named, not waited for)."""
     started = [(r, p) for r, p in enumerate(procs) if p.pid is not None]  # start() itself may have failed
+    deadline = time.monotonic() + wait_s
+    for _, p in started:
+        p.join(max(0.0, deadline - time.monotonic()))
     for _, p in started:
         if p.is_alive():
             p.terminate()
@@ -416,7 +412,7 @@ def _world(fn: Callable[..., Any], world: int, args: tuple[Any, ...], backend: s
         ]
         start = time.monotonic()
         deadline = start + timeout_s
-        stuck: list[tuple[int, int, str]] = []
+        got: dict[int, Any] | None = None
         try:
             for p in procs:
                 p.start()
@@ -426,12 +422,14 @@ def _world(fn: Callable[..., Any], world: int, args: tuple[Any, ...], backend: s
                 passed[0] = True
             got = _gather(procs, results, deadline, timeout_s, logs)
         finally:
-            stuck = _stop(procs)
+            # every result in: the ranks are in their teardown, which a signal would cut short
+            stuck = _stop(procs, TEARDOWN_S if got is not None else 0.0)
             for q in queues:
                 q.close()
                 q.join_thread()
             if stuck:  # never left silently: a rank no signal can end holds its GPU until the machine is reset
-                raise RanksStuck(stuck)
+                raise RanksStuck(stuck, None if got is None else [got[r] for r in range(len(procs))],
+                                 sys.exc_info()[1])  # fmt: skip
     return [got[r] for r in range(len(procs))]
 
 
