@@ -1082,3 +1082,41 @@ def test_a_recorded_plan_with_stages_of_another_shape_prices_no_tests_rather_tha
     (tmp_path / "plan.json").write_text(json.dumps(record))
     costs = costs_from(tmp_path / "plan.json")
     assert costs.gpu_model == "NVIDIA H200" and costs.tests_s == 0.0 and costs.validate_s == 0.0
+
+
+def test_with_rounds_the_figures_read_from_a_set_up_cache_run_in_an_asv_call_of_one_round(tmp_path, monkeypatch):
+    """asv's ``-a rounds=R`` repeats every benchmark, and a figure its class's set-up cache measured (the NCCL
+    worlds', the peer matrix's) would be read again each round and its samples stored R times: those points go
+    in an asv call of one round after the others', and are priced one round."""
+    import argparse
+    import types
+
+    args = argparse.Namespace(budget_s=600.0, repo=str(tmp_path), out=str(tmp_path / "out"), rounds=2)
+    run = gpurun.Run(args)
+    calls = []
+
+    def stage(name, cmd, limit_s, estimate, env=None):
+        calls.append((name, cmd[cmd.index("-a") + 1], cmd[cmd.index("--bench") + 1]))
+        run.stage_started = time.time()
+        run.stages.append({"stage": name, "estimate_s": estimate, "actual_s": 1.0, "rc": 0, "note": ""})
+        return 0
+
+    monkeypatch.setattr(run, "stage", stage)
+    world = _bench("bench_c.Coll.track_busbw", [["'gloo'"], [2]], ["backend", "world"], plan_setup_s=0.0, plan_s=1.0,
+                   figures_in_setup_cache=True)  # fmt: skip
+    listing = {**_listing(), world["name"]: world}
+    plans = {r: P.make_plan(listing, _all, NO_GPU, 1000, 0, rounds=r) for r in (1, 2)}
+    priced = {r: next(p for p in plans[r].points if p.once).estimate_s for r in (1, 2)}
+    assert priced[1] == priced[2] > 0
+    plan = plans[2]
+    points = [p for p in plan.points if p.state == "run"]
+    summary = types.SimpleNamespace(save=lambda: None, cut=lambda *a: [])
+    code, _, took = gpurun._asv_stage(run, plan, summary, "rest", points, 100.0, 1.0, sys.executable, "m", "a" * 40,
+                                      [])  # fmt: skip
+    assert code == 0 and took == 2.0
+    assert [c[:2] for c in calls] == [("asv rest", "rounds=2"), ("asv rest, one round", "rounds=1")]
+    assert calls[1][2] == selection_regex([p for p in points if p.once]) and "bench_c" not in calls[0][2]
+    calls.clear()
+    run.args.rounds = 1  # one round asked: one call over them all
+    gpurun._asv_stage(run, plans[1], summary, "rest", points, 100.0, 1.0, sys.executable, "m", "a" * 40, [])
+    assert [c[:2] for c in calls] == [("asv rest", "rounds=1")]

@@ -32,7 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="asv machine name, recorded with its GPU fields (default: this host's name)")  # fmt: skip
     p.add_argument("--budget-s", type=float, default=480.0,
                    help="seconds for everything, the packing included (default: %(default)s: 8 minutes)")  # fmt: skip
-    p.add_argument("--rounds", type=int, default=1, help="asv rounds of each time_ benchmark (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="asv rounds of each point (asv run -a rounds=R; a figure read from its class's set-up cache, "
+                        "the NCCL worlds' and the peer matrix's, runs one) (default: %(default)s)")  # fmt: skip
     p.add_argument("--bench", help="regular expression over asv's name(params): run only these")
     p.add_argument("--gpu-only", action="store_true",
                    help="run only the points that need a GPU (a 'cuda' or 'nccl' param, or a class that declares "

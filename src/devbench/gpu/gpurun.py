@@ -114,9 +114,8 @@ def _sha(repo: Path) -> str:
 
 
 def _asv_cmd(python: str, machine: str, sha: str, rounds: int, regex: str) -> list[str]:
-    # devbench.gpu.asvrun is asv with each benchmark's results saved as it ends: a stage stopped at its limit
-    # keeps every benchmark asv finished; the samples are kept so that `asv compare` judges the run's figures
-    # with its own statistics (its Mann-Whitney test), not by their intervals alone
+    # devbench.gpu.asvrun is asv with each benchmark's results saved as it ends: a stage stopped at its limit keeps
+    # every benchmark asv finished; the samples are kept for `asv compare`'s own statistics (docs/design.md)
     return [python, "-m", "devbench.gpu.asvrun", "run", "-E", f"existing:{python}", "--machine", machine,
             "--set-commit-hash", sha, "-a", f"rounds={rounds}", "--record-samples", "--show-stderr",
             "--bench", regex]  # fmt: skip
@@ -273,8 +272,21 @@ def apart_from_nccl(points: list[P.Point], last: bool = True) -> list[P.Point]:
 
 
 def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list[P.Point], limit_s: float,
-               scale: float, python: str, machine: str, sha: str, running: list[P.Point]) -> tuple[int, float, float]:
-    """One asv call over ``points``; returns its exit code, its estimate (times ``scale``) and the seconds it took."""
+               scale: float, python: str, machine: str, sha: str, running: list[P.Point],
+               rounds: int | None = None) -> tuple[int, float, float]:  # fmt: skip
+    """One asv call over ``points``; returns its exit code, its estimate (times ``scale``) and the seconds it took.
+    With ``--rounds`` above 1, the points that read their class's set-up cache (``Point.once``) go in a call of
+    one round after the others' (asv's later rounds would read the same cache and store its samples again)."""
+    rounds, once = run.args.rounds if rounds is None else rounds, [p for p in points if p.once]
+    if rounds > 1 and once:
+        rest, share = [p for p in points if not p.once], plan.estimate_s(points=once) / plan.estimate_s(points=points)
+        code, raw, took = _asv_stage(run, plan, summary, name, rest, limit_s * (1 - share), scale, python, machine,
+                                     sha, running, rounds) if rest else (0, 0.0, 0.0)  # fmt: skip
+        if code == 124:  # cut at its share: the cache's points wait for a later stage
+            return code, raw, took
+        last = _asv_stage(run, plan, summary, f"{name}, one round", once, limit_s - took, scale, python, machine,
+                          sha, running, 1)  # fmt: skip
+        return code or last[0], raw + last[1], took + last[2]
     regex = selection_regex(points)
     # a setup_cache sweep, and the measuring process's twins, measure only what is read; the measuring processes
     # keep their journal and logs in the run's .asv, packed with the results (devbench.engine.sweep)
@@ -294,7 +306,7 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     estimate = plan.estimate_s(points=points, group=lambda p: name, scale=scale)
     raw = plan.estimate_s(points=points, group=lambda p: name)
     running[:] = points
-    code = run.stage(f"asv {name}", _asv_cmd(python, machine, sha, run.args.rounds, regex), limit_s, estimate,
+    code = run.stage(f"asv {name}", _asv_cmd(python, machine, sha, rounds, regex), limit_s, estimate,
                      env=env)  # fmt: skip
     running[:] = []
     took = run.stages[-1]["actual_s"]

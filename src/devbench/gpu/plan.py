@@ -200,13 +200,13 @@ def points(listing: dict[str, dict[str, Any]], pattern_ok, costs: Costs, rounds:
                 continue
             setup = float(bench.get("plan_setup_s", SETUP_S + (costs.gpu_setup_s if need else 0.0)))
             # a point that reads what its setup_cache measured (a world's sweep) never makes a CUDA context
-            reads = bool(bench.get("figures_in_setup_cache"))
+            reads = point.once = bool(bench.get("figures_in_setup_cache"))
             launch = costs.launch_s + (costs.cuda_context_s if need and not reads else 0.0)
             call = call_s(bench, values, dict(costs.cpu_flops), call_flop)
             sampling = (swept_sample_s(bench, gpu=bool(need), values=values, call=call) if bench.get("swept")
                         else sample_s(bench, gpu=bool(need), values=values))  # fmt: skip
             per_round = launch + setup + sampling
-            point.estimate_s = rounds * per_round
+            point.estimate_s = (1 if reads else rounds) * per_round
             out.append(point)
     _share_units(out, listing)
     return out

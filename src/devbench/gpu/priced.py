@@ -62,6 +62,9 @@ class Point:
     #: its workload is set up over another's build (its class's ``built_by`` params match an earlier selected point's):
     #: the measuring process turns that build for it, with no release of the last workload before it
     turn: bool = False
+    #: reads what its class's set-up cache measured (``figures_in_setup_cache``): one asv round whatever ``--rounds``
+    #: says, as a plain ``asv run`` gives a ``track_`` figure (asv's later rounds would store the same samples again)
+    once: bool = False
 
     @property
     def selector(self) -> str:
