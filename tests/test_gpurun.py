@@ -194,6 +194,23 @@ def test_the_selection_regex_selects_exactly_the_kept_points_in_asvs_names():
         assert bool(regex.search(p.selector)) == (p.state == "run"), p.selector
     assert regex.search("bench_m.Mat.track_tflops('cuda', 8192)")
     assert not regex.search("bench_m.Mat.track_tflops('cuda', 81920)")
+    bare = [p for p in plan.points if not p.values]
+    assert bare and re.search(selection_regex(bare), "bench_p.Info.track_count")  # asv's name without params
+    assert not re.search(selection_regex(bare), "bench_p.Info.track_count()")
+
+
+def test_a_whole_nodes_selection_passes_as_one_argument():
+    """Linux caps one argument at 128 KiB (MAX_ARG_STRLEN): an 8-GPU node's 1,446 points, each named whole,
+    made 113 KB of it. Each benchmark's name is written once."""
+    name = "bench_collectives.Collectives.track_busbw_with_a_long_name"
+    points = [P.Point(f"{name}{k}", i, ("'nccl'", str(w), f"'all_reduce_{op}'", str(4096 << i)),
+                      ("backend", "world", "op", "nbytes"), 1, i, 1.0)
+              for k in range(10) for w in (2, 4, 8) for op in range(6) for i in range(8)]  # fmt: skip
+    regex = selection_regex(points)
+    assert len(points) > 1400 and len(regex) < 0.6 * sum(len(p.selector) + 1 for p in points) < 131072
+    compiled = re.compile(regex)
+    assert all(compiled.search(p.selector) for p in points)
+    assert not compiled.search(f"{name}0('nccl', 16, 'all_reduce_0', 4096)")
 
 
 def _project(tmp: Path) -> Path:

@@ -64,6 +64,13 @@ def test_the_run_selection_limits_what_is_measured_with_the_asked_figure(suite_d
     assert len({line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()}) == 1
 
 
+def test_the_selection_names_a_benchmark_without_params_as_asv_does(monkeypatch):
+    """asv matches ``--bench`` against ``name(params)``, and against the bare name where there are none."""
+    monkeypatch.setenv(sweep.SELECT_ENV, r"^(?:m\.C\.track_x|m\.C\.track_y\('a'\))$")
+    assert sweep.selected("m.C.track_x", []) and sweep.selected("m.C.track_y", ["a"])
+    assert not sweep.selected("m.C.track_y", []) and not sweep.selected("m.C.track_x", ["a"])
+
+
 def test_points_that_share_a_build_are_set_up_over_it_and_timed_with_the_asked_one(suite_dir, monkeypatch):
     """``built_by``: asv asks a class's points in its params' order, so the points that differ only in the other
     params come back after other builds; the measuring process times them over the held build, where the run

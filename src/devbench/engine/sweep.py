@@ -109,7 +109,8 @@ def selected(name: str, params: Iterable[object]) -> bool:
     pattern = os.environ.get(SELECT_ENV)
     if not pattern:
         return True
-    return re.search(pattern, f"{name}({', '.join(repr(p) for p in params)})") is not None
+    params = list(params)  # asv names a benchmark without params by its name alone
+    return re.search(pattern, f"{name}({', '.join(repr(p) for p in params)})" if params else name) is not None
 
 
 def figures_of(cls: type) -> list[str]:

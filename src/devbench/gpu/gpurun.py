@@ -66,6 +66,7 @@ from devbench.gpu.gpupack import (
     write_plan,
 )
 from devbench.gpu.plantext import format_plan
+from devbench.gpu.priced import selection_regex
 from devbench.gpu.recorded import (
     build_gap,
     imprecise_from,
@@ -99,11 +100,6 @@ def list_benchmarks(repo: Path, python: str, log: Any, discovery: Path | None = 
         return worker.start().benchmarks
     finally:
         worker.stop()
-
-
-def selection_regex(points: list[P.Point]) -> str:
-    """One regular expression for asv's ``--bench`` that selects exactly ``points``."""
-    return "^(?:" + "|".join(re.escape(p.selector) for p in points) + ")$"
 
 
 def _sha(repo: Path) -> str:

@@ -6,6 +6,7 @@ here imports torch or asv."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from devbench.gpu.pricing import Costs
@@ -262,3 +263,19 @@ def nearest_build(key: tuple[str, ...], builds: dict[tuple[str, ...], float]) ->
     bracket = [priced(pool) for pool in ([k for k in same if side(k, True)], [k for k in same if side(k, False)])
                if pool]  # fmt: skip
     return max(bracket) if bracket else priced(same)
+
+
+def selection_regex(points: list[Point]) -> str:
+    """One regular expression for asv's ``--bench`` that selects exactly ``points`` (asv's ``name(params)``, a bare
+    name where a benchmark has none), each benchmark's name once before its points' params: a whole node's grid
+    passes as one argument, well within Linux's 128 KiB a string (each point's whole name made 86% of it)."""
+    by: dict[str, list[Point]] = {}
+    for p in points:
+        by.setdefault(p.benchmark, []).append(p)
+    parts = []
+    for name, some in by.items():
+        if any(not p.values for p in some):
+            parts.append(re.escape(name))
+        if values := [re.escape(", ".join(p.values)) for p in some if p.values]:
+            parts.append(re.escape(name) + r"\((?:" + "|".join(values) + r")\)")
+    return "^(?:" + "|".join(parts) + ")$"
