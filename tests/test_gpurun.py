@@ -1137,3 +1137,24 @@ def test_with_rounds_the_figures_read_from_a_set_up_cache_run_in_an_asv_call_of_
     run.args.rounds = 1  # one round asked: one call over them all
     gpurun._asv_stage(run, plans[1], summary, "rest", points, 100.0, 1.0, sys.executable, "m", "a" * 40, [])
     assert [c[:2] for c in calls] == [("asv rest", "rounds=1")]
+
+
+def test_a_save_cut_short_leaves_nothing_in_the_results_that_asv_would_walk_into(tmp_path, monkeypatch):
+    """asv's later commands walk every folder under the results; a save killed before its clean-up leaves its
+    staging folder beside them, and the result file is whole or the one before."""
+    from asv import results as R
+
+    from devbench.gpu import asvrun
+
+    monkeypatch.setattr(R.Results, "save", R.Results.save)  # the patch below is undone after the test
+    monkeypatch.setattr(R.Results, "add_result", R.Results.add_result)
+    monkeypatch.setattr(R.Results, "load_data", R.Results.load_data)
+    monkeypatch.delattr(R.Results, "_devbench_patched", raising=False)
+    asvrun.save_as_it_goes()
+    results = tmp_path / ".asv" / "results"
+    (results / "m").mkdir(parents=True)
+    monkeypatch.setattr(asvrun.shutil, "rmtree", lambda *a, **k: None)  # killed before its clean-up
+    res = R.Results({"machine": "m"}, {}, "a" * 40, 0, "py", "env-name", {})
+    res.save(str(results))
+    assert [p.name for p in results.iterdir()] == ["m"] and (results / res._filename).is_file()
+    assert any(p.name.startswith(".saving-") for p in (tmp_path / ".asv").iterdir())

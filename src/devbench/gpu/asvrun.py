@@ -47,7 +47,8 @@ def save_as_it_goes() -> None:
     load_data, add_result, save = R.Results.load_data, R.Results.add_result, R.Results.save
 
     def atomic_save(self, result_dir):
-        tmp = tempfile.mkdtemp(prefix=".saving-", dir=result_dir)
+        # beside the results, not in them: a kill mid-save leaves a folder asv's later commands never walk into
+        tmp = tempfile.mkdtemp(prefix=".saving-", dir=os.path.dirname(os.path.abspath(result_dir)))
         try:
             save(self, tmp)
             dest = os.path.join(result_dir, self._filename)
