@@ -543,6 +543,27 @@ def test_each_world_has_its_share_of_the_time_left_so_one_that_hangs_leaves_the_
     assert limits[0] == pytest.approx(budget / 6) and now[0] - 1000.0 <= budget
 
 
+def test_a_world_that_cannot_start_its_ranks_loses_only_itself(monkeypatch):
+    sys.path.insert(0, str(ROOT))
+    import benchmarks.bench_collectives as B
+
+    row = {"op": "all_reduce", "nbytes": 4096, "time_us": 1.0, "iters": 1, "block_us": [1.0]}
+
+    def world_run(fn, world, args=(), backend="gloo", timeout_s=0.0, quiet=False, first=None):
+        if world == 4:
+            raise OSError(24, "Too many open files")
+        return [[row]]
+
+    monkeypatch.setattr(B, "WORLDS", [2, 4, 8])
+    monkeypatch.setattr(B, "BACKENDS", ("gloo",))
+    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
+    monkeypatch.setattr(B, "_read", lambda *a: True)
+    monkeypatch.setattr(B, "spawn_world", world_run)
+    worlds = B.Collectives().setup_cache()
+    assert "rows" in worlds["gloo/2"] and "rows" in worlds["gloo/8"]
+    assert worlds["gloo/4"]["skip"] == "the 4-rank gloo world failed: [Errno 24] Too many open files"
+
+
 def test_a_world_whose_rank_sticks_in_its_teardown_keeps_its_rows_and_starts_no_later_world(monkeypatch):
     sys.path.insert(0, str(ROOT))
     import benchmarks.bench_collectives as B
@@ -660,7 +681,12 @@ def test_a_collective_that_waits_is_failed_long_before_the_worlds_limit(monkeypa
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_RANK", "0")
     W.join_torchrun("gloo", 900.0)
-    W._rank_main(lambda rank, world: None, 0, 1, "gloo", str(tmp_path / "store"), 900.0, (), multiprocessing.Queue())
+    threads = torch.get_num_threads()
+    try:  # a rank's main pins one thread: this process's count is given back after it
+        W._rank_main(lambda rank, world: None, 0, 1, "gloo", str(tmp_path / "store"), 900.0, (),
+                     multiprocessing.Queue())  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
     assert seen == [W.PG_TIMEOUT_S, W.PG_TIMEOUT_S] and W.PG_TIMEOUT_S < 900
 
 

@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc", type=int, default=2, help="ranks to start when not under torchrun (default: 2)")
     p.add_argument("--target-ms", type=float, default=50.0, help="length of one timed block (default: 50)")
     p.add_argument("--samples", type=int, default=3, help="timed blocks per size; the median is kept (default: 3)")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds before a stuck world is stopped")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="seconds before a stuck world of local ranks is stopped; under torchrun, which stops its "
+                        "own, the most one collective waits (at most 120) (default: %(default)s)")  # fmt: skip
     p.add_argument("--out", default=DEFAULT_OUT, help="directory for the JSON figures (default: %(default)s)")
     p.add_argument("--machine", help="machine name in the figures (default: asv's machine name, else hostname)")
     p.add_argument("--no-write", action="store_true", help="print the table only")

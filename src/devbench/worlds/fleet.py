@@ -324,7 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, help="directory for the JSON (default: %(default)s)")
     p.add_argument("--machine", help="name in the file (default: asv's machine name, else hostname)")
     p.add_argument("--no-write", action="store_true", help="print the table only")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds before a stuck world is stopped")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="seconds before a stuck world of local ranks is stopped; under torchrun, which stops its "
+                        "own, the most one collective waits (at most 120) (default: %(default)s)")  # fmt: skip
     p.add_argument("--fail-on-slow", action="store_true", help="exit 1 when a rank is flagged (for scripts)")
     p.add_argument(
         "--slow-rank",
