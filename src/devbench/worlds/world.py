@@ -461,9 +461,10 @@ PREFLIGHT_LARGE = {"nccl": 64 << 20, "gloo": 1 << 20}
 
 
 def preflight_rank(rank: int, world: int, backend: str, *_: Any) -> float:
-    """One all_reduce of one element on this rank's device, then one of ``PREFLIGHT_LARGE`` bytes, each checked:
-    proves the group can exchange data, small and large. It takes the world's arguments (``spawn_world``'s
-    ``first``: the backend first) and uses the backend alone."""
+    """One all_reduce of one element on this rank's device, then one of ``PREFLIGHT_LARGE`` bytes, then a ring of
+    sends and receives of as many (NCCL sets up its point-to-point connections apart, on their first use), each
+    checked: proves the group can exchange data, small and large, both ways the sweep does. It takes the world's
+    arguments (``spawn_world``'s ``first``: the backend first) and uses the backend alone."""
     import torch
     import torch.distributed as dist
 
@@ -472,16 +473,23 @@ def preflight_rank(rank: int, world: int, backend: str, *_: Any) -> float:
     dist.all_reduce(one)
     large = torch.ones(PREFLIGHT_LARGE.get(backend, 1 << 20) // 4, device=device)
     dist.all_reduce(large)
+    mine, got = torch.full_like(large, rank + 1.0), torch.zeros_like(large)
+    if world > 1:  # the sweep's send_recv ring: to the next rank, from the previous one
+        for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, (rank + 1) % world),
+                                           dist.P2POp(dist.irecv, got, (rank - 1) % world)]):  # fmt: skip
+            req.wait()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     if float(one.item()) != world:
         raise AssertionError(f"the pre-flight's one-element all_reduce summed {float(one.item())}, not {world}")
     if not bool((large == world).all()):
         raise AssertionError(f"the pre-flight's {large.numel() * 4} B all_reduce did not sum to {world} everywhere")
+    if world > 1 and not bool((got == (rank - 1) % world + 1.0).all()):
+        raise AssertionError(f"the pre-flight's {got.numel() * 4} B receive on rank {rank} is not its previous rank's")
     return float(one.item())
 
 
 def preflight_reason(exc: Exception, backend: str, timeout_s: float) -> str:
     """Why a pre-flight of ``backend`` with ``timeout_s`` failed, ``exc`` being what its world raised."""
     return (f"the pre-flight (an all_reduce of one element and one of {PREFLIGHT_LARGE.get(backend, 0) >> 20} MiB, "
-            f"{timeout_s:g} s at most) failed: {exc}")  # fmt: skip
+            f"a ring of sends of as many, {timeout_s:g} s at most) failed: {exc}")  # fmt: skip
