@@ -482,6 +482,17 @@ def test_summing_into_its_own_input_stays_finite_over_many_calls():
                             ("reduce_scatter", False): (False, True, True)}  # fmt: skip
 
 
+def _setup_worlds(monkeypatch, B, world_run, worlds):
+    """``Collectives.setup_cache`` over gloo worlds of ``worlds`` ranks, each run by ``world_run`` (a stand-in for
+    ``spawn_world``), every one of them runnable here and every row selected."""
+    monkeypatch.setattr(B, "WORLDS", worlds)
+    monkeypatch.setattr(B, "BACKENDS", ("gloo",))
+    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
+    monkeypatch.setattr(B, "_read", lambda *a: True)
+    monkeypatch.setattr(B, "spawn_world", world_run)
+    return B.Collectives().setup_cache()
+
+
 def test_a_world_that_fails_or_sticks_loses_only_itself_and_a_stuck_rank_starts_no_later_world(monkeypatch):
     """The 2-rank world measures, the 4-rank one hangs, the 8-rank one has a rank no SIGKILL ends: the first keeps
     its rows, the others say why, and no later world of that backend starts on the stuck rank's device."""
@@ -500,12 +511,7 @@ def test_a_world_that_fails_or_sticks_loses_only_itself_and_a_stuck_rank_starts_
             raise RanksStuck([(5, 123, "D")])
         return [[{"op": "all_reduce", "nbytes": 4096, "time_us": 1.0, "iters": 1, "block_us": [1.0]}]]
 
-    monkeypatch.setattr(B, "WORLDS", [2, 4, 8, 16])
-    monkeypatch.setattr(B, "BACKENDS", ("gloo",))
-    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
-    monkeypatch.setattr(B, "_read", lambda *a: True)
-    monkeypatch.setattr(B, "spawn_world", world_run)
-    worlds = B.Collectives().setup_cache()
+    worlds = _setup_worlds(monkeypatch, B, world_run, [2, 4, 8, 16])
     assert "all_reduce/4096" in worlds["gloo/2"]["rows"]
     assert "did not finish" in worlds["gloo/4"]["skip"] and "did not end after SIGKILL" in worlds["gloo/8"]["skip"]
     assert "rank(s) 5 of the 8-rank gloo world are stuck" in worlds["gloo/16"]["skip"]
@@ -554,12 +560,7 @@ def test_a_world_that_cannot_start_its_ranks_loses_only_itself(monkeypatch):
             raise OSError(24, "Too many open files")
         return [[row]]
 
-    monkeypatch.setattr(B, "WORLDS", [2, 4, 8])
-    monkeypatch.setattr(B, "BACKENDS", ("gloo",))
-    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
-    monkeypatch.setattr(B, "_read", lambda *a: True)
-    monkeypatch.setattr(B, "spawn_world", world_run)
-    worlds = B.Collectives().setup_cache()
+    worlds = _setup_worlds(monkeypatch, B, world_run, [2, 4, 8])
     assert "rows" in worlds["gloo/2"] and "rows" in worlds["gloo/8"]
     assert worlds["gloo/4"]["skip"] == "the 4-rank gloo world failed: [Errno 24] Too many open files"
 
@@ -577,12 +578,7 @@ def test_a_world_whose_rank_sticks_in_its_teardown_keeps_its_rows_and_starts_no_
         started.append(world)
         raise RanksStuck([(1, 42, "D")], results=[[row], [row]])
 
-    monkeypatch.setattr(B, "WORLDS", [2, 4])
-    monkeypatch.setattr(B, "BACKENDS", ("gloo",))
-    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
-    monkeypatch.setattr(B, "_read", lambda *a: True)
-    monkeypatch.setattr(B, "spawn_world", world_run)
-    worlds = B.Collectives().setup_cache()
+    worlds = _setup_worlds(monkeypatch, B, world_run, [2, 4])
     assert worlds["gloo/2"]["rows"] == {"all_reduce/4096": row}
     assert "rank(s) 1 of the 2-rank gloo world are stuck" in worlds["gloo/4"]["skip"] and started == [2]
 
@@ -601,12 +597,7 @@ def test_a_preflight_whose_rank_sticks_keeps_later_worlds_of_its_backend_off_the
             raise PreflightFailed(RanksStuck([(1, 42, "D")]), first[1])
         pytest.fail("no world may start on a stuck rank's device")
 
-    monkeypatch.setattr(B, "WORLDS", [2, 4])
-    monkeypatch.setattr(B, "BACKENDS", ("gloo",))
-    monkeypatch.setattr(B, "backend_reason", lambda backend, world: None)
-    monkeypatch.setattr(B, "_read", lambda *a: True)
-    monkeypatch.setattr(B, "spawn_world", world_run)
-    worlds = B.Collectives().setup_cache()
+    worlds = _setup_worlds(monkeypatch, B, world_run, [2, 4])
     assert B.STUCK in worlds["gloo/2"]["skip"] and "pre-flight" in worlds["gloo/2"]["skip"]
     assert worlds["gloo/4"]["skip"] == "not started: a rank of the 2-rank gloo pre-flight is stuck"
     assert started == [2]
