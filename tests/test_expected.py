@@ -93,7 +93,9 @@ def test_gpu_models_are_matched_by_whole_name_from_one_table():
     assert all(m.source and (m.memory_gbps is None or m.memory_gbps > 0) for m in E.MODELS)
     # names that contain another model's name are not that model
     assert E.model("NVIDIA L40S") is None and E.model("NVIDIA L4").label == "L4"
-    assert E.model("NVIDIA GH200 480GB").label == "GH200" and E.model("NVIDIA H200").label == "H200 SXM"
+    assert E.model("NVIDIA GH200 480GB").label == "GH200 480GB" and E.model("NVIDIA H200").label == "H200 SXM"
+    assert E.model("NVIDIA GH200 144G HBM3e").label == "GH200 144G HBM3e" and E.model("NVIDIA GH200").label == "GH200"
+    assert E.model("NVIDIA H100") is None  # NVML's 94 GB SXM5 board: no source here gives its memory or floors
     assert E.model("1 x NVIDIA H200").label == "H200 SXM"  # as asv's machine record names the GPUs
     assert E.model("NVIDIA A100-SXM4-80GB").label == "A100 SXM 80GB" and E.model("NVIDIA A100X") is None
     assert E.gpu_peak("NVIDIA GH200 480GB", "bfloat16") == 989.4 and E.gpu_peak("NVIDIA L40S", "bfloat16") is None
@@ -188,3 +190,25 @@ def test_nvlink_pairs_joined_by_a_few_of_each_gpus_links_are_judged_on_those_lin
     h100 = {"name": "NVIDIA H100 80GB HBM3"}  # through NVSwitches: the pair has every link of the fewer GPU's
     assert "17 of 18 links active" in E.judge(400.0, "peer", h100, pair=PairPath(0, 1, 17, True, None)).reason
     assert E.judge(400.0, "peer", h100, pair=PairPath(0, 1, 18, True, None, 18)).verdict == "ok"
+
+
+def test_each_gh200_board_has_only_its_own_sources_figures_and_no_pcie_figure_judges_its_copies():
+    """mamf-finder measured the 900 W, 141 GiB HBM3e board, gpu-fryer the 480GB one: neither figure is the other's.
+    Host copies cross NVLink-C2C and NVLink differs by variant: no PCIe figure judges them."""
+    hbm3e, lpddr = {"name": "NVIDIA GH200 144G HBM3e"}, {"name": "NVIDIA GH200 480GB", "pcie_gen": 5, "pcie_width": 16}
+    assert E.expected("achievable:bfloat16", hbm3e).value == 828.6
+    assert E.expected("achievable:bfloat16", lpddr).value == 989.4  # its datasheet: no public achievable figure
+    assert E.sustained(E.model(lpddr["name"]), "bfloat16")[0] == 705.0 and E.sustained(E.model(hbm3e["name"]),
+                                                                                         "bfloat16") is None
+    for kind in ("h2d", "d2h", "peer", "busbw"):
+        assert E.judge(50.0, kind, lpddr).verdict == "unknown"
+    assert "NVLink-C2C" in E.judge(50.0, "h2d", lpddr).reason
+
+
+def test_a_health_check_that_sets_its_own_floor_for_a_models_hosts_decides_there():
+    """azurehpc-health-checks passes an H100 NVL host's pinned copies at 52 GB/s, not the SXM hosts' 48."""
+    nvl = {"name": "NVIDIA H100 NVL", "pcie_gen": 5, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}
+    low = E.judge(50.0, "h2d", nvl)
+    assert low.verdict == "low" and "nc80adis_h100_v5" in low.reason
+    assert E.judge(50.0, "h2d", H200).verdict == "ok"
+    assert E.judge(53.0, "h2d", nvl).verdict == "ok"

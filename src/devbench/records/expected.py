@@ -19,10 +19,10 @@ where nothing better exists):
   board's power limit held (``HEALTHY_CAPS``) against what a board of the model sustains at that limit
   (gpu-fryer's table, ``Model.sustained``), else at the clock it ran at.
 
-One table (``MODELS``, ``devbench.records.models``) holds every model's figures; models are matched by whole name. ``judge`` gives
-``ok``, ``low`` (below the floor, with the likely reason: a link trained below its maximum, peer access
-off, a GPU pair's copy that NVLink did not carry, a throttle reason), ``unknown`` (no expected figure,
-and why) or ``not judged``. No torch import: the report uses this.
+One table (``MODELS``, ``devbench.records.models``) holds every model's figures; models are matched by
+whole name. ``judge`` gives ``ok``, ``low`` (below the floor, with the likely reason: a link trained below
+its maximum, peer access off, a GPU pair's copy that NVLink did not carry, a throttle reason), ``unknown``
+(no expected figure, and why) or ``not judged``. No torch import: the report uses this.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ from devbench.records.models import (  # noqa: F401 - the table's names, as the 
     normal_name,
 )
 
-#: a figure below this share of its expected figure is ``low``: the best copies and products reach 80-95%
-#: of the link, the memory or the datasheet (the H200 run: 88% of the PCIe link, 89% of HBM3e)
+#: a figure below this share of its expected figure is ``low`` where no public pass floor exists: devbench's own
+#: line, no source sets it (the best copies and products reach 80-95% of the link, the memory or the datasheet;
+#: the H200 run: 88% of the PCIe link, 89% of HBM3e); a verdict judged by it says "(no public pass floor)"
 LOW_SHARE = 0.7
 
 #: a dtype judged against another's achievable figure where the datasheet gives both one dense rate (the same
@@ -73,9 +74,10 @@ def path_label(peer_access: bool, nvlink: bool | None = None, nvlink_share: floa
     return "P2P"
 
 
-#: Throttle reasons a healthy GPU shows under a heavy product: the board's own power limit. A figure that ran
-#: under them is judged at the clock it ran at; any other reason (thermal, a hardware slowdown or power brake)
-#: is a fault to name, never a reason to expect less.
+#: Throttle reasons a healthy GPU shows under a heavy product: the board's own power limit (devbench's reading: a
+#: board at its default limit caps a held product there, as the H200's did). A figure that ran under them is
+#: judged against what the model sustains, else at its clock; any other reason (thermal, a hardware slowdown or
+#: power brake) is a fault to name, never a reason to expect less.
 HEALTHY_CAPS = frozenset({"sw_power_cap"})
 #: a power limit this far below the board's default (NVML's default limit) is a lowered limit, not rounding
 LOWERED_LIMIT_SHARE = 0.99
@@ -206,12 +208,16 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple | Non
     name = gpu.get("name")
     found = model(name)
     if kind in ("h2d", "d2h"):
+        if found is not None and found.host_link:
+            return Expected(None, f"{found.label}: host copies cross {found.host_link}, not PCIe, and no public "
+                                  "figure says what they reach")  # fmt: skip
         gen, width = _link(gpu)
         gbps = pcie_gbps(gen, width)
         if gbps is None:
             return Expected(None, "NVML did not report the PCIe link")
-        if (gen, width) in LINK_COPY:
-            typical, floor, source = LINK_COPY[(gen, width)]
+        copy = found.host_copy if found is not None and found.host_copy and (gen, width) == (5, 16) else None
+        if copy is not None or (gen, width) in LINK_COPY:
+            typical, floor, source = copy or LINK_COPY[(gen, width)]
             return Expected(typical, source, floor)
         return Expected(gbps, f"PCIe Gen{gen} x{width}, per direction, after encoding (no public copy figure for "
                               f"this link)")  # fmt: skip
@@ -237,6 +243,8 @@ def expected(kind: str, gpu: dict[str, Any], pair: Any = None, ring: tuple | Non
             return Expected(None, f"{found.label}: no single memory figure ({found.source})")
         return Expected(found.memory_gbps, found.source)
     if kind in ("peer", "busbw"):
+        if found.nvlink_varies:
+            return Expected(None, f"{found.label}: {found.source}: no expected figure for a GPU pair")
         if pair is not None:
             return _pair_expected(kind, gpu, found, pair, ring)
         what = "NVLink per direction" + (", as nccl-tests reads busbw" if kind == "busbw" else "")
@@ -309,8 +317,9 @@ def judge(measured: float, kind: str, gpu: dict[str, Any], pageable: bool = Fals
         at, source = held
         where = f" sustained ({', '.join(caps)} while it ran: the board at its power limit)"
     elif compute and caps and clock_mhz and top and clock_mhz < top:
-        at = want.value * clock_mhz / top
-        where = f" at {clock_mhz:.0f} of {top:.0f} MHz ({', '.join(caps)} while it ran: the board's power limit)"
+        at = want.value * clock_mhz / top  # an estimate: the figure's own clock is not published
+        where = (f" at {clock_mhz:.0f} of {top:.0f} MHz, scaled from the clock the datasheet assumes ("
+                 f"{', '.join(caps)} while it ran: the board's power limit)")  # fmt: skip
     floor = want.floor if want.floor is not None else LOW_SHARE * at
     share = measured / at
     basis = f"{at:.4g}{where} ({source})"

@@ -34,8 +34,8 @@ class Model:
     device_copy: float | None = None
     device_copy_source: str = ""
     #: NVLinks a healthy GPU of the model has (``nvlink_gbps`` over them is one link's rate, one direction: 18
-    #: NVLink 4 on Hopper, 12 NVLink 3 on A100 and on H100 PCIe/NVL bridges, 6 NVLink 2 on V100 SXM2, 25 GB/s a
-    #: direction each), and whether they come only with a bridge a card may lack (H100 PCIe and NVL, H200 NVL,
+    #: NVLink 4 on Hopper SXM, 12 NVLink 4 on H100 PCIe/NVL bridges, 12 NVLink 3 on A100, 6 NVLink 2 on V100 SXM2,
+    #: 25 GB/s a direction each), and whether they come only with a bridge a card may lack (H100 PCIe and NVL, H200 NVL,
     #: A100 PCIe)
     nvlink_links: int | None = None
     bridged: bool = False
@@ -48,13 +48,21 @@ class Model:
     pair_floor: float | None = None
     allreduce8_floor: float | None = None
     floors_source: str = ""
-    #: what a product held at the board's power limit sustains (a stress test's 8192 x 8192 products), by dtype, and
-    #: its source: a run under ``sw_power_cap`` is judged against it rather than the burst figure at its clock
+    #: what a stress test's held 8192 x 8192 products sustain (gpu-fryer's table, which says nothing of power; such
+    #: products run a board at its limit), by dtype, and its source: a run under ``sw_power_cap`` is judged against
+    #: it rather than the burst figure at its clock
     sustained: dict[str, float] = field(default_factory=dict)
     sustained_source: str = ""
     #: the message the all_reduce floor is set at (the health check's nccl-tests size): a smaller one is judged
     #: against ``LOW_SHARE`` of the expected figure, not that floor (below the plateau of a large message)
     allreduce8_floor_bytes: int | None = None
+    #: where the model's NVLink differs by variant (GH200): a GPU pair has no expected figure, never a PCIe one
+    nvlink_varies: bool = False
+    #: what host copies cross where it is not PCIe (GH200: NVLink-C2C): no PCIe figure judges them
+    host_link: str | None = None
+    #: a pinned copy's typical figure, pass floor and source on this model's hosts, where a health check sets one
+    #: of its own for their Gen5 x16 link (``LINK_COPY`` otherwise)
+    host_copy: tuple[float, float, str] | None = None
 
     @property
     def link_gbps(self) -> float | None:
@@ -70,17 +78,22 @@ _MAMF = "mamf-finder's table (stas00/ml-engineering, compute/accelerator/README.
 #: it passes a GPU within 10% of the node's best)
 _FRYER = "gpu-fryer's reference table (huggingface/gpu-fryer README), 8192 x 8192 products held"
 _AZHC_H100 = "azurehpc-health-checks, conf/nd96isr_h100_v5"
+_GH200 = "NVIDIA GH200 datasheet: memory, NVLink and the host's NVLink-C2C differ by variant"
 _AZHC_H200 = "azurehpc-health-checks, conf/nd96isr_h200_v5"
 #: the message those configs' all_reduce check runs (``check_nccl_allreduce <floor> 1 16G``)
 _AZHC_BYTES = 16 * 1024**3
 #: 132 SMs x 4,096 dense bf16 FLOP per SM per clock x 1.83 GHz = 989.4 TFLOP/s: the clock the datasheet assumes
 _HOPPER_CLOCK = 1830.0
+#: the Hopper SXM boards' dense rates: the architecture whitepaper's (the clock above); their datasheets star sparse
+#: figures, which halved give these within 0.1% (989.5, 494.5)
+_HOPPER_SOURCE = "NVIDIA {} datasheet; its tensor-core rates dense, as the H100 architecture whitepaper gives them"
+_HALVED = "its starred sparse figures halved"
 
 MODELS: list[Model] = [
     Model(("H200 NVL",), "H200 NVL", 4800.0, 450.0, "NVIDIA H200 NVL product brief: 4.8 TB/s HBM3e, NVLink 900 GB/s",
-          _HOPPER_NVL, "NVIDIA H200 NVL product brief", nvlink_links=18, bridged=True),
+          _HOPPER_NVL, f"NVIDIA H200 NVL product brief, {_HALVED}", nvlink_links=18, bridged=True),
     Model(("H200", "H200 SXM", "H200 141GB HBM3e"), "H200 SXM", 4800.0, 450.0,
-          "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, NVLink 900 GB/s", _HOPPER, "NVIDIA H200 datasheet",
+          "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, NVLink 900 GB/s", _HOPPER, _HOPPER_SOURCE.format("H200"),
           {"bfloat16": 794.5}, f"{_MAMF}: 794.5 on an H100 SXM, the H200 listed as the same", _HOPPER_CLOCK,
           4010.0, "Azure AI-benchmarking-guide, ND_H200_v5 HBM table: STREAM Copy 4.01 TB/s read plus written",
           best_shapes={"bfloat16": (4096, 16384, 2048)},
@@ -88,16 +101,26 @@ MODELS: list[Model] = [
                               "(reports/gpu/h200/achievable.jsonl)"),
           pair_floor=335.0, allreduce8_floor=431.0, floors_source=_AZHC_H200, allreduce8_floor_bytes=_AZHC_BYTES,
           nvlink_links=18),
-    Model((r"GH200( \d+GB)?",), "GH200", None, None, "NVIDIA GH200 datasheet: memory and NVLink differ by variant",
-          _HOPPER, "NVIDIA GH200 datasheet", {"bfloat16": 828.6}, f"{_MAMF}: GH200 828.6", _HOPPER_CLOCK,
-          sustained={"bfloat16": 705.0}, sustained_source=f"{_FRYER}: GH200 480GB ~705"),
+    # mamf-finder's GH200 is its 900 W, 141 GiB HBM3e board (NVML: "GH200 144G HBM3e"); gpu-fryer's, the 480GB one
+    Model(("GH200 144G HBM3e",), "GH200 144G HBM3e", None, None, _GH200, _HOPPER, _HOPPER_SOURCE.format("GH200"),
+          {"bfloat16": 828.6}, f"{_MAMF}: GH200 (900 W, 141 GiB HBM3e) 828.6", _HOPPER_CLOCK, nvlink_varies=True,
+          host_link="NVLink-C2C"),
+    Model(("GH200 480GB",), "GH200 480GB", None, None, _GH200, _HOPPER, _HOPPER_SOURCE.format("GH200"),
+          peak_clock_mhz=_HOPPER_CLOCK, sustained={"bfloat16": 705.0}, sustained_source=f"{_FRYER}: GH200 480GB ~705",
+          nvlink_varies=True, host_link="NVLink-C2C"),
+    Model((r"GH200( \d+GB)?",), "GH200", None, None, _GH200, _HOPPER, _HOPPER_SOURCE.format("GH200"),
+          peak_clock_mhz=_HOPPER_CLOCK, nvlink_varies=True, host_link="NVLink-C2C"),
     Model(("H100 NVL",), "H100 NVL", 3900.0, 300.0, "NVIDIA H100 datasheet (NVL): 3.9 TB/s HBM3, NVLink 600 GB/s",
-          _HOPPER_NVL, "NVIDIA H100 datasheet (NVL)", nvlink_links=12, bridged=True),
+          _HOPPER_NVL, f"NVIDIA H100 datasheet (NVL), {_HALVED}", nvlink_links=12, bridged=True,
+          host_copy=(52.0, 52.0, "a Gen5 x16 host of H100 NVL cards: pass floor 52 GB/s (azurehpc-health-checks, "
+                                 "conf/nc80adis_h100_v5), typical as on other Gen5 x16 hosts (Azure "
+                                 "AI-benchmarking-guide, ND_H100_v5)")),
     Model(("H100 PCIe",), "H100 PCIe", 2000.0, 300.0, "NVIDIA H100 datasheet (PCIe): 2.0 TB/s HBM2e, NVLink 600 GB/s",
-          {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.0, "float16": 756.0}, "NVIDIA H100 datasheet (PCIe)",
-          nvlink_links=12, bridged=True),
-    Model(("H100 80GB HBM3", "H100 SXM", "H100 SXM5 80GB", "H100"), "H100 SXM", 3350.0, 450.0,
-          "NVIDIA H100 datasheet (SXM): 3.35 TB/s HBM3, NVLink 900 GB/s", _HOPPER, "NVIDIA H100 datasheet (SXM)",
+          {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.5, "float16": 756.5},
+          f"NVIDIA H100 datasheet (PCIe), {_HALVED}", nvlink_links=12, bridged=True),
+    # not the bare "H100": NVML's name of the 94 GB SXM5 board, whose memory, copies and floors no source here gives
+    Model(("H100 80GB HBM3", "H100 SXM", "H100 SXM5 80GB"), "H100 SXM", 3350.0, 450.0,
+          "NVIDIA H100 datasheet (SXM): 3.35 TB/s HBM3, NVLink 900 GB/s", _HOPPER, _HOPPER_SOURCE.format("H100 SXM"),
           {"bfloat16": 794.5}, f"{_MAMF}: H100 SXM 794.5", _HOPPER_CLOCK,
           2900.0, "Azure AI-benchmarking-guide, ND_H100_v5 HBM table: STREAM Copy 2.90 TB/s read plus written",
           nvlink_links=18, pair_floor=335.0, allreduce8_floor=460.0, floors_source=_AZHC_H100,
@@ -116,7 +139,7 @@ MODELS: list[Model] = [
           "NVIDIA A100 datasheet (PCIe 40GB): 1,555 GB/s, NVLink 600 GB/s", _A100, "NVIDIA A100 datasheet",
           {"bfloat16": 252.9}, f"{_MAMF}: A100 PCIe 252.9", nvlink_links=12, bridged=True),
     Model(("L4",), "L4", 300.0, None, "NVIDIA L4 datasheet: 300 GB/s GDDR6, no NVLink",
-          {"float32": 30.3, "tf32": 60.0, "bfloat16": 121.0, "float16": 121.0}, "NVIDIA L4 datasheet"),
+          {"float32": 30.3, "tf32": 60.0, "bfloat16": 121.0, "float16": 121.0}, f"NVIDIA L4 datasheet, {_HALVED}"),
     Model(("GeForce RTX 4090",), "GeForce RTX 4090", 1008.0, None,
           "NVIDIA Ada GPU architecture whitepaper: 1,008 GB/s GDDR6X",
           {"float32": 82.6, "tf32": 82.6, "bfloat16": 165.2, "float16": 165.2}, "NVIDIA Ada architecture whitepaper"),
@@ -126,7 +149,7 @@ MODELS: list[Model] = [
           "NVIDIA V100 datasheet (SXM2): 900 GB/s HBM2, NVLink 300 GB/s",
           {"float32": 15.7, "tf32": None, "bfloat16": None, "float16": 125.0}, "NVIDIA V100 datasheet (SXM2)",
           nvlink_links=6),
-    Model(("T4",), "T4", 320.0, None, "NVIDIA T4 datasheet: 320 GB/s GDDR6, no NVLink",
+    Model(("T4",), "T4", 320.0, None, "NVIDIA T4 product page: 320+ GB/s GDDR6, no NVLink",
           {"float32": 8.1, "tf32": None, "bfloat16": None, "float16": 65.0}, "NVIDIA T4 datasheet"),
 ]  # fmt: skip
 
