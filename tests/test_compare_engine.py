@@ -745,6 +745,33 @@ def test_plan_names_new_gone_and_changed_benchmarks():
     assert figs["bench_x.track_a(1)"].state == "changed" and figs["bench_x.track_a(2)"].state == "changed"
 
 
+def test_each_side_opens_a_combination_by_its_own_index_where_head_added_a_parameter_value(monkeypatch):
+    """asv's version hashes a benchmark's code, not its params: a value added on head moves the later
+    combinations' indices there, and base opened by head's index would time its neighbour (n=2 for n=1)."""
+    def listing(values):
+        return {"bench_x.track_a": {"params": [values], "param_names": ["n"], "unit": "GB/s", "version": "v1"}}
+
+    figs = {f.combo.selector: f for f in selection.plan_figures(listing(["1", "2"]), listing(["0", "1", "2"]), "")}
+    one = figs["bench_x.track_a(1)"]
+    assert (one.state, one.combo.idx, one.base_idx) == ("running", 1, 0)
+    opened = []
+
+    class Side:
+        def __init__(self, side):
+            self.side, self.benchmarks = side, {}
+
+        def request(self, what, **kw):
+            if what == "open":
+                opened.append((self.side, kw["idx"]))
+                return {"ready": True}
+            return {"closed": True}
+
+    monkeypatch.setattr(runner, "paired_turns", lambda *a, **k: [(1.0, 1.0)])
+    passes = runner.Passes(min_passes=2, max_passes=2, pairs=1, block_s=0.01, figure_s=1.0)
+    runner._measure_figure(Side("base"), Side("head"), one, passes, "base")
+    assert opened == [("base", 0), ("head", 1)]
+
+
 def test_compare_leaves_the_twins_records_and_without_cuda_the_gpu_combinations_out():
     from devbench.records.spec import TWINS
 

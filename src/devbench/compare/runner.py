@@ -92,6 +92,9 @@ class Figure:
     setup_seconds: float = 0.0
     #: what each pass's pair of processes took (the figure's share of each pass)
     pass_seconds: list[float] = field(default_factory=list)
+    #: the combination's index in base's listing, where it differs from head's (``combo.idx``): a parameter value
+    #: added or removed on head moves the later combinations, which asv's version does not mark
+    base_idx: int | None = None
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,8 @@ def _measure_figure(a: Worker, b: Worker, fig: Figure, passes: Passes, first: st
     block_s = block_length(combo.benchmark, passes.block_s, a, b)
     began = time.monotonic()
     for w in order:
-        o = open_combination(w, combo.benchmark, combo.idx, block_s, select=re.escape(combo.selector))
+        idx = fig.base_idx if w.side == "base" and fig.base_idx is not None else combo.idx  # each side's own
+        o = open_combination(w, combo.benchmark, idx, block_s, select=re.escape(combo.selector))
         opened.append((w, o))
         if o.state != "ready":
             break

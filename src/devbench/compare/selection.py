@@ -53,6 +53,7 @@ def plan_figures(base: dict[str, dict], head: dict[str, dict], pattern: str) -> 
         elif key not in on_base:
             fig.state, fig.reason = "skip", "no result on base: the benchmark or parameter is new"
         else:
+            fig.base_idx = on_base[key].idx  # a value added or removed on head moves head's indices, not base's
             versions = (base[name].get("version", ""), head[name].get("version", ""))
             fig.versions = versions
             if versions[0] != versions[1]:
