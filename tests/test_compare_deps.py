@@ -82,6 +82,20 @@ def test_an_import_by_a_computed_name_makes_every_file_a_dependency(tmp_path):
     assert deps.unchanged_modules(base, head)["bench_copy"] is False  # norms.py may be what measure imports
 
 
+def test_a_module_run_by_its_name_is_a_dependency(tmp_path):
+    """The measuring process is started as ``python -m devbench.engine.measuring``, imported by no benchmark: a
+    change to it, or to what it imports, reaches every figure whose module starts it."""
+    starts = ("import subprocess, sys\n\ndef start():\n"
+              "    subprocess.Popen([sys.executable, '-m', 'devbench.engine.measuring'])\n")
+    files = {"src/devbench/engine/measure.py": starts, "src/devbench/engine/measuring.py": "from . import timing\n",
+             "src/devbench/engine/timing.py": "X = 1\n"}  # fmt: skip
+    base = _tree(tmp_path / "base", files)
+    head = _tree(tmp_path / "head", {**files, "src/devbench/engine/timing.py": "X = 2\n"})
+    same = deps.unchanged_modules(base, head)
+    assert same["bench_norms"] is False and same["bench_copy"] is True  # bench_copy never starts it
+    assert tmp_path / "base/src/devbench/engine/timing.py" in deps.closure(base, base / "benchmarks/bench_norms.py")
+
+
 def _figure(benchmark: str) -> Figure:
     combo = Combination(benchmark=benchmark, idx=0, values=(), names=(), unit="seconds")
     return Figure(combo)

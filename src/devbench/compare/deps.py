@@ -8,6 +8,8 @@ The rule (docs/compare.md, "What can have changed"): a figure of ``benchmarks/be
   module level and inside functions alike: a lazy import counts;
 * every file of the project that is neither Python nor Markdown under ``src/`` and ``benchmarks/`` (a data
   file the code may read at run time: no reading of the code can prove it does not);
+* every project module a string of its source names whole (``"devbench.engine.measuring"``, run as
+  ``python -m``: the measuring process that builds and times the swept classes' figures is started so);
 * and, where a module imports by a name it computes (``importlib.import_module(name)``, ``__import__``), every
   Python file of the project: the import cannot be read.
 
@@ -20,10 +22,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from pathlib import Path
 
 #: the packages of the project whose modules count (anything else is the environment's)
 PROJECT = ("devbench", "benchmarks")
+#: a string that names a project module whole: a module run by name (``python -m``) counts as imported
+MODULE_NAME = re.compile(r"(?:devbench|benchmarks)(?:\.[A-Za-z_]\w*)+")
 
 
 def _module_file(tree: Path, dotted: str) -> Path | None:
@@ -72,6 +77,8 @@ def imports(tree: Path, path: Path) -> tuple[set[Path], bool]:
                     names = [arg.value]
                 else:
                     dynamic = True
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value):
+            names = [node.value]  # started by its name (``[sys.executable, "-m", name]``), or looked up by it
         for name in names:
             parts = name.split(".")
             for i in range(1, len(parts) + 1):  # a package's __init__ runs on the way to its module
