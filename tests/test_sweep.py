@@ -431,3 +431,15 @@ def test_the_time_a_request_has_left_counts_from_when_it_was_sent():
     assert measuring.time_left({"timeout_s": 60.0, "sent": 100.0}, now=99.0) == 60.0  # a clock a little behind
     assert measuring.time_left({"timeout_s": 60.0}, now=130.0) == 60.0  # an older asker: its whole timeout
     assert measuring.time_left({}, now=130.0) == 1e9
+
+
+def test_in_a_compares_turns_the_workload_is_kept_while_the_other_side_takes_its_turn(suite_dir, monkeypatch):
+    """A side waits out the other's turn, however long: its measuring process keeps the workload then (a
+    tear-down and the allocator's release would land inside the other side's timed block), past the seconds
+    after which it lets an idle one go."""
+    monkeypatch.setenv(sweep.TURNS_ENV, "1")
+    _point("track_a", "cpu", 1)
+    time.sleep(sweep.EVICT_IDLE_S + 2.0)  # the other side's turn
+    assert "teardown" not in (suite_dir / "log.txt").read_text()
+    _point("track_a", "cpu", 1)
+    assert _log(suite_dir).count("build cpu 1") == 1  # its next turn, over the same build

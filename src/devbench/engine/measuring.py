@@ -36,6 +36,7 @@ from devbench.engine.sweep import (
     IDLE_S,
     PASSED_ENV,
     SELECT_ENV,
+    TURNS_ENV,
     figures_of,
     selected,
 )
@@ -284,7 +285,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
     path.with_suffix(".pid").write_text(pid_line())  # a holder waits on this process, not on its socket
     listener.listen(4)
     listener.settimeout(1.0)
-    last = time.monotonic()
+    last, turns = time.monotonic(), False
     threading.Thread(target=_end_with, args=(owner, path, ours), daemon=True).start()
 
     def close() -> None:
@@ -300,7 +301,8 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
-                if time.monotonic() - last > EVICT_IDLE_S:  # no request for a while: the memory goes back
+                # no request for a while: the memory goes back, unless the asker takes turns with another side
+                if time.monotonic() - last > EVICT_IDLE_S and not turns:
                     if server.held is not None:
                         server._evict()
                     _drop_draws()  # the kept draws too, a failed or skipped set-up's among them
@@ -316,6 +318,7 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                     # must not make every later point wait its timeout too, and the point, not the next one, sees
                     # the process go
                     env = request.get("env") if isinstance(request.get("env"), dict) else {}
+                    turns = bool(env.get(TURNS_ENV))
                     limit = time_left(request)
                     if limit <= 0:  # it waited behind earlier work until its point gave up: measure nothing for it
                         reply = {"error": f"not measured: the point's {request.get('timeout_s'):.0f} s had passed "

@@ -57,7 +57,7 @@ SERVER_ENV = "DEVBENCH_SWEEP_SERVER"
 MODES = ("auto", "all", "off")
 #: a measuring process ends after this long without a request
 IDLE_S = 60.0
-#: a built workload is let go after this long without a request (a compare's turns come back sooner)
+#: a built workload is let go after this long without a request (not in a compare's turns: ``TURNS_ENV``)
 EVICT_IDLE_S = 5.0
 #: how long a point waits for a measuring process to start (an interpreter, torch, a CUDA context)
 START_S = 180.0
@@ -96,7 +96,12 @@ def _log_of(path: Path) -> Path:
 SELECT_ENV = "DEVBENCH_BENCH"
 #: what a point's own environment says of its measurement: set in the measuring process for each request
 #: (a compare's child selects one combination, a gpu-run stage its points; blocks, checks and threads)
-PASSED_ENV = (SELECT_ENV, "DEVBENCH_BLOCKS", "DEVBENCH_CHECKED", "DEVBENCH_THREADS", "DEVBENCH_MACHINE")
+PASSED_ENV = (SELECT_ENV, "DEVBENCH_BLOCKS", "DEVBENCH_CHECKED", "DEVBENCH_THREADS", "DEVBENCH_MACHINE",
+              "DEVBENCH_TURNS")  # fmt: skip
+#: set by ``devbench compare`` for its benchmark processes: the sides take turns, and a side waits out the other's,
+#: however long: its measuring process keeps the workload until the next build, never letting it go on idling
+#: (its tear-down and the allocator's release would land inside the other side's timed turn)
+TURNS_ENV = "DEVBENCH_TURNS"
 
 
 def selected(name: str, params: Iterable[object]) -> bool:
