@@ -19,14 +19,12 @@ from devbench.compare.options import ABError, Options
 from devbench.compare.runner import Figure, Passes, run_passes, start_both
 from devbench.compare.selection import GPU_VALUES, bench_pattern, plan_figures, sees_cuda
 from devbench.compare.session import Worker
-from devbench.engine.sweep import TURNS_ENV
 
 
 def _worker_env(opts: Options) -> dict[str, str]:
     env = dict(os.environ)
     env["DEVBENCH_BLOCKS"] = str(opts.track_blocks)
     env.pop("DEVBENCH_BENCH", None)  # set per combination by the worker
-    env[TURNS_ENV] = "1"  # a measuring process keeps its workload while the other side takes its turn
     env["PYTHONUNBUFFERED"] = "1"
     # every pass starts a worker per side and the collectives start worlds of ranks, each importing torch:
     # without bytecode on disk each import compiles torch from source again (as the Makefile says)

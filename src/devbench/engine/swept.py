@@ -49,8 +49,8 @@ def _on_sweep(bench: object, args: tuple) -> bool:
 
 
 #: set by devbench compare's worker (``compare.worker.TURNS_ENV``): a set-up's figure is asked turn after turn, and no
-#: asv clock counts from the set-up
-TURNS_ENV = "DEVBENCH_TURNS"
+#: asv clock counts from the set-up (``sweep.TURNS_ENV``: the measuring process keeps its workload meanwhile)
+TURNS_ENV = sweep.TURNS_ENV
 
 
 def _ask(bench: object, op: str, name: str, args: tuple) -> dict:
