@@ -914,3 +914,48 @@ def test_a_change_anywhere_in_what_a_side_exports_is_not_an_a_a_run(tmp_path):
     assert benchmark_code(repo, first) == benchmark_code(repo, docs)
     assert benchmark_code(repo, docs) != benchmark_code(repo, slower)
     assert "src/devbench/__init__.py=" in benchmark_code(repo, slower)
+
+
+DIES = """
+import os
+import signal
+
+CALLS = [0]
+
+
+def track_fine():
+    return 1.0
+
+
+track_fine.unit = "GB/s"
+
+
+def track_dies():
+    CALLS[0] += 1
+    if CALLS[0] == 3:  # in its turns: an OOM kill, a segfault, a CUDA abort
+        os.kill(os.getpid(), signal.SIGKILL)
+    return 1.0
+
+
+track_dies.unit = "GB/s"
+"""
+
+
+def test_a_process_that_dies_in_its_turns_fails_its_figure_and_the_compare_goes_on(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "benchmarks" / "__init__.py").write_text("")
+    (repo / "benchmarks" / "bench_k.py").write_text(DIES)
+    (repo / "asv.conf.json").write_text(json.dumps({"version": 1, "project": "k", "benchmark_dir": "benchmarks"}))
+    _git(repo, "init", "-q", "-b", "main")
+    for text in ("one", "two"):
+        (repo / "README").write_text(text)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", text)
+    code = main(["compare", "HEAD~1", "HEAD", "--repo", str(repo), "--python", sys.executable, "--out",
+                 str(tmp_path / "out"), "--confidence", "0.5", "--min-passes", "2", "--max-passes", "2", "--pairs",
+                 "4", "--measure-all"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "bench_k.track_dies : base: the process of bench_k.track_dies ended with -9" in out
+    rows = _rows(tmp_path / "out" / "compare.csv")
+    assert rows["bench_k.track_fine"]["verdict"] == "same" and rows["bench_k.track_dies"]["verdict"] != "same"

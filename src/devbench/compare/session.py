@@ -180,7 +180,7 @@ def turn(worker: Worker, first: bool = False) -> float:
     value = reply.get("value")
     if isinstance(value, int | float) and math.isfinite(value) and value > 0:
         return float(value)
-    if first:
+    if first or reply.get("ended"):  # its first call failed, or its process is gone: the figure is not measured
         raise BlockError(f"{worker.side}: {reply.get('error', reply)}")
     worker.log.write(f"{worker.side}: a block gave no figure: {reply}\n".encode())
     return math.nan

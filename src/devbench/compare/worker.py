@@ -311,11 +311,16 @@ def main(benchmark_dir: str, reply_fd: int, keep_dir: str | None = None) -> int:
     # beside the side's tree, in the comparison's work folder, which goes when it ends
     cache_dir = tempfile.mkdtemp(prefix=".cache-", dir=os.path.dirname(os.path.abspath(benchmark_dir)))
     cached: dict[str, str] = {}
+    ended = ""  # why the open combination's process ended mid-turns: its later turns and its close are answered
     for line in requests:
         request = json.loads(line)
         op = request.get("op")
         if op == "quit":
             return 0
+        if ended and op in ("turn", "close"):  # the coordinator ends the figure, not the compare
+            _reply(reply_fd, {"closed": True} if op == "close" else {"error": ended, "ended": True})
+            ended = "" if op == "close" else ended
+            continue
         if op == "cache":
             _reply(reply_fd, _run_cache(benchmarks.get(request.get("name", "")), request, cache_dir, cached,
                                           keep_dir))
@@ -333,7 +338,8 @@ def main(benchmark_dir: str, reply_fd: int, keep_dir: str | None = None) -> int:
         code = _in_child(request.get("select", ""), functools.partial(_child, bench, reply_fd, block_s, requests,
                                                                       cache_file))  # fmt: skip
         if code != 0:
-            _reply(reply_fd, {"error": f"the process of {bench.name} ended with {code} (its traceback is in the log)"})
+            ended = f"the process of {bench.name} ended with {code} (its traceback is in the log)"
+            _reply(reply_fd, {"error": ended, "ended": True})
     return 0
 
 
