@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -28,6 +29,7 @@ from devbench.compare.options import (
 )
 from devbench.compare.run import measure
 from devbench.compare.session import WorkerError
+from devbench.records.files import OutputError, check_out_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,21 +93,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "measures nothing")  # fmt: skip
 
 
+def _resolved(python: str | None) -> str | None:
+    """A path to an interpreter made absolute (the workers run it from inside the exported trees); a bare name
+    (``python3.12``) is left to the PATH."""
+    return str(Path(python).absolute()) if python and os.sep in python else python
+
+
 def options(args: argparse.Namespace) -> Options:
     return Options(
         base=args.base, head=args.head, repo=Path(args.repo).resolve(), out=Path(args.out),
-        python=args.python or sys.executable, bench=args.bench, machine=args.machine,
+        python=_resolved(args.python) or sys.executable, bench=args.bench, machine=args.machine,
         confidence=args.confidence, floor=args.floor, min_passes=args.min_passes, max_passes=args.max_passes,
         screen=args.screen, same=args.same,
         pairs=args.pairs, block_s=args.block_s, figure_s=args.figure_s, track_blocks=args.track_blocks,
         twins=args.twins, keep=args.keep, all_passes=args.all_passes,
         from_dir=Path(args.from_dir) if args.from_dir else None,
-        base_python=args.base_python, head_python=args.head_python, measure_all=args.measure_all,
+        base_python=_resolved(args.base_python), head_python=_resolved(args.head_python),
+        measure_all=args.measure_all,
     )  # fmt: skip
 
 
 def compare(opts: Options) -> int:
     opts.check()
+    try:  # before any measuring: an --out that cannot be written would lose every pass
+        check_out_dir(opts.out)
+    except OutputError as exc:
+        raise ABError(str(exc)) from None
     if opts.from_dir is not None:
         figures, run = record.read_finished(opts.from_dir)
         return record.write(opts, figures, run)

@@ -171,6 +171,11 @@ def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
         raise ABError(f"--from {folder}: no run.json and pairs.csv of a devbench compare there")
     try:
         record = json.loads(run_file.read_text())
+        missing = [k for k in ("figures", "sides", "machine") if k not in record]
+        sides = record.get("sides", {"base": {}, "head": {}})
+        missing += [f"sides.{side}" for side in ("base", "head") if side not in sides]
+        if missing:  # what writing it again reads
+            raise KeyError(", ".join(missing))
         frame = pd.read_csv(data, keep_default_na=False, dtype={"params": str})
         figures = []
         for f in record["figures"].values():
