@@ -120,7 +120,7 @@ def compare(opts: Options) -> int:
     except OutputError as exc:
         raise ABError(str(exc)) from None
     if opts.from_dir is not None:
-        figures, run = record.read_finished(opts.from_dir)
+        figures, run = record.read_finished(opts.from_dir, written=True)
         return record.write(opts, figures, run)
     if not opts.base:
         raise ABError("name the BASE commit (or --from DIR of a finished compare)")

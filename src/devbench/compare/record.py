@@ -162,8 +162,9 @@ def _screen_note(opts: Options) -> str:
             f"(where one odd pair is never the interval's bound){own}")
 
 
-def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
-    """A finished compare's figures and record (``--from``)."""
+def read_finished(folder: Path, written: bool = False) -> tuple[list[Figure], dict[str, Any]]:
+    """A finished compare's figures and record (``--from``); ``written``: one ``write`` can write again (its
+    sides and machine are in it)."""
     import pandas as pd
 
     run_file, data = folder / "run.json", folder / "pairs.csv"
@@ -171,11 +172,11 @@ def read_finished(folder: Path) -> tuple[list[Figure], dict[str, Any]]:
         raise ABError(f"--from {folder}: no run.json and pairs.csv of a devbench compare there")
     try:
         record = json.loads(run_file.read_text())
-        missing = [k for k in ("figures", "sides", "machine") if k not in record]
-        sides = record.get("sides", {"base": {}, "head": {}})
-        missing += [f"sides.{side}" for side in ("base", "head") if side not in sides]
-        if missing:  # what writing it again reads
-            raise KeyError(", ".join(missing))
+        if written:  # what writing it again reads
+            missing = [k for k in ("sides", "machine") if k not in record]
+            missing += [f"sides.{s}" for s in ("base", "head") if "sides" in record and s not in record["sides"]]
+            if missing:
+                raise KeyError(", ".join(missing))
         frame = pd.read_csv(data, keep_default_na=False, dtype={"params": str})
         figures = []
         for f in record["figures"].values():
