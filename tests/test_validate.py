@@ -116,6 +116,41 @@ def test_held_figures_may_beat_the_dispatch_bound_reference_but_never_lose_to_it
     assert V.exit_status([faster], tol) == V.EXIT_OK and V.judge([faster, slower], tol) == ["held slow"]
 
 
+def test_the_plain_mm_row_fails_a_workload_slower_than_a_plain_product_and_a_held_figure_above_the_peak():
+    """The plain torch.mm row is there to catch the suite's workload losing to a bare product: Timer on both, now,
+    decides it, never the recorded figure's drift. A held block is faster than Timer's dispatch-bound loop, but
+    never faster than the device's datasheet peak: that one timed nothing."""
+    tol = 0.10
+    slow = V.Row("  vs plain", "TFLOP/s", 330.0, 660.0, math.nan, "abc", method=655.0, workload=330.0)
+    even = V.Row("  vs plain", "TFLOP/s", 330.0, 660.0, math.nan, "abc", method=655.0, workload=650.0)
+    assert V.verdict(slow, tol) == "OFF" and V.verdict(even, tol) == "DRIFT"  # the recorded figure alone: drift
+    held = dict(unit="TFLOP/s", suite=40.0, reference=20.0, events=math.nan, commit="abc", held=True, ceiling=67.0)
+    assert V.verdict(V.Row("held", method=40.0, **held), tol) == "HELD"
+    assert V.verdict(V.Row("held", method=2000.0, **{**held, "suite": 2000.0}), tol) == "OFF"
+
+
+def test_a_figure_that_cannot_be_measured_ends_validate_with_one_line(monkeypatch, capsys):
+    c = next(c for c in V.checks(gpu=False) if c.label == "host copy 1 MiB")
+    monkeypatch.setattr(V, "checks", lambda gpu: [c])
+    monkeypatch.setattr("devbench.engine.devices.num_gpus", lambda: 0)
+
+    def broken(check, min_run_time, rounds, tolerance=None):
+        raise AssertionError("copy of 1 MiB cpu -> cpu, set 0: 12 bytes differ")
+
+    monkeypatch.setattr(V, "measure", broken)
+
+    class Loaded:
+        frame = _frame([{"benchmark": c.benchmark, "params": c.params, "value": 18.0}])
+
+    monkeypatch.setattr("devbench.report.load.load_results", lambda *a, **k: Loaded())
+    assert V.main(["--machine", "vm"]) == V.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "devbench validate: error: host copy 1 MiB: AssertionError: copy of 1 MiB" in err and "Traceback" not in err
+    monkeypatch.setenv("DEVBENCH_THREADS", "abc")
+    assert V.main(["--machine", "vm"]) == V.EXIT_NO_RESULTS
+    assert "DEVBENCH_THREADS must be an integer, got 'abc'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("recorded", "measured", "code", "verdict"),
     [

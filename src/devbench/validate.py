@@ -37,7 +37,7 @@ from typing import Any
 
 from devbench.records import spec
 
-EXIT_OK, EXIT_MISMATCH, EXIT_NO_RESULTS, EXIT_DRIFT = 0, 1, 2, 3
+EXIT_OK, EXIT_MISMATCH, EXIT_NO_RESULTS, EXIT_DRIFT, EXIT_FAILED = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,11 @@ class Row:
     commit: str
     method: float = math.nan  # the suite's method, now, beside the reference
     held: bool = False  # the method timed the device's work with the stream held
+    #: the plain torch.mm row: the suite's own workload by Timer, now (the figure it checks: the workload must not
+    #: lose to a bare product of the same shape, a gap no recorded figure or host speed explains)
+    workload: float = math.nan
+    #: the most the device can do in the figure's unit (its datasheet peak): a held figure above it timed nothing
+    ceiling: float = math.nan
 
     @property
     def ratio(self) -> float:
@@ -122,9 +127,13 @@ def _off(ratio: float, tolerance: float) -> bool:
 def verdict(row: Row, tolerance: float) -> str:
     """``ok``, ``OFF`` (the method disagrees with the reference), ``DRIFT`` (only the recorded figure
     does) or ``HELD`` (device time, at least as fast as the reference's dispatch-bound loop)."""
+    if math.isfinite(row.workload) and _off(row.workload / row.reference if row.reference else math.nan, tolerance):
+        return "OFF"  # the suite's workload, measured now, is not a plain product's speed
     if row.held and math.isfinite(row.method):
         if not math.isfinite(row.method_ratio) or row.method_ratio < 1.0 - tolerance:
             return "OFF"  # device time slower than a loop that includes the dispatch: impossible
+        if math.isfinite(row.ceiling) and row.method > row.ceiling * (1.0 + tolerance):
+            return "OFF"  # faster than the device's peak: the held blocks timed nothing
         return "HELD" if not _off(row.method / row.suite if row.suite else math.nan, tolerance) else "DRIFT"
     if math.isfinite(row.method) and _off(row.method_ratio, tolerance):
         return "OFF"
@@ -187,6 +196,21 @@ def _workload(c: Check):
         copy = Copy(nbytes, torch.device(v["device"]), torch.device(v["device"]))
     copy.check()
     return copy, copy.timing_device, nbytes / 1e9
+
+
+def _ceiling(c: Check) -> float:
+    """The device's datasheet peak in a GPU product's unit (NaN elsewhere or unknown): no held block is faster."""
+    if c.figure is not spec.MATMUL_TFLOPS or c.values.get("device") != "cuda":
+        return math.nan
+    import torch
+
+    from devbench.records.models import gpu_peak
+
+    try:
+        peak = gpu_peak(torch.cuda.get_device_name(0), str(c.values.get("dtype")))
+    except (RuntimeError, AssertionError):  # no CUDA here: no peak to hold it to
+        return math.nan
+    return float(peak) if peak else math.nan
 
 
 def _timer(fn: Callable[[], object], min_run_time: float):
@@ -344,7 +368,11 @@ def run(args: argparse.Namespace) -> int:
     from devbench.engine.devices import num_gpus
     from devbench.engine.measure import default_threads, threads_pinned
 
-    threads = default_threads()
+    try:
+        threads = default_threads()
+    except ValueError as exc:  # DEVBENCH_THREADS that is no count
+        print(f"devbench validate: error: {exc}", file=sys.stderr)
+        return EXIT_NO_RESULTS
     if args.gpu_only and not num_gpus():
         print("devbench validate: error: --gpu-only, but torch sees no CUDA GPU here", file=sys.stderr)
         return EXIT_NO_RESULTS
@@ -368,19 +396,29 @@ def run(args: argparse.Namespace) -> int:
         f"Timer over at most {args.rounds} round(s), fewer once {MIN_ROUNDS} agree within "
         f"{SETTLED_SHARE:.0%} of the tolerance. Ratios are figure / Timer.\n"
     )
-    rows = []
+    rows: list[Row] = []
+    timers: dict[tuple, float] = {}  # each workload's Timer now, by its figure and values: the plain row's own
     with threads_pinned(threads):  # as the benchmarks pin them; the caller's count comes back after
         for c in wanted:
             if c.label not in figures:
                 continue
             print(f"  measuring {c.label} ...", file=sys.stderr, flush=True)
             started = time.perf_counter()
-            now = measure(c, args.min_run_time, args.rounds, tolerance=args.tolerance)
+            try:
+                now = measure(c, args.min_run_time, args.rounds, tolerance=args.tolerance)
+            except Exception as exc:  # noqa: BLE001 - a check that failed, a setting this GPU refuses, no memory
+                print(f"devbench validate: error: {c.label.strip()}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                return EXIT_FAILED
             # a line of its own (torch may warn while it measures): gpu-run prices a later validate from these
             print(f"  measured {c.label.strip()} in {time.perf_counter() - started:.1f} s "
                   f"({now.rounds} of {args.rounds} rounds)", file=sys.stderr, flush=True)  # fmt: skip
             value, commit = figures[c.label]
-            rows.append(Row(c.label, c.unit, value, now.timer, now.events, commit, now.method, now.held))
+            key = (c.benchmark, tuple(sorted(c.values.items())))
+            if c.reference == "workload":
+                timers[key] = now.timer
+            rows.append(Row(c.label, c.unit, value, now.timer, now.events, commit, now.method, now.held,
+                            timers.get(key, math.nan) if c.reference == "plain_mm" else math.nan,
+                            _ceiling(c)))  # fmt: skip
     print(format_table(rows, args.tolerance))
     for label in missing:
         print(f"no suite result for {label}: not measured")
@@ -389,7 +427,8 @@ def run(args: argparse.Namespace) -> int:
     drift = [r.label for r in rows if verdict(r, args.tolerance) == "DRIFT"]
     if off:
         print(f"\n{len(off)} figure(s) OFF: the suite's method is more than {args.tolerance:.0%} from the reference "
-              f"measured beside it: {', '.join(off)}")  # fmt: skip
+              f"measured beside it (the plain torch.mm row: the suite's workload from a plain product, both by "
+              f"Timer now; a held figure: above the device's datasheet peak): {', '.join(off)}")  # fmt: skip
     if drift and foreign:
         print(f"\n{len(drift)} figure(s) DRIFT: the method agrees with the reference now, the recorded figure is "
               f"more than {args.tolerance:.0%} off: {', '.join(drift)}. {machine!r} is another host: run validate "
