@@ -506,3 +506,37 @@ def test_the_report_reads_a_figures_own_state_from_its_run_and_only_gpus_it_saw(
     twin = frame[(frame["machine"] == "h200") & (frame["benchmark"] == "bench_matmul.MatmulSquare.track_time")]
     seen = twin.set_index("params").loc["device=cuda, dtype=float32, n=8192"]
     assert seen["gpu_mhz"] == 1100 and seen["gpu_throttled"] == True  # noqa: E712
+
+
+def test_a_torn_last_line_costs_itself_only_and_a_bad_byte_its_own_line(tmp_path):
+    """A writer killed mid-line leaves a fragment: the next append starts a line of its own, so the fragment alone
+    is skipped, never the whole record after it; a byte that is no UTF-8 costs its line, not the file."""
+    from devbench.records.files import append_jsonl, read_jsonl
+
+    path = append_jsonl(tmp_path, "box", [{"time": 1.0}])
+    with open(path, "a") as f:
+        f.write('{"time": 2.0, "mach')  # torn
+    append_jsonl(tmp_path, "box", [{"time": 3.0}, {"time": 4.0}])
+    with open(path, "ab") as f:
+        f.write(b'{"time": "\xff"}\n')
+    append_jsonl(tmp_path, "box", [{"time": 5.0}])
+    assert [r["time"] for r in read_jsonl(tmp_path) if isinstance(r["time"], float)] == [1.0, 3.0, 4.0, 5.0]
+
+
+def test_a_gpu_whose_reasons_and_counters_were_not_read_is_not_called_free(tmp_path):
+    """A driver that gives neither the clock-event reasons nor the violation counters: the figure's state is
+    unknown (NA), never "not throttled"; one read reason list, empty, is free."""
+    import pandas as pd
+
+    from devbench.report.records import attach_gpu_state
+
+    t0 = 1_750_000_000.0
+    frame = pd.DataFrame([dict(machine="h200", env="e", commit="aaaa", benchmark="bench_x.D.track_b", params="n=1",
+                               started_at=pd.Timestamp(t0, unit="s", tz="UTC"))])  # fmt: skip
+    rec = dict(machine="h200", benchmark="bench_x.D", params={"n": 1}, phase="during", index=0, cuda_index=0,
+               time=t0 + 1, sm_clock_mhz=1000, power_w=300.0, temperature_c=60,
+               throttling=None, power_violation_ns=None, thermal_violation_ns=None)  # fmt: skip
+    (tmp_path / "h200.jsonl").write_text(json.dumps(rec) + "\n")
+    assert pd.isna(attach_gpu_state(frame, tmp_path)["gpu_throttled"].iloc[0])
+    (tmp_path / "h200.jsonl").write_text(json.dumps({**rec, "throttling": []}) + "\n")
+    assert attach_gpu_state(frame, tmp_path)["gpu_throttled"].iloc[0] == False  # noqa: E712 - read, and free

@@ -128,13 +128,22 @@ def append_jsonl(folder: Path, name: str, records: list[dict[str, Any]], sort_ke
     """Append ``records`` as JSON lines to ``folder/<name>.jsonl`` (``name`` made file-safe); return the file.
 
     One write of whole lines with O_APPEND: concurrent writers (asv's benchmark processes)
-    never interleave.
+    never interleave. A file whose last line a killed writer left torn gets a line break first, so the torn
+    line alone is lost (a reader skips it), never the whole record written after it.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{''.join(c if c.isalnum() or c in '-_.' else '_' for c in name)}.jsonl"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(json.dumps(r, sort_keys=sort_keys) + "\n" for r in records))
+    data = "".join(json.dumps(r, sort_keys=sort_keys) + "\n" for r in records).encode("utf-8")
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        end = os.lseek(fd, 0, os.SEEK_END)
+        if end and os.pread(fd, 1, end - 1) != b"\n":  # a torn last line
+            data = b"\n" + data
+        while data:  # one write of it all on a local file system; a short write goes on where it stopped
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
     return path
 
 
@@ -144,7 +153,7 @@ def read_jsonl(folder: Path) -> list[dict[str, Any]]:
     if not Path(folder).is_dir():
         return out
     for path in sorted(Path(folder).glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():  # a bad byte: its line only
             try:
                 rec = json.loads(line)
             except ValueError:

@@ -61,7 +61,7 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     belong to it. ``gpu_throttled`` is True when a record shows an active throttle reason
     or NVML's power/thermal violation time grew inside the window, False when records
     exist and show neither, and missing (NA) where no record applies (CPU rows, runs
-    without NVML). ``gpu_state`` summarizes the range seen (SM clock, temperature, power).
+    without NVML) or none read the reasons or the counters (a driver that gives neither). ``gpu_state`` summarizes the range seen (SM clock, temperature, power).
     ``gpu_mhz`` and ``gpu_watts`` are the median SM clock and power sampled while the
     figure was timed (the ``during`` records of ``gpustate.Sampler``), NaN without them;
     ``gpu_reasons`` the throttle reasons seen then (comma-separated), and ``gpu_pcie_gen`` and
@@ -98,9 +98,8 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     keyed = m["figure"].notna()
     m = m[~keyed | (m["figure"] == m["benchmark"].astype(str).str.rsplit(".", n=1).str[-1])]
     keyed = m["figure"].notna()
-    end = m["ends"].fillna(pd.Timestamp.max.tz_localize("UTC"))
     start = m["started_at"].where(~keyed, m["run_start"])
-    m = m[(m["when"] >= start) & (m["when"] < end)]
+    m = m[(m["when"] >= start) & (m["ends"].isna() | (m["when"] < m["ends"]))]  # no next benchmark: no end
     if m.empty:
         return frame
     for col in ("throttling", "power_violation_ns", "thermal_violation_ns", "sm_clock_mhz", "temperature_c", "power_w"):
@@ -109,7 +108,10 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     m = m.assign(active=m["throttling"].map(lambda t: bool(t) if isinstance(t, list) else False))
     viol = m[["power_violation_ns", "thermal_violation_ns"]].apply(pd.to_numeric, errors="coerce")
     m = m.assign(pv=viol["power_violation_ns"], tv=viol["thermal_violation_ns"])
+    # what was read at all: a GPU whose reasons and counters no record holds is not known free of throttling
+    m = m.assign(known=m["throttling"].map(lambda t: isinstance(t, list)) | m["pv"].notna() | m["tv"].notna())
     per = m.groupby(["row", "index"]).agg(
+        known=("known", "any"),
         active=("active", "any"),
         pv=("pv", lambda s: s.max() - s.min()),
         tv=("tv", lambda s: s.max() - s.min()),
@@ -121,8 +123,10 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     )
     per["throttled"] = per["active"] | (per["pv"].fillna(0) > 0) | (per["tv"].fillna(0) > 0)
     # throttled: any GPU the process saw (a figure may use more than one; it only leaves a point out of step
-    # detection); the state's text: the figure's own GPU
-    by_row = per.groupby(level="row").agg(throttled=("throttled", "any"))
+    # detection); not known (NA) where no GPU's reasons or counters were read and none was seen held back
+    # the state's text: the figure's own GPU
+    by_row = per.groupby(level="row").agg(throttled=("throttled", "any"), known=("known", "any"))
+    by_row["throttled"] = by_row["throttled"].astype("boolean").where(by_row["throttled"] | by_row["known"])
     own = per[per["own"]].groupby(level="row").agg(
         clk_lo=("clk_lo", "min"), clk_hi=("clk_hi", "max"), temp=("temp", "max"), power=("power", "max"),
     )  # fmt: skip
