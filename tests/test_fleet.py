@@ -37,6 +37,26 @@ def test_a_rank_below_the_median_by_more_than_the_threshold_is_flagged():
         F.judge(ranks, threshold=0)
 
 
+def test_a_rank_is_held_to_its_gpu_models_peers_and_a_host_copy_to_its_hosts():
+    """A healthy A100 among H100s is not slow; a node's host copies are held to that node's, not another host's
+    link; a GPU model with one rank is held to itself."""
+    def rank(r, name, host, **figures):
+        return {"identity": {"rank": r, "host": host, "name": name}, "figures": figures}
+
+    h100, a100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+    ranks = [rank(0, h100, "n1", matmul_sustained=700.0, h2d_pinned=53.0),
+             rank(1, h100, "n1", matmul_sustained=705.0, h2d_pinned=53.5),
+             rank(2, h100, "n2", matmul_sustained=702.0, h2d_pinned=25.0),  # a Gen4 host: its own, alone
+             rank(3, a100, "n3", matmul_sustained=280.0, h2d_pinned=25.1),
+             rank(4, a100, "n3", matmul_sustained=282.0, h2d_pinned=12.0),  # its host copy at half its peer's
+             rank(5, "NVIDIA L4", "n4", matmul_sustained=90.0)]  # fmt: skip
+    rows = F.judge(ranks, threshold=0.05)
+    assert F.flagged_ranks(rows) == [4]
+    by = {(r["rank"], r["figure"]): r for r in rows}
+    assert by[(3, "matmul_sustained")]["median"] == 281.0 and by[(2, "h2d_pinned")]["median"] == 25.0
+    assert by[(5, "matmul_sustained")]["deviation"] == 0.0
+
+
 def test_bad_arguments_exit_2_with_the_reason(capsys):
     for argv, reason in ((["--nproc", "1"], "--nproc must be >= 2"), (["--threshold", "2"], "between 0 and 1"),
                          (["--slow-rank", "5"], "ranks 0 to 1"),

@@ -61,7 +61,8 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     belong to it. ``gpu_throttled`` is True when a record shows an active throttle reason
     or NVML's power/thermal violation time grew inside the window, False when records
     exist and show neither, and missing (NA) where no record applies (CPU rows, runs
-    without NVML) or none read the reasons or the counters (a driver that gives neither). ``gpu_state`` summarizes the range seen (SM clock, temperature, power).
+    without NVML) or none read the reasons or the counters (a driver that gives neither).
+    ``gpu_state`` summarizes the range seen (SM clock, temperature, power).
     ``gpu_mhz`` and ``gpu_watts`` are the median SM clock and power sampled while the
     figure was timed (the ``during`` records of ``gpustate.Sampler``), NaN without them;
     ``gpu_reasons`` the throttle reasons seen then (comma-separated), and ``gpu_pcie_gen`` and

@@ -216,23 +216,36 @@ def measure_rank(
 # --- Judging the ranks against each other (no torch) ----------------------------------------------------
 
 
-def judge(ranks: Sequence[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD) -> list[dict[str, Any]]:
-    """Per rank and figure: its value, the median over all ranks, the deviation and whether it is flagged.
+#: the figures a rank's host decides as much as its GPU (its PCIe link, its CPU's memory): peers share the host too
+HOST_FIGURES = ("h2d_pinned", "d2h_pinned")
 
-    A rank is flagged on a figure when it lies more than ``threshold`` below the median
-    (every figure here is higher-is-better). One row per rank and figure it has.
+
+def _peers(rank: dict[str, Any], name: str) -> tuple:
+    """Which ranks a rank's figure is held against: the same GPU model, and for a host copy the same host."""
+    ident = rank.get("identity", {})
+    return (ident.get("name"), ident.get("host") if name in HOST_FIGURES else None)
+
+
+def judge(ranks: Sequence[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD) -> list[dict[str, Any]]:
+    """Per rank and figure: its value, the median over its peers, the deviation and whether it is flagged.
+
+    A rank's peers are the ranks of its GPU model (and, for a host copy, of its host): a healthy A100 beside H100s
+    is not slow. A rank is flagged on a figure when it lies more than ``threshold`` below its peers' median
+    (every figure here is higher-is-better); one without peers is held to itself and never flagged. One row per
+    rank and figure it has.
     """
     if not 0 < threshold < 1:
         raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
     rows = []
     for name, unit in FIGURES.items():
-        values = [r["figures"][name] for r in ranks if name in r.get("figures", {})]
-        if not values:
-            continue
-        med = statistics.median(values)
+        groups: dict[tuple, list[float]] = {}
+        for r in ranks:
+            if name in r.get("figures", {}):
+                groups.setdefault(_peers(r, name), []).append(r["figures"][name])
         for r in ranks:
             if name not in r.get("figures", {}):
                 continue
+            med = statistics.median(groups[_peers(r, name)])
             v = r["figures"][name]
             dev = v / med - 1 if med > 0 else 0.0
             rows.append({"rank": r["identity"]["rank"], "figure": name, "unit": unit, "value": v, "median": med,
@@ -266,7 +279,8 @@ def format_table(ranks: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]
         lines.append(f"{ident['rank']:>4} {host:<16} {ident['device']:<8} {str(rid)[:20]:<20} " + " ".join(cells)
                      + ("  SLOW" if flag else ""))  # fmt: skip
     units = ", ".join(f"{n} {FIGURES[n]}" for n in names)
-    lines.append(f"(deviation from the median of all ranks; SLOW: more than {threshold:.0%} below it; {units})")
+    lines.append(f"(deviation from the median of its peers, the ranks of its GPU model (host copies: and host); "
+                 f"SLOW: more than {threshold:.0%} below it; {units})")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -310,8 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m devbench.worlds.fleet",
         description=(
             "Run a short, checked set (burst and sustained matmul, pinned host<->device copies, a device copy) on "
-            "every GPU at once, compare each GPU with the median of all, and flag those more than --threshold "
-            "below it. Under torchrun: one rank per GPU, one node or many; alone: --nproc local ranks."
+            "every GPU at once, compare each GPU with the median of its peers (its model's GPUs), and flag those "
+            "more than --threshold below it. Under torchrun: one rank per GPU, one node or many; alone: --nproc "
+            "local ranks."
         ),
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
