@@ -548,6 +548,35 @@ def test_a_pinned_copy_is_judged_at_the_link_it_trained_at_under_load(tmp_path):
     assert " ok " in by["pinned d2h 256 MiB"]  # no state recorded for it: the machine's facts
 
 
+def test_an_earlier_runs_state_never_judges_this_runs_figures(tmp_path, monkeypatch, capsys):
+    """gpu-run's health lines read the state this run recorded: a month-old run's link under load (Gen4) says
+    nothing of a figure this run measured with no state of its own."""
+    import subprocess
+    import types
+
+    from devbench.gpu import gpuhealth
+    from devbench.records import gpustate
+
+    mib256 = 256 * 2**20
+    params = [["h2d"], ["pinned"], ["non_blocking"], [mib256]]
+    repo = tmp_path / "repo"
+    (repo / ".asv" / "results").mkdir(parents=True)
+    _asv_file(repo / ".asv" / "results", {"bench_transfer.HostDevice.track_gbps": [[40.0], [[repr(v) for v in p]
+                                                                                          for p in params]]})
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "pcie_gen": 5, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}
+    info = types.SimpleNamespace(returncode=0, stdout=json.dumps({"gpus": [h100]}))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: info)
+    old = {"time": 1.0, "benchmark": "bench_transfer.HostDevice", "phase": "during", "index": 0, "cuda_index": 0,
+           "params": {"direction": "h2d", "memory": "pinned", "mode": "non_blocking", "nbytes": mib256},
+           "throttling": [], "pcie_gen": 4, "pcie_width": 16}  # fmt: skip
+    monkeypatch.setattr(gpustate, "load", lambda *a, **k: [old])
+    gpuhealth.print_health(repo, sys.executable, "box", "a" * 40)
+    assert "trained at Gen4 x16" in capsys.readouterr().out  # the state, where it is this run's
+    gpuhealth.print_health(repo, sys.executable, "box", "a" * 40, since=2.0)
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "pinned h2d 256 MiB" in ln)
+    assert " low " in line and "Gen4" not in line and "no reason could be read" in line
+
+
 def test_a_plan_with_cut_points_still_formats_and_counts_them():
     plan = P.make_plan(_listing(), _all, ONE_GPU, budget_s=1000, reserve_s=0)
     first = plan.kept()[0]

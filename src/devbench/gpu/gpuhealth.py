@@ -85,8 +85,9 @@ def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict
     return lines
 
 
-def print_health(repo: Path, python: str, machine: str, sha: str) -> None:
-    """Print the headline GPU figures' health (GPU 0's facts from ``devbench info --json``); nothing without a GPU."""
+def print_health(repo: Path, python: str, machine: str, sha: str, since: float | None = None) -> None:
+    """Print the headline GPU figures' health (GPU 0's facts from ``devbench info --json``); nothing without a GPU.
+    ``since``: when this run started (seconds since the epoch): an earlier run's state never judges its figures."""
     out = subprocess.run([python, "-m", "devbench.cli", "info", "--json"], cwd=repo, capture_output=True,
                          text=True, timeout=120)  # fmt: skip
     try:
@@ -98,6 +99,7 @@ def print_health(repo: Path, python: str, machine: str, sha: str) -> None:
     from devbench.records import gpustate
 
     states = gpustate.load(repo / gpustate.GPUSTATE_DIR, machine=machine)  # this run's machine: no other's state
+    states = [r for r in states if since is None or float(r.get("time", 0.0)) >= since]  # and this run's records
     pairs = json.loads(out.stdout).get("pair_paths") if out.returncode == 0 else None
     lines = health_lines(repo / ".asv" / "results" / machine, sha, gpus[0], states, pairs)
     if lines:

@@ -425,7 +425,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         _smi(run.out / "smi-after.txt")
     failed |= bool(run.stuck)
     if plan.costs.gpus and not run.stuck:  # a GPU to judge, and no stuck process that its CUDA start could wait on
-        print_health(run.repo, python, machine, sha)
+        print_health(run.repo, python, machine, sha, since=run.started_at)
     print_capped(run.repo / ".asv" / "sweep" / "journal.jsonl", run.started_at)
     took = time.monotonic() - run.start
     print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f} ({max(0.0, args.budget_s - took):.0f} s unused); "
