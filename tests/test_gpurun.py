@@ -348,8 +348,9 @@ def test_the_run_measures_exactly_the_planned_points_and_packs_them(tmp_path):
 def test_bad_input_exits_2_with_the_reason(argv, message, capsys):
     from devbench.cli import main
 
-    assert main(["gpu-run", *argv]) == 2
+    code = main(["gpu-run", *argv])
     err = capsys.readouterr().err
+    assert code == 2, err
     assert message in err and "Traceback" not in err
 
 

@@ -540,3 +540,27 @@ def test_a_gpu_whose_reasons_and_counters_were_not_read_is_not_called_free(tmp_p
     assert pd.isna(attach_gpu_state(frame, tmp_path)["gpu_throttled"].iloc[0])
     (tmp_path / "h200.jsonl").write_text(json.dumps({**rec, "throttling": []}) + "\n")
     assert attach_gpu_state(frame, tmp_path)["gpu_throttled"].iloc[0] == False  # noqa: E712 - read, and free
+
+
+def test_a_record_belongs_to_the_run_asv_made_it_in(tmp_path, monkeypatch):
+    """asv runs commits A then B: the last figure of A's result has no next benchmark to close its window, and B's
+    records of the same class and params came later. Each record names the commit and environment asv set for
+    its process, and attaches to that run's result alone."""
+    import pandas as pd
+
+    from devbench.records.gpustate import record
+    from devbench.report.records import attach_gpu_state
+
+    t0 = 1_750_000_000.0
+    frame = pd.DataFrame([dict(machine="h200", env="e", commit=c, benchmark="bench_x.D.track_b", params="n=1",
+                               started_at=pd.Timestamp(t0 + k * 3600, unit="s", tz="UTC"))
+                          for k, c in enumerate(("a" * 40, "b" * 40))])  # fmt: skip
+    state = {"index": 0, "cuda_index": 0, "sm_clock_mhz": 1980.0, "throttling": []}
+    for k, (commit, reasons) in enumerate((("a" * 40, []), ("b" * 40, ["hw_thermal_slowdown"]))):
+        monkeypatch.setenv("ASV_COMMIT", commit)
+        monkeypatch.setenv("ASV_ENV_NAME", "e")
+        monkeypatch.setattr(gpustate.time, "time", lambda k=k: t0 + k * 3600 + 1)
+        record("bench_x.D", {"n": 1}, "during", tmp_path, machine="h200", gpus=[{**state, "throttling": reasons}])
+    assert gpustate.load(tmp_path)[0]["commit"] == "a" * 40
+    out = attach_gpu_state(frame, tmp_path)
+    assert list(out["gpu_throttled"]) == [False, True]  # A's own record, not B's slowdown an hour later

@@ -97,7 +97,7 @@ SELECT_ENV = "DEVBENCH_BENCH"
 #: what a point's own environment says of its measurement: set in the measuring process for each request
 #: (a compare's child selects one combination, a gpu-run stage its points; blocks, checks and threads)
 PASSED_ENV = (SELECT_ENV, "DEVBENCH_BLOCKS", "DEVBENCH_CHECKED", "DEVBENCH_THREADS", "DEVBENCH_MACHINE",
-              "DEVBENCH_TURNS")  # fmt: skip
+              "DEVBENCH_TURNS", "ASV_COMMIT", "ASV_ENV_NAME")  # fmt: skip
 #: set by ``devbench compare``'s worker for the benchmarks it runs (``compare.worker.TURNS_ENV``): the sides take
 #: turns, and a side waits out the other's, however long: its measuring process keeps the workload until the next
 #: build, never letting it go on idling (its tear-down and the allocator's release would land in the other's turn)

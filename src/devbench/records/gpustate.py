@@ -232,6 +232,10 @@ def record(
         machine = files.default_machine()
     now = time.time()
     which = {"figure": figure} if figure else {}
+    # the commit and environment asv ran it for (asv sets them in every benchmark process): the report attaches a
+    # record to that run's result, never to another commit's or environment's figure of the same name
+    which.update({k: os.environ[v] for k, v in (("commit", "ASV_COMMIT"), ("env", "ASV_ENV_NAME"))
+                  if os.environ.get(v)})  # fmt: skip
     records = [{"time": now, "machine": machine, "benchmark": benchmark, **which, "params": params, "phase": phase, **g}
                for g in gpus]  # fmt: skip
     return append_jsonl(folder, machine, records)

@@ -82,9 +82,10 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     # a process records every GPU it sees; the figure's own (gpustate.figure_gpu) is the one it is judged by
     g = g.assign(params=g["params"].map(_label), when=pd.to_datetime(g["time"], unit="s", utc=True),
                  own_gpu=[gpustate.on_figure_gpu(r) for r in recs])  # fmt: skip
-    g = g.rename(columns={"benchmark": "cls"})
-    if "figure" not in g.columns:
-        g["figure"] = None
+    g = g.rename(columns={"benchmark": "cls", "commit": "rec_commit", "env": "rec_env"})
+    for col in ("figure", "rec_commit", "rec_env"):
+        if col not in g.columns:
+            g[col] = None
     f = frame[["machine", "env", "commit", "benchmark", "params", "started_at"]].astype({"params": str})
     f = f.assign(row=np.arange(len(f)), cls=f["benchmark"].astype(str).str.rsplit(".", n=1).str[0])
     starts = f.drop_duplicates(["machine", "env", "commit", "benchmark"]).sort_values("started_at")
@@ -96,6 +97,9 @@ def attach_gpu_state(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     f = f.merge(runs.reset_index().astype({"machine": str}), on=["machine", "env", "commit"], how="left")
     f = f.astype({"machine": str})
     m = f.merge(g, on=["machine", "cls", "params"])
+    # a record that names the run asv made it in belongs to that run's result alone (an older one names none)
+    m = m[(m["rec_commit"].isna() | (m["rec_commit"] == m["commit"].astype(str)))
+          & (m["rec_env"].isna() | (m["rec_env"] == m["env"].astype(str)))]  # fmt: skip
     keyed = m["figure"].notna()
     m = m[~keyed | (m["figure"] == m["benchmark"].astype(str).str.rsplit(".", n=1).str[-1])]
     keyed = m["figure"].notna()
