@@ -850,9 +850,10 @@ def test_an_existing_environment_says_the_python_and_torch_its_run_record_names(
     before = load_results(results_copy).frame
     env = hist.env_name(hist.py1)
     when = pd.to_datetime(before.loc[before["env"] == env, "started_at"]).dropna().max().timestamp()
+    machine = str(before.loc[before["env"] == env, "machine"].iloc[0])  # a record labels its own machine's results
     folder = results_copy.parent / "runinfo"
     folder.mkdir()
-    (folder / f"{env}.jsonl").write_text(json.dumps({"time": when, "env_name": env, "machine": "m",
+    (folder / f"{env}.jsonl").write_text(json.dumps({"time": when, "env_name": env, "machine": machine,
                                                      "torch": "2.13.0+cpu", "cuda": None, "python": "3.11.7"}) + "\n")
     frame = load_results(results_copy).frame
     legend = records.env_legend(frame).set_index("environment")

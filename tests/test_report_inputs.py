@@ -335,3 +335,20 @@ def test_a_subfolder_of_the_project_is_named_with_the_folder_to_run_from(tmp_pat
     gpu = argparse.ArgumentParser()
     add_arguments(gpu)
     assert f"(the project is {tmp_path}: run there)" in check(gpu.parse_args([]))
+
+
+def test_a_run_record_labels_only_its_own_machines_and_commits_results():
+    """Two machines' results in one .asv under one environment name, and one environment run for two commits
+    with torch upgraded between: each result file is labelled by its own machine's record of its own commit."""
+    from devbench.report.records import actual_versions
+
+    t = 1_750_000_000.0
+    recs = [dict(time=t, machine="h200", commit="aaaa", torch="2.13.0+cu130", cuda="13.0", python="3.11"),
+            dict(time=t + 600, machine="a100", commit="aaaa", torch="2.13.0+cu126", cuda="12.6", python="3.11"),
+            dict(time=t + 900, machine="h200", commit="bbbb", torch="2.14.0+cu130", cuda="13.0", python="3.11")]
+    started = [(t + 500) * 1e3, (t + 650) * 1e3, (t + 700) * 1e3]
+    assert actual_versions(recs, started, "h200", "aaaa")[:2] == ("2.13.0+cu130", "13.0")
+    assert actual_versions(recs, started, "a100", "aaaa")[:2] == ("2.13.0+cu126", "12.6")
+    assert actual_versions(recs, started, "h200", "bbbb")[0] == "2.14.0+cu130"
+    older = [{k: v for k, v in r.items() if k != "commit"} for r in recs[:1]]  # a record that names no commit
+    assert actual_versions(older, started, "h200", "cccc")[0] == "2.13.0+cu130"

@@ -38,8 +38,17 @@ def runinfo_index(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
     return by_env
 
 
-def actual_versions(records: list[dict[str, Any]], started: list[float]) -> tuple[Any, Any, Any]:
-    """torch, CUDA and Python of the run record nearest to when these results were measured (12 h at most)."""
+def actual_versions(records: list[dict[str, Any]], started: list[float], machine: str | None = None,
+                    commit: str | None = None) -> tuple[Any, Any, Any]:  # fmt: skip
+    """torch, CUDA and Python of the run record nearest to when these results were measured (12 h at most), of
+    the same machine and commit where records name them: another machine's environment of the same name, or the
+    same environment run for another commit (its torch since upgraded), does not label these results where their
+    own machine's, or their own commit's, record exists (a record under another machine name, as the H200's
+    committed one is, still labels a history that has no record of that machine)."""
+    if machine is not None:
+        records = [r for r in records if r.get("machine") == machine] or records
+    if commit is not None:
+        records = [r for r in records if r.get("commit") == commit] or [r for r in records if not r.get("commit")]
     if not records or not started:
         return None, None, None
     when = sorted(started)[len(started) // 2] / 1e3

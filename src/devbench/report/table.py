@@ -62,7 +62,8 @@ class _Table:
         column = res.column
         i_started = column.get("started_at")
         started_ms = [t for v in res.results.values() if isinstance(t := _field(v, i_started), (int, float))]
-        torch_v, cuda_v, python_v = actual_versions(runs.get(res.env_name, []), started_ms)
+        torch_v, cuda_v, python_v = actual_versions(runs.get(res.env_name, []), started_ms, info["machine"],
+                                                    res.commit_hash)  # fmt: skip
         python = res.params.get("python")  # asv's: a version, or an "existing" environment's interpreter path
         fields = {
             "machine": info["machine"],
