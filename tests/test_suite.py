@@ -162,6 +162,16 @@ def test_check_once_checks_in_every_process_under_asv_and_once_per_side_in_a_com
         assert calls == ["check"], other
     fingerprint = prepare._work_fingerprint()
     assert len(fingerprint) == 40 and fingerprint == prepare._work_fingerprint()
+    # the scope itself: the work, the torch build, this host and the GPUs (none here: a CPU point's scope still
+    # names its host, so a folder carried to another machine checks again)
+    import platform
+
+    import torch
+
+    monkeypatch.undo()
+    scope = prepare._checked_scope()
+    assert scope[0] == fingerprint and torch.__version__ in scope and torch.version.git_version in scope
+    assert platform.node() in scope and scope[-1] == ()
     # the work's own files: the workloads and the engine's timing, wherever the package keeps them
     package = Path(prepare.__file__).resolve().parents[1]  # found beside the package, installed or not
     names = {f.relative_to(package).as_posix() for f in prepare._work_files()}

@@ -105,8 +105,12 @@ def _work_files() -> list[Path]:
 
 
 def _checked_scope() -> tuple:
-    """What a check proves beyond its key: this code's work, this torch build, and the GPUs it ran on (by UUID):
-    a folder of checks exported across commits, machines or torch builds never stands for a check here."""
+    """What a check proves beyond its key: this code's work, this torch build (its version, CUDA and source
+    revision), this host and the GPUs it ran on (by UUID): a folder of checks exported across commits, machines
+    or torch builds never stands for a check here, a CPU point's either."""
+    import platform
+
     ran_on = _cuda_identities() if torch.cuda.is_initialized() else []
     gpus = tuple(g.get("uuid") or g.get("pci_bus_id") for g in ran_on)
-    return _work_fingerprint(), torch.__version__, torch.version.cuda, gpus
+    build = (torch.__version__, torch.version.cuda, getattr(torch.version, "git_version", None))
+    return _work_fingerprint(), *build, platform.node(), platform.machine(), gpus
