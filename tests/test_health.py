@@ -182,3 +182,21 @@ def test_an_older_peer_matrix_figure_is_not_judged_on_the_newest_sweeps_pairs():
     old, new = H.with_health(frame, peers).itertuples()
     assert "17 of 18 links" in new.health_reason and new.health == "low"  # that sweep's median pair
     assert "links active" not in old.health_reason and old.health == "ok"  # not that sweep's: no pair named
+
+
+def test_a_peer_matrix_figure_is_judged_with_its_own_sweeps_pairs():
+    """Two commits' sweeps on one machine: each figure takes the pairs of the sweep nearest its own time, not the
+    newest; the section shows the newest."""
+    from devbench.report.records import newest_sweeps
+
+    def pair(time, src, dst, gbps, links):
+        return {"machine": "node", "time": time, "nbytes": 256 * MIB, "src": src, "dst": dst, "gbps": gbps,
+                "path": "NVLink", "nvlinks": links, "switched": True, "pcie": "PCIe switch", "gpu_links": links}
+
+    peers = pd.DataFrame([pair(1000.0, 0, 1, 300.0, 17), pair(1000.0, 1, 0, 380.0, 18),  # the older: a link down
+                          pair(9000.0, 0, 1, 379.0, 18), pair(9000.0, 1, 0, 381.0, 18)])  # fmt: skip
+    old, _ = H._matrix_pick(peers, "node", 256 * MIB, "slowest", pd.Timestamp(1010.0, unit="s", tz="UTC"))
+    new, _ = H._matrix_pick(peers, "node", 256 * MIB, "slowest", pd.Timestamp(9010.0, unit="s", tz="UTC"))
+    assert (old.nvlinks, new.nvlinks) == (17, 18)
+    assert H._matrix_pick(peers, "node", 256 * MIB, "slowest")[0].nvlinks == 18  # no time: the newest
+    assert set(newest_sweeps(peers)["time"]) == {9000.0}

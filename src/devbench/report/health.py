@@ -214,8 +214,10 @@ def _ring_pair(peers: pd.DataFrame | None, machine: str, world: int) -> Any:
     from the NVML paths PeerMatrix recorded; None where it recorded none."""
     if peers is None or peers.empty or "nvlinks" not in peers:
         return None
-    mine = peers[peers["machine"].astype(str) == machine]
     from devbench.records.topology import slowest
+    from devbench.report.records import newest_sweeps
+
+    mine = newest_sweeps(peers[peers["machine"].astype(str) == machine])
 
     hops = {(k, (k + 1) % world) for k in range(world)}
     return slowest(_pair_of(r) for _, r in mine.iterrows() if (int(r["src"]), int(r["dst"])) in hops)
@@ -259,14 +261,17 @@ SAME_SWEEP_S = 12 * 3600
 def _matrix_pick(peers: pd.DataFrame | None, machine: str, nbytes: float, which: str,
                  started: Any = None) -> tuple[Any, str | None]:  # fmt: skip
     """The pair a peer matrix's ``slowest`` or ``median`` figure is (the section's choice, from the peer records
-    of the same sweep: the newest, and only for a figure timed near it): its NVML path and the path its copy
-    took; (None, None) without records of that sweep."""
+    of the same sweep: the one nearest the figure's time, within ``SAME_SWEEP_S``, else without a time the
+    newest): its NVML path and the path its copy took; (None, None) without records of that sweep."""
     if peers is None or peers.empty or not pd.notna(nbytes):
         return None, None
     one = peers[(peers["machine"].astype(str) == machine) & (peers["nbytes"].astype(float) == float(nbytes))]
     when = pd.Timestamp(started).timestamp() if started is not None and pd.notna(started) else None
-    if when is not None and "time" in one:  # an older commit's figure is not that sweep's
-        one = one[(one["time"].astype(float) - when).abs() <= SAME_SWEEP_S]
+    if when is not None and "time" in one:  # an older commit's figure is not that sweep's: its own sweep
+        gap = (one["time"].astype(float) - when).abs()
+        one = one[(gap <= SAME_SWEEP_S) & (gap == gap.min())]
+    elif "time" in one and not one.empty:
+        one = one[one["time"] == one["time"].max()]
     if one.empty:
         return None, None
     one = one.sort_values("gbps").reset_index(drop=True)

@@ -408,8 +408,17 @@ PEER_COLUMNS = ["machine", "time", "nbytes", "src", "dst", "gbps", "path", "src_
                 "pcie", "gpu_links"]
 
 
+def newest_sweeps(peers: pd.DataFrame) -> pd.DataFrame:
+    """The pairs of each machine's and size's newest ``PeerMatrix`` sweep (the peer section's matrix)."""
+    if peers.empty or "time" not in peers:  # pairs of one sweep each, as a caller made them
+        return peers
+    newest = peers.groupby(["machine", "nbytes"])["time"].transform("max")
+    return peers[peers["time"] == newest].reset_index(drop=True)
+
+
 def load_peers(folder: str | os.PathLike[str], problems: list[Problem] | None = None) -> pd.DataFrame:
-    """Every pair of the newest ``PeerMatrix`` run per machine and size (``.asv/peers``).
+    """Every pair of every ``PeerMatrix`` sweep (``.asv/peers``), by machine, size and sweep: each figure is judged
+    with its own sweep's pairs (``health``), the section shows the newest (``newest_sweeps``).
 
     A line that is not a pair record is skipped; a folder with such lines is named in ``problems``.
     """
@@ -427,5 +436,4 @@ def load_peers(folder: str | os.PathLike[str], problems: list[Problem] | None = 
     out = _parsed_jsonl(folder, parse, "GPU-pair", PEER_COLUMNS, problems)
     if out.empty:
         return out
-    newest = out.groupby(["machine", "nbytes"])["time"].transform("max")
-    return out[out["time"] == newest].sort_values(["machine", "nbytes", "src", "dst"]).reset_index(drop=True)
+    return out.sort_values(["machine", "nbytes", "time", "src", "dst"]).reset_index(drop=True)

@@ -23,6 +23,7 @@ from devbench.report.derive import latest, where_label
 from devbench.report.gpusections import _fleet, _gpu_state, _health, _peers
 from devbench.report.load import Loaded
 from devbench.report.parts import MAX_ROWS, Report, Section, _clip, _human, sig  # noqa: F401 - _human: tests
+from devbench.report.records import newest_sweeps
 
 # --- Sections -------------------------------------------------------------------------------------------
 
@@ -333,7 +334,7 @@ def build(
         _parallel(lat),
         _collectives(cb),
         _fleet(loaded.fleet),
-        _peers(loaded.peers),
+        _peers(newest_sweeps(loaded.peers) if loaded.peers is not None else None),
         _health(lat, tp, bw, cb, loaded.peers),
         _gpu_state(lat),
     ):
