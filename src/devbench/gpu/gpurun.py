@@ -275,7 +275,8 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
     one round after the others' (asv's later rounds would read the same cache and store its samples again)."""
     rounds, once = run.args.rounds if rounds is None else rounds, [p for p in points if p.once]
     if rounds > 1 and once:
-        rest, share = [p for p in points if not p.once], plan.estimate_s(points=once) / plan.estimate_s(points=points)
+        rest, share = [p for p in points if not p.once], plan.estimate_s(points=once) / (
+            plan.estimate_s(points=points) or 1.0)  # fmt: skip
         code, raw, took = _asv_stage(run, plan, summary, name, rest, limit_s * (1 - share), scale, python, machine,
                                      sha, running, rounds) if rest else (0, 0.0, 0.0)  # fmt: skip
         if code == 124:  # cut at its share: the cache's points wait for a later stage
