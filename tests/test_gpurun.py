@@ -1163,6 +1163,16 @@ def test_with_rounds_the_figures_read_from_a_set_up_cache_run_in_an_asv_call_of_
     assert code == 0 and took == 2.0
     assert [c[:2] for c in calls] == [("asv rest", "rounds=2"), ("asv rest, one round", "rounds=1")]
     assert calls[1][2] == selection_regex([p for p in points if p.once]) and "bench_c" not in calls[0][2]
+    # the others' call cut at its share: the cache's points are left for a fill stage, named so, never "run"
+    monkeypatch.setattr(run, "stage", lambda *a, **k: stage(*a, **k) and 124 or 124)
+    calls.clear()
+    assert gpurun._asv_stage(run, plan, summary, "rest", points, 100.0, 1.0, sys.executable, "m", "a" * 40,
+                             [])[0] == 124  # fmt: skip
+    assert [c[1] for c in calls] == ["rounds=2"]
+    assert {(p.state, p.reason) for p in points if p.once} == {("dropped", P.WAITS_FOR_FILL)}
+    for p in points:
+        p.state, p.reason = "run", ""
+    monkeypatch.setattr(run, "stage", stage)
     calls.clear()
     run.args.rounds = 1  # one round asked: one call over them all
     gpurun._asv_stage(run, plans[1], summary, "rest", points, 100.0, 1.0, sys.executable, "m", "a" * 40, [])

@@ -279,7 +279,9 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
             plan.estimate_s(points=points) or 1.0)  # fmt: skip
         code, raw, took = _asv_stage(run, plan, summary, name, rest, limit_s * (1 - share), scale, python, machine,
                                      sha, running, rounds) if rest else (0, 0.0, 0.0)  # fmt: skip
-        if code == 124:  # cut at its share: the cache's points wait for a later stage
+        if code == 124:  # cut at its share: the cache's points wait for a fill stage, said so
+            for p in once:
+                p.state, p.reason = "dropped", P.WAITS_FOR_FILL
             return code, raw, took
         last = _asv_stage(run, plan, summary, f"{name}, one round", once, limit_s - took, scale, python, machine,
                           sha, running, 1)  # fmt: skip

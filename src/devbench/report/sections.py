@@ -335,7 +335,7 @@ def build(
         _collectives(cb),
         _fleet(loaded.fleet),
         _peers(newest_sweeps(loaded.peers) if loaded.peers is not None else None),
-        _health(lat, tp, bw, cb, loaded.peers),
+        _health(lat, tp, bw, cb, newest_sweeps(loaded.peers) if loaded.peers is not None else None),
         _gpu_state(lat),
     ):
         if sec is not None:
