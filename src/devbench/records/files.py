@@ -153,10 +153,10 @@ def read_jsonl(folder: Path) -> list[dict[str, Any]]:
     if not Path(folder).is_dir():
         return out
     for path in sorted(Path(folder).glob("*.jsonl")):
-        for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():  # a bad byte: its line only
+        for line in path.read_bytes().splitlines():  # a bad byte costs its own line only
             try:
-                rec = json.loads(line)
-            except ValueError:
+                rec = json.loads(line.decode("utf-8"))
+            except ValueError:  # UnicodeDecodeError among them
                 continue
             if isinstance(rec, dict):
                 out.append(rec)
