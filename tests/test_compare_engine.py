@@ -981,3 +981,56 @@ def test_a_process_that_dies_in_its_turns_fails_its_figure_and_the_compare_goes_
     assert code == 0 and "bench_k.track_dies : base: the process of bench_k.track_dies ended with -9" in out
     rows = _rows(tmp_path / "out" / "compare.csv")
     assert rows["bench_k.track_fine"]["verdict"] == "same" and rows["bench_k.track_dies"]["verdict"] != "same"
+
+
+BETWEEN = """
+import os
+import signal
+
+
+class Dies:
+    def setup(self):
+        with open(os.environ["PID_FILE"], "w") as f:  # the combination's process, killed by the test between turns
+            f.write(str(os.getpid()))
+
+    def track_value(self):
+        return 1.0
+
+
+class TornDown:
+    def teardown(self):
+        raise RuntimeError("tear-down failed after its figures")
+
+    def track_value(self):
+        return 2.0
+"""
+
+
+def test_a_process_dying_between_turns_or_after_closing_answers_each_request_once(tmp_path):
+    from devbench.compare.session import Worker
+
+    suite = tmp_path / "benchmarks"
+    suite.mkdir()
+    (suite / "__init__.py").write_text("")
+    (suite / "bench_between.py").write_text(BETWEEN)
+    pid_file = tmp_path / "pid"
+    with open(tmp_path / "log", "wb") as log:
+        worker = Worker("base", sys.executable, tmp_path, log, {**os.environ, "PID_FILE": str(pid_file)}, 120.0)
+        try:
+            worker.start()
+            assert session.open_combination(worker, "bench_between.Dies.track_value", 0, 0.01).state == "ready"
+            assert session.turn(worker, first=True) == 1.0
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)  # after its answer, before the next request
+            with pytest.raises(session.BlockError, match="ended with -9"):
+                session.turn(worker)
+            session.close_combination(worker)  # the close is answered, not the turn's failure again
+            # a tear-down that raises after ``closed``: the next combination still gets its own answers
+            assert session.open_combination(worker, "bench_between.TornDown.track_value", 0, 0.01).state == "ready"
+            assert session.turn(worker, first=True) == 2.0
+            session.close_combination(worker)
+            assert session.open_combination(worker, "bench_between.Dies.track_value", 0, 0.01).state == "ready"
+            assert session.turn(worker, first=True) == 1.0
+            session.close_combination(worker)
+        finally:
+            worker.stop()
+    assert "dropped an answer to an earlier request" in (tmp_path / "log").read_text()

@@ -54,6 +54,7 @@ class Worker:
     environment: dict[str, Any] = field(default_factory=dict)
     _reply_fd: int = -1
     _buffer: bytes = b""
+    _sent: int = 0  # requests sent: each carries its number as its ``id``, and its reply the same
 
     @property
     def who(self) -> str:
@@ -97,15 +98,23 @@ class Worker:
 
     def request(self, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdin is not None
+        self._sent += 1
         try:
-            self.proc.stdin.write((json.dumps({"op": op, **fields}) + "\n").encode())
+            self.proc.stdin.write((json.dumps({"op": op, "id": self._sent, **fields}) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise WorkerError(f"{self.who}: the benchmark process has ended (see the log)") from None
-        return self._read(self.timeout_s if timeout_s is None else timeout_s)
-
-    def _read(self, timeout_s: float) -> dict[str, Any]:
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
+        while True:
+            reply = self._read(timeout_s, deadline)
+            if reply.get("id") == self._sent:
+                return reply
+            # the worker's answer, for a combination's process that died, to a request that process had answered
+            self.log.write(f"{self.side}: dropped an answer to an earlier request: {reply}\n".encode())
+
+    def _read(self, timeout_s: float, deadline: float | None = None) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s if deadline is None else deadline
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0:

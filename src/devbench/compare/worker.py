@@ -8,7 +8,10 @@ once (torch with them); each benchmark combination then runs in a child forked f
 touches CUDA: docs/design.md, rule 2).
 
 Protocol: JSON lines. Requests on stdin; replies on the file descriptor the ``--reply-fd``
-argument names (stdout is the benchmarks' own, sent to stderr with the rest of their output).
+argument names (stdout is the benchmarks' own, sent to stderr with the rest of their output). Each
+request carries an ``id`` and its reply the same ``id``: when a combination's process dies (an OOM
+kill, a segfault, a CUDA abort), the worker answers the last request that process read, which it may
+have answered already; the coordinator drops a reply to a request it no longer waits for.
 
 * at start the worker replies ``{"benchmarks": [...], "cuda_devices": n}`` (name, kind, unit, params, param
   names; the CUDA devices its torch sees, counted in a forked child, ``null`` when that failed or the
@@ -33,10 +36,12 @@ import functools
 import hashlib
 import json
 import math
+import mmap
 import os
 import pickle
 import shutil
 import statistics
+import struct
 import sys
 import tempfile
 import time
@@ -47,6 +52,10 @@ def _reply(fd: int, message: dict) -> None:
     data = (json.dumps(message) + "\n").encode()
     while data:
         data = data[os.write(fd, data) :]
+
+
+def _reply_to(fd: int, request_id: int, message: dict) -> None:
+    _reply(fd, {**message, "id": request_id})
 
 
 def _figure(value: object) -> float:
@@ -86,12 +95,33 @@ def _block_calls(call, block_s: float) -> int:
         number *= 2
 
 
-def _child(bench, reply_fd: int, block_s: float, requests, cache_file: str | None) -> None:
+class _Answer:
+    """Replies of one combination's process, each with the ``id`` of the request it answers; the id of the
+    last request the process read is kept in memory shared with the worker, which answers it for a process
+    that died (``main``)."""
+
+    def __init__(self, reply_fd: int, shared: mmap.mmap, request_id: int) -> None:
+        self.reply_fd, self.shared = reply_fd, shared
+        self.read(request_id)
+
+    def read(self, request_id: int) -> None:
+        self.request_id = request_id
+        self.shared[:8] = struct.pack("q", request_id)
+
+    def __call__(self, message: dict) -> None:
+        _reply_to(self.reply_fd, self.request_id, message)
+
+
+def _last_read(shared: mmap.mmap) -> int:
+    return struct.unpack("q", shared[:8])[0]
+
+
+def _child(bench, answer: _Answer, block_s: float, requests, cache_file: str | None) -> None:
     """Serve one combination in the forked child until ``close``."""
     kind = bench.name.rsplit(".", 1)[-1].split("_", 1)[0]
     try:
         if tuple(bench._current_params) in bench._skip_tuples:
-            _reply(reply_fd, {"skip": "in the benchmark's skip_params"})
+            answer({"skip": "in the benchmark's skip_params"})
             return
         if cache_file is not None:
             with open(cache_file, "rb") as f:
@@ -101,10 +131,10 @@ def _child(bench, reply_fd: int, block_s: float, requests, cache_file: str | Non
         for setup in bench._setups:  # asv_runner's do_setup, keeping the reason of a skip
             setup(*bench._build_params())
     except NotImplementedError as exc:
-        _reply(reply_fd, {"skip": str(exc)})
+        answer({"skip": str(exc)})
         return
     except Exception as exc:  # the benchmark's own failure: named, the run goes on
-        _reply(reply_fd, {"error": _last_line(exc)})
+        answer({"error": _last_line(exc)})
         return
     params = bench._build_params()
 
@@ -115,25 +145,27 @@ def _child(bench, reply_fd: int, block_s: float, requests, cache_file: str | Non
         # no block is timed here: the coordinator's first pair, not kept, is each side's first call
         number = _block_calls(call, block_s) if kind == "time" else 1
     except Exception as exc:
-        _reply(reply_fd, {"error": _last_line(exc)})
+        answer({"error": _last_line(exc)})
         return
-    _reply(reply_fd, {"ready": True, "number": number})
+    answer({"ready": True, "number": number})
     for line in requests:
-        op = json.loads(line).get("op")
+        request = json.loads(line)
+        answer.read(int(request.get("id", 0)))
+        op = request.get("op")
         if op == "turn":
             try:
                 value = _turn(call, kind, number)
-                _reply(reply_fd, {"value": value})
+                answer({"value": value})
             except Exception as exc:
-                _reply(reply_fd, {"error": _last_line(exc)})
+                answer({"error": _last_line(exc)})
         elif op == "close":
             try:
                 bench.do_teardown()
             finally:
-                _reply(reply_fd, {"closed": True})
+                answer({"closed": True})
             return
         else:
-            _reply(reply_fd, {"error": f"unknown request {op!r} inside a combination"})
+            answer({"error": f"unknown request {op!r} inside a combination"})
 
 
 def _in_child(select: str, work) -> int:
@@ -312,34 +344,39 @@ def main(benchmark_dir: str, reply_fd: int, keep_dir: str | None = None) -> int:
     cache_dir = tempfile.mkdtemp(prefix=".cache-", dir=os.path.dirname(os.path.abspath(benchmark_dir)))
     cached: dict[str, str] = {}
     ended = ""  # why the open combination's process ended mid-turns: its later turns and its close are answered
+    shared = mmap.mmap(-1, 8)  # the id of the last request the combination's process read (``_Answer``)
     for line in requests:
         request = json.loads(line)
-        op = request.get("op")
+        op, request_id = request.get("op"), int(request.get("id", 0))
+        answer = functools.partial(_reply_to, reply_fd, request_id)
         if op == "quit":
             return 0
         if ended and op in ("turn", "close"):  # the coordinator ends the figure, not the compare
-            _reply(reply_fd, {"closed": True} if op == "close" else {"error": ended, "ended": True})
+            answer({"closed": True} if op == "close" else {"error": ended, "ended": True})
             ended = "" if op == "close" else ended
             continue
         if op == "cache":
-            _reply(reply_fd, _run_cache(benchmarks.get(request.get("name", "")), request, cache_dir, cached,
-                                          keep_dir))
+            answer(_run_cache(benchmarks.get(request.get("name", "")), request, cache_dir, cached, keep_dir))
             continue
         if op != "open":
-            _reply(reply_fd, {"error": f"unknown request {op!r}"})
+            answer({"error": f"unknown request {op!r}"})
             continue
+        ended = ""
         bench = benchmarks.get(request["name"])
         if bench is None:
-            _reply(reply_fd, {"skip": f"no benchmark {request['name']} on this side"})
+            answer({"skip": f"no benchmark {request['name']} on this side"})
             continue
         bench.set_param_idx(int(request["idx"]))
         cache_file = cached.get(bench.setup_cache_key) if bench._setup_cache is not None else None
         block_s = float(request.get("block_s", 0.05))
-        code = _in_child(request.get("select", ""), functools.partial(_child, bench, reply_fd, block_s, requests,
-                                                                      cache_file))  # fmt: skip
+        child = functools.partial(_child, bench, _Answer(reply_fd, shared, request_id), block_s, requests, cache_file)
+        code = _in_child(request.get("select", ""), child)
         if code != 0:
+            # the last request it read may be answered already (it died between turns, or in its tear-down after
+            # ``closed``): the coordinator then drops this reply by its id, and a later turn or close is told here
+            last = _last_read(shared)
             ended = f"the process of {bench.name} ended with {code} (its traceback is in the log)"
-            _reply(reply_fd, {"error": ended, "ended": True})
+            _reply(reply_fd, {"error": ended, "ended": True, "id": last})
     return 0
 
 
