@@ -352,3 +352,6 @@ def test_a_run_record_labels_only_its_own_machines_and_commits_results():
     assert actual_versions(recs, started, "h200", "bbbb")[0] == "2.14.0+cu130"
     older = [{k: v for k, v in r.items() if k != "commit"} for r in recs[:1]]  # a record that names no commit
     assert actual_versions(older, started, "h200", "cccc")[0] == "2.13.0+cu130"
+    # no record of this commit at all: the nearest record of another labels it, within its 12 h
+    assert actual_versions(recs, started, "h200", "dddd")[0] == "2.14.0+cu130"
+    assert actual_versions(recs, [(t + 13 * 3600) * 1e3], "h200", "dddd") == (None, None, None)

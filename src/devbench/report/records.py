@@ -44,11 +44,14 @@ def actual_versions(records: list[dict[str, Any]], started: list[float], machine
     the same machine and commit where records name them: another machine's environment of the same name, or the
     same environment run for another commit (its torch since upgraded), does not label these results where their
     own machine's, or their own commit's, record exists (a record under another machine name, as the H200's
-    committed one is, still labels a history that has no record of that machine)."""
+    committed one is, still labels a history that has no record of that machine; one of another commit, a history
+    with no record of that commit)."""
     if machine is not None:
         records = [r for r in records if r.get("machine") == machine] or records
     if commit is not None:
-        records = [r for r in records if r.get("commit") == commit] or [r for r in records if not r.get("commit")]
+        # no record of this commit (results copied from elsewhere, a run record lost): the nearest of any
+        records = ([r for r in records if r.get("commit") == commit] or [r for r in records if not r.get("commit")]
+                   or records)  # fmt: skip
     if not records or not started:
         return None, None, None
     when = sorted(started)[len(started) // 2] / 1e3
