@@ -209,21 +209,23 @@ def test_a_planted_slowdown_is_slower_and_the_fixed_figures_are_not(project, pla
     assert run["sides"]["head"]["sha"] == c3 and run["options"]["max_passes"] == 6
     # what it cost: each pass, and each measured figure's processes
     assert [p["figures"] for p in run["passes"]][:1] == [len([f for f in run["figures"].values()])]
-    # the sweep's two figures split the 95%: 97.5% each, which needs 7 pairs of worlds; they alone get a 7th pass
-    assert [p["figures"] for p in run["passes"]][6:] == [2]
+    # the sweep's two figures split the 95%: 97.5% each, which needs 7 pairs of worlds, rounded up to an even 8 (each
+    # side sweeps first as often): they alone get a 7th and an 8th pass
+    assert [p["figures"] for p in run["passes"]][6:] == [2, 2]
     assert run["figures"]["bench_ab.time_sleep"]["seconds"] > 0
     assert "Cost: " in md and "the costliest benchmarks: " in md
 
 
 def test_a_sweeps_figures_are_judged_as_one_family(planted):
     """The figures one setup_cache measures at once split the run's confidence (Bonferroni): each interval at
-    97.5% for the fixture's two, said in compare.md; a planted halving is still called, after 7 pairs of worlds."""
+    97.5% for the fixture's two, said in compare.md; a planted halving is still called, after 7 pairs of worlds (8: an
+    even number, each side sweeping first as often)."""
     _, text, out, _ = planted
-    assert "a sweep's figures, judged as one family, up to 7" in text
+    assert "a sweep's figures, judged as one family, up to 8" in text
     rows = _rows(out / "compare.csv")
     for n in (1, 2):
         row = rows[f"bench_ab.Swept.track_swept(n={n})"]
-        assert row["verdict"] == V.SLOWER and row["n_base"] == "7"
+        assert row["verdict"] == V.SLOWER and row["n_base"] == "8"
         assert float(row["confidence"]) == pytest.approx(0.975)
     assert float(rows["bench_ab.time_sleep"]["confidence"]) == pytest.approx(0.95)
     md = (out / "compare.md").read_text()
@@ -248,11 +250,12 @@ def test_a_sweep_runs_once_per_side_and_pass_and_gives_one_pair(planted):
     import pandas as pd
 
     _, _, out, lines = planted
-    # one value per pass, 7 passes: the fewest for the two figures' 97.5% intervals (95% split between them)
-    assert len(lines) == 7 * 2 and all("track_swept\\(1\\)" in x and "track_swept\\(2\\)" in x for x in lines)
+    # one value per pass, 8 passes: the fewest for the two figures' 97.5% intervals (95% split between them), 7,
+    # rounded up to an even number
+    assert len(lines) == 8 * 2 and all("track_swept\\(1\\)" in x and "track_swept\\(2\\)" in x for x in lines)
     blocks = pd.read_csv(out / "pairs.csv")
     blocks = blocks[blocks["benchmark"] == "bench_ab.Swept.track_swept"]
-    assert len(blocks) == 7 * 2 and blocks.groupby(["params", "process_pair"]).size().eq(1).all()
+    assert len(blocks) == 8 * 2 and blocks.groupby(["params", "process_pair"]).size().eq(1).all()
     assert set(blocks["head"] / blocks["base"]) == {0.5}
 
 
@@ -391,6 +394,7 @@ def test_a_benchmark_whose_code_changed_is_not_measured(project, tmp_path, capsy
         (["HEAD~2", "HEAD", "--max-passes", "7", "--min-passes", "7", "--confidence", "0.99"],
          "--max-passes 7 cannot give a 99% interval"),
         (["HEAD~2", "HEAD", "--min-passes", "9", "--max-passes", "8"], "must be at least --min-passes"),
+        (["HEAD~2", "HEAD", "--min-passes", "4", "--max-passes", "9"], "--max-passes must be even, got 9"),
         (["HEAD~2", "HEAD", "--screen", "-2"], "--screen must be 0 (no screen) or a number of passes"),
         (["HEAD~2", "HEAD", "--python", "/no/such/python"], "--python /no/such/python does not exist"),
         (["--from", "/no/such/folder"], "no run.json and pairs.csv"),
@@ -497,8 +501,9 @@ def test_a_sweep_of_45_figures_splits_the_confidence_and_needs_14_pairs_of_world
 
 
 def test_a_sweeps_limit_follows_its_figures_that_do_not_skip(monkeypatch):
-    """Before the first pass every figure of a sweep counts (90 figures: 17 passes at most); once the 45 of
-    a world this host cannot start skip, the other 45 split the confidence among themselves and stop at 16."""
+    """Before the first pass every figure of a sweep counts (90 figures: 17 passes, rounded up to an even 18, at
+    most); once the 45 of a world this host cannot start skip, the other 45 split the confidence among themselves
+    and stop at 16."""
     from devbench.compare.options import Options
 
     def swept(i: int) -> Figure:
@@ -508,7 +513,7 @@ def test_a_sweeps_limit_follows_its_figures_that_do_not_skip(monkeypatch):
     limit = stopping.limit(Options(None, "HEAD", Path("."), Path("out"), sys.executable, min_passes=8, max_passes=10),
                            figs)
     passes = runner.Passes(min_passes=8, max_passes=10, pairs=1, block_s=0.01, cached_limit=limit)
-    assert passes.limit(figs[0]) == 17 and passes.limit(figs[-1]) == 10
+    assert passes.limit(figs[0]) == 18 and passes.limit(figs[-1]) == 10
 
     class Stub:
         def stop(self):

@@ -58,9 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "figure that can no longer be faster or slower (with --same: decided at all) stops earlier, "
                    "after any even number")  # fmt: skip
     p.add_argument("--max-passes", type=int, default=MAX_PASSES,
-                   help=f"pairs of processes per figure at most (default {MAX_PASSES}); the figures of one "
-                   "setup_cache sweep (the collectives), judged as one family, get as many more as their "
-                   "split confidence needs")  # fmt: skip
+                   help=f"pairs of processes per figure at most, an even number (default {MAX_PASSES}): each side "
+                   "sets up first in half of them; the figures of one setup_cache sweep (the collectives), judged as "
+                   "one family, get as many more as their split confidence needs, rounded up to even")  # fmt: skip
     p.add_argument("--screen", type=int, default=SCREEN, metavar="N",
                    help=f"through the first N passes (default {SCREEN}; 0: none), after each even one, stop every "
                    "figure that could no longer be decided after 9 pairs of processes (at 99%%: where one odd pair "

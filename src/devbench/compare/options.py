@@ -101,11 +101,14 @@ class Options:
         if self.max_passes < self.min_passes:
             raise ABError(f"--max-passes ({self.max_passes}) must be at least --min-passes ({self.min_passes})")
         if self.from_dir is None and V.signed_rank_k(self.max_passes, self.confidence) == 0:
-            least = next(n for n in range(1, 100) if V.signed_rank_k(n, self.confidence) > 0)
+            least = next(n for n in range(2, 100, 2) if V.signed_rank_k(n, self.confidence) > 0)
             raise ABError(
                 f"--max-passes {self.max_passes} cannot give a {self.confidence:.0%} interval (every figure would be "
                 f"undecided); use at least {least} passes, or a lower --confidence"
             )
+        if self.from_dir is None and self.max_passes % 2:
+            raise ABError(f"--max-passes must be even, got {self.max_passes}: the passes take turns at which side "
+                          "sets up first, and an odd number gives one side the first set-up once more")
         if self.min_passes < 1:
             raise ABError(f"--min-passes must be at least 1, got {self.min_passes}")
         if self.screen < 0:

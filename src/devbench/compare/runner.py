@@ -114,10 +114,12 @@ class Passes:
     all_passes: bool = False
 
     def limit(self, fig: Figure) -> int:
-        """The passes ``fig`` may get at most."""
+        """The passes ``fig`` may get at most: an even number, so that each side sets up (or sweeps) first as
+        often as the other."""
+        most = self.max_passes
         if fig.combo.in_cache and self.cached_limit is not None:
-            return max(self.max_passes, self.cached_limit(fig))
-        return self.max_passes
+            most = max(most, self.cached_limit(fig))
+        return most + most % 2  # --max-passes is even (``Options``), a sweep's limit too (``stopping.limit``)
 
 
 def run_caches(a: Worker, b: Worker, figures: Sequence[Figure], first: str) -> tuple[dict[str, str], dict[str, float]]:

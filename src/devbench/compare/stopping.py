@@ -84,9 +84,15 @@ def own_confidence(opts: Options, figures: list[Figure]) -> Callable[[Figure], f
 
 def limit(opts: Options, figures: list[Figure]) -> Callable[[Figure], int]:
     """The passes a figure measured in ``setup_cache`` may get: as many beyond the fewest its interval needs
-    (14 for one of 45 figures of a sweep at 99%) as the others get beyond ``--min-passes``."""
+    (14 for one of 45 figures of a sweep at 99%) as the others get beyond ``--min-passes``, rounded up to an even
+    number: each side sweeps first as often as the other."""
     own = own_confidence(opts, figures)
-    return lambda fig: most_passes(own(fig), opts.min_passes, opts.max_passes)
+
+    def passes(fig: Figure) -> int:
+        most = most_passes(own(fig), opts.min_passes, opts.max_passes)
+        return most + most % 2
+
+    return passes
 
 
 def stopper(opts: Options, figures: list[Figure]) -> Callable[..., bool]:
