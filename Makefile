@@ -82,8 +82,8 @@ test-asv: machine
 # (devbench.engine.bursts.held): MatmulAchievable's figures, 12 s of waiting on the CPU, in the same code.
 # DEVBENCH_SEARCH_BYTES: the achievable search times the CPU grid's shapes of at most 32 MiB (nine, none over
 # 2.2 GFLOP), not all 28 up to n=4,096: the same code, 50 s less on one thread (a fresh machine has no search cached).
-# DEVBENCH_CPU_CACHE: a CPU copy rotates over 32 MiB of buffers (4 x 8 MiB), not over 4 x the 480 MiB this VM's
-# Xeon lists: the same code, 40 s less of building and checking DeviceCopy's sizes.
+# DEVBENCH_CPU_CACHE: a CPU copy rotates over 32 MiB of buffers (4 x 8 MiB), not over 4 x the last-level caches this
+# host lists: the same code, 40 s less of building and checking DeviceCopy's sizes.
 # `asv check` (each benchmark's set-up, call and teardown signatures) runs inside pytest here
 # (tests/test_benchmarks.py): as a command it started two more processes that import torch.
 ASV_HALF := bench_(matmul|collectives)[.]

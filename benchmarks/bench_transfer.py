@@ -102,8 +102,9 @@ class HostDevice(Benchmark):
     built_by = ["memory", "nbytes"]
     #: 2: time_copy (asv's clock, a process of its own) became track_time, timed beside track_gbps; 3: the
     #: directions and modes of a memory and size share their buffers; 4: a blocking copy's two figures read
-    #: one set of blocks (no device sync of its own after each call)
-    work_version = 4
+    #: one set of blocks (no device sync of its own after each call); 5: the host buffers rotate over 4 x every
+    #: last-level cache the process may use (``transfer.cache_bytes``), not CPU 0's alone
+    work_version = 5
 
     def setup(self, direction, memory, mode, nbytes):
         dev = require_device("cuda")
@@ -144,8 +145,9 @@ class HostDeviceBidirectional(Benchmark):
     plan_gpus = 1
     rounds = 1
     swept = True
-    #: 2: the three figures read one set of runs (they were three), measured by the run's measuring process
-    work_version = 2
+    #: 2: the three figures read one set of runs (they were three), measured by the run's measuring process; 3:
+    #: the host buffers rotate over 4 x every last-level cache the process may use, not CPU 0's alone
+    work_version = 3
 
     def setup(self, nbytes):
         dev = require_device("cuda")
@@ -192,8 +194,9 @@ class DeviceCopy(Benchmark):
     param_names = ["device", "nbytes"]
     headline = [{"device": ["cuda"], "nbytes": [64 * MiB, GiB]}, {"device": ["cpu"], "nbytes": [64 * MiB]}]
     swept = True
-    #: 2: time_copy became track_time; read+write GB/s are the copied figure's blocks counted twice
-    work_version = 2
+    #: 2: time_copy became track_time; read+write GB/s are the copied figure's blocks counted twice; 3: a CPU copy
+    #: rotates over 4 x every last-level cache the process may use (a host of several dies), not CPU 0's alone
+    work_version = 3
 
     def setup(self, device, nbytes):
         self.device = require_device(device)

@@ -102,13 +102,27 @@ def test_a_cpu_cache_set_for_a_quick_run_sizes_the_rotation_and_a_bad_one_is_nam
             T.cache_bytes(CPU)
 
 
-def test_the_cpus_largest_cache_is_read_from_sysfs(tmp_path):
-    for index, size in (("index0", "48K"), ("index2", "2048K"), ("index3", "32M"), ("index9", "junk")):
-        (tmp_path / index).mkdir()
-        (tmp_path / index / "size").write_text(size + "\n")
-    assert T.cache_bytes(CPU, sysfs=tmp_path) == 32 * 2**20
+def test_the_cpus_last_level_cache_is_read_from_sysfs_for_every_die_it_may_run_on(tmp_path, monkeypatch):
+    """Two CPUs on two dies of 32 MiB each (an EPYC's L3 per die): 64 MiB, each die's cache counted once; the
+    same two CPUs sharing one 32 MiB cache: 32 MiB. Lower levels, and an index that cannot be read, count nothing."""
+    monkeypatch.setattr(T.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+
+    def node(root: Path, shared: dict[int, str]) -> Path:
+        for cpu, l3 in shared.items():
+            for index, level, size, who in (("index0", 1, "48K", str(cpu)), ("index2", 2, "2048K", str(cpu)),
+                                            ("index3", 3, "32768K", l3), ("index9", 4, "junk", l3)):  # fmt: skip
+                d = root / f"cpu{cpu}" / "cache" / index
+                d.mkdir(parents=True)
+                (d / "size").write_text(size + "\n")
+                (d / "level").write_text(f"{level}\n")
+                (d / "shared_cpu_list").write_text(who + "\n")
+        return root
+
+    assert T.cache_bytes(CPU, sysfs=node(tmp_path / "dies", {0: "0", 1: "1"})) == 64 * 2**20
+    assert T.cache_bytes(CPU, sysfs=node(tmp_path / "one", {0: "0-1", 1: "0-1"})) == 32 * 2**20
     assert T.cache_bytes(CPU, sysfs=tmp_path / "absent") == 0  # no sysfs (another OS): unknown
     assert T.cache_bytes(torch.device("meta")) == 0
+    monkeypatch.undo()
     if any(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size")):  # this machine reports its caches
         assert T.cache_bytes(CPU) >= 2**20
 

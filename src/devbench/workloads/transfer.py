@@ -47,16 +47,45 @@ HEADROOM = 1.25
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # 2^64 / phi as a signed 64-bit integer
 
 
-#: where Linux describes CPU 0's caches
-CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
-#: bytes to take as the CPU's last-level cache instead of what ``CPU_CACHES`` lists (make test's asv dry run: this
-#: VM lists 480 MiB, and a 1 MiB copy's rotation over 2 GiB takes seconds to build and check)
+#: where Linux describes each CPU's caches (``cpuN/cache/indexM``)
+CPU_CACHES = Path("/sys/devices/system/cpu")
+#: bytes to take as the CPU's last-level cache instead of what ``CPU_CACHES`` lists (make test's asv dry run: a
+#: 1 MiB copy's rotation over 4 x a large host's cache takes seconds to build and check)
 CPU_CACHE_ENV = "DEVBENCH_CPU_CACHE"
 
 
+def _size(text: str) -> int | None:
+    scale = {"K": KiB, "M": MiB, "G": GiB}.get(text[-1:], 1)
+    try:
+        return int(text.rstrip("KMG")) * scale
+    except ValueError:
+        return None
+
+
+def _cpu_caches(sysfs: Path) -> int:
+    """The last-level cache of the CPUs this process may run on, all of it: each distinct cache of the highest
+    level counted once (``shared_cpu_list``). A copy's threads run on many cores, so on a host of several dies or
+    sockets (an EPYC's 32 MiB per die) the data a copy rotates over stays in their caches together; CPU 0's alone
+    would leave a rotation that fits in them and a DRAM figure that reads cache bandwidth."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    caches: dict[tuple[int, str], int] = {}  # (level, the CPUs sharing it) -> bytes
+    for cpu in cpus:
+        for index in (sysfs / f"cpu{cpu}" / "cache").glob("index*"):
+            try:
+                size = _size((index / "size").read_text(encoding="ascii").strip())
+                level = int((index / "level").read_text(encoding="ascii").strip())
+                shared = (index / "shared_cpu_list").read_text(encoding="ascii").strip()
+            except (OSError, ValueError):
+                continue
+            if size:
+                caches[(level, shared or f"cpu{cpu}")] = size
+    top = max((level for level, _ in caches), default=None)
+    return sum(size for (level, _), size in caches.items() if level == top)
+
+
 def cache_bytes(device: torch.device, sysfs: Path = CPU_CACHES) -> int:
-    """The last-level cache in front of ``device``'s memory: a GPU's L2, the CPU's largest cache as ``sysfs``
-    lists it (0 if unknown)."""
+    """The last-level cache in front of ``device``'s memory: a GPU's L2, the CPU's last level as ``sysfs`` lists it
+    for the CPUs this process may use (``_cpu_caches``; 0 if unknown)."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
@@ -65,15 +94,7 @@ def cache_bytes(device: torch.device, sysfs: Path = CPU_CACHES) -> int:
     asked = whole_env(CPU_CACHE_ENV, "the cache's size in bytes")  # make test's quick asv run: a short rotation
     if asked is not None:
         return asked
-    sizes = []
-    for path in sysfs.glob("index*/size"):
-        text = path.read_text(encoding="ascii").strip()
-        scale = {"K": KiB, "M": MiB, "G": GiB}.get(text[-1:], 1)
-        try:
-            sizes.append(int(text.rstrip("KMG")) * scale)
-        except ValueError:
-            continue
-    return max(sizes, default=0)
+    return _cpu_caches(sysfs)
 
 
 def sets_for(nbytes: int, cache: int = 0) -> int:
