@@ -35,8 +35,9 @@ class ParallelMatmul(Benchmark):
     #: 1 for two streams on one GPU), not over the lanes; 4: the times became track_ figures of the measuring
     #: process's; 5: the four figures count one set of pairs (a sequential run, then a parallel one), taken until
     #: the speedup is within 0.5% or the cap; 6: N lanes share the sequential run's 0.4 s (a lane 0.4 s / N; two
-    #: lanes' work is as it was, more GPUs' lanes are shorter)
-    work_version = 6
+    #: lanes' work is as it was, more GPUs' lanes are shorter); 7: the two runs of a pair take turns going first,
+    #: float32 without TF32 whatever the process had set
+    work_version = 7
     #: a sample is a pair of runs, about 0.6 s on two lanes and less on more (all lanes' works in turn, 0.4 s, then at
     #: once): what gpu-run prices
     sample_time = 0.6

@@ -112,6 +112,17 @@ def test_parallel_pair_makes_its_lanes_once(monkeypatch):
     assert len(made) == 1
 
 
+def test_a_pairs_two_runs_take_turns_going_first_and_each_pair_stays_sequential_then_parallel():
+    """The lanes idle through a sequential run: a parallel run always after one would always start them cold."""
+    pair = ParallelPair(8, [CPU, CPU], run_s=0.002)
+    order: list[str] = []
+    pair.run_sequential = lambda: order.append("seq") or 2.0
+    pair.run_parallel = lambda: order.append("par") or 1.0
+    got = pair.pairs(4)
+    assert order == ["seq", "par", "par", "seq", "seq", "par", "par", "seq"]
+    assert got == [(2.0, 1.0)] * 4
+
+
 @pytest.mark.cuda
 def test_logger_on_gpu_matches_cpu():
     loop = NormLoop(64, 300, torch.device("cuda"))

@@ -68,8 +68,8 @@ def burst(
     return _sampled(fn, device, block_calls(one_call_s, burst_s / blocks), blocks, sampler)
 
 
-#: Brief: mamf-finder's figure (its table of achievable TFLOP/s): a short warm-up, then the mean of a short
-#: run of back-to-back calls, with no idle before it.
+#: Brief: mamf-finder's figure (its table of achievable TFLOP/s) is the mean of a short run of back-to-back calls
+#: after a short warm-up, with no idle before it; here the same run is five blocks, and the figure their median.
 BRIEF_WARM_S = 0.05
 BRIEF_S = 0.1
 

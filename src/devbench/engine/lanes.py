@@ -94,10 +94,7 @@ class Lanes:
         for dev, s, b in zip(self.devices, self.streams, begins, strict=True):
             s.wait_stream(torch.cuda.current_stream(dev))  # inputs made on the current stream are ready
             b.record(s)
-        for _ in range(calls):
-            for fn, s in zip(fns, self.streams, strict=True):
-                with torch.cuda.stream(s):
-                    fn()
+        self._issue(fns, calls)
         for s, e in zip(self.streams, ends, strict=True):
             e.record(s)
             torch.cuda.current_stream(s.device).wait_stream(s)  # later work on the current stream sees the results
@@ -109,6 +106,29 @@ class Lanes:
             synchronize(self.devices)
             wall = time.perf_counter() - t0
         return LaneTimes(wall, tuple(b.elapsed_time(e) / 1e3 for b, e in zip(begins, ends, strict=True)))
+
+    def _issue(self, fns: Sequence[Callable[[], object]], calls: int) -> None:
+        """Queue ``calls`` rounds of ``fns``, ``fns[i]`` on lane ``i``'s stream (CUDA lanes)."""
+        for _ in range(calls):
+            for fn, s in zip(fns, self.streams, strict=True):
+                with torch.cuda.stream(s):
+                    fn()
+
+    def issue_s(self, fns: Sequence[Callable[[], object]], calls: int) -> float:
+        """Host seconds to queue one call of ``fns`` on its lane, as ``run`` queues them (each under its lane's
+        stream, the lanes in turn), timed before any device is waited on (CUDA lanes)."""
+        if not self.cuda:
+            raise ValueError("the issue of calls is timed on CUDA lanes only")
+        synchronize(self.devices)
+        for dev, s in zip(self.devices, self.streams, strict=True):
+            s.wait_stream(torch.cuda.current_stream(dev))
+        start = time.perf_counter()
+        self._issue(fns, calls)
+        took = time.perf_counter() - start
+        for s in self.streams:
+            torch.cuda.current_stream(s.device).wait_stream(s)
+        synchronize(self.devices)
+        return took / (calls * len(fns))
 
     def _on_threads(self, fns: Sequence[Callable[[], object]], calls: int) -> LaneTimes:
         spans = [0.0] * len(fns)

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 
 import torch
 
-from devbench.engine.devices import synchronize
 from devbench.engine.lanes import Lanes
 from devbench.engine.measure import sampled
-from devbench.workloads.matmul import Matmul
+from devbench.workloads.matmul import Matmul, tf32
 
 #: products issued back to back to time the host's share of one (its dispatch and launch)
 ISSUE_CALLS = 32
@@ -55,25 +53,20 @@ class ParallelPair:
         for mm in (*self.par, *self.seq):
             mm.check()
         self.reps = 1
-        self.run_parallel()
-        self.run_sequential()
-        warm = self.run_parallel()
-        self.reps = max(1, math.ceil(run_s / len(devices) / max(warm, 1e-6)))
         self.issue_s = self.product_s = 0.0
-        if self.lanes.cuda:
-            self.issue_s = self._issue_s()
-            self.product_s = self.run_sequential() / (len(self.seq) * self.reps)
+        with tf32(False):  # float32 products, whatever a workload before this one in the process left set
+            self.run_parallel()
+            self.run_sequential()
+            warm = self.run_parallel()
+            self.reps = max(1, math.ceil(run_s / len(devices) / max(warm, 1e-6)))
+            if self.lanes.cuda:
+                self.issue_s = self._issue_s()
+                self.product_s = self.run_sequential() / (len(self.seq) * self.reps)
 
     def _issue_s(self) -> float:
-        """Host seconds to issue one product on lane 0: queued back to back, timed before the device is waited on."""
-        mm, device = self.seq[0], self.lanes.devices[0]
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(ISSUE_CALLS):
-            mm()
-        took = time.perf_counter() - start
-        synchronize(device)
-        return took / ISSUE_CALLS
+        """Host seconds to issue one product on a lane, queued as the parallel run queues them (each under its
+        lane's stream, the lanes in turn): the stream switches are the host's work too."""
+        return self.lanes.issue_s(self.par, ISSUE_CALLS)
 
     def host_bound(self) -> str | None:
         """Why this pair's speedup would time the issuing thread (CUDA lanes only), or None."""
@@ -90,17 +83,25 @@ class ParallelPair:
         return self.lanes.sequential(self.seq, self.reps)
 
     def pairs(self, count: int | None = None) -> list[tuple[float, float]]:
-        """(sequential, parallel) seconds of pairs run back to back (drift hits both): ``count`` of them, or
+        """(sequential, parallel) seconds of pairs run back to back, each run first in every other pair (drift hits
+        both alike): ``count`` of them, or
         ``DEVBENCH_BLOCKS``, else until asv's 99% interval of their speedup is within 0.5% of its median or the
         benchmark's cap has passed (``measure.sampled``): the speedup, its efficiency and both times are counted
         from the same pairs."""
         got: list[tuple[float, float]] = []
 
         def one() -> float:
-            seq = self.run_sequential()
-            par = self.run_parallel()
+            # the two runs take turns going first: the lanes idle through a sequential run (only lane 0 works), so
+            # a parallel run always after one would always start them cold
+            if len(got) % 2:
+                par = self.run_parallel()
+                seq = self.run_sequential()
+            else:
+                seq = self.run_sequential()
+                par = self.run_parallel()
             got.append((seq, par))
             return seq / par
 
-        sampled(one, count)
+        with tf32(False):
+            sampled(one, count)
         return got
