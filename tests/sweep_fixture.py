@@ -167,9 +167,33 @@ def _point(method: str, *args, cls: str = "bench_fake.Fake") -> dict:
     return json.loads(data)
 
 
+def _settle() -> None:
+    """Wait until the measuring process the points ask (if one runs) has done what the last reply let it do ahead
+    (the asked figure's twins, the points beside it): a ``ping`` from a forked child, as a point would ask, is
+    answered only then. Starts no process."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            conn = sweep._connect(sweep._address(sweep.asking_owner()))
+            if conn is not None:
+                with conn, conn.makefile("r") as reply:
+                    conn.settimeout(120)
+                    conn.sendall(b'{"op": "ping"}\n')
+                    reply.readline()
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.close(read)
+    os.waitpid(pid, 0)
+
+
 def _log(root: Path, made: bool = False) -> list[str]:
-    """What the fake's workloads did, tear-downs aside (the measuring process tears a workload down when the
-    next is built or after a few seconds without a request) and, unless ``made``, what ``once`` built."""
+    """What the fake's workloads did, once the measuring process is done with what it measures ahead
+    (``_settle``), tear-downs aside (the measuring process tears a workload down when the next is built or after a
+    few seconds without a request) and, unless ``made``, what ``once`` built."""
+    _settle()
     path = root / "log.txt"
     lines = [line.split(" ", 1)[1] for line in path.read_text().splitlines()] if path.exists() else []
     return [x for x in lines if not x.startswith("teardown") and (made or not x.startswith("made"))]

@@ -146,23 +146,101 @@ def test_a_cuda_error_in_a_twin_ends_the_process_too(suite_dir, monkeypatch):
 
 
 def test_a_figure_past_its_timeout_ends_the_process_and_the_next_point_goes_on(suite_dir, monkeypatch):
-    """asv stops a point at its timeout; the measuring process stops the figure too, so that later points do not
-    wait behind it."""
+    """asv stops a point at its timeout; the measuring process stops a figure at its class's timeout too, so that
+    later points do not wait behind it. A twin measured ahead that hangs fails no point that asked: the asked one
+    has its reply before the twin is timed, and the next point is measured by a fresh process."""
     monkeypatch.setenv("FAKE_SLEEP", "1")  # read by the measuring process when it starts: n = 2's twin hangs
     # a first point starts the process and imports the suite under the default timeout: only the hang may reach
     # the short one, however slow this host is to start a process
     assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
     monkeypatch.setenv("FAKE_TIMEOUT", "5")
-    assert "error" in _point("track_a", "cpu", 2)  # its twin hangs: the point's wait ends at its timeout
+    assert _point("track_a", "cpu", 2)["result"]["samples"] == [2.0] * 3  # its twin hangs after its reply
     hung = int(next(line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()
                     if line.endswith("measure b 2")))  # fmt: skip
     monkeypatch.delenv("FAKE_SLEEP")
     monkeypatch.delenv("FAKE_TIMEOUT")  # the next point starts a fresh process: the default timeout again
-    assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
+    assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3  # queued behind the hang: asked again
     served = int((suite_dir / "log.txt").read_text().splitlines()[-1].split()[0])
     assert served != hung  # a fresh process measured it: the hung one was ended, not waited behind
     cmdline = Path(f"/proc/{hung}/cmdline")
     assert not sweep.alive(hung) or "devbench.engine.measuring" not in cmdline.read_text(errors="replace")
+    # the hung twin's own point: measured afresh, not served from the process that hung
+    assert _point("track_b", "cpu", 2)["result"]["samples"] == [20.0] * 3
+
+
+SHARED = "bench_fake.Shared"
+
+
+def test_a_figure_measured_ahead_that_no_point_collected_is_measured_again_next_round(suite_dir, monkeypatch):
+    """Round 1 asks up(2), which measures down(2) beside it; down(2)'s point never asks (asv failed or skipped it).
+    Round 2's up(2) begins a new round: down(2) is measured again for its point, not served round 1's figure."""
+    monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Shared\.track_a\('(up|down)', 2\)")
+    assert _point("track_a", "up", 2, cls=SHARED)["result"]["samples"] == [2.0] * 3
+    assert _log(suite_dir).count("measure down 2") == 1
+    assert _point("track_a", "up", 2, cls=SHARED)["result"]["samples"] == [2.0] * 3
+    assert _point("track_a", "down", 2, cls=SHARED)["result"]["samples"] == [-2.0] * 3
+    assert _log(suite_dir).count("measure down 2") == 2
+
+
+def test_a_point_queued_behind_a_hung_set_up_beside_it_is_measured_by_a_fresh_process(suite_dir, monkeypatch):
+    """A point set up ahead (beside the asked one) hangs: its class's timeout ends the process, and the healthy
+    point that asked meanwhile is turned away with ``retry`` and measured by a fresh process, not failed."""
+    monkeypatch.setenv("FAKE_SHARED_TIMEOUT", "4")
+    monkeypatch.setenv("FAKE_SLEEP_DOWN_2", "60")  # read by the measuring process: the set-up beside hangs
+    assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3  # the process up, the suite imported
+    monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Shared\.track_a\('(up|down)', (1|2)\)")
+    assert _point("track_a", "up", 2, cls=SHARED)["result"]["samples"] == [2.0] * 3
+    assert _point("track_a", "up", 1, cls=SHARED)["result"]["samples"] == [1.0] * 3
+    pids = [line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()]
+    assert pids[-1] != next(p for p, line in zip(pids, (suite_dir / "log.txt").read_text().splitlines(), strict=True)
+                            if line.endswith("build down 2"))  # fmt: skip
+
+
+def test_points_already_queued_at_an_ending_process_are_told_to_ask_again(tmp_path):
+    import socket
+
+    path = tmp_path / "s.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    asker = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    asker.connect(str(path))
+    asker.sendall(b'{"op": "measure"}\n')
+    measuring._turn_away(listener)
+    with asker, asker.makefile("r") as reply:
+        assert json.loads(reply.readline())["retry"] is True
+    listener.close()
+
+
+def test_an_idle_process_lets_its_socket_go_before_its_workload(tmp_path):
+    """A point that asks while the idle process lets its workload go (its tear-down, the allocator's release) finds
+    no socket and starts a fresh process; the socket went first."""
+    import subprocess
+    import sys
+    import textwrap
+
+    sock, seen = tmp_path / "m.sock", tmp_path / "seen"
+    script = textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from devbench.engine import measuring, sweep
+        sweep.on_evict(lambda: Path({str(seen)!r}).write_text(str(sweep._connect(Path({str(sock)!r})) is not None)))
+        measuring.serve(Path({str(sock)!r}), owner={os.getpid()}, idle_s=0.5)
+    """)
+    subprocess.run([sys.executable, "-c", script], env={**os.environ, sweep.SERVER_ENV: "1"}, cwd=tmp_path,
+                   timeout=120, check=True)  # fmt: skip
+    assert seen.read_text() == "False" and not sock.exists()
+
+
+def test_a_later_commits_point_is_not_measured_by_a_process_that_imported_an_earlier_commit(suite_dir, monkeypatch):
+    """One owner for every commit (``asv run --launch-method spawn``: asv itself is every point's parent): the
+    commit is part of the process's address, so the later commit's code measures its point."""
+    monkeypatch.setenv("ASV_COMMIT", "aaaa")
+    assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3
+    bench = suite_dir / "fakebench" / "bench_fake.py"
+    bench.write_text(bench.read_text().replace("[float(self.n)] * 3", "[float(self.n) + 100] * 3"))
+    monkeypatch.setenv("ASV_COMMIT", "bbbb")
+    assert _point("track_a", "cpu", 1)["result"]["samples"] == [101.0] * 3
 
 
 def test_a_bad_mode_names_itself(monkeypatch):

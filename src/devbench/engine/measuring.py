@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import importlib
 import itertools
 import json
 import os
 import pickle
+import select
 import signal
 import socket
 import sys
@@ -26,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from devbench.engine import precision
+from devbench.engine import owners, precision
 from devbench.engine.owners import OWNER_ENV, _end_with, _watchdog, alive, pid_line
 from devbench.engine.sweep import (
     _EVICTED,
@@ -47,7 +49,9 @@ class Server:
 
     lead: tuple = ()  # the set-up cache's result, first of every call's arguments, where the class has one
     held: tuple | None = None  # (name of the class, params, its set-up cache) of the built workload
-    ahead: tuple | None = None  # (class, params) of the figure just asked, whose build other points may share
+    #: (the figure just asked, its params, the other figures of its workload to time) once its reply is sent: those
+    #: figures, then the points that share its build (``go_ahead``)
+    ahead: tuple | None = None
 
     def __init__(self, journal: Path, spawned: float | None = None):
         self.journal = journal
@@ -55,6 +59,10 @@ class Server:
         self.held = None
         self.bench: object | None = None
         self.waiting: dict[tuple, dict] = {}  # (figure, params, set-up cache) -> reply, served once
+        #: the figure whose ask measured each waiting one ahead: asked again, it begins a new round (asv's next, a
+        #: later stage's), and what its last ask measured ahead is no one's now (``_new_round``)
+        self.origin: dict[tuple, tuple] = {}
+        self.run: object = None  # the asv call that asks (the points' parent): another's waiting figures are not its
         self.fatal = False  # a CUDA error: this process ends after its reply
         self.lost = ""  # what an eviction's hook raised (a context an earlier figure broke shows here first)
 
@@ -63,21 +71,38 @@ class Server:
             out.write(json.dumps({"pid": os.getpid(), "t": time.time(), **record}) + "\n")
 
     def handle(self, request: dict) -> dict:
+        if request.get("op") == "ping":  # answered once every earlier request, and what it let run ahead, is done
+            return {"ok": True}
         op, name, params = request["op"], request["name"], tuple(request["params"])
         cls_name = name.rsplit(".", 1)[0] if op == "measure" else name
+        if request.get("run") != self.run:  # another asv call (a gpu-run stage after another): it measures afresh
+            self.waiting.clear()
+            self.origin.clear()
+            self.run = request.get("run")
         if op == "prepare":
             if any(k[0].rsplit(".", 1)[0] == name and k[1:] == (params, request.get("cache")) for k in self.waiting):
                 return {"ok": True, "waiting": True}
             return self._build(request, cls_name, params)
         if op == "measure":
-            waiting = self.waiting.pop((name, params, request.get("cache")), None)
+            key = (name, params, request.get("cache"))
+            waiting = self.waiting.pop(key, None)
             if waiting is not None:
+                self.origin.pop(key, None)
                 return waiting
+            self._new_round(key)
             built = self._build(request, cls_name, params)
             if "ok" not in built:
                 return built
             return self._measure(name, params)
         return {"error": f"unknown request {op!r}"}
+
+    def _new_round(self, asked: tuple) -> None:
+        """``asked`` is measured (not served from ``waiting``): what its earlier ask measured ahead and no point
+        collected since (asv failed or skipped that point, or a wider selection named it) is dropped, so this
+        round measures it again instead of serving an earlier round's figure."""
+        for key in [k for k, origin in self.origin.items() if origin == asked]:
+            self.waiting.pop(key, None)
+            del self.origin[key]
 
     def _evict(self) -> None:
         if self.bench is not None and self.held is not None:
@@ -123,13 +148,14 @@ class Server:
         return {"ok": True}
 
     def _measure(self, asked: str, params: tuple) -> dict:
-        """``asked``, then every other figure of the held workload this run selects, one after the other, then the
-        points that share its build (``_beside``)."""
+        """``asked`` alone: its reply goes first (the asked point's time holds its own figure only); then, once it
+        has gone, every other figure of the held workload this run selects and the points that share its build
+        (``go_ahead``)."""
         cls_name = asked.rsplit(".", 1)[0]
-        figures = [asked] + [f"{cls_name}.{m}" for m in figures_of(type(self.bench))
-                             if f"{cls_name}.{m}" != asked and selected(f"{cls_name}.{m}", params)]  # fmt: skip
-        reply = self._figures(self.bench, params, figures, asked)
-        self.ahead = (cls_name, params)  # after the reply is sent: the points that share this build (``_beside``)
+        others = [f"{cls_name}.{m}" for m in figures_of(type(self.bench))
+                  if f"{cls_name}.{m}" != asked and selected(f"{cls_name}.{m}", params)]  # fmt: skip
+        reply = self._figures(self.bench, params, [asked], asked)
+        self.ahead = (asked, params, others)
         return reply  # the workload stays built: a compare's next turn asks the same figure again
 
     def _figures(self, bench: object, params: tuple, figures: list[str], asked: str | None = None) -> dict:
@@ -153,19 +179,38 @@ class Server:
             if figure == asked:
                 reply = result
             else:
-                self.waiting[(figure, params, self.held[2] if self.held else None)] = result
+                key = (figure, params, self.held[2] if self.held else None)
+                self.waiting[key] = result
+                if self.origin_of is not None:
+                    self.origin[key] = self.origin_of
             if result.get("fatal"):
                 self.fatal = True
                 break
         return reply
 
-    def go_ahead(self) -> None:
-        """What the last figure asked lets this process do once its reply has gone: the points sharing its build."""
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None and not self.fatal and self.bench is not None:
-            self._beside(*ahead)
+    #: the asked figure's key while what it lets this process do ahead is measured (``origin``)
+    origin_of: tuple | None = None
 
-    def _beside(self, cls_name: str, params: tuple) -> None:
+    def go_ahead(self, watch=None) -> None:
+        """What the last figure asked lets this process do once its reply has gone: the other figures of its
+        workload, then the points sharing its build (``_beside``), each set of figures under ``watch()`` (a fresh
+        watchdog of the class's timeout: a hung one ends this process, not the point that asked)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None or self.fatal or self.bench is None:
+            return
+        asked, params, others = ahead
+        watch = watch or contextlib.nullcontext
+        self.origin_of = (asked, params, self.held[2] if self.held else None)
+        try:
+            if others:
+                with watch():
+                    self._figures(self.bench, params, others)
+            if not self.fatal:
+                self._beside(asked.rsplit(".", 1)[0], params, watch)
+        finally:
+            self.origin_of = None
+
+    def _beside(self, cls_name: str, params: tuple, watch=contextlib.nullcontext) -> None:
         """Where the class names the params its build depends on (``built_by``) and the run names its selection
         (``SELECT_ENV``: gpu-run, compare), the selected points that differ from ``params`` in the other params
         only, each set up and timed now, over the held build (``prepare.once`` keeps what they share): kept to be
@@ -184,22 +229,28 @@ class Server:
             figures = [f"{cls_name}.{m}" for m in figures_of(cls) if selected(f"{cls_name}.{m}", combo)]
             if not figures or any((f, combo, self.held[2]) in self.waiting for f in figures):
                 continue
-            bench, t0 = cls(), time.monotonic()
-            try:
-                bench.setup(*self.lead, *combo)
-            except Exception as exc:  # noqa: BLE001 - a skip or a failure: its own request says so
-                if not isinstance(exc, NotImplementedError) and _failed(exc).get("fatal"):
-                    self.fatal = True  # a CUDA error: this process ends, the next point starts a fresh one
-                    return
+            if self._asked_waits():  # a point waits for its reply: it is served first, this one is asked for later
+                return
+            with watch():
+                bench, t0 = cls(), time.monotonic()
+                try:
+                    bench.setup(*self.lead, *combo)
+                except Exception as exc:  # noqa: BLE001 - a skip or a failure: its own request says so
+                    if not isinstance(exc, NotImplementedError) and _failed(exc).get("fatal"):
+                        self.fatal = True  # a CUDA error: this process ends, the next point starts a fresh one
+                        return
+                    with contextlib.suppress(Exception):
+                        bench.teardown(*self.lead, *combo)
+                    continue
+                self._note(beside=cls_name, params=list(combo), seconds=round(time.monotonic() - t0, 4))
+                self._figures(bench, combo, figures)
                 with contextlib.suppress(Exception):
                     bench.teardown(*self.lead, *combo)
-                continue
-            self._note(beside=cls_name, params=list(combo), seconds=round(time.monotonic() - t0, 4))
-            self._figures(bench, combo, figures)
-            with contextlib.suppress(Exception):
-                bench.teardown(*self.lead, *combo)
             if self.fatal:
                 return
+
+    #: whether a request waits at the socket (``serve`` sets it: its listener); none, where unset
+    _asked_waits = staticmethod(lambda: False)
 
 
 def _benchmark_class(module: str, file: str | None, name: str) -> type:
@@ -269,6 +320,22 @@ def _drop_draws() -> None:
         measure.drop_draws()
 
 
+def _turn_away(listener: socket.socket) -> None:
+    """Answer every point already queued at ``listener`` (its socket file gone: no more can come) with ``retry``:
+    this process measures nothing more, and each asks a fresh one (``swept._ask``) instead of failing."""
+    with contextlib.suppress(OSError):
+        listener.setblocking(False)
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            with contextlib.suppress(OSError), conn:
+                conn.settimeout(1.0)
+                conn.makefile("r").readline()
+                conn.sendall((json.dumps({"retry": True, "error": "the measuring process was ending"}) + "\n").encode())
+
+
 def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = IDLE_S,
           spawned: float | None = None) -> None:  # fmt: skip
     """Answer requests at ``path`` until ``owner`` exits, ``idle_s`` pass without one (not under a holder, which
@@ -289,12 +356,15 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
     threading.Thread(target=_end_with, args=(owner, path, ours), daemon=True).start()
 
     def close() -> None:
-        listener.close()
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == ours:  # another process's socket, started after this one's, stays
-                path.unlink()
-                path.with_suffix(".lock").unlink(missing_ok=True)
+                path.unlink()  # first: no point connects from here on (the start lock stays: ``owners._exit``)
                 path.with_suffix(".pid").unlink(missing_ok=True)
+        _turn_away(listener)  # those that connected before it went ask a fresh process
+        listener.close()
+
+    owners.BEFORE_EXIT.append(lambda: _turn_away(listener))  # a watchdog's or the owner's end, mid-figure too
+    server._asked_waits = lambda: bool(select.select([listener], [], [], 0)[0])
 
     try:
         while alive(owner) and time.monotonic() - last < idle_s:
@@ -311,14 +381,14 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                 line = lines.readline()
                 if not line:
                     continue
-                env, limit, sent = {}, 1e9, False
+                env, limit, sent, request = {}, 1e9, False, {}
                 try:
                     request = json.loads(line)
                     # a request that reaches its point's timeout ends this process just before it: a hung figure
                     # must not make every later point wait its timeout too, and the point, not the next one, sees
                     # the process go
                     env = request.get("env") if isinstance(request.get("env"), dict) else {}
-                    turns = bool(env.get(TURNS_ENV))
+                    turns = bool(env.get(TURNS_ENV)) if request.get("op") != "ping" else turns
                     limit = time_left(request)
                     if limit <= 0:  # it waited behind earlier work until its point gave up: measure nothing for it
                         reply = {"error": f"not measured: the point's {request.get('timeout_s'):.0f} s had passed "
@@ -338,12 +408,14 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                 with contextlib.suppress(OSError):  # a point killed while it waited: the figure waits no more
                     conn.sendall((json.dumps(reply) + "\n").encode())
                     sent = True
-            # the reply has gone (the asked point's time holds its own figures only): the points that share its
-            # build, each under its class's whole timeout, the next request waiting for them
+            # the reply has gone (the asked point's time holds its own figure only): the workload's other figures,
+            # then the points that share its build, each under its class's whole timeout (a hung one ends this
+            # process, and the points queued meanwhile ask a fresh one); a point that asks meanwhile is served
+            # before the next point beside
             if sent:
-                beside = float(getattr(server.bench, "timeout", 0) or 0) or limit
-                with _watchdog(beside, path, ours), _environment(env):
-                    server.go_ahead()
+                beside = float(request.get("class_timeout_s") or 0) or limit
+                with _environment(env):
+                    server.go_ahead(functools.partial(_watchdog, beside, path, ours))
             else:
                 server.ahead = None  # its point is gone: nothing is done ahead for it
             if server.fatal:
@@ -352,8 +424,8 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
             if server.fatal:
                 break
     finally:
+        close()  # first: a point that asks while the workload is let go asks a fresh process, not this ending one
         server._evict()
-        close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -171,13 +171,22 @@ def _watchdog(limit: float, path: Path, ours: int):
         timer.cancel()
 
 
+#: called by ``_exit`` once the socket is gone, before the process ends (the measuring process turns away the
+#: points already queued at its socket, which then ask a fresh one)
+BEFORE_EXIT: list = []
+
+
 def _exit(path: Path, ours: int, code: int) -> None:
-    """End this process now, mid-figure too, its socket gone first (a holder waits for it to go)."""
+    """End this process now, mid-figure too, its socket gone first (a holder waits for it to go). The start lock
+    (``.lock``) stays: an asker may hold it, and a new file of that name would let a second asker start a second
+    process beside the first."""
     with contextlib.suppress(OSError):
         if os.stat(path).st_ino == ours:
             path.unlink()
-            path.with_suffix(".lock").unlink(missing_ok=True)
             path.with_suffix(".pid").unlink(missing_ok=True)
+    for hook in BEFORE_EXIT:
+        with contextlib.suppress(Exception):
+            hook()
     os._exit(code)
 
 

@@ -81,9 +81,12 @@ def folder() -> Path:
 
 
 def _address(owner: int) -> Path:
-    """The socket of ``owner``'s measuring process for this interpreter, its folder and this process's visible
-    GPUs: in a short folder of its own (a Unix socket's path is at most 107 bytes), its log in ``folder()``."""
-    ident = f"{sys.executable}|{os.environ.get('CUDA_VISIBLE_DEVICES', '')}|{sys.path}|{folder()}"
+    """The socket of ``owner``'s measuring process for this interpreter, its folder, this process's visible GPUs and
+    the commit asv runs (``asv run --launch-method spawn`` makes asv itself every point's parent, for every commit:
+    a process that imported one commit's code never measures another's): in a short folder of its own (a Unix
+    socket's path is at most 107 bytes), its log in ``folder()``."""
+    ident = (f"{sys.executable}|{os.environ.get('CUDA_VISIBLE_DEVICES', '')}|{sys.path}|{folder()}|"
+             f"{os.environ.get('ASV_COMMIT', '')}")  # fmt: skip
     return sockets() / f"m{owner}-{hashlib.sha1(ident.encode()).hexdigest()[:10]}.sock"
 
 
@@ -160,7 +163,9 @@ def ask(request: dict, timeout_s: float) -> dict:
     path = _address(owner)
     # when it was sent (the wall clock both processes share): a request that waited its point's whole timeout
     # behind earlier work is answered, not measured (``measuring.time_left``)
-    request = {**request, "env": {k: os.environ.get(k) for k in PASSED_ENV}, "timeout_s": timeout_s, "sent": _now()}
+    # ``run``: the asv call that asks (this point's parent), whose figures measured ahead are no other call's
+    request = {**request, "env": {k: os.environ.get(k) for k in PASSED_ENV}, "timeout_s": timeout_s, "sent": _now(),
+               "run": os.getppid()}  # fmt: skip
     try:
         with _connected(path, owner) as conn:
             conn.settimeout(timeout_s)

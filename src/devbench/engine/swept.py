@@ -65,6 +65,7 @@ def _ask(bench: object, op: str, name: str, args: tuple) -> dict:
     # what is left of it (its watchdog in the measuring process then ends a hung figure before asv kills the point,
     # not a build's time later); a figure asked again on the same set-up (a compare's turns) has the whole of it
     timeout = float(getattr(bench, "timeout", 300.0))
+    request["class_timeout_s"] = timeout  # what each figure measured ahead for the class's other points may take
     if op == "prepare" and not os.environ.get(TURNS_ENV):
         bench._devbench_prepared = time.monotonic()
     elif op == "measure" and "_devbench_prepared" in bench.__dict__:
