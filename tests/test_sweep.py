@@ -190,6 +190,8 @@ def test_a_point_queued_behind_a_hung_set_up_beside_it_is_measured_by_a_fresh_pr
     assert _point("track_a", "cpu", 1)["result"]["samples"] == [1.0] * 3  # the process up, the suite imported
     monkeypatch.setenv(sweep.SELECT_ENV, r"bench_fake\.Shared\.track_a\('(up|down)', (1|2)\)")
     assert _point("track_a", "up", 2, cls=SHARED)["result"]["samples"] == [2.0] * 3
+    # the next point's own timeout is long: it waits out the hang and a fresh process's start, however slow the host
+    monkeypatch.setenv("FAKE_SHARED_TIMEOUT", "120")
     assert _point("track_a", "up", 1, cls=SHARED)["result"]["samples"] == [1.0] * 3
     pids = [line.split()[0] for line in (suite_dir / "log.txt").read_text().splitlines()]
     assert pids[-1] != next(p for p, line in zip(pids, (suite_dir / "log.txt").read_text().splitlines(), strict=True)
