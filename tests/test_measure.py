@@ -360,3 +360,47 @@ def test_the_suites_whole_number_switches_name_a_bad_value(monkeypatch):
         monkeypatch.setenv(M.BLOCKS_ENV, bad)
         with pytest.raises(ValueError, match=f"DEVBENCH_BLOCKS='{bad}': expected the blocks of a figure"):
             M.blocks_per_figure()
+
+
+def test_a_held_blocks_spin_is_sized_by_the_clock_it_last_ran_at(monkeypatch):
+    """The spin counts SM cycles: timed once at a low clock, a spin of the same cycles is shorter at boost. Each held
+    block's own spin (the event before it to the block's start) gives the rate the next spin is sized by. A fake
+    CUDA stream whose spin runs at 2e9 cycles/s stands in for the GPU; the process first timed it at 1e9."""
+    import contextlib
+
+    import devbench.engine.blocks as B
+
+    gpu = {"now": 0.0}
+    rate = 2e9
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self, stream=None):
+            self.t = gpu["now"]
+
+        def query(self):
+            return False  # the spin still runs when the last call is queued: the hold held
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+    def sleep(cycles):
+        gpu["now"] += cycles / rate
+
+    def work():
+        gpu["now"] += 1e-6
+
+    for name, value in (("Event", Event), ("_sleep", sleep), ("device", lambda d: contextlib.nullcontext()),
+                        ("stream", lambda s: contextlib.nullcontext()), ("current_stream", lambda d=None: object())):
+        monkeypatch.setattr(B.torch.cuda, name, value, raising=False)
+    device = torch.device("cuda", 0)
+    monkeypatch.setitem(B._SPIN_CYCLES_PER_S, device, 1e9)
+    monkeypatch.setattr(B, "_HELD_SPINS", {})
+    timing = B._held_block(work, device, 10, None)
+    assert timing.seconds == pytest.approx(10e-6) and timing.calls == 10
+    assert B._SPIN_CYCLES_PER_S[device] == pytest.approx(rate)

@@ -131,7 +131,8 @@ def hold_until_queued(attempt: Callable[[float], HeldAttempt], calls: int, first
     )
 
 
-#: a device's spin-kernel cycles per second, measured once per process
+#: a device's spin-kernel cycles per second: timed once per process, then taken from each held block's own spin
+#: (the spin counts SM clock cycles, and the clock a long-lived process first timed may not be the clock it runs at)
 _SPIN_CYCLES_PER_S: dict[torch.device, float] = {}
 #: (device, calls) -> where the next held block of that many calls there starts its spin: twice what the last held
 #: one took to queue (``hold_until_queued``)
@@ -161,10 +162,13 @@ def _held_block(
     def attempt(spin_s: float) -> HeldAttempt:
         with torch.cuda.device(device):
             s = stream if stream is not None else torch.cuda.current_stream(device)
+            spun = torch.cuda.Event(enable_timing=True)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            cycles = max(1, int(spin_s * _SPIN_CYCLES_PER_S.get(device, cycles_per_s)))
             with torch.cuda.stream(s):
-                torch.cuda._sleep(int(spin_s * cycles_per_s))
+                spun.record(s)
+                torch.cuda._sleep(cycles)
                 start.record(s)
                 t0 = time.perf_counter()
                 for _ in range(calls):
@@ -173,6 +177,9 @@ def _held_block(
                 queued_s = time.perf_counter() - t0
                 held = not start.query()  # the spin still runs: nothing of the block has started
             end.synchronize()
+            spin_took = spun.elapsed_time(start) / 1e3
+            if held and spin_took > 0:  # the clock the spin ran at now: the next spin is sized by it
+                _SPIN_CYCLES_PER_S[device] = cycles / spin_took
             return HeldAttempt(held, queued_s, start.elapsed_time(end) / 1e3)
 
     return BlockTiming(hold_until_queued(attempt, calls, spins=_HELD_SPINS, key=(device, calls)), calls)
