@@ -1039,3 +1039,9 @@ def test_a_process_dying_between_turns_or_after_closing_answers_each_request_onc
         finally:
             worker.stop()
     assert "dropped an answer to an earlier request" in (tmp_path / "log").read_text()
+
+
+def test_a_confidence_is_printed_with_the_digits_it_has():
+    from devbench.compare.record import percent
+
+    assert [percent(c) for c in (0.99, 0.999, 0.975, 0.95)] == ["99%", "99.9%", "97.5%", "95%"]

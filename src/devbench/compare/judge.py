@@ -13,8 +13,9 @@ turns into spread between passes, which this interval counts. Verdicts are ``ver
 The figures one ``setup_cache`` sweep measures at once (the collectives: one pair of worlds a pass
 gives every op and size) are judged as one family: each interval is at ``1 - (1 - confidence) / m``
 for the sweep's ``m`` figures of the run (Bonferroni), so that all ``m`` hold together at the run's
-confidence and the sweep, like any other figure, is called by chance at most ``1 - confidence`` of
-the time. Every other figure has its own pairs of processes and its own interval at the run's
+confidence at any one look (the looks after each even pass are not counted in the split: over a sweep's
+three, the chance of a call is bounded by about 2.4% at 99%: docs/design.md, the sweep as one family).
+Every other figure has its own pairs of processes and its own interval at the run's
 confidence; the floor keeps those from being called by chance, since their intervals are a few
 percent wide, while a sweep's gloo figures spread by tens of percent from world to world, and 45 of
 them at 1% each called about one in three A/A runs by chance (reports/compare-aa).

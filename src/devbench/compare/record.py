@@ -69,11 +69,16 @@ def to_text(table: Any, title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def percent(confidence: float) -> str:
+    """A confidence as a percentage with the digits it has: 99%, 97.5%, 99.9% (never 0.999 rounded to 100%)."""
+    return f"{100 * confidence:.4g}%"
+
+
 def to_markdown(table: Any, title: str, notes: Sequence[str], confidence: float) -> str:
     counts = summary_counts(table)
     out = [f"### {md_escape(title)}", "", " · ".join(f"**{n}** {v}" for v, n in counts.items()), ""]
     out += [f"> {md_escape(n)}" for n in notes] + [""]
-    head = f"| verdict | benchmark | params | change | {round(100 * confidence)}% interval | base | head | unit |"
+    head = f"| verdict | benchmark | params | change | {percent(confidence)} interval | base | head | unit |"
     rule = "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"
 
     def rows(sel: Any) -> list[str]:
@@ -220,13 +225,14 @@ def write(opts: Options, figures: list[Figure], record: dict[str, Any]) -> int:
         f"{_screen_note(opts)}; "
         "change = head / base, the Hodges-Lehmann "
         "estimate over the pairs of processes (each the median of its pairs of blocks) with its "
-        f"{round(100 * opts.confidence)}% distribution-free interval; "
+        f"{percent(opts.confidence)} distribution-free interval; "
         f"a verdict needs the interval beyond (or, for same, inside) a {100 * opts.floor:g}% floor.",
     ]
     if not opts.same:
         notes.append("Looked for faster and slower only (the default): a figure stopped as soon as neither could be "
                      "reached any more, so an unchanged figure ends undecided, not same: undecided says no change was "
-                     "found, not that one was bounded within the floor (--same seeks that too).")  # fmt: skip
+                     "found, not that one was bounded within the floor (--same seeks that too). A figure kept to "
+                     "--min-passes (--all-passes) whose interval is inside the floor by then is same.")  # fmt: skip
     notes += _sweep_notes(figures, opts)
     envs = {side: environment_label(record["sides"][side].get("environment")) for side in ("base", "head")}
     same_env = envs["base"] == envs["head"]
@@ -289,6 +295,6 @@ def _sweep_notes(figures: list[Figure], opts: Options) -> list[str]:
         own = 1 - (1 - opts.confidence) / m
         notes.append(f"The {m} figures of {', '.join(names)} are measured together, by one setup_cache a pass on each "
                      f"side, and judged as one family: each interval at {100 * own:.2f}%, so that all {m} hold "
-                     f"together at {round(100 * opts.confidence)}% (Bonferroni); a verdict among them needs "
+                     f"together at {percent(opts.confidence)} (Bonferroni); a verdict among them needs "
                      f"{stopping.fewest_passes(own)} or more passes.")  # fmt: skip
     return notes
