@@ -1198,3 +1198,50 @@ def test_a_save_cut_short_leaves_nothing_in_the_results_that_asv_would_walk_into
     res.save(str(results))
     assert [p.name for p in results.iterdir()] == ["m"] and (results / res._filename).is_file()
     assert any(p.name.startswith(".saving-") for p in (tmp_path / ".asv").iterdir())
+
+
+def test_a_stage_stopped_mid_benchmark_keeps_the_params_asv_finished(tmp_path, monkeypatch):
+    """asv adds a benchmark's result once all its params have run: under gpu-run each param's is on disk as it
+    ends, so a stage stopped at the third of three params keeps the first two (asv's own add at the end, in memory,
+    is the one kept when the benchmark finishes)."""
+    import math
+
+    from asv import results as R
+    from asv import runner as RN
+    from asv.commands import run as RC
+
+    from devbench.gpu import asvrun
+
+    for name in ("save", "add_result", "load_data"):
+        monkeypatch.setattr(R.Results, name, getattr(R.Results, name))
+    monkeypatch.delattr(R.Results, "_devbench_patched", raising=False)
+    monkeypatch.setattr(RC, "run_benchmarks", RC.run_benchmarks)
+
+    def one_param(benchmark, spawner, profile, selected_idx=None, extra_params=None, cwd=None, prev_result=None):
+        (idx,) = selected_idx
+        if idx == 2:
+            raise KeyboardInterrupt  # the stage's limit: asv is stopped mid-benchmark
+        result = [math.nan] * 3
+        result[idx] = float(idx + 1)
+        return RN.BenchmarkResult(result=result, samples=[None] * 3, number=[None] * 3, errcode=0, stderr="",
+                                  profile=None)  # fmt: skip
+
+    bench = {"name": "bench_x.track_x", "params": [["1", "2", "3"]], "param_names": ["n"], "version": "1",
+             "type": "track", "unit": "x"}  # fmt: skip
+
+    def runs(benchmarks, env, results=None, **kwargs):
+        res = RN.run_benchmark(bench, None, False)
+        results.add_result(bench, res)
+
+    monkeypatch.setattr(RN, "run_benchmark", one_param)
+    monkeypatch.setattr(RN, "run_benchmarks", runs)
+    asvrun.save_as_it_goes()
+    folder = tmp_path / "results"
+    (folder / "m").mkdir(parents=True)
+    res = R.Results({"machine": "m"}, {}, "a" * 40, 0, "py", "env-name", {})
+    setattr(res, asvrun._DIR, str(folder))
+    with pytest.raises(KeyboardInterrupt):
+        RC.run_benchmarks(None, None, results=res, record_samples=True)
+    saved = R.Results.load(str(folder / res._filename))
+    assert saved.get_result_value("bench_x.track_x", bench["params"])[:2] == [1.0, 2.0]
+    assert math.isnan(saved.get_result_value("bench_x.track_x", bench["params"])[2])
