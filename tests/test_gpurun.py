@@ -1245,3 +1245,34 @@ def test_a_stage_stopped_mid_benchmark_keeps_the_params_asv_finished(tmp_path, m
     saved = R.Results.load(str(folder / res._filename))
     assert saved.get_result_value("bench_x.track_x", bench["params"])[:2] == [1.0, 2.0]
     assert math.isnan(saved.get_result_value("bench_x.track_x", bench["params"])[2])
+
+
+def test_an_nvidia_smi_that_hangs_is_a_note_not_the_end_of_the_run(tmp_path, monkeypatch):
+    from devbench.gpu import gpupack
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nsleep 100\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(gpupack, "SMI_S", 0.5)
+    gpupack._smi(tmp_path / "smi.txt")  # returns: the run goes on
+    assert "nvidia-smi: no answer in 0.5 s; stopped" in (tmp_path / "smi.txt").read_text()
+
+
+def test_a_hang_up_stops_gpu_run_as_a_sigterm_does(monkeypatch, capsys):
+    """A lost terminal or ssh session: gpu-run stops its stage and exits 129, not dying with it still running."""
+    import signal as S
+
+    from devbench.gpu import gpurun
+
+    def execute(args, listed):
+        os.kill(os.getpid(), S.SIGHUP)
+        raise AssertionError("not reached: the hang-up stops the run")
+
+    monkeypatch.setattr(gpurun, "execute", execute)
+    monkeypatch.setattr(gpurun, "check", lambda args: None)
+    args = gpurun.argparse.Namespace(machine="m")
+    assert gpurun.run(args) == 129
+    assert "terminated; what finished is in the output folder" in capsys.readouterr().err

@@ -28,7 +28,7 @@ WORKER = Path(__file__).with_name("worker.py")
 CHECKED_ENV = "DEVBENCH_CHECKED"
 
 
-class WorkerError(Exception):
+class WorkerError(RuntimeError):
     """A worker that failed to start, died, or did not answer in time; the message says which and why."""
 
 

@@ -4,9 +4,11 @@ the measuring processes stopped at their cap; ``plan.json`` and the run's summar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -24,12 +26,26 @@ from devbench.gpu.plantext import to_json
 STATE_DIRS = ("gpustate", "runinfo", "achievable", "fleet", "sweep")
 
 
+#: seconds ``nvidia-smi -q`` may take
+SMI_S = 60.0
+
+
 def _smi(path: Path) -> None:
     if shutil.which("nvidia-smi") is None:
         path.write_text("nvidia-smi: not on this machine\n")
         return
     with open(path, "w") as f:
-        subprocess.run(["nvidia-smi", "-q"], stdout=f, stderr=subprocess.STDOUT, timeout=60)
+        # a session of its own, killed whole at 60 s: an nvidia-smi that hangs (a GPU stuck in the driver) is a note
+        # in the packed run, not the end of it
+        proc = subprocess.Popen(["nvidia-smi", "-q"], stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=SMI_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)  # one stuck in the driver (state D) is left: the run goes on without it
+            f.write(f"\nnvidia-smi: no answer in {SMI_S:g} s; stopped\n")
 
 
 def durations_since(results: Path, sha: str, since: float) -> dict[str, float | None]:

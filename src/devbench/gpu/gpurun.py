@@ -230,7 +230,7 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
     try:
         return _stages(run, plan, summary, reserve, python, machine, sha, running)
     except (KeyboardInterrupt, Stopped) as stop:
-        why = "interrupted (Ctrl-C)" if isinstance(stop, KeyboardInterrupt) else "terminated (SIGTERM)"
+        why = "interrupted (Ctrl-C)" if isinstance(stop, KeyboardInterrupt) else stop.why
         summary.stopped = why
         if running:
             summary.cut(running, run.stage_started, f"{why} before asv finished it")
@@ -475,10 +475,8 @@ def run(args: argparse.Namespace) -> int:
 
     os.environ[MACHINE_ENV] = args.machine  # every stage's records name the asv machine, not the host
 
-    def terminated(signum: int, frame: Any) -> None:
-        raise Stopped(143)
-
-    before = signal.signal(signal.SIGTERM, terminated)
+    # SIGHUP too (a lost terminal): a stage runs in a session of its own and would go on with no limit without it
+    before = {sig: signal.signal(sig, Stopped.on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
     listed: list[Path] = []
     try:
         return execute(args, listed)
@@ -492,6 +490,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"devbench gpu-run: {exc}", file=sys.stderr)
         return 1
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
         for folder in listed:  # the discovery's folder, made by Run
             shutil.rmtree(folder, ignore_errors=True)

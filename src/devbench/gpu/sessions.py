@@ -118,11 +118,20 @@ MIN_STAGE_S = 10.0
 STUCK_RC = 125
 
 class Stopped(Exception):
-    """Ctrl-C or SIGTERM: the exit code says which."""
+    """Ctrl-C, SIGTERM or SIGHUP: the exit code says which."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
+
+    @property
+    def why(self) -> str:
+        return {128 + signal.SIGTERM: "terminated (SIGTERM)", 128 + signal.SIGHUP: "hung up (SIGHUP)"}.get(
+            self.code, "stopped")
+
+    @staticmethod
+    def on_signal(signum: int, frame: object) -> None:
+        raise Stopped(128 + signum)
 
 
 #: asv's discovery of the suite, in a folder of the run's own while it runs (``Run.discovery``)
