@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -1276,3 +1277,39 @@ def test_a_hang_up_stops_gpu_run_as_a_sigterm_does(monkeypatch, capsys):
     args = gpurun.argparse.Namespace(machine="m")
     assert gpurun.run(args) == 129
     assert "terminated; what finished is in the output folder" in capsys.readouterr().err
+
+
+def test_a_stop_cuts_the_points_asv_had_not_saved_of_the_benchmark_it_was_in(tmp_path):
+    """asvrun saves each param as it ends: the benchmark a stopped stage was in (the last asv started) keeps the
+    points it saved and cuts the rest; a benchmark asv never started is cut whole; an earlier one stays whole."""
+    import datetime
+    from types import SimpleNamespace
+
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    from devbench.gpu import plan as P
+    from devbench.gpu.gpupack import Summary
+
+    sha = "a" * 40
+
+    def bench(name):
+        return {"name": name, "type": "track", "unit": "x", "params": [["1", "2", "3"]], "param_names": ["n"],
+                "version": "0" * 64, "timeout": 60.0, "code": ""}  # fmt: skip
+
+    first, stopped, never = (bench(f"bench_a.C.track_{x}") for x in ("first", "stopped", "never"))
+    results = tmp_path / "repo" / ".asv" / "results"
+    res = Results({"machine": "vm"}, {}, sha, 0, "3.11", "existing-py", {})
+    at = datetime.datetime.fromtimestamp(1_000_000, tz=datetime.timezone.utc)
+    res.add_result(first, BenchmarkResult(result=[1.0, None, 3.0], samples=[[1.0], None, [3.0]], number=[1, None, 1],
+                                          errcode=1, stderr="", profile=None), started_at=at, duration=3.0)  # fmt: skip
+    res.add_result(stopped, BenchmarkResult(result=[1.0, math.nan, math.nan], samples=[[1.0], None, None],
+                                            number=[1, None, None], errcode=0, stderr="", profile=None),
+                   selected_idx={0}, started_at=at + datetime.timedelta(seconds=5), duration=1.0)  # fmt: skip
+    res.save(str(results))
+    listing = {b["name"]: b for b in (first, stopped, never)}
+    plan = P.make_plan(listing, _all, ONE_GPU, 1000, 0)
+    run = SimpleNamespace(repo=tmp_path / "repo", started_at=1_000_000 - 1)
+    lost = Summary(run, plan, "vm", sha).cut(plan.points, 1_000_000 - 1, "stopped")
+    assert sorted((p.benchmark.rsplit("_", 1)[1], p.values) for p in lost) == [
+        ("never", ("1",)), ("never", ("2",)), ("never", ("3",)), ("stopped", ("2",)), ("stopped", ("3",))]

@@ -206,6 +206,19 @@ def test_a_swept_family_is_learned_whole_from_asvs_durations():
     assert plan.scales == {"bench_m.Mat.track_time": pytest.approx(2.0), "bench_m.Mat.track_tflops": pytest.approx(2.0)}
 
 
+def test_a_family_a_stop_cut_into_is_not_learned():
+    """The stage stopped in the family: its saved points' durations and the builds journaled for points cut before
+    their figures were saved no longer match, so it keeps its price."""
+    from devbench.gpu.costs import _learn
+
+    plan = P.make_plan(_swept(), lambda s: "'cuda'" in s, COSTS, budget_s=1000, reserve_s=0)
+    ran = [p for p in plan.points if p.state == "run"]
+    ran[-1].state = "cut"
+    total = sum(p.estimate_s for p in ran)
+    _learn(plan, ran, {"bench_m.Mat.track_time": 0.25 * total, "bench_m.Mat.track_tflops": 0.0})
+    assert plan.scales == {}
+
+
 def test_a_host_clock_figure_on_the_cpu_is_priced_the_seconds_asv_gave_a_time_figure():
     bench = {"sample_time": 0.05, "unit": "seconds", "repeat": [3, 40, 2.0]}
     assert P.swept_sample_s(bench, gpu=False) == pytest.approx(P.SIZING_S + 2.0)

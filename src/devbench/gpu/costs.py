@@ -279,10 +279,13 @@ def _learn(plan: P.Plan, points: list[P.Point], durations: dict[str, float | Non
         alone = p.alone_s if p.partner is not None and p.partner not in beside else 0.0
         planned[key] = planned.get(key, 0.0) + p.estimate_s + alone
         members.setdefault(key, set()).add(p.benchmark)
+    # a family the stop cut into is not learned: what its saved points' durations hold and what its journaled builds
+    # were for no longer match (a build for a point cut before its figure was saved, a twin timed for a point cut)
+    stopped_in = {_family(p) for p in points if p.state == "cut"}
     for key, names in members.items():
         seen = [durations.get(n) for n in names]
         spent = sum(builds.get(key, ())) + starts.get(key, 0.0)
-        took[key] = None if any(d is None for d in seen) else max(0.0, sum(seen) - spent)
+        took[key] = None if key in stopped_in or any(d is None for d in seen) else max(0.0, sum(seen) - spent)
     for key, estimate in planned.items():
         if took[key] is not None and estimate > 0:
             plan.learned[key] = (estimate, took[key])

@@ -164,6 +164,21 @@ def valued_since(results: Path, sha: str, since: float, points: list[Point]) -> 
             and any(value_at(data, p.benchmark, p.values) is not None for data in files)}  # fmt: skip
 
 
+def last_started_since(results: Path, sha: str, since: float) -> str | None:
+    """The benchmark of commit ``sha`` asv started last at or after ``since``: the one a stopped stage was in."""
+    from devbench.report.load import saved_results
+
+    best: tuple[float, str] | None = None
+    for data in saved_results(results, sha):
+        at = data.column.get("started_at")
+        for name, row in data.results.items() if at is not None else ():
+            started = row[at] if at < len(row) else None
+            recent = isinstance(started, int | float) and started / 1000.0 >= since - 1.0  # asv keeps milliseconds
+            if recent and (best is None or started > best[0]):
+                best = (float(started), name)
+    return best[1] if best else None
+
+
 def measured_since(results: Path, sha: str, since: float) -> set[str]:
     """Benchmarks of commit ``sha`` that asv started at or after ``since`` (``durations_since``'s)."""
     return set(durations_since(results, sha, since))
@@ -229,10 +244,14 @@ class Summary:
             print(f"gpu-run: could not pack the results: {exc}", file=sys.stderr, flush=True)
 
     def cut(self, points: list[Point], since: float, why: str) -> list[Point]:
-        """Mark the ``points`` whose benchmark asv did not finish since ``since`` as cut, saying ``why``."""
+        """Mark the ``points`` asv did not reach since ``since`` as cut, saying ``why``: those of a benchmark it did
+        not start, and those of the benchmark it was in when stopped (the last it started, each param saved as it
+        ends: ``asvrun``) that have no figure."""
         results = self.run.repo / ".asv" / "results" / self.machine
         done = measured_since(results, self.sha, since)
-        lost = [p for p in points if p.benchmark not in done]
+        last = last_started_since(results, self.sha, since)
+        valued = valued_since(results, self.sha, since, [p for p in points if p.benchmark == last])
+        lost = [p for p in points if p.benchmark not in done or (p.benchmark == last and p.selector not in valued)]
         for p in lost:
             p.state, p.reason = "cut", why
         return lost
