@@ -1313,3 +1313,18 @@ def test_a_stop_cuts_the_points_asv_had_not_saved_of_the_benchmark_it_was_in(tmp
     lost = Summary(run, plan, "vm", sha).cut(plan.points, 1_000_000 - 1, "stopped")
     assert sorted((p.benchmark.rsplit("_", 1)[1], p.values) for p in lost) == [
         ("never", ("1",)), ("never", ("2",)), ("never", ("3",)), ("stopped", ("2",)), ("stopped", ("3",))]
+
+
+def test_the_summary_counts_points_no_stage_reached_apart_from_those_tried(tmp_path):
+    """A run that ended early (an abort, a stop) leaves planned points that never started: not "measured or tried"."""
+    from types import SimpleNamespace
+
+    from devbench.gpu.gpupack import Summary
+    from devbench.gpu.priced import Point
+
+    points = [Point("bench_a.C.track_x", i, (str(i),), ("n",), 0, i, 1.0) for i in range(3)]
+    points[0].done = True
+    run = SimpleNamespace(repo=tmp_path, started_at=0.0)
+    text = Summary(run, SimpleNamespace(points=points), "vm", "a" * 40).text()
+    assert text.startswith("gpu-run: 1 points measured or tried, 0 cut by a stop, 0 dropped by the plan, 0 not "
+                           "runnable here, 2 planned but not started")  # fmt: skip

@@ -258,8 +258,10 @@ class Summary:
 
     def text(self) -> str:
         counts = {s: sum(p.state == s for p in self.plan.points) for s in ("run", "cut", "dropped", "skip")}
-        lines = [f"gpu-run: {counts['run']} points measured or tried, {counts['cut']} cut by a stop, "
-                 f"{counts['dropped']} dropped by the plan, {counts['skip']} not runnable here"]  # fmt: skip
+        waiting = sum(p.state == "run" and not p.done for p in self.plan.points)  # planned, no stage reached them
+        lines = [f"gpu-run: {counts['run'] - waiting} points measured or tried, {counts['cut']} cut by a stop, "
+                 f"{counts['dropped']} dropped by the plan, {counts['skip']} not runnable here"
+                 + (f", {waiting} planned but not started (the run ended before their stage)" if waiting else "")]
         by: dict[str, list[str]] = {}
         for p in self.plan.points:
             if p.state == "cut":
