@@ -1328,3 +1328,19 @@ def test_the_summary_counts_points_no_stage_reached_apart_from_those_tried(tmp_p
     text = Summary(run, SimpleNamespace(points=points), "vm", "a" * 40).text()
     assert text.startswith("gpu-run: 1 points measured or tried, 0 cut by a stop, 0 dropped by the plan, 0 not "
                            "runnable here, 2 planned but not started")  # fmt: skip
+
+
+def test_plan_only_never_replaces_the_plan_of_a_run_that_ran(tmp_path):
+    import argparse
+
+    from devbench.gpu.gpuargs import add_arguments, check
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "plan.json").write_text(json.dumps({"stages": [{"name": "asv headline"}]}))
+    assert "holds a run's plan.json" in check(p.parse_args(["--plan-only", "--out", str(out), "--repo", str(ROOT)]))
+    (out / "plan.json").write_text(json.dumps({"stages": []}))  # an earlier --plan-only's: replaced as asked
+    assert "holds a run's plan.json" not in (check(p.parse_args(["--plan-only", "--out", str(out), "--repo",
+                                                                 str(ROOT)])) or "")  # fmt: skip

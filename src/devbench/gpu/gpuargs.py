@@ -98,6 +98,9 @@ def check(args: argparse.Namespace) -> str | None:
     out = Path(args.out)
     if out.exists() and not out.is_dir() or any(p.exists() and not p.is_dir() for p in out.parents):
         return f"--out {args.out}: a file is in the way, not a folder"
+    if args.plan_only and _ran_in(out / "plan.json"):
+        return (f"--out {args.out} holds a run's plan.json (its stages, beside its results): --plan-only would "
+                "replace it; choose another --out")
     if args.precision_from and not args.costs_from:
         return "--precision-from reads the results of the machine --costs-from prices: use them together"
     if args.precision_from and not Path(args.precision_from).is_dir():
@@ -107,3 +110,13 @@ def check(args: argparse.Namespace) -> str | None:
     if not re.fullmatch(r"[A-Za-z0-9._-]+", args.machine):
         return f"--machine {args.machine!r}: use letters, digits, '.', '_' and '-'"
     return None
+
+
+def _ran_in(plan: Path) -> bool:
+    """Whether ``plan`` is the plan.json of a run that ran stages (not one ``--plan-only`` wrote)."""
+    import json
+
+    try:
+        return bool(json.loads(plan.read_text()).get("stages"))
+    except (OSError, ValueError, AttributeError):
+        return False
