@@ -1236,6 +1236,7 @@ def test_a_stage_stopped_mid_benchmark_keeps_the_params_asv_finished(tmp_path, m
 
     monkeypatch.setattr(RN, "run_benchmark", one_param)
     monkeypatch.setattr(RN, "run_benchmarks", runs)
+    monkeypatch.setattr(asvrun, "SAVE_EVERY_S", 0.0)  # after every param (a GPU run's: every 2 s at most)
     asvrun.save_as_it_goes()
     folder = tmp_path / "results"
     (folder / "m").mkdir(parents=True)

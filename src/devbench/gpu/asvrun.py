@@ -11,9 +11,9 @@ how asv saves and nothing else:
   place, so the file on disk is always a whole one (the old one or the new one);
 * ``Results.add_result``, which asv calls as each benchmark ends, saves at once: what asv has
   printed ``ok`` for is on disk before the next benchmark starts;
-* each param of a benchmark is saved as it ends too (``_save_each_param``): a stage stopped in a
-  benchmark of 80 params keeps the params asv finished (on the VM, a stage given half its estimate kept 14 of
-  its 28 points, where it had kept none).
+* a benchmark's params are saved as they end too, every ``SAVE_EVERY_S`` (2 s) at most (``_save_each_param``):
+  a stage stopped in a benchmark of 80 params keeps the params asv finished but the last 2 s (on the VM, a stage
+  given half its estimate kept 14 of its 28 points, where it had kept none).
 
 And where ``DEVBENCH_ASV_DISCOVERY`` names the discovery ``devbench gpu-run``'s listing wrote of the same
 benchmark folder (``devbench.compare.worker.write_discovery``: asv_runner's own, in the same Python), asv takes it
@@ -35,6 +35,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 
 #: the attribute where a ``Results`` keeps the folder asv loaded it from (set by the patched ``load_data``)
@@ -78,8 +79,14 @@ def save_as_it_goes() -> None:
     _save_each_param(atomic_save)
 
 
+#: seconds between two saves of a benchmark's params so far: a copy and a save of a GPU run's results take about 0.1 s
+#: on the VM, too dear after each of 900 params; a stop loses at most this much of the benchmark it is in
+SAVE_EVERY_S = 2.0
+
+
 def _save_each_param(atomic_save) -> None:
-    """Patch asv's runner so that each param of a benchmark is on disk as it ends, not only the whole benchmark.
+    """Patch asv's runner so that a benchmark's params are on disk as they end (every ``SAVE_EVERY_S`` at most), not
+    only the whole benchmark.
 
     asv adds a benchmark's result once all its params have run (``runner.run_benchmark``); a stage stopped
     while a benchmark of 80 params runs would keep none of the params finished. Each param's run is asv's own
@@ -112,10 +119,13 @@ def _save_each_param(atomic_save) -> None:
         if where is None or len(wanted) < 2:
             return run_benchmark(benchmark, spawner, profile, selected_idx, extra_params, cwd, prev_result)
         started = datetime.datetime.now(datetime.timezone.utc)
-        parts, done = [], set()
+        parts, done, saved = [], set(), time.monotonic()
         for idx in wanted:
             parts.append(run_benchmark(benchmark, spawner, profile, {idx}, extra_params, cwd, prev_result))
             done.add(idx)
+            if time.monotonic() - saved < SAVE_EVERY_S or idx == wanted[-1]:  # the last: asv's own add saves it
+                continue
+            saved = time.monotonic()
             partial = copy.deepcopy(results)
             took = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
             R_add(partial, benchmark, _merged(parts, count, done), selected_idx=set(done), started_at=started,
