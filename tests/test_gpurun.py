@@ -1345,3 +1345,15 @@ def test_plan_only_never_replaces_the_plan_of_a_run_that_ran(tmp_path):
     (out / "plan.json").write_text(json.dumps({"stages": []}))  # an earlier --plan-only's: replaced as asked
     assert "holds a run's plan.json" not in (check(p.parse_args(["--plan-only", "--out", str(out), "--repo",
                                                                  str(ROOT)])) or "")  # fmt: skip
+
+
+def test_a_costs_record_of_the_wrong_types_is_named_not_a_traceback(tmp_path):
+    from devbench.gpu.costs import costs_from
+
+    record = json.loads((ROOT / "reports" / "gpu" / "h200" / "plan.json").read_text())
+    cases = (({"launch_s": "a"}, "'launch_s' is 'a', not a float"), ({"gpus": "2"}, "'gpus' is '2', not an int"))
+    for bad, says in cases:
+        path = tmp_path / "plan.json"
+        path.write_text(json.dumps({**record, "costs": {**record["costs"], **bad}}))
+        with pytest.raises(ValueError, match=f"--costs-from {path}: its costs' {says}"):
+            costs_from(path)

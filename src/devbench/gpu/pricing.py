@@ -79,6 +79,14 @@ class Costs:
         if missing:
             raise ValueError(f"the costs record lacks {sorted(missing)}")
         fields = {k: v for k, v in record.items() if k in known}
+        for name, field in cls.__dataclass_fields__.items():  # a number where the field is one, a name where a name
+            value, kind = fields.get(name), field.type
+            if value is None or kind not in ("float", "int", "str", "bool", "float | None"):
+                continue
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if (kind in ("float", "int", "float | None") and not number or kind == "int" and not isinstance(value, int)
+                    or kind == "str" and not isinstance(value, str) or kind == "bool" and not isinstance(value, bool)):
+                raise ValueError(f"its costs' {name!r} is {value!r}, not a{'n' if kind == 'int' else ''} {kind}")
         for name in ("cached_searches", "imprecise"):
             if name in fields:
                 fields[name] = tuple(fields[name])
