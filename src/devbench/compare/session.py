@@ -110,6 +110,12 @@ class Worker:
             reply = self._read(timeout_s, deadline)
             if reply.get("id") == self._sent:
                 return reply
+            if reply.get("ended") and op in ("turn", "close"):
+                # the combination's process died before it noted this request (it may have read it, and taken it
+                # with it): the worker answers later turns and the close, and its answer to this one, if it comes,
+                # is dropped by its id like any other late one
+                self.log.write(f"{self.side}: the process ended before it answered {op}: {reply}\n".encode())
+                return {"closed": True} if op == "close" else {**reply, "id": self._sent}
             # the worker's answer, for a combination's process that died, to a request that process had answered
             self.log.write(f"{self.side}: dropped an answer to an earlier request: {reply}\n".encode())
 
