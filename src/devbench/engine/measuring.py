@@ -19,7 +19,6 @@ import itertools
 import json
 import os
 import pickle
-import select
 import signal
 import socket
 import sys
@@ -229,8 +228,6 @@ class Server:
             figures = [f"{cls_name}.{m}" for m in figures_of(cls) if selected(f"{cls_name}.{m}", combo)]
             if not figures or any((f, combo, self.held[2]) in self.waiting for f in figures):
                 continue
-            if self._asked_waits():  # a point waits for its reply: it is served first, this one is asked for later
-                return
             with watch():
                 bench, t0 = cls(), time.monotonic()
                 try:
@@ -248,9 +245,6 @@ class Server:
                     bench.teardown(*self.lead, *combo)
             if self.fatal:
                 return
-
-    #: whether a request waits at the socket (``serve`` sets it: its listener); none, where unset
-    _asked_waits = staticmethod(lambda: False)
 
 
 def _benchmark_class(module: str, file: str | None, name: str) -> type:
@@ -364,7 +358,6 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
         listener.close()
 
     owners.BEFORE_EXIT.append(lambda: _turn_away(listener))  # a watchdog's or the owner's end, mid-figure too
-    server._asked_waits = lambda: bool(select.select([listener], [], [], 0)[0])
 
     try:
         while alive(owner) and time.monotonic() - last < idle_s:
@@ -410,8 +403,8 @@ def serve(path: Path, owner: int, journal: Path | None = None, idle_s: float = I
                     sent = True
             # the reply has gone (the asked point's time holds its own figure only): the workload's other figures,
             # then the points that share its build, each under its class's whole timeout (a hung one ends this
-            # process, and the points queued meanwhile ask a fresh one); a point that asks meanwhile is served
-            # before the next point beside
+            # process, and the points queued meanwhile ask a fresh one); the next request waits for them, its point's
+            # time holding them, so the points beside share the build
             if sent:
                 beside = float(request.get("class_timeout_s") or 0) or limit
                 with _environment(env):
