@@ -270,7 +270,7 @@ def test_gpu_only_without_a_gpu_leaves_validate_and_the_cuda_tests_out_and_holds
                     str(out), validate=True, tests=True)  # fmt: skip
     assert "validate left out: --gpu-only without a CUDA GPU: no figure of this run to check" in text
     assert "the CUDA tests left out: no CUDA GPU here" in text
-    assert json.loads((out / "plan.json").read_text())["reserve_s"] == pytest.approx(gpurun.PACK_S)
+    assert json.loads((out / "plan.json").read_text())["reserve_s"] == pytest.approx(gpurun.PACK_S + gpurun.KILL_HOLD_S)
 
 
 def test_validate_is_left_out_where_it_would_check_nothing_the_run_measures():
@@ -795,7 +795,7 @@ def test_a_plan_for_a_described_machine_prices_its_multi_gpu_points_and_puts_ncc
     assert P.stage_of(by["backend=nccl, world=2"]) == "last" and P.stage_of(by["backend=gloo, world=2"]) != "last"
     # the stage that starts NCCL worlds lets the measuring process the earlier stages held go first: its rank 0 would
     # share cuda:0 with it
-    from devbench.gpu.gpurun import uses_nccl
+    from devbench.gpu.plan import uses_nccl
 
     assert uses_nccl([by["backend=gloo, world=2"], by["backend=nccl, world=2"]])
     assert not uses_nccl([by["backend=gloo, world=2"]])
@@ -805,7 +805,7 @@ def test_a_stage_that_starts_nccl_worlds_and_asks_a_measuring_process_leaves_one
     """A swept GPU point there would start a measuring process that holds cuda:0 beside rank 0 while it idles. The
     last stage keeps its worlds (what it is for) and leaves the swept GPU points to a fill; a fill keeps the swept
     points and leaves the worlds (which may hang) to the next; a swept CPU point makes no CUDA context: it stays."""
-    from devbench.gpu.gpurun import WAITS_AFTER_SWEPT, WAITS_WITHOUT_WORLDS, apart_from_nccl
+    from devbench.gpu.plan import WAITS_AFTER_SWEPT, WAITS_WITHOUT_WORLDS, apart_from_nccl
 
     listing = {"bench_c.C.track_busbw": _bench("bench_c.C.track_busbw", [["gloo", "nccl"], [2]], ["backend", "world"]),
                "bench_m.M.track_tflops": _bench("bench_m.M.track_tflops", [["cpu", "cuda"]], ["device"], swept=True,

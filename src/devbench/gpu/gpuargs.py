@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -78,6 +79,12 @@ def check(args: argparse.Namespace) -> str | None:
         above = project_above(Path(args.repo))
         hint = f" (the project is {above}: run there)" if above else ""
         return f"--repo {args.repo}: no asv.conf.json there{hint}"
+    try:  # asv reads the commit and its date from git
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=args.repo, capture_output=True, text=True).returncode
+    except OSError as exc:
+        return f"--repo {args.repo}: git could not be run there ({exc.strerror}); asv reads the commit from git"
+    if head != 0:
+        return f"--repo {args.repo}: not a git checkout with a commit (asv reads the commit from git)"
     if args.costs_from and not args.plan_only:
         return "--costs-from prices a plan for another machine: use it with --plan-only"
     if (args.gpus is not None or args.cores is not None) and not args.costs_from:

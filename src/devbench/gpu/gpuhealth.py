@@ -85,11 +85,18 @@ def health_lines(results: Path, sha: str, gpu: dict[str, Any], states: list[dict
     return lines
 
 
-def print_health(repo: Path, python: str, machine: str, sha: str, since: float | None = None) -> None:
+def print_health(repo: Path, python: str, machine: str, sha: str, since: float | None = None,
+                 timeout_s: float = 120.0) -> None:  # fmt: skip
     """Print the headline GPU figures' health (GPU 0's facts from ``devbench info --json``); nothing without a GPU.
-    ``since``: when this run started (seconds since the epoch): an earlier run's state never judges its figures."""
-    out = subprocess.run([python, "-m", "devbench.cli", "info", "--json"], cwd=repo, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    ``since``: when this run started (seconds since the epoch): an earlier run's state never judges its figures.
+    ``timeout_s``: what the run leaves it; an ``info`` that does not answer in it is a note, not the run's end."""
+    try:
+        out = subprocess.run([python, "-m", "devbench.cli", "info", "--json"], cwd=repo, capture_output=True,
+                             text=True, timeout=timeout_s)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        print(f"health: no lines: `devbench info --json` gave no answer in the {timeout_s:.3g} s the budget left",
+              flush=True)  # fmt: skip
+        return
     try:
         gpus = json.loads(out.stdout).get("gpus", []) if out.returncode == 0 else []
     except ValueError:

@@ -30,7 +30,9 @@ STATE_DIRS = ("gpustate", "runinfo", "achievable", "fleet", "sweep")
 SMI_S = 60.0
 
 
-def _smi(path: Path) -> None:
+def _smi(path: Path, timeout_s: float | None = None) -> None:
+    """``nvidia-smi -q`` into ``path``, stopped at ``timeout_s`` (``SMI_S`` where None)."""
+    timeout_s = SMI_S if timeout_s is None else timeout_s
     if shutil.which("nvidia-smi") is None:
         path.write_text("nvidia-smi: not on this machine\n")
         return
@@ -39,13 +41,13 @@ def _smi(path: Path) -> None:
         # in the packed run, not the end of it
         proc = subprocess.Popen(["nvidia-smi", "-q"], stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            proc.wait(timeout=SMI_S)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)  # one stuck in the driver (state D) is left: the run goes on without it
-            f.write(f"\nnvidia-smi: no answer in {SMI_S:g} s; stopped\n")
+            f.write(f"\nnvidia-smi: no answer in {timeout_s:.3g} s; stopped\n")
 
 
 def durations_since(results: Path, sha: str, since: float) -> dict[str, float | None]:
@@ -254,6 +256,8 @@ class Summary:
         lost = [p for p in points if p.benchmark not in done or (p.benchmark == last and p.selector not in valued)]
         for p in lost:
             p.state, p.reason = "cut", why
+            if p.benchmark not in done and p.benchmark != last:  # asv never reached it: nothing of it ran
+                p.offered = why
         return lost
 
     def text(self) -> str:

@@ -54,6 +54,7 @@ from devbench.gpu.costs import (
 from devbench.gpu.gpuargs import SWEEP, check
 from devbench.gpu.gpuhealth import print_health
 from devbench.gpu.gpupack import (
+    SMI_S,
     Summary,
     _smi,
     builds_by_key_since,
@@ -76,17 +77,27 @@ from devbench.gpu.recorded import (
     seed,
     seed_searches,
 )
-from devbench.gpu.sessions import DISCOVERY_NAME, MIN_STAGE_S, STUCK_RC, Run, Stopped  # noqa: F401 - gpu-run's
+from devbench.gpu.sessions import (  # noqa: F401 - gpu-run's names for them too
+    DISCOVERY_NAME,
+    HEALTH_S,
+    KILL_HOLD_S,
+    MIN_STAGE_S,
+    PACK_S,
+    SMI_AFTER_S,
+    STUCK_RC,
+    Run,
+    Stopped,
+    end_s,
+)
 from devbench.records.files import STAGE_END_ENV
 
-#: seconds held back for the packing after the last stage
-PACK_S = 5.0
-#: the health lines after the stages: one `devbench info --json` (imports torch, reads NVML)
-HEALTH_S = 5.0
 #: ``devbench.workloads.achievable.SEARCH_ENV`` (that module imports torch): "fresh" makes every search again
 SEARCH_ENV = "DEVBENCH_SEARCH"
 #: fill stages at most: each takes back what still fits in the time the one before left
 FILLS = 3
+#: why a planned point did not run where the budget ended first
+NO_TIME = "no time left for it"
+
 
 
 def list_benchmarks(repo: Path, python: str, log: Any, discovery: Path | None = None) -> dict[str, dict[str, Any]]:
@@ -185,9 +196,10 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
     if args.tests and not costs.gpus:  # every one is marked cuda and would be skipped: no stage, nothing held for it
         args.tests = False
         print("gpu-run: the CUDA tests left out: no CUDA GPU here, each of them would be skipped", flush=True)
-    # held back for the CUDA tests, validate and the packing; at most half of a short budget, so that the
+    # held back for the CUDA tests, validate and what ends the run; at most half of a short budget, so that the
     # benchmarks always get the other half (the tests and validate then run under what is left)
-    reserve = min(PACK_S + sum_reserves(args, costs), max(PACK_S, left() / 2))
+    run.end_s = end_s(costs)
+    reserve = min(run.end_s + sum_reserves(args, costs), max(run.end_s, left() / 2))
     # what validate and the health lines read is never dropped; a twin (the same evidence in other units) goes first
     keep = frozenset(p.selector for p in spec.kept_points(args.validate, bool(costs.gpus), args.gpu_only))
     plan = P.make_plan(listing, selected, costs,
@@ -212,9 +224,9 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
         for name in OUTPUTS:
             (run.out / name).unlink(missing_ok=True)
     write_plan(run, plan)
-    if plan.first_estimate_s > left() - reserve:  # what is never dropped does not fit: it will be cut
+    if plan.forced_s > left() - reserve + 1e-6:  # what is never dropped does not fit: it will be cut
         print(f"devbench gpu-run: warning: the points never dropped (each family's first, and what validate and the "
-              f"health lines read) are expected to take {plan.first_estimate_s:.0f} s, more than the "
+              f"health lines read) are expected to take {plan.forced_s:.0f} s, more than the "
               f"{max(0.0, left() - reserve):.0f} s this budget leaves them: the last stages will be cut; "
               "raise --budget-s or narrow --bench", file=sys.stderr)  # fmt: skip
     if args.plan_only:
@@ -237,34 +249,16 @@ def execute(args: argparse.Namespace, made: list[Path]) -> int:
         raise
     finally:
         shutil.rmtree(checked, ignore_errors=True)
+        _end_cut(plan)
         summary.save()
         print(summary.text(), flush=True)
 
 
-def uses_nccl(points: list[P.Point]) -> bool:
-    """Whether any of ``points`` starts an NCCL world (a ``backend`` param of ``'nccl'``)."""
-    return any(str(dict(zip(p.names, p.values, strict=False)).get("backend", "")).strip("'\"") == "nccl"
-               for p in points)  # fmt: skip
-
-
-#: why a point waits for a later stage of its own (``apart_from_nccl``)
-WAITS_WITHOUT_WORLDS = "waits for a stage without NCCL worlds (a measuring process there holds cuda:0 beside rank 0)"
-WAITS_AFTER_SWEPT = "waits for a fill after the swept GPU points (a world may hang: it goes last)"
-
-
-def apart_from_nccl(points: list[P.Point], last: bool = True) -> list[P.Point]:
-    """A stage's ``points`` without either its swept GPU points or its NCCL worlds where it holds both: a measuring
-    process started there would hold cuda:0, its context and cached memory, beside rank 0 (none at all under
-    EXCLUSIVE_PROCESS) for as long as it idles. The last stage (``last``), whose worlds are what it is for, leaves
-    the swept points to a fill; a fill leaves the worlds to the next one (they are what may hang). The points left
-    are dropped, with the reason."""
-    swept = [p for p in points if p.swept and p.gpus]
-    if not swept or not uses_nccl(points):
-        return points
-    later = swept if last else [p for p in points if uses_nccl([p])]
-    for p in later:
-        p.state, p.reason = "dropped", WAITS_WITHOUT_WORLDS if last else WAITS_AFTER_SWEPT
-    return [p for p in points if p not in later]
+def _end_cut(plan: P.Plan) -> None:
+    """At the run's end, the points given to a stage that ended before reaching them, taken back by none: cut."""
+    for p in plan.points:
+        if p.state == "dropped" and p.offered:
+            p.state, p.reason = "cut", p.offered
 
 
 def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list[P.Point], limit_s: float,
@@ -295,7 +289,7 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
         env[CHECKED_ENV] = run.checked
     if run.discovery is not None and run.discovery.is_file():  # asv's discovery, made by the listing: not again
         env[ASV_DISCOVERY_ENV] = str(run.discovery)
-    if run.holder is not None and uses_nccl(points):
+    if run.holder is not None and P.uses_nccl(points):
         # NCCL's rank 0 would share cuda:0 with the measuring process the earlier stages held, its context and
         # cached memory (on a GPU in EXCLUSIVE_PROCESS mode the rank gets no context at all): it goes first
         run.release()
@@ -309,10 +303,10 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
                      env=env)  # fmt: skip
     running[:] = []
     took = run.stages[-1]["actual_s"]
-    if run.stages[-1].get("note", "").startswith("not started"):  # a process of an earlier stage is stuck
+    if run.stages[-1].get("note", "").startswith(("not started", "skipped")):  # stuck, or too short to start
         for p in points:
-            p.state, p.reason = "dropped", f"not started: {run.stuck}"
-        return code, raw, took
+            p.state, p.reason = "dropped", f"not started: {run.stuck}" if run.stuck else NO_TIME
+        return (code if run.stuck else 0), raw, took
     for p in points:
         p.done = True
     plan.sweep_up |= run.holder is not None and any(p.swept for p in points)  # held for the stages after it
@@ -331,6 +325,9 @@ def _asv_stage(run: Run, plan: P.Plan, summary: Summary, name: str, points: list
            builds_since(journal, run.stage_started), starts_since(journal, run.stage_started))
     plan.built_now.update(builds_by_key_since(journal, run.stage_started))
     plan.gap_now = gap_since(journal, run.stage_started) or plan.gap_now
+    for p in points:  # of a benchmark the stage never reached: a later stage may take it back (``Point.offered``)
+        if p.state == "cut" and p.offered:
+            p.state, p.reason, p.done = "dropped", P.NOT_REACHED, False
     summary.save()
     return code, raw, took
 
@@ -391,7 +388,7 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
     tests_s, validate_s = held_s(plan.costs, args.gpu_only, args.bench)
     if args.tests and (run.repo / "tests").is_dir():
         code = run.stage("cuda tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"],
-                         run.left() - PACK_S - (validate_s if args.validate else 0), tests_s,
+                         run.left() - run.end_s - (validate_s if args.validate else 0), tests_s,
                          log_path=run.out / "tests.txt")  # fmt: skip
         failed |= code not in (0, 5)  # 5: no test selected (none needs CUDA in this tree)
         summary.save()
@@ -399,17 +396,18 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         # the figures of this run alone: the CPU's were not measured with --gpu-only, nor those --bench leaves out
         only = [*(["--gpu-only"] if args.gpu_only else []), *(["--bench", args.bench] if args.bench else [])]
         code = run.stage("validate", [python, "-m", "devbench.cli", "validate", "--machine", machine, *only],
-                         run.left() - PACK_S, validate_s, log_path=run.out / "validate.txt")  # fmt: skip
+                         run.left() - run.end_s, validate_s, log_path=run.out / "validate.txt")  # fmt: skip
         failed |= code not in (0, VALIDATE_DRIFT)  # DRIFT: the host's speed moved between asv and now: reported
     # what the tests and validate left: the points still dropped, fitted into it; again while a stage's time is
     # left and a dropped point fits in it (a search priced at its time bound often ends well before its estimate)
     for n in range(FILLS):
-        room = run.left() - PACK_S - HEALTH_S
+        room = run.left() - run.end_s
         if room < MIN_STAGE_S or run.stuck or not any(p.state == "dropped" for p in plan.points):
             break
         # a later fill holds what no stage priced from a run (families first met there): a quarter left free
         margin = stage_margin(plan, lambda p: True, refit_margin(done)) if n == 0 else REFIT_MARGIN
-        kept = apart_from_nccl(_refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, margin), last=False)
+        kept = _refit(run, plan, room, _scale(done, plan), "fill", lambda p: True, margin)
+        kept = P.apart_from_nccl(kept, last=False)
         kept = P.room_to_start(plan, kept, "fill", room, _scale(done, plan))
         if not kept:
             break
@@ -419,16 +417,16 @@ def _stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python: st
         if code != 0:
             break
     for p in plan.points:
-        if p.state == "dropped" and p.reason in ("over the time budget", P.WAITS_FOR_FILL, WAITS_WITHOUT_WORLDS,
-                                                 WAITS_AFTER_SWEPT, P.SHORT_STAGE):  # fmt: skip
-            p.reason = f"not started: {run.stuck}" if run.stuck else "no time left for it"
+        if p.state == "dropped" and p.reason in ("over the time budget", P.WAITS_FOR_FILL, P.WAITS_WITHOUT_WORLDS,
+                                                 P.WAITS_AFTER_SWEPT, P.SHORT_STAGE):  # fmt: skip
+            p.reason = f"not started: {run.stuck}" if run.stuck else NO_TIME
     if run.stuck:  # nvidia-smi can hang on a GPU a stuck process holds, past any limit (its child cannot be killed)
         (run.out / "smi-after.txt").write_text(f"nvidia-smi not run: {run.stuck}\n")
-    else:
-        _smi(run.out / "smi-after.txt")
+    else:  # each within what the budget leaves before the packing: the run ends by its budget
+        _smi(run.out / "smi-after.txt", max(1.0, min(SMI_S, run.left() - PACK_S - HEALTH_S)))
     failed |= bool(run.stuck)
     if plan.costs.gpus and not run.stuck:  # a GPU to judge, and no stuck process that its CUDA start could wait on
-        print_health(run.repo, python, machine, sha, since=run.started_at)
+        print_health(run.repo, python, machine, sha, since=run.started_at, timeout_s=max(1.0, run.left() - PACK_S))
     print_capped(run.repo / ".asv" / "sweep" / "journal.jsonl", run.started_at)
     took = time.monotonic() - run.start
     print(f"gpu-run: {took:.0f} s of {args.budget_s:.0f} ({max(0.0, args.budget_s - took):.0f} s unused); "
@@ -446,13 +444,13 @@ def _asv_stages(run: Run, plan: P.Plan, summary: Summary, reserve: float, python
         if room < MIN_STAGE_S or run.stuck:  # no asv call starts: what is left of the plan stays dropped, and why
             for p in plan.points:
                 if p.state == "run" and not p.done:
-                    p.state, p.reason = "dropped", f"not started: {run.stuck}" if run.stuck else "no time left for it"
+                    p.state, p.reason = "dropped", f"not started: {run.stuck}" if run.stuck else NO_TIME
             break
         if name == "headline":
             kept = [p for p in plan.kept() if not p.done and take(p)]
         else:
             kept = _refit(run, plan, room, _scale(done, plan), name, take, stage_margin(plan, take, refit_margin(done)))
-            kept = apart_from_nccl(P.defer_late(plan, kept, name, room, _scale(done, plan)), last=name == "last")
+            kept = P.apart_from_nccl(P.defer_late(plan, kept, name, room, _scale(done, plan)), last=name == "last")
             if not kept and any(p.reason == P.WAITS_FOR_FILL for p in plan.points):
                 print(f"== asv {name}: left to the fill stage (too long for the {room:.0f} s before the tests)",
                       flush=True)  # fmt: skip

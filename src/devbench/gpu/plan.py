@@ -73,6 +73,8 @@ from devbench.gpu.pricing import ASV_START_S, Costs, searches_of  # noqa: F401 -
 
 #: why the late stage's points were left to the fill
 WAITS_FOR_FILL = "left to the fill stage: the last stage would not end in the time before the tests"
+#: why a point its stage never reached waits (that stage ended at its time limit first): a later stage may take it
+NOT_REACHED = "its stage ended at its time limit before reaching it: a later stage may take it"
 
 
 def defer_late(plan: Plan, kept: list[Point], name: str, room_s: float, scale: float = 1.0) -> list[Point]:
@@ -300,9 +302,9 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
     calls, set-up caches and checks.
 
     A benchmark's first point is kept whatever it costs, unless the benchmark has points kept or run
-    elsewhere: a family is never dropped whole; so is every point validate and the health lines read
-    (``Point.keep``), but for those in ``exclude`` (a stage too short for their set-up to start: they wait for a
-    later one). ``group(point)``
+    elsewhere, or a stage ended at its limit before reaching it (``Point.offered``): a family is never dropped
+    whole; so is every point validate and the health lines read (``Point.keep``), but for those in ``exclude`` (a
+    stage too short for their set-up to start: they wait for a later one). ``group(point)``
     names the asv stage a kept point will run in (default ``stage_of``): each adds one asv call and its
     set-up caches; a workload already checked by a point that ran is not checked again. Once a point is kept,
     the other figures of its workload (not a twin) are kept next where they fit: in its stage they cost their
@@ -310,7 +312,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
     """
     group = group or stage_of
     candidates = _order([p for p in plan.points if p.tier in tiers and p.state in ("run", "dropped") and not p.done])
-    elsewhere = {p.benchmark for p in plan.points if p.state == "run" and (p.done or p.tier not in tiers)}
+    elsewhere = {p.benchmark for p in plan.points if p.state == "run" and (p.done or p.tier not in tiers) or p.offered}
     for p in candidates:
         p.state, p.reason = "dropped", "over the time budget"
     # the points ``room_to_start`` found this stage too short for leave their room to others
@@ -389,6 +391,7 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
     forced = [p for p in candidates if p.keep or firsts.get(p.benchmark) is p]
     for p in forced:
         total += take(p)
+    plan.forced_s = total
     for p in forced:
         total += finish(p)
     for p in candidates:
@@ -400,3 +403,27 @@ def fit(plan: Plan, seconds: float, tiers: tuple[int, ...] = (0, 1), scale: floa
             total += finish(p)
 
 
+def uses_nccl(points: list[Point]) -> bool:
+    """Whether any of ``points`` starts an NCCL world (a ``backend`` param of ``'nccl'``)."""
+    return any(str(dict(zip(p.names, p.values, strict=False)).get("backend", "")).strip("'\"") == "nccl"
+               for p in points)  # fmt: skip
+
+
+#: why a point waits for a later stage of its own (``apart_from_nccl``)
+WAITS_WITHOUT_WORLDS = "waits for a stage without NCCL worlds (a measuring process there holds cuda:0 beside rank 0)"
+WAITS_AFTER_SWEPT = "waits for a fill after the swept GPU points (a world may hang: it goes last)"
+
+
+def apart_from_nccl(points: list[Point], last: bool = True) -> list[Point]:
+    """A stage's ``points`` without either its swept GPU points or its NCCL worlds where it holds both: a measuring
+    process started there would hold cuda:0, its context and cached memory, beside rank 0 (none at all under
+    EXCLUSIVE_PROCESS) for as long as it idles. The last stage (``last``), whose worlds are what it is for, leaves
+    the swept points to a fill; a fill leaves the worlds to the next one (they are what may hang). The points left
+    are dropped, with the reason."""
+    swept = [p for p in points if p.swept and p.gpus]
+    if not swept or not uses_nccl(points):
+        return points
+    later = swept if last else [p for p in points if uses_nccl([p])]
+    for p in later:
+        p.state, p.reason = "dropped", WAITS_WITHOUT_WORLDS if last else WAITS_AFTER_SWEPT
+    return [p for p in points if p not in later]

@@ -66,6 +66,9 @@ class Point:
     #: reads what its class's set-up cache measured (``figures_in_setup_cache``): one asv round whatever ``--rounds``
     #: says, as a plain ``asv run`` gives a ``track_`` figure (asv's later rounds would store the same samples again)
     once: bool = False
+    #: why the stage it was given ended before asv reached its benchmark (its time limit): a later stage may take it
+    #: back, as any dropped point, but it is never forced in as its family's first; where none does, it ends cut
+    offered: str = ""
 
     @property
     def selector(self) -> str:
@@ -105,6 +108,9 @@ class Plan:
     #: the median seconds this run's measuring processes spent before a build (the next request, the release of the
     #: last workload): what a build priced from ``built_now`` pays beside its own seconds
     gap_now: float = 0.0
+    #: what the points the last fit could not drop (each family's first, what validate and the health lines read)
+    #: are expected to take: over the time fitted, the last stages will be cut
+    forced_s: float = 0.0
 
     def built_s(self, p: Point, scale: float = 1.0) -> float:
         """What building ``p``'s workload in the measuring process costs: what a recorded run took for it (its own

@@ -51,7 +51,29 @@ def _zombie(pid: int) -> bool:
     return not alive(pid)
 
 
-def kill_session(sid: int, wait_s: float = 10.0) -> list[int]:
+#: how long a stage killed at its limit may take to end (a killed process frees tens of GB of GPU memory in
+#: seconds), and to reap its leader; each at most what the budget leaves after the stage (``Run.stage``)
+KILL_WAIT_S = 10.0
+REAP_S = 5.0
+#: held back at a run's end for its last stage's kill: the waits of a stage that ends there share it
+KILL_HOLD_S = 6.0
+
+#: seconds held back for the packing after the last stage
+PACK_S = 5.0
+#: the health lines after the stages: one `devbench info --json` (imports torch, reads NVML)
+HEALTH_S = 5.0
+#: ``nvidia-smi -q`` after the stages (it answers in a second or two on one GPU, in seconds on a node)
+SMI_AFTER_S = 5.0
+
+
+def end_s(costs: Any) -> float:
+    """What ends a run after its last stage, held back from every stage: the packing, the last stage's kill
+    (``KILL_HOLD_S``: a stage killed at its limit), and on a GPU the health lines and ``nvidia-smi -q`` (each
+    bounded by what is left of the budget)."""
+    return PACK_S + KILL_HOLD_S + (HEALTH_S + SMI_AFTER_S if costs.gpus else 0.0)
+
+
+def kill_session(sid: int, wait_s: float = KILL_WAIT_S) -> list[int]:
     """SIGKILL every process of session ``sid`` until none is left (or ``wait_s`` passes); returns those left.
 
     A process group is not enough: asv starts its forkserver, each benchmark's process and each
@@ -72,16 +94,18 @@ def kill_session(sid: int, wait_s: float = 10.0) -> list[int]:
         time.sleep(0.05)
 
 
-def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tuple[int, float, list[int]]:
+def _group_run(cmd: list[str], timeout_s: float, log: Any, kill_wait_s: float = KILL_WAIT_S,
+               **kwargs: Any) -> tuple[int, float, list[int]]:  # fmt: skip
     """Run ``cmd`` in a session of its own, its output to ``log``; at the limit (or on Ctrl-C or SIGTERM)
     end every process of that session. Returns the exit code (124 at the time limit), the seconds it ran and the
-    processes of the session that outlived SIGKILL (named on stdout)."""
+    processes of the session that outlived SIGKILL (named on stdout). A kill at the limit waits at most
+    ``kill_wait_s`` for the session's processes to end, and as long again for its leader to be reaped."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
     try:
         code = proc.wait(timeout=max(1.0, timeout_s))
     except subprocess.TimeoutExpired:
-        stuck = _say_stuck(_reaped(proc, kill_session(proc.pid)))
+        stuck = _say_stuck(_reaped(proc, kill_session(proc.pid, kill_wait_s), min(REAP_S, kill_wait_s)))
         return 124, time.monotonic() - start, stuck
     except BaseException:
         _say_stuck(_reaped(proc, kill_session(proc.pid)))
@@ -92,11 +116,11 @@ def _group_run(cmd: list[str], timeout_s: float, log: Any, **kwargs: Any) -> tup
     return code, time.monotonic() - start, stuck
 
 
-def _reaped(proc: subprocess.Popen, left: list[int]) -> list[int]:
-    """``left`` once the stage's leader is reaped, or with it where it does not end (stuck in the kernel: a wait
-    without a bound would hang the run)."""
+def _reaped(proc: subprocess.Popen, left: list[int], wait_s: float = 5.0) -> list[int]:
+    """``left`` once the stage's leader is reaped, or with it where it does not end in ``wait_s`` (stuck in the
+    kernel: a wait without a bound would hang the run)."""
     try:
-        proc.wait(timeout=5.0)
+        proc.wait(timeout=wait_s)
     except subprocess.TimeoutExpired:
         return sorted(set(left) | {proc.pid})
     return [pid for pid in left if alive(pid)]  # those that ended meanwhile are not stuck
@@ -155,6 +179,9 @@ class Run:
         #: why no stage starts any more: processes of a stage outlived SIGKILL (stuck in a driver call, their GPU
         #: held); what ran beside them would not be measured alone, and a world on their GPU could hang
         self.stuck: str | None = None
+        #: held back after the stages (the packing, the health lines, ``KILL_HOLD_S``): a stage's kill at its limit
+        #: never waits into the rest of it
+        self.end_s = KILL_HOLD_S
 
     def left(self) -> float:
         return self.args.budget_s - (time.monotonic() - self.start)
@@ -180,10 +207,13 @@ class Run:
                                 "note": "skipped: out of time"})  # fmt: skip
             return 124
         self.stage_started = time.time()
+        # a kill at the limit waits (twice: the session, then its leader) within what the budget leaves after it
+        slack = self.left() - limit_s - (self.end_s - KILL_HOLD_S)
+        kill_wait = max(KILL_HOLD_S / 2, min(KILL_WAIT_S, slack / 2))
         with open(log_path, "w") if log_path else open(os.devnull, "w") as sink:
             log = sink if log_path else None
             try:
-                code, took, stuck = _group_run(cmd, limit_s, log, cwd=self.repo, env=env)
+                code, took, stuck = _group_run(cmd, limit_s, log, kill_wait, cwd=self.repo, env=env)
             except BaseException:
                 took = round(time.time() - self.stage_started, 1)
                 self.stages.append({"stage": name, "estimate_s": round(estimate_s, 1), "rc": None,
